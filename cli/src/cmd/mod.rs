@@ -1,0 +1,18 @@
+//! One module per subcommand; `run` dispatches.
+
+pub mod completions;
+pub mod dump;
+pub mod manifest;
+pub mod receive;
+
+use crate::args::{Cli, Command};
+
+/// Run the parsed command line.
+pub fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Dump(a) => dump::run(&a),
+        Command::Receive(a) => receive::run(&a),
+        Command::Manifest(a) => manifest::run(&a),
+        Command::Completions(a) => completions::run(&a),
+    }
+}

@@ -1,0 +1,8 @@
+//! btrsend core library: reads btrfs straight from its devices and plans send
+//! streams; receives streams into directories.
+//!
+//! Data flows left to right: device I/O → chunk map → tree walking → the
+//! filesystem model → the send planner / the receiver. The wire format lives
+//! in the `stream-format` crate.
+
+pub use stream_format;

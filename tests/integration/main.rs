@@ -1,0 +1,1 @@
+//! The core library's integration tests: one binary, one module per area.
