@@ -27,6 +27,8 @@ pub struct Cli {
 pub enum Command {
     /// Print the commands of a send stream in the format of `btrfs receive --dump`.
     Dump(cmd::dump::DumpArgs),
+    /// List the subvolumes of a filesystem, read straight from its devices.
+    List(cmd::list::ListArgs),
     /// Receive a send stream (only `--dump` is available in this version).
     Receive(cmd::receive::ReceiveArgs),
     /// Print a manifest of a directory tree: one sorted line per path.

@@ -2,6 +2,7 @@
 
 pub mod completions;
 pub mod dump;
+pub mod list;
 pub mod manifest;
 pub mod receive;
 
@@ -11,6 +12,7 @@ use crate::args::{Cli, Command};
 pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Dump(a) => dump::run(&a),
+        Command::List(a) => list::run(&a),
         Command::Receive(a) => receive::run(&a),
         Command::Manifest(a) => manifest::run(&a),
         Command::Completions(a) => completions::run(&a),
