@@ -6,3 +6,5 @@
 //! in the `stream-format` crate.
 
 pub use stream_format;
+
+pub mod manifest;
