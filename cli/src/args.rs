@@ -8,6 +8,9 @@ use clap::{Parser, Subcommand};
 
 use crate::cmd;
 
+/// The exit codes, shown by `--help` and in the man page (see `exit.rs`).
+const EXIT_CODES: &str = "Exit status:\n  0    success\n  1    the operation failed (bad input, I/O error, corrupt stream or filesystem); the error is printed as `btrsend: error: ...`\n  2    usage error (bad command line)\n  130  interrupted";
+
 /// Read btrfs filesystems straight from the device and stream snapshots as
 /// btrfs send streams; receive and inspect send streams.
 ///
@@ -15,7 +18,12 @@ use crate::cmd;
 /// without mounting it, and writes snapshots as send streams that the stock
 /// `btrfs receive` accepts. It also receives and dumps send streams.
 #[derive(Debug, Parser)]
-#[command(name = "btrsend", version, about, long_about, max_term_width = 100)]
+#[command(
+    name = "btrsend",
+    version,
+    max_term_width = 100,
+    after_long_help = EXIT_CODES
+)]
 pub struct Cli {
     /// What to do.
     #[command(subcommand)]

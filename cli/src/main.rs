@@ -3,21 +3,18 @@
 //! Glue only: clap structs → validated options → the core library → an exit
 //! code (see `exit.rs`). Errors are printed once, as `btrsend: error: …`.
 
-mod args;
-mod cmd;
-mod exit;
-
 use std::process::ExitCode;
 
+use btrsend_cli::{args, cmd, exit::Exit};
 use clap::Parser;
 
 fn main() -> ExitCode {
     let cli = args::Cli::parse();
     match cmd::run(cli) {
-        Ok(()) => exit::Exit::Success.into(),
+        Ok(()) => Exit::Success.into(),
         Err(err) => {
-            let code = exit::Exit::from_error(&err);
-            if code != exit::Exit::Quiet {
+            let code = Exit::from_error(&err);
+            if code != Exit::Quiet {
                 eprintln!("btrsend: error: {err:#}");
             }
             code.into()

@@ -1,0 +1,6 @@
+//! The `btrsend` command line as a library, so tests can reach the clap
+//! definition (man pages, completions) and the exit codes.
+
+pub mod args;
+pub mod cmd;
+pub mod exit;
