@@ -1,0 +1,1000 @@
+//! Reading send streams: [`StreamReader`] yields one command at a time, as a
+//! [`RawCommand`] (number + attribute list) or a typed [`Command`].
+//!
+//! Validation follows btrfs-progs `common/send-stream.c` (`read_cmd`,
+//! `read_and_process_cmd`, `btrfs_read_and_process_send_stream`) and
+//! `cmds/receive.c` (concatenated streams), see `shared/docs/send-stream-format.md`
+//! §4.2, §9 and §10:
+//!
+//! * a 17-byte header: magic `btrfs-stream\0`, version `<=`
+//!   [`ReaderOptions::max_version`] (version 0 is read like version 1);
+//! * per command: 10-byte header, payload, CRC-32C (seed 0, crc field zeroed);
+//! * attributes in any order; a repeated type overwrites the earlier one (last
+//!   wins); type 0 or above 35 is an error whatever the version; in a version ≥ 2
+//!   stream DATA has no length and runs to the end of the command;
+//! * unknown command numbers are not errors ([`Command::Unknown`]);
+//! * required attributes and the exact sizes of integer, UUID and timespec
+//!   attributes are checked when a typed [`Command`] is built, in the order
+//!   btrfs-progs asks for them; attributes a command does not use are ignored;
+//! * after END, end of input exactly at a stream header boundary is a clean end,
+//!   otherwise another stream header is read. A stream without END is an error.
+//!
+//! Unlike btrfs-progs, a command whose length exceeds
+//! [`ReaderOptions::max_command_len`] (default 16 MiB, far above the kernel's
+//! 144 KiB) is rejected before anything is allocated for it.
+//!
+//! The reader reads exactly the bytes it needs and does no buffering of its own:
+//! give it a `BufReader` (or an in-memory slice) for small reads to be cheap.
+
+use std::borrow::Cow;
+use std::io::{self, Read};
+
+use crate::attr::Attr;
+use crate::command::{Command, CommandKind, Timespec};
+use crate::error::{CommandInfo, DecodeError};
+use crate::{CMD_HEADER_SIZE, Crc, STREAM_HEADER_SIZE, STREAM_MAGIC};
+
+/// Limits and compatibility switches of a [`StreamReader`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ReaderOptions {
+    /// Largest stream version accepted. Default 2, like btrfs-progs 6.2 (a normal
+    /// build), so that `dump` fails where `btrfs receive --dump` fails. Set 3 to
+    /// accept streams of `CONFIG_BTRFS_EXPERIMENTAL` kernels (ENABLE_VERITY).
+    pub max_version: u32,
+    /// Largest command payload accepted, in bytes (excluding the 10-byte header).
+    /// Default [`ReaderOptions::DEFAULT_MAX_COMMAND_LEN`] (16 MiB). btrfs-progs has
+    /// no limit, but allocating what a corrupt length field asks for is wrong; the
+    /// kernel never writes more than 192 KiB.
+    pub max_command_len: u32,
+}
+
+impl ReaderOptions {
+    /// Default for [`ReaderOptions::max_command_len`]: 16 MiB.
+    pub const DEFAULT_MAX_COMMAND_LEN: u32 = 16 << 20;
+
+    /// The defaults: versions up to 2, commands up to 16 MiB.
+    pub const fn new() -> ReaderOptions {
+        ReaderOptions {
+            max_version: 2,
+            max_command_len: ReaderOptions::DEFAULT_MAX_COMMAND_LEN,
+        }
+    }
+
+    /// Set [`ReaderOptions::max_version`].
+    pub const fn with_max_version(mut self, version: u32) -> ReaderOptions {
+        self.max_version = version;
+        self
+    }
+
+    /// Set [`ReaderOptions::max_command_len`].
+    pub const fn with_max_command_len(mut self, len: u32) -> ReaderOptions {
+        self.max_command_len = len;
+        self
+    }
+}
+
+impl Default for ReaderOptions {
+    fn default() -> ReaderOptions {
+        ReaderOptions::new()
+    }
+}
+
+/// One attribute of a [`RawCommand`]: its type and where its value is in the
+/// payload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RawAttr {
+    ty: u16,
+    tlv_offset: usize,
+    start: usize,
+    len: usize,
+}
+
+impl RawAttr {
+    /// The attribute type number (1..=35).
+    pub fn ty(&self) -> u16 {
+        self.ty
+    }
+
+    /// The attribute, if the number is known (always, for a reader-produced one).
+    pub fn attr(&self) -> Option<Attr> {
+        Attr::from_u16(self.ty)
+    }
+
+    /// Offset of the attribute's TLV header within the command payload.
+    pub fn tlv_offset(&self) -> usize {
+        self.tlv_offset
+    }
+
+    /// Offset of the value within the command payload.
+    pub fn value_offset(&self) -> usize {
+        self.start
+    }
+
+    /// Length of the value.
+    pub fn value_len(&self) -> usize {
+        self.len
+    }
+}
+
+/// A command as the receiver sees it before interpreting it: number, payload and
+/// the attributes in wire order (duplicates included).
+#[derive(Debug, Clone, Copy)]
+pub struct RawCommand<'a> {
+    cmd: u16,
+    payload: &'a [u8],
+    attrs: &'a [RawAttr],
+}
+
+impl<'a> RawCommand<'a> {
+    /// The command number.
+    pub fn cmd(&self) -> u16 {
+        self.cmd
+    }
+
+    /// The command, if its number is known.
+    pub fn kind(&self) -> Option<CommandKind> {
+        CommandKind::from_u16(self.cmd)
+    }
+
+    /// The whole payload (attribute bytes).
+    pub fn payload(&self) -> &'a [u8] {
+        self.payload
+    }
+
+    /// The attributes in wire order, duplicates included.
+    pub fn raw_attrs(&self) -> &'a [RawAttr] {
+        self.attrs
+    }
+
+    /// `(type, value)` of every attribute in wire order, duplicates included.
+    pub fn attrs(&self) -> impl Iterator<Item = (u16, &'a [u8])> + 'a {
+        let payload = self.payload;
+        self.attrs.iter().map(move |a| (a.ty, value_of(payload, a)))
+    }
+
+    /// The value of `attr` as the receiver uses it: the last occurrence wins.
+    pub fn get(&self, attr: Attr) -> Option<&'a [u8]> {
+        self.find(attr).map(|a| value_of(self.payload, a))
+    }
+
+    /// The last occurrence of `attr`.
+    pub fn find(&self, attr: Attr) -> Option<&'a RawAttr> {
+        self.attrs.iter().rev().find(|a| a.ty == attr.number())
+    }
+}
+
+fn value_of<'a>(payload: &'a [u8], a: &RawAttr) -> &'a [u8] {
+    // The reader only builds attributes inside the payload; an empty slice is the
+    // safe answer for a range that does not fit.
+    a.start
+        .checked_add(a.len)
+        .and_then(|end| payload.get(a.start..end))
+        .unwrap_or_default()
+}
+
+/// Why an attribute walk failed, before the command's location is attached.
+enum AttrWalkError {
+    InvalidType {
+        tlv_offset: usize,
+        ty: u16,
+    },
+    Truncated {
+        tlv_offset: usize,
+        needed: usize,
+        available: usize,
+    },
+}
+
+/// Split a payload into attributes, like btrfs-progs `read_cmd()`.
+fn parse_attrs(payload: &[u8], version: u32, out: &mut Vec<RawAttr>) -> Result<(), AttrWalkError> {
+    out.clear();
+    let end = payload.len();
+    let mut pos = 0usize;
+    while pos < end {
+        let tlv_offset = pos;
+        let available = end.saturating_sub(pos);
+        let truncated = |needed: usize| AttrWalkError::Truncated {
+            tlv_offset,
+            needed,
+            available,
+        };
+        let ty = read_u16(payload, pos).ok_or_else(|| truncated(2))?;
+        if ty == 0 || ty > Attr::MAX {
+            return Err(AttrWalkError::InvalidType { tlv_offset, ty });
+        }
+        pos = pos.saturating_add(2);
+        let len = if version >= 2 && ty == Attr::Data.number() {
+            end.saturating_sub(pos)
+        } else {
+            let len = read_u16(payload, pos).ok_or_else(|| truncated(4))?;
+            pos = pos.saturating_add(2);
+            usize::from(len)
+        };
+        let value_end = pos
+            .checked_add(len)
+            .filter(|&e| e <= end)
+            .ok_or_else(|| truncated(pos.saturating_sub(tlv_offset).saturating_add(len)))?;
+        out.push(RawAttr {
+            ty,
+            tlv_offset,
+            start: pos,
+            len,
+        });
+        pos = value_end;
+    }
+    Ok(())
+}
+
+fn read_u16(b: &[u8], at: usize) -> Option<u16> {
+    let end = at.checked_add(2)?;
+    let s: [u8; 2] = b.get(at..end)?.try_into().ok()?;
+    Some(u16::from_le_bytes(s))
+}
+
+fn add_offset(pos: u64, n: usize) -> u64 {
+    pos.saturating_add(u64::try_from(n).unwrap_or(u64::MAX))
+}
+
+/// Read until `buf` is full or the input ends; returns the bytes read.
+fn read_full<R: Read>(r: &mut R, buf: &mut [u8]) -> io::Result<usize> {
+    let mut n = 0usize;
+    while let Some(rest) = buf.get_mut(n..).filter(|r| !r.is_empty()) {
+        match r.read(rest) {
+            Ok(0) => break,
+            Ok(k) => n = n.saturating_add(k.min(rest.len())),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// A stream header is due (start, or after END).
+    Header,
+    /// Inside a stream.
+    Commands,
+    /// Clean end of input.
+    Done,
+    /// A fatal error happened.
+    Failed,
+}
+
+/// Reads send-stream commands from any [`Read`], one at a time, in constant memory
+/// (one reused buffer of at most [`ReaderOptions::max_command_len`] bytes).
+///
+/// ```
+/// # fn main() -> Result<(), stream_format::DecodeError> {
+/// use stream_format::{Command, StreamReader};
+/// let stream: &[u8] = b"btrfs-stream\0\x01\0\0\0\0\0\0\0\x15\0\x50\x6c\xc9\x9d";
+/// let mut reader = StreamReader::new(stream);
+/// while let Some((info, cmd)) = reader.next_command()? {
+///     assert_eq!(info.offset, 17);
+///     assert_eq!(cmd, Command::End);
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct StreamReader<R> {
+    inner: R,
+    options: ReaderOptions,
+    buf: Vec<u8>,
+    attrs: Vec<RawAttr>,
+    pos: u64,
+    index: u64,
+    streams: u32,
+    version: u32,
+    state: State,
+}
+
+impl<R: Read> StreamReader<R> {
+    /// A reader with the default [`ReaderOptions`]. Nothing is read yet.
+    pub fn new(inner: R) -> StreamReader<R> {
+        StreamReader::with_options(inner, ReaderOptions::default())
+    }
+
+    /// A reader with the given options. Nothing is read yet.
+    pub fn with_options(inner: R, options: ReaderOptions) -> StreamReader<R> {
+        StreamReader {
+            inner,
+            options,
+            buf: Vec::new(),
+            attrs: Vec::new(),
+            pos: 0,
+            index: 0,
+            streams: 0,
+            version: 0,
+            state: State::Header,
+        }
+    }
+
+    /// Bytes consumed so far: the offset of the next byte to read.
+    pub fn position(&self) -> u64 {
+        self.pos
+    }
+
+    /// Version of the current stream, once its header has been read.
+    pub fn version(&self) -> Option<u32> {
+        (self.streams > 0).then_some(self.version)
+    }
+
+    /// Number of stream headers read so far.
+    pub fn streams(&self) -> u32 {
+        self.streams
+    }
+
+    /// Give back the inner reader.
+    pub fn into_inner(self) -> R {
+        self.inner
+    }
+
+    /// The next command with its attributes split but not interpreted.
+    ///
+    /// Returns `Ok(None)` at a clean end: end of input right after an END command.
+    ///
+    /// # Errors
+    ///
+    /// A [`DecodeError`] naming the stream offset (and the command index once
+    /// inside a command) for read errors, truncation, a bad magic, an unsupported
+    /// version, an over-long command, a checksum mismatch or a bad attribute walk.
+    /// After a [recoverable](DecodeError::is_recoverable) error the next call reads
+    /// the following command; after any other error it returns
+    /// [`DecodeError::Stopped`].
+    pub fn next_raw(&mut self) -> Result<Option<(CommandInfo, RawCommand<'_>)>, DecodeError> {
+        match self.state {
+            State::Done => return Ok(None),
+            State::Failed => return Err(DecodeError::Stopped { offset: self.pos }),
+            State::Header => {
+                if !self.read_stream_header()? {
+                    return Ok(None);
+                }
+            }
+            State::Commands => {}
+        }
+        let info = self.read_command()?;
+        if let Err(e) = parse_attrs(&self.buf, self.version, &mut self.attrs) {
+            let cmd_start = add_offset(info.offset, CMD_HEADER_SIZE);
+            return Err(match e {
+                AttrWalkError::InvalidType { tlv_offset, ty } => DecodeError::InvalidAttrType {
+                    cmd: info,
+                    attr_offset: add_offset(cmd_start, tlv_offset),
+                    attr_type: ty,
+                },
+                AttrWalkError::Truncated {
+                    tlv_offset,
+                    needed,
+                    available,
+                } => DecodeError::TruncatedAttr {
+                    cmd: info,
+                    attr_offset: add_offset(cmd_start, tlv_offset),
+                    needed,
+                    available,
+                },
+            });
+        }
+        if info.cmd == CommandKind::End.number() {
+            self.state = State::Header;
+        }
+        Ok(Some((
+            info,
+            RawCommand {
+                cmd: info.cmd,
+                payload: &self.buf,
+                attrs: &self.attrs,
+            },
+        )))
+    }
+
+    /// The next command, interpreted (see [`Command::from_raw`]).
+    ///
+    /// Returns `Ok(None)` at a clean end: end of input right after an END command.
+    ///
+    /// # Errors
+    ///
+    /// Everything [`StreamReader::next_raw`] reports, plus a missing required
+    /// attribute or a wrong-sized integer, UUID or timespec attribute (both
+    /// recoverable).
+    pub fn next_command(&mut self) -> Result<Option<(CommandInfo, Command<'_>)>, DecodeError> {
+        let Some((info, raw)) = self.next_raw()? else {
+            return Ok(None);
+        };
+        let cmd = Command::from_raw(&raw, &info)?;
+        Ok(Some((info, cmd)))
+    }
+
+    fn fail(&mut self, e: DecodeError) -> DecodeError {
+        self.state = State::Failed;
+        e
+    }
+
+    fn read_into_header(&mut self, buf: &mut [u8]) -> Result<usize, DecodeError> {
+        let offset = self.pos;
+        match read_full(&mut self.inner, buf) {
+            Ok(n) => {
+                self.pos = add_offset(self.pos, n);
+                Ok(n)
+            }
+            Err(source) => Err(self.fail(DecodeError::Io { offset, source })),
+        }
+    }
+
+    /// Read a stream header; `Ok(false)` at a clean end of input.
+    fn read_stream_header(&mut self) -> Result<bool, DecodeError> {
+        let offset = self.pos;
+        let mut h = [0u8; STREAM_HEADER_SIZE];
+        let n = self.read_into_header(&mut h)?;
+        if n == 0 {
+            if self.streams == 0 {
+                return Err(self.fail(DecodeError::Empty));
+            }
+            self.state = State::Done;
+            return Ok(false);
+        }
+        if n < STREAM_HEADER_SIZE {
+            return Err(self.fail(DecodeError::TruncatedStreamHeader {
+                offset,
+                available: n,
+            }));
+        }
+        let (magic, version) = h.split_at(STREAM_MAGIC.len());
+        if magic != STREAM_MAGIC {
+            let mut found = [0u8; 13];
+            found.copy_from_slice(magic);
+            return Err(self.fail(DecodeError::BadMagic { offset, found }));
+        }
+        let version = u32::from_le_bytes(version.try_into().unwrap_or_default());
+        if version > self.options.max_version {
+            return Err(self.fail(DecodeError::UnsupportedVersion {
+                offset,
+                version,
+                max: self.options.max_version,
+            }));
+        }
+        self.version = version;
+        self.streams = self.streams.saturating_add(1);
+        self.state = State::Commands;
+        Ok(true)
+    }
+
+    /// Read one command header and payload into `self.buf` and check its CRC.
+    fn read_command(&mut self) -> Result<CommandInfo, DecodeError> {
+        let offset = self.pos;
+        let mut h = [0u8; CMD_HEADER_SIZE];
+        let n = self.read_into_header(&mut h)?;
+        if n < CMD_HEADER_SIZE {
+            return Err(self.fail(DecodeError::TruncatedCommandHeader {
+                index: self.index,
+                offset,
+                available: n,
+            }));
+        }
+        let [l0, l1, l2, l3, c0, c1, s0, s1, s2, s3] = h;
+        let info = CommandInfo {
+            offset,
+            index: self.index,
+            cmd: u16::from_le_bytes([c0, c1]),
+            len: u32::from_le_bytes([l0, l1, l2, l3]),
+            stream: self.streams.saturating_sub(1),
+            version: self.version,
+        };
+        let stored = u32::from_le_bytes([s0, s1, s2, s3]);
+        if info.len > self.options.max_command_len {
+            return Err(self.fail(DecodeError::CommandTooLong {
+                cmd: info,
+                max: self.options.max_command_len,
+            }));
+        }
+        let len = usize::try_from(info.len).unwrap_or(usize::MAX);
+        self.buf.clear();
+        self.buf.resize(len, 0);
+        let got = match read_full(&mut self.inner, &mut self.buf) {
+            Ok(n) => n,
+            Err(source) => {
+                let offset = self.pos;
+                return Err(self.fail(DecodeError::Io { offset, source }));
+            }
+        };
+        self.pos = add_offset(self.pos, got);
+        if got < len {
+            return Err(self.fail(DecodeError::TruncatedCommand {
+                cmd: info,
+                available: got,
+            }));
+        }
+        self.index = self.index.saturating_add(1);
+        let mut crc = Crc::new();
+        crc.update(&[l0, l1, l2, l3, c0, c1, 0, 0, 0, 0]);
+        crc.update(&self.buf);
+        let computed = crc.finish();
+        if computed != stored {
+            return Err(DecodeError::CrcMismatch {
+                cmd: info,
+                stored,
+                computed,
+            });
+        }
+        Ok(info)
+    }
+}
+
+/// Typed access to a raw command's attributes, with btrfs-progs' checks.
+struct Getter<'r, 'a> {
+    raw: &'r RawCommand<'a>,
+    info: &'r CommandInfo,
+}
+
+impl<'a> Getter<'_, 'a> {
+    fn attr_offset(&self, a: &RawAttr) -> u64 {
+        add_offset(add_offset(self.info.offset, CMD_HEADER_SIZE), a.tlv_offset)
+    }
+
+    fn bytes(&self, attr: Attr) -> Result<Cow<'a, [u8]>, DecodeError> {
+        match self.raw.get(attr) {
+            Some(v) => Ok(Cow::Borrowed(v)),
+            None => Err(DecodeError::MissingAttr {
+                cmd: *self.info,
+                attr,
+            }),
+        }
+    }
+
+    /// A present attribute checked for exact size `N`; `Ok(None)` if absent.
+    fn fixed_opt<const N: usize>(&self, attr: Attr) -> Result<Option<[u8; N]>, DecodeError> {
+        let Some(a) = self.raw.find(attr) else {
+            return Ok(None);
+        };
+        let v = value_of(self.raw.payload, a);
+        match <[u8; N]>::try_from(v) {
+            Ok(arr) => Ok(Some(arr)),
+            Err(_) => Err(DecodeError::AttrSize {
+                cmd: *self.info,
+                attr,
+                attr_offset: self.attr_offset(a),
+                expected: N,
+                got: v.len(),
+            }),
+        }
+    }
+
+    fn fixed<const N: usize>(&self, attr: Attr) -> Result<[u8; N], DecodeError> {
+        self.fixed_opt(attr)?.ok_or(DecodeError::MissingAttr {
+            cmd: *self.info,
+            attr,
+        })
+    }
+
+    fn u8(&self, attr: Attr) -> Result<u8, DecodeError> {
+        let [b] = self.fixed::<1>(attr)?;
+        Ok(b)
+    }
+
+    fn u32(&self, attr: Attr) -> Result<u32, DecodeError> {
+        Ok(u32::from_le_bytes(self.fixed(attr)?))
+    }
+
+    fn u64(&self, attr: Attr) -> Result<u64, DecodeError> {
+        Ok(u64::from_le_bytes(self.fixed(attr)?))
+    }
+
+    fn uuid(&self, attr: Attr) -> Result<[u8; 16], DecodeError> {
+        self.fixed(attr)
+    }
+
+    fn timespec(&self, attr: Attr) -> Result<Timespec, DecodeError> {
+        Ok(Timespec::from_bytes(self.fixed(attr)?))
+    }
+
+    /// An optional u32 the receiver checks when present (ENCODED_WRITE's
+    /// COMPRESSION and ENCRYPTION).
+    fn u32_opt(&self, attr: Attr) -> Result<Option<u32>, DecodeError> {
+        Ok(self.fixed_opt(attr)?.map(u32::from_le_bytes))
+    }
+
+    /// An attribute the receiver never asks for: kept when well-formed, dropped
+    /// (like the receiver ignores it) otherwise.
+    fn u64_ignored(&self, attr: Attr) -> Option<u64> {
+        self.fixed_opt(attr).ok().flatten().map(u64::from_le_bytes)
+    }
+
+    fn timespec_ignored(&self, attr: Attr) -> Option<Timespec> {
+        self.fixed_opt(attr)
+            .ok()
+            .flatten()
+            .map(Timespec::from_bytes)
+    }
+}
+
+impl<'a> Command<'a> {
+    /// Interpret a raw command like btrfs-progs `read_and_process_cmd()`: required
+    /// attributes are fetched in its order (last occurrence wins) and integer,
+    /// UUID and timespec sizes are checked; unused attributes are ignored; unknown
+    /// command numbers give [`Command::Unknown`]. Commands are interpreted by number
+    /// whatever the stream version, as the receiver does.
+    ///
+    /// Byte strings borrow from `raw`. Optional attributes the receiver never reads
+    /// (MKFIFO/MKSOCK RDEV and MODE, UTIMES OTIME) are `None` when absent or
+    /// mis-sized.
+    ///
+    /// # Errors
+    ///
+    /// [`DecodeError::MissingAttr`] or [`DecodeError::AttrSize`], located with
+    /// `info`.
+    pub fn from_raw(raw: &RawCommand<'a>, info: &CommandInfo) -> Result<Command<'a>, DecodeError> {
+        use Attr as A;
+        let g = Getter { raw, info };
+        let Some(kind) = raw.kind() else {
+            return Ok(Command::Unknown {
+                cmd: raw.cmd,
+                payload: Cow::Borrowed(raw.payload),
+            });
+        };
+        Ok(match kind {
+            CommandKind::Subvol => Command::Subvol {
+                path: g.bytes(A::Path)?,
+                uuid: g.uuid(A::Uuid)?,
+                ctransid: g.u64(A::Ctransid)?,
+            },
+            CommandKind::Snapshot => Command::Snapshot {
+                path: g.bytes(A::Path)?,
+                uuid: g.uuid(A::Uuid)?,
+                ctransid: g.u64(A::Ctransid)?,
+                clone_uuid: g.uuid(A::CloneUuid)?,
+                clone_ctransid: g.u64(A::CloneCtransid)?,
+            },
+            CommandKind::Mkfile => Command::Mkfile {
+                path: g.bytes(A::Path)?,
+                ino: g.u64(A::Ino)?,
+            },
+            CommandKind::Mkdir => Command::Mkdir {
+                path: g.bytes(A::Path)?,
+                ino: g.u64(A::Ino)?,
+            },
+            CommandKind::Mknod => {
+                let path = g.bytes(A::Path)?;
+                let ino = g.u64(A::Ino)?;
+                let mode = g.u64(A::Mode)?;
+                let rdev = g.u64(A::Rdev)?;
+                Command::Mknod {
+                    path,
+                    ino,
+                    rdev,
+                    mode,
+                }
+            }
+            CommandKind::Mkfifo => Command::Mkfifo {
+                path: g.bytes(A::Path)?,
+                ino: g.u64(A::Ino)?,
+                rdev: g.u64_ignored(A::Rdev),
+                mode: g.u64_ignored(A::Mode),
+            },
+            CommandKind::Mksock => Command::Mksock {
+                path: g.bytes(A::Path)?,
+                ino: g.u64(A::Ino)?,
+                rdev: g.u64_ignored(A::Rdev),
+                mode: g.u64_ignored(A::Mode),
+            },
+            CommandKind::Symlink => Command::Symlink {
+                path: g.bytes(A::Path)?,
+                ino: g.u64(A::Ino)?,
+                path_link: g.bytes(A::PathLink)?,
+            },
+            CommandKind::Rename => Command::Rename {
+                path: g.bytes(A::Path)?,
+                path_to: g.bytes(A::PathTo)?,
+            },
+            CommandKind::Link => Command::Link {
+                path: g.bytes(A::Path)?,
+                path_link: g.bytes(A::PathLink)?,
+            },
+            CommandKind::Unlink => Command::Unlink {
+                path: g.bytes(A::Path)?,
+            },
+            CommandKind::Rmdir => Command::Rmdir {
+                path: g.bytes(A::Path)?,
+            },
+            CommandKind::SetXattr => Command::SetXattr {
+                path: g.bytes(A::Path)?,
+                name: g.bytes(A::XattrName)?,
+                data: g.bytes(A::XattrData)?,
+            },
+            CommandKind::RemoveXattr => Command::RemoveXattr {
+                path: g.bytes(A::Path)?,
+                name: g.bytes(A::XattrName)?,
+            },
+            CommandKind::Write => Command::Write {
+                path: g.bytes(A::Path)?,
+                offset: g.u64(A::FileOffset)?,
+                data: g.bytes(A::Data)?,
+            },
+            CommandKind::Clone => {
+                let path = g.bytes(A::Path)?;
+                let offset = g.u64(A::FileOffset)?;
+                let len = g.u64(A::CloneLen)?;
+                let clone_uuid = g.uuid(A::CloneUuid)?;
+                let clone_ctransid = g.u64(A::CloneCtransid)?;
+                let clone_path = g.bytes(A::ClonePath)?;
+                let clone_offset = g.u64(A::CloneOffset)?;
+                Command::Clone {
+                    offset,
+                    len,
+                    path,
+                    clone_uuid,
+                    clone_ctransid,
+                    clone_path,
+                    clone_offset,
+                }
+            }
+            CommandKind::Truncate => Command::Truncate {
+                path: g.bytes(A::Path)?,
+                size: g.u64(A::Size)?,
+            },
+            CommandKind::Chmod => Command::Chmod {
+                path: g.bytes(A::Path)?,
+                mode: g.u64(A::Mode)?,
+            },
+            CommandKind::Chown => Command::Chown {
+                path: g.bytes(A::Path)?,
+                uid: g.u64(A::Uid)?,
+                gid: g.u64(A::Gid)?,
+            },
+            CommandKind::Utimes => Command::Utimes {
+                path: g.bytes(A::Path)?,
+                atime: g.timespec(A::Atime)?,
+                mtime: g.timespec(A::Mtime)?,
+                ctime: g.timespec(A::Ctime)?,
+                otime: g.timespec_ignored(A::Otime),
+            },
+            CommandKind::End => Command::End,
+            CommandKind::UpdateExtent => Command::UpdateExtent {
+                path: g.bytes(A::Path)?,
+                offset: g.u64(A::FileOffset)?,
+                size: g.u64(A::Size)?,
+            },
+            CommandKind::Fallocate => Command::Fallocate {
+                path: g.bytes(A::Path)?,
+                mode: g.u32(A::FallocateMode)?,
+                offset: g.u64(A::FileOffset)?,
+                size: g.u64(A::Size)?,
+            },
+            CommandKind::Fileattr => Command::Fileattr {
+                path: g.bytes(A::Path)?,
+                attr: g.u64(A::Fileattr)?,
+            },
+            CommandKind::EncodedWrite => Command::EncodedWrite {
+                path: g.bytes(A::Path)?,
+                offset: g.u64(A::FileOffset)?,
+                unencoded_file_len: g.u64(A::UnencodedFileLen)?,
+                unencoded_len: g.u64(A::UnencodedLen)?,
+                unencoded_offset: g.u64(A::UnencodedOffset)?,
+                compression: g.u32_opt(A::Compression)?,
+                encryption: g.u32_opt(A::Encryption)?,
+                data: g.bytes(A::Data)?,
+            },
+            CommandKind::EnableVerity => Command::EnableVerity {
+                path: g.bytes(A::Path)?,
+                algorithm: g.u8(A::VerityAlgorithm)?,
+                block_size: g.u32(A::VerityBlockSize)?,
+                salt: g.bytes(A::VeritySaltData)?,
+                sig: g.bytes(A::VeritySigData)?,
+            },
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const END: [u8; 10] = [0, 0, 0, 0, 0x15, 0, 0x50, 0x6c, 0xc9, 0x9d];
+
+    fn stream(version: u32, cmds: &[&[u8]]) -> Vec<u8> {
+        let mut s = STREAM_MAGIC.to_vec();
+        s.extend_from_slice(&version.to_le_bytes());
+        for c in cmds {
+            s.extend_from_slice(c);
+        }
+        s
+    }
+
+    fn cmd(num: u16, payload: &[u8]) -> Vec<u8> {
+        let mut c = Vec::new();
+        c.extend_from_slice(&u32::try_from(payload.len()).unwrap().to_le_bytes());
+        c.extend_from_slice(&num.to_le_bytes());
+        c.extend_from_slice(&[0; 4]);
+        c.extend_from_slice(payload);
+        let mut crc = Crc::new();
+        crc.update(&c);
+        let v = crc.finish().to_le_bytes();
+        c.get_mut(6..10).unwrap().copy_from_slice(&v);
+        c
+    }
+
+    #[test]
+    fn end_only_stream() {
+        let s = stream(1, &[&END]);
+        let mut r = StreamReader::new(s.as_slice());
+        let (info, c) = r.next_command().unwrap().unwrap();
+        assert_eq!(c, Command::End);
+        assert_eq!((info.offset, info.index, info.version), (17, 0, 1));
+        assert!(r.next_command().unwrap().is_none());
+        assert!(r.next_command().unwrap().is_none());
+    }
+
+    #[test]
+    fn v2_data_runs_to_the_end_and_v1_data_has_a_length() {
+        let mut p = vec![15, 0, 1, 0, b'f', 18, 0, 8, 0];
+        p.extend_from_slice(&5u64.to_le_bytes());
+        let mut v2 = p.clone();
+        v2.extend_from_slice(&[19, 0, b'x', b'y', b'z']);
+        let s = stream(2, &[&cmd(15, &v2), &END]);
+        let mut r = StreamReader::new(s.as_slice());
+        let (_, c) = r.next_command().unwrap().unwrap();
+        assert_eq!(
+            c,
+            Command::Write {
+                path: Cow::Borrowed(b"f"),
+                offset: 5,
+                data: Cow::Borrowed(b"xyz")
+            }
+        );
+        // The same bytes in a v1 stream: DATA's "length" is b"xy" = 0x7978, truncated.
+        let s = stream(1, &[&cmd(15, &v2), &END]);
+        let e = StreamReader::new(s.as_slice()).next_command().unwrap_err();
+        assert!(
+            matches!(
+                e,
+                DecodeError::TruncatedAttr {
+                    attr_offset: 44,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert!(e.to_string().contains("offset 44"), "{e}");
+    }
+
+    #[test]
+    fn duplicate_attribute_last_wins_and_missing_is_reported() {
+        let mut p = vec![15, 0, 0, 0];
+        for uid in [5u64, 6] {
+            p.extend_from_slice(&[6, 0, 8, 0]);
+            p.extend_from_slice(&uid.to_le_bytes());
+        }
+        let s = stream(1, &[&cmd(19, &p), &END]);
+        let mut r = StreamReader::new(s.as_slice());
+        let e = r.next_command().unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "attribute 7 (GID) requested but not present in command 0 (CHOWN) at stream offset 17"
+        );
+        assert!(e.is_recoverable());
+        assert_eq!(r.next_command().unwrap().unwrap().1, Command::End);
+
+        p.extend_from_slice(&[7, 0, 4, 0, 1, 0, 0, 0]);
+        let s = stream(1, &[&cmd(19, &p), &END]);
+        let e = StreamReader::new(s.as_slice()).next_command().unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "invalid size for attribute 7 (GID) at stream offset 55 in command 0 (CHOWN) at stream offset 17: expected 8, got 4"
+        );
+        p.truncate(p.len() - 8);
+        p.extend_from_slice(&[7, 0, 8, 0, 1, 0, 0, 0, 0, 0, 0, 0]);
+        let s = stream(1, &[&cmd(19, &p), &END]);
+        let mut r = StreamReader::new(s.as_slice());
+        let (_, c) = r.next_command().unwrap().unwrap();
+        assert_eq!(
+            c,
+            Command::Chown {
+                path: Cow::Borrowed(b""),
+                uid: 6,
+                gid: 1
+            }
+        );
+    }
+
+    #[test]
+    fn concatenated_streams_and_eof_rules() {
+        let one = stream(1, &[&END]);
+        let mut two = one.clone();
+        two.extend_from_slice(&stream(2, &[&END]));
+        let mut r = StreamReader::new(two.as_slice());
+        assert_eq!(r.next_command().unwrap().unwrap().0.stream, 0);
+        let (info, _) = r.next_command().unwrap().unwrap();
+        assert_eq!(
+            (info.stream, info.version, info.index, info.offset),
+            (1, 2, 1, 44)
+        );
+        assert!(r.next_command().unwrap().is_none());
+
+        // A partial header after END is an error.
+        let mut bad = one.clone();
+        bad.extend_from_slice(b"btrfs");
+        let mut r = StreamReader::new(bad.as_slice());
+        r.next_command().unwrap();
+        let e = r.next_command().unwrap_err();
+        assert!(matches!(
+            e,
+            DecodeError::TruncatedStreamHeader {
+                offset: 27,
+                available: 5
+            }
+        ));
+        assert!(matches!(
+            r.next_command().unwrap_err(),
+            DecodeError::Stopped { offset: 32 }
+        ));
+
+        let e = StreamReader::new(&[][..]).next_command().unwrap_err();
+        assert!(matches!(e, DecodeError::Empty));
+        let e = StreamReader::new(&stream(1, &[])[..])
+            .next_command()
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "stream truncated before command 0 at stream offset 17: needed 10 bytes of command header, 0 available (a stream must end with END)"
+        );
+    }
+
+    #[test]
+    fn header_checks() {
+        let mut s = stream(3, &[&END]);
+        let e = StreamReader::new(s.as_slice()).next_command().unwrap_err();
+        assert!(matches!(
+            e,
+            DecodeError::UnsupportedVersion {
+                version: 3,
+                max: 2,
+                ..
+            }
+        ));
+        let opts = ReaderOptions::new().with_max_version(3);
+        assert!(
+            StreamReader::with_options(s.as_slice(), opts)
+                .next_command()
+                .is_ok()
+        );
+        *s.get_mut(12).unwrap() = b'!';
+        let e = StreamReader::new(s.as_slice()).next_command().unwrap_err();
+        assert!(matches!(e, DecodeError::BadMagic { offset: 0, .. }), "{e}");
+    }
+
+    #[test]
+    fn command_length_limit() {
+        let mut c = cmd(99, &[0; 64]);
+        let s = stream(1, &[&c, &END]);
+        let opts = ReaderOptions::new().with_max_command_len(63);
+        let e = StreamReader::with_options(s.as_slice(), opts)
+            .next_raw()
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "command 0 (cmd 99) at stream offset 17 has a payload of 64 bytes, more than the 63 bytes this reader accepts"
+        );
+        c.get_mut(0..4)
+            .unwrap()
+            .copy_from_slice(&u32::MAX.to_le_bytes());
+        let s = stream(1, &[&c]);
+        let e = StreamReader::new(s.as_slice()).next_raw().unwrap_err();
+        assert!(matches!(
+            e,
+            DecodeError::CommandTooLong { max: 16777216, .. }
+        ));
+    }
+
+    #[test]
+    fn unknown_commands_are_kept() {
+        let s = stream(1, &[&cmd(99, &[1, 0, 0, 0]), &END]);
+        let mut r = StreamReader::new(s.as_slice());
+        let (info, c) = r.next_command().unwrap().unwrap();
+        assert_eq!(info.cmd, 99);
+        assert_eq!(
+            c,
+            Command::Unknown {
+                cmd: 99,
+                payload: Cow::Borrowed(&[1, 0, 0, 0])
+            }
+        );
+    }
+}
