@@ -8,3 +8,4 @@
 pub use stream_format;
 
 pub mod manifest;
+pub mod receive;
