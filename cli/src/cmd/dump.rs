@@ -1,8 +1,22 @@
 //! `btrsend dump`: print a send stream like `btrfs receive --dump`.
+//!
+//! The text is btrfs-progs 6.2's, byte for byte (see `stream_format::dump`);
+//! times are printed in the zone of the `TZ` environment variable, as progs'
+//! `localtime()` does. Only the first stream is printed: dumping stops at the
+//! first END, like progs. Errors differ from progs' on purpose: they name the
+//! stream offset and the command index.
+//!
+//! A closed standard output (`btrsend dump | head`) ends the dump quietly with
+//! exit status 0, like other text tools; everything else that goes wrong is an
+//! error (exit 1), printed once by `main`.
 
+use std::fs::File;
+use std::io::{self, BufReader, BufWriter, Read};
 use std::path::PathBuf;
 
+use anyhow::Context;
 use clap::Args;
+use stream_format::dump::{DumpOptions, dump, is_broken_pipe};
 
 /// Arguments of `btrsend dump`.
 #[derive(Debug, Args)]
@@ -13,6 +27,24 @@ pub struct DumpArgs {
 }
 
 /// Dump the stream.
-pub fn run(_args: &DumpArgs) -> anyhow::Result<()> {
-    anyhow::bail!("dump is not implemented yet")
+pub fn run(args: &DumpArgs) -> anyhow::Result<()> {
+    match &args.file {
+        Some(path) => {
+            let file =
+                File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+            // Large enough that a whole 128 KiB WRITE is read in one call.
+            let input = BufReader::with_capacity(256 << 10, file);
+            dump_to_stdout(input).with_context(|| path.display().to_string())
+        }
+        None => dump_to_stdout(io::stdin().lock()).context("standard input"),
+    }
+}
+
+fn dump_to_stdout<R: Read>(input: R) -> anyhow::Result<()> {
+    let mut out = BufWriter::with_capacity(64 << 10, io::stdout().lock());
+    match dump(input, &mut out, &DumpOptions::default()) {
+        Ok(_) => Ok(()),
+        Err(e) if is_broken_pipe(&e) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
 }

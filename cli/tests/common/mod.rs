@@ -1,0 +1,85 @@
+//! Locating the fixtures (the same ~40 lines live in
+//! `stream-format/tests/integration/common.rs`).
+//!
+//! Kernel-made send streams live in the `shared/` directory beside the repository
+//! (`$CARGO_MANIFEST_DIR/../../shared`, override with `BTRSEND_SHARED_DIR`) and in
+//! the repository's `tests/fixtures/NNN-name/` (`*.stream.zst` with a sibling
+//! `*.dump` or `*.dump.zst` from `TZ=UTC btrfs receive --dump`).
+
+#![allow(dead_code)]
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+/// `shared/fixtures/send-streams`, or `None` after printing a loud SKIPPED line.
+/// Panics when it is missing and `CI` is set: CI must run these tests.
+pub fn send_streams_dir() -> Option<PathBuf> {
+    let shared = match std::env::var_os("BTRSEND_SHARED_DIR") {
+        Some(d) => PathBuf::from(d),
+        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared"),
+    };
+    let dir = shared.join("fixtures/send-streams");
+    if dir.is_dir() {
+        return Some(dir);
+    }
+    if std::env::var_os("CI").is_some() {
+        panic!(
+            "{} is missing: CI must have shared/ beside the repository",
+            dir.display()
+        );
+    }
+    eprintln!(
+        "SKIPPED: kernel stream fixtures not found at {} (set BTRSEND_SHARED_DIR)",
+        dir.display()
+    );
+    None
+}
+
+/// Sorted files in `dir` whose names end with `suffix`.
+pub fn files_with_suffix(dir: &Path, suffix: &str) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.ends_with(suffix))
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+/// `(name, stream, dump)` for every `tests/fixtures/*/*.stream.zst` of the
+/// repository that has a sibling `.dump` or `.dump.zst`.
+pub fn repo_fixture_streams() -> Vec<(String, Vec<u8>, Vec<u8>)> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures");
+    let Ok(entries) = fs::read_dir(&root) else {
+        return Vec::new();
+    };
+    let mut dirs: Vec<PathBuf> = entries
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_dir())
+        .collect();
+    dirs.sort();
+    let mut out = Vec::new();
+    for dir in dirs {
+        for zst in files_with_suffix(&dir, ".stream.zst") {
+            let file = zst.file_name().unwrap().to_str().unwrap();
+            let base = file.strip_suffix(".stream.zst").unwrap();
+            let plain = dir.join(format!("{base}.dump"));
+            let packed = dir.join(format!("{base}.dump.zst"));
+            let dump = if plain.is_file() {
+                fs::read(&plain).unwrap()
+            } else if packed.is_file() {
+                zstd::decode_all(fs::File::open(&packed).unwrap()).unwrap()
+            } else {
+                continue;
+            };
+            let stream = zstd::decode_all(fs::File::open(&zst).unwrap()).unwrap();
+            let name = format!("{}/{file}", dir.file_name().unwrap().to_string_lossy());
+            out.push((name, stream, dump));
+        }
+    }
+    out
+}

@@ -1,0 +1,200 @@
+//! `btrsend dump` end to end: the real binary on every kernel stream fixture
+//! prints exactly what `TZ=UTC btrfs receive --dump` (btrfs-progs 6.2) printed,
+//! and fails where progs failed. Our error text differs from progs' on purpose:
+//! it starts with `btrsend: error:` and names the stream offset.
+
+mod common;
+
+use std::fs;
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+fn btrsend() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_btrsend"));
+    c.env("TZ", "UTC");
+    c
+}
+
+fn dump_file(path: &Path) -> Output {
+    btrsend()
+        .arg("dump")
+        .arg("-f")
+        .arg(path)
+        .output()
+        .expect("run btrsend")
+}
+
+fn dump_stdin(stream: &[u8], args: &[&str]) -> Output {
+    let mut child = btrsend()
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run btrsend");
+    let mut stdin = child.stdin.take().unwrap();
+    let stream = stream.to_vec();
+    let writer = std::thread::spawn(move || {
+        let _ = stdin.write_all(&stream);
+    });
+    let out = child.wait_with_output().unwrap();
+    writer.join().unwrap();
+    out
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+#[test]
+fn kernel_streams_dump_like_btrfs_progs() {
+    let Some(dir) = common::send_streams_dir() else {
+        return;
+    };
+    let streams = common::files_with_suffix(&dir, ".stream");
+    assert!(!streams.is_empty());
+    for s in &streams {
+        let out = dump_file(s);
+        let want = fs::read(s.with_extension("dump")).unwrap();
+        assert!(
+            out.status.success(),
+            "{}: {}",
+            s.display(),
+            text(&out.stderr)
+        );
+        assert_eq!(text(&out.stdout), text(&want), "{}", s.display());
+        assert!(out.stdout == want, "{}: bytes differ", s.display());
+        assert!(
+            out.stderr.is_empty(),
+            "{}: {}",
+            s.display(),
+            text(&out.stderr)
+        );
+    }
+    let repo = common::repo_fixture_streams();
+    for (name, stream, want) in &repo {
+        let out = dump_stdin(stream, &["dump"]);
+        assert!(out.status.success(), "{name}: {}", text(&out.stderr));
+        assert!(out.stdout == *want, "{name}: dump differs");
+    }
+    eprintln!(
+        "{} shared and {} tests/fixtures streams dumped",
+        streams.len(),
+        repo.len()
+    );
+}
+
+#[test]
+fn malformed_streams_fail_like_btrfs_progs() {
+    let Some(dir) = common::send_streams_dir() else {
+        return;
+    };
+    let cases = common::files_with_suffix(&dir.join("malformed"), ".stream");
+    assert!(cases.len() >= 13, "{}", cases.len());
+    for case in &cases {
+        let out = dump_file(case);
+        let stdout = fs::read(case.with_extension("stdout")).unwrap();
+        let rc: i32 = fs::read_to_string(case.with_extension("rc"))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        let name = case.display();
+        assert_eq!(text(&out.stdout), text(&stdout), "{name}");
+        if rc == 0 {
+            assert!(out.status.success(), "{name}: {}", text(&out.stderr));
+            assert!(out.stderr.is_empty(), "{name}: {}", text(&out.stderr));
+        } else {
+            assert_eq!(out.status.code(), Some(1), "{name}");
+            let err = text(&out.stderr);
+            assert!(err.starts_with("btrsend: error:"), "{name}: {err}");
+            assert!(err.contains("offset"), "{name}: {err}");
+            assert_eq!(err.matches("btrsend: error:").count(), 1, "{name}: {err}");
+        }
+    }
+}
+
+#[test]
+fn stdin_and_receive_dump_give_the_same_text() {
+    let Some(dir) = common::send_streams_dir() else {
+        return;
+    };
+    let stream = fs::read(dir.join("full.v2.stream")).unwrap();
+    let want = fs::read(dir.join("full.v2.dump")).unwrap();
+    let out = dump_stdin(&stream, &["dump"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(out.stdout == want);
+    let out = btrsend()
+        .args(["receive", "--dump", "-f"])
+        .arg(dir.join("full.v2.stream"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(out.stdout == want);
+}
+
+#[test]
+fn error_names_file_and_offset() {
+    let Some(dir) = common::send_streams_dir() else {
+        return;
+    };
+    let path = dir.join("malformed/bad_crc.stream");
+    let out = dump_file(&path);
+    assert_eq!(
+        text(&out.stderr),
+        format!(
+            "btrsend: error: {}: crc32 mismatch in command 0 (SUBVOL) at stream offset 17: stored 0xc7bb0a61, computed 0xc7bb0a60\n",
+            path.display()
+        )
+    );
+    let out = dump_stdin(
+        &fs::read(dir.join("malformed/trunc.stream")).unwrap(),
+        &["dump"],
+    );
+    assert_eq!(
+        text(&out.stderr),
+        "btrsend: error: standard input: stream truncated in command 1 (CHOWN) at stream offset 72: needed 28 bytes of payload, 14 available\n"
+    );
+}
+
+#[test]
+fn missing_file_and_empty_input_fail() {
+    let out = btrsend()
+        .args(["dump", "-f", "/nonexistent/stream"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).starts_with("btrsend: error: cannot open /nonexistent/stream"));
+    let out = dump_stdin(b"", &["dump"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        text(&out.stderr),
+        "btrsend: error: standard input: empty stream: no stream header at offset 0\n"
+    );
+}
+
+/// A closed stdout (`btrsend dump | head`) ends quietly with status 0.
+#[test]
+fn broken_pipe_is_quiet() {
+    let Some(dir) = common::send_streams_dir() else {
+        return;
+    };
+    let mut child = btrsend()
+        .args(["dump", "-f"])
+        .arg(dir.join("full.v1.stream"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Close the read end before the child writes anything.
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{:?} {}",
+        out.status,
+        text(&out.stderr)
+    );
+    assert!(out.stderr.is_empty(), "{}", text(&out.stderr));
+}
