@@ -37,7 +37,7 @@ pub enum Command {
     Dump(cmd::dump::DumpArgs),
     /// List the subvolumes of a filesystem, read straight from its devices.
     List(cmd::list::ListArgs),
-    /// Receive a send stream (only `--dump` is available in this version).
+    /// Receive send streams into a directory on any filesystem, or `--dump` them.
     Receive(cmd::receive::ReceiveArgs),
     /// Print a manifest of a directory tree: one sorted line per path.
     Manifest(cmd::manifest::ManifestArgs),

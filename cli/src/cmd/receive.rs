@@ -1,11 +1,18 @@
-//! `btrsend receive`: for now only `--dump`.
+//! `btrsend receive`: apply send streams to a directory (core
+//! `btrsend::receive`), or `--dump` them.
 
+use std::io::IsTerminal;
+use std::path::PathBuf;
+
+use anyhow::Context;
+use btrsend::receive::{self, Progress, ReceiveError, ReceiveOptions};
 use clap::Args;
 
 use super::dump::{self, DumpArgs};
 
 /// Arguments of `btrsend receive`.
 #[derive(Debug, Args)]
+#[command(after_long_help = RECORDS_HELP)]
 pub struct ReceiveArgs {
     /// Do not receive: print the stream's commands like `btrfs receive --dump`
     /// (the same as `btrsend dump`).
@@ -13,13 +20,126 @@ pub struct ReceiveArgs {
     pub dump: bool,
     /// Read the stream from FILE instead of standard input.
     #[arg(short = 'f', long = "file", value_name = "FILE")]
-    pub file: Option<std::path::PathBuf>,
+    pub file: Option<PathBuf>,
+    /// Stop after the first END command, as `btrfs receive -e` (default: read
+    /// every stream concatenated in the input until its end).
+    #[arg(short = 'e')]
+    pub stop_at_end: bool,
+    /// Stop at the N-th error; 0 means never stop (default 1). Every error is
+    /// printed; a subvolume with an error is marked incomplete.
+    #[arg(
+        short = 'E',
+        long = "max-errors",
+        value_name = "N",
+        default_value_t = 1
+    )]
+    pub max_errors: u64,
+    /// Show a progress bar on standard error (default: when it is a terminal).
+    #[arg(long, overrides_with = "no_progress")]
+    pub progress: bool,
+    /// Never show a progress bar.
+    #[arg(long, overrides_with = "progress")]
+    pub no_progress: bool,
+    /// The directory to receive into: each subvolume of the stream becomes a
+    /// directory `DIR/<name>`, with its record in `DIR/.btrsend/`.
+    #[arg(value_name = "DIR", required_unless_present = "dump")]
+    pub dir: Option<PathBuf>,
 }
 
-/// Receive (only `--dump` for now).
+const RECORDS_HELP: &str = "\
+DIR may be on any filesystem. A full stream (SUBVOL) creates DIR/<name>; an
+incremental stream (SNAPSHOT) needs its parent received earlier into the same
+DIR: it is found by the parent's UUID and ctransid, copied (reflinked where the
+filesystem can, holes kept) to DIR/<name>, and the changes are applied. The
+record DIR/.btrsend/<name>.subvol keeps each subvolume's received UUID,
+ctransid, parent and whether it was received completely; an incomplete one is
+never used as a parent. Every path of the stream stays beneath DIR/<name>:
+absolute paths, '..' and symlinks in paths are refused.
+
+As an ordinary user, file owners cannot be set: this is reported once and is
+not an error.";
+
+/// Prints notes and non-fatal errors, and draws a bar when asked.
+struct CliProgress {
+    bar: Option<indicatif::ProgressBar>,
+}
+
+impl CliProgress {
+    fn println(&self, msg: &str) {
+        match &self.bar {
+            Some(b) => b.suspend(|| eprintln!("{msg}")),
+            None => eprintln!("{msg}"),
+        }
+    }
+}
+
+impl Progress for CliProgress {
+    fn position(&mut self, offset: u64, _commands: u64) {
+        if let Some(b) = &self.bar {
+            b.set_position(offset);
+        }
+    }
+    fn subvol_start(&mut self, name: &[u8], incremental: bool) {
+        if let Some(b) = &self.bar {
+            let kind = if incremental { "snapshot" } else { "subvol" };
+            b.set_message(format!("{kind} {}", name.escape_ascii()));
+        }
+    }
+    fn note(&mut self, msg: &str) {
+        self.println(&format!("btrsend: note: {msg}"));
+    }
+    fn error(&mut self, err: &ReceiveError) {
+        self.println(&format!("btrsend: error: {err}"));
+    }
+}
+
+/// Receive (or dump).
 pub fn run(args: &ReceiveArgs) -> anyhow::Result<()> {
     if args.dump {
-        return dump::run(&DumpArgs { file: args.file.clone() });
+        return dump::run(&DumpArgs {
+            file: args.file.clone(),
+        });
     }
-    anyhow::bail!("receiving into a directory is not available yet: use --dump, or `btrfs receive`")
+    let Some(dir) = &args.dir else {
+        anyhow::bail!("DIR is required");
+    };
+    let show = if args.no_progress {
+        false
+    } else {
+        args.progress || std::io::stderr().is_terminal()
+    };
+    let input: Box<dyn std::io::Read> = match &args.file {
+        Some(f) => Box::new(
+            std::fs::File::open(f).with_context(|| format!("cannot open {}", f.display()))?,
+        ),
+        None => Box::new(std::io::stdin().lock()),
+    };
+    let bar = show.then(|| {
+        let len = args
+            .file
+            .as_ref()
+            .and_then(|f| std::fs::metadata(f).ok())
+            .map(|m| m.len());
+        let b = match len {
+            Some(l) => indicatif::ProgressBar::new(l),
+            None => indicatif::ProgressBar::no_length(),
+        };
+        let style = indicatif::ProgressStyle::with_template(
+            "{spinner} {msg} {bytes}/{total_bytes} {bytes_per_sec} {wide_bar}",
+        )
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar());
+        b.set_style(style);
+        b.set_draw_target(indicatif::ProgressDrawTarget::stderr());
+        b
+    });
+    let mut progress = CliProgress { bar };
+    let mut opts = ReceiveOptions::new();
+    opts.max_errors = args.max_errors;
+    opts.stop_at_end = args.stop_at_end;
+    let res = receive::receive(input, dir, &opts, &mut progress);
+    if let Some(b) = &progress.bar {
+        b.finish_and_clear();
+    }
+    res?;
+    Ok(())
 }

@@ -1,0 +1,523 @@
+//! Copying data and trees inside DIR: the range copy behind CLONE and the
+//! whole-tree copy that makes a SNAPSHOT's starting point from its parent.
+//!
+//! Holes stay holes. A range is copied by walking the source's data and holes
+//! with `lseek(SEEK_DATA)` / `lseek(SEEK_HOLE)`, each step starting where the
+//! previous one stopped (never from the start again, which would make large
+//! sparse files quadratic); data runs go through `copy_file_range` (a reflink
+//! on btrfs and XFS, an in-kernel copy elsewhere), holes are punched or, in a
+//! fresh file, simply skipped. A whole file is first tried as a reflink
+//! (`FICLONE`), which keeps holes and shares data where the filesystem can.
+//!
+//! The tree copy keeps what `btrfs subvolume snapshot` keeps: file types,
+//! contents and sparseness, hard links, symlink targets, device numbers,
+//! owners, modes (with setuid/setgid/sticky), extended attributes, and
+//! access/modification times. Inode flags (`chattr`) are not copied. Owners
+//! need root: as an ordinary user a failed `chown` is reported once through
+//! `notes`, not as an error.
+
+use std::collections::HashMap;
+use std::collections::VecDeque;
+use std::ffi::OsStr;
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::FileExt;
+
+use rustix::fs::{
+    AtFlags, FallocateFlags, FileType, Mode, OFlags, SeekFrom, Stat, Timespec, Timestamps,
+    XattrFlags,
+};
+use rustix::io::Errno;
+
+use super::target::{Located, Target};
+
+/// Notes that are reported once per receive (not errors).
+pub trait Notes {
+    /// Record a note; the same `key` is reported only once.
+    fn note(&mut self, key: &'static str, msg: String);
+}
+
+/// Size of the buffer of the read/write fallback copy.
+const COPY_BUF: usize = 1 << 20;
+
+fn is_unsupported(e: Errno) -> bool {
+    matches!(
+        e,
+        Errno::XDEV | Errno::INVAL | Errno::OPNOTSUPP | Errno::NOSYS | Errno::NOTTY | Errno::BADF
+    )
+}
+
+/// Copy `len` data bytes from `src` at `s` to `dst` at `d` (no hole logic):
+/// `copy_file_range`, else `pread`/`pwrite`. Stops early at the source's end.
+fn copy_data(src: &File, mut s: u64, dst: &File, mut d: u64, mut len: u64) -> io::Result<()> {
+    let mut use_cfr = true;
+    let mut buf = Vec::new();
+    while len > 0 {
+        let chunk = usize::try_from(len.min(1 << 30)).unwrap_or(1 << 30);
+        if use_cfr {
+            match rustix::fs::copy_file_range(src, Some(&mut s), dst, Some(&mut d), chunk) {
+                Ok(0) => return Ok(()),
+                // copy_file_range advanced `s` and `d` itself.
+                Ok(n) => len -= u64::try_from(n).unwrap_or(len).min(len),
+                Err(e) if is_unsupported(e) => use_cfr = false,
+                Err(e) => return Err(e.into()),
+            }
+            continue;
+        }
+        if buf.is_empty() {
+            buf = vec![0u8; COPY_BUF];
+        }
+        let want = chunk.min(buf.len());
+        // OK to slice: `want <= buf.len()`.
+        let n = src.read_at(&mut buf[..want], s)?;
+        if n == 0 {
+            return Ok(());
+        }
+        dst.write_all_at(&buf[..n], d)?;
+        let n64 = u64::try_from(n).unwrap_or(len);
+        s += n64;
+        d += n64;
+        len -= n64.min(len);
+    }
+    Ok(())
+}
+
+/// Make `[off, off+len)` of `dst` read as zeros without writing zeros:
+/// punch a hole (keeping the size); where the filesystem cannot, write zeros
+/// over the part that holds data.
+fn zero_range(dst: &File, off: u64, len: u64) -> io::Result<()> {
+    if len == 0 {
+        return Ok(());
+    }
+    let size = dst.metadata()?.len();
+    if off >= size {
+        return Ok(());
+    }
+    let mode = FallocateFlags::PUNCH_HOLE | FallocateFlags::KEEP_SIZE;
+    match rustix::fs::fallocate(dst, mode, off, len) {
+        Ok(()) => Ok(()),
+        Err(e) if is_unsupported(e) => {
+            let end = off.saturating_add(len).min(size);
+            let zeros = vec![0u8; COPY_BUF];
+            let mut p = off;
+            while p < end {
+                let n = usize::try_from(end - p).unwrap_or(COPY_BUF).min(COPY_BUF);
+                // OK to slice: `n <= COPY_BUF`.
+                dst.write_all_at(&zeros[..n], p)?;
+                p += u64::try_from(n).unwrap_or(end - p);
+            }
+            Ok(())
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Copy `[src_off, src_off+len)` of `src` over `[dst_off, dst_off+len)` of
+/// `dst` as CLONE does: data runs copied, holes kept as holes, and `dst`
+/// grown to `dst_off + len` if it was shorter. `fresh` says `dst` has no data
+/// in the range (nothing to punch). `len == 0` means "to the source's end".
+///
+/// # Errors
+///
+/// The OS error.
+pub fn copy_range(
+    src: &File,
+    src_off: u64,
+    dst: &File,
+    dst_off: u64,
+    len: u64,
+    fresh: bool,
+) -> io::Result<()> {
+    let src_size = src.metadata()?.len();
+    let len = if len == 0 {
+        src_size.saturating_sub(src_off)
+    } else {
+        len
+    };
+    let end = src_off
+        .checked_add(len)
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "source range overflows"))?;
+    let dst_end = dst_off.checked_add(len).ok_or_else(|| {
+        io::Error::new(io::ErrorKind::InvalidInput, "destination range overflows")
+    })?;
+    // Past the source's end everything reads as zeros: a hole.
+    let data_end = end.min(src_size);
+    let mut pos = src_off;
+    while pos < data_end {
+        let data = match rustix::fs::seek(src, SeekFrom::Data(pos)) {
+            Ok(d) => d.min(data_end),
+            Err(Errno::NXIO) => data_end,
+            // No SEEK_DATA support: everything is data.
+            Err(e) if is_unsupported(e) => pos,
+            Err(e) => return Err(e.into()),
+        };
+        if data > pos && !fresh {
+            zero_range(dst, dst_off + (pos - src_off), data - pos)?;
+        }
+        if data >= data_end {
+            pos = data_end;
+            break;
+        }
+        let hole = match rustix::fs::seek(src, SeekFrom::Hole(data)) {
+            Ok(h) => h.min(data_end),
+            Err(e) if is_unsupported(e) => data_end,
+            Err(e) => return Err(e.into()),
+        };
+        copy_data(src, data, dst, dst_off + (data - src_off), hole - data)?;
+        pos = hole.max(data + 1).min(data_end);
+    }
+    if pos < end && !fresh {
+        zero_range(dst, dst_off + (pos - src_off), end - pos)?;
+    }
+    if dst.metadata()?.len() < dst_end {
+        dst.set_len(dst_end)?;
+    }
+    Ok(())
+}
+
+/// Copy a whole regular file into a new, empty `dst`: a reflink where the
+/// filesystem can, else [`copy_range`]; the size is set exactly.
+fn copy_file_contents(src: &File, dst: &File, size: u64) -> io::Result<()> {
+    match rustix::fs::ioctl_ficlone(dst, src) {
+        Ok(()) => return Ok(()),
+        Err(e) if is_unsupported(e) || e == Errno::PERM => {}
+        Err(e) => return Err(e.into()),
+    }
+    copy_range(src, 0, dst, 0, size, true)?;
+    dst.set_len(size)
+}
+
+/// The attributes of an entry, read from the source, set on the copy.
+struct Meta {
+    st: Stat,
+    xattrs: Vec<(Vec<u8>, Vec<u8>)>,
+}
+
+/// Read every xattr of the object at `path` (a `/proc/self/fd/N/name`
+/// path: `l*` calls do not follow a final symlink).
+fn read_xattrs(path: &std::path::Path) -> io::Result<Vec<(Vec<u8>, Vec<u8>)>> {
+    let n = match rustix::fs::llistxattr_query(path) {
+        Ok(n) => n,
+        Err(Errno::OPNOTSUPP) => return Ok(Vec::new()),
+        Err(e) => return Err(e.into()),
+    };
+    if n == 0 {
+        return Ok(Vec::new());
+    }
+    let mut names = vec![0u8; n];
+    let n = rustix::fs::llistxattr(path, &mut names)?;
+    names.truncate(n);
+    let mut out = Vec::new();
+    for name in names.split(|&b| b == 0).filter(|n| !n.is_empty()) {
+        let name_os = OsStr::from_bytes(name);
+        let len = match rustix::fs::lgetxattr_query(path, name_os) {
+            Ok(l) => l,
+            Err(Errno::NODATA) => continue,
+            Err(e) => return Err(e.into()),
+        };
+        let mut val = vec![0u8; len];
+        let l = rustix::fs::lgetxattr(path, name_os, &mut val)?;
+        val.truncate(l);
+        out.push((name.to_vec(), val));
+    }
+    Ok(out)
+}
+
+/// Set owner, mode, xattrs and times on `dst`, in that order (a `chown`
+/// clears setuid bits and `security.capability`, so both come after it).
+fn apply_meta(dst: &Located<'_>, m: &Meta, notes: &mut dyn Notes) -> io::Result<()> {
+    let ft = FileType::from_raw_mode(m.st.st_mode);
+    set_owner(dst, m.st.st_uid, m.st.st_gid, notes)?;
+    if ft != FileType::Symlink {
+        chmod_located(dst, m.st.st_mode & 0o7777)?;
+    }
+    if !m.xattrs.is_empty() {
+        let p = dst.proc_path();
+        for (k, v) in &m.xattrs {
+            rustix::fs::lsetxattr(&p, OsStr::from_bytes(k), v, XattrFlags::empty())?;
+        }
+    }
+    let ts = Timestamps {
+        last_access: Timespec {
+            tv_sec: m.st.st_atime,
+            tv_nsec: m.st.st_atime_nsec.try_into().unwrap_or(0),
+        },
+        last_modification: Timespec {
+            tv_sec: m.st.st_mtime,
+            tv_nsec: m.st.st_mtime_nsec.try_into().unwrap_or(0),
+        },
+    };
+    rustix::fs::utimensat(&dst.parent, dst.name(), &ts, AtFlags::SYMLINK_NOFOLLOW)?;
+    Ok(())
+}
+
+/// `lchown`; as an ordinary user `EPERM` is a note, not an error.
+///
+/// # Errors
+///
+/// The OS error (other than a non-root `EPERM`).
+pub fn set_owner(dst: &Located<'_>, uid: u32, gid: u32, notes: &mut dyn Notes) -> io::Result<()> {
+    let r = rustix::fs::chownat(
+        &dst.parent,
+        dst.name(),
+        Some(rustix::fs::Uid::from_raw_unchecked(uid)),
+        Some(rustix::fs::Gid::from_raw_unchecked(gid)),
+        AtFlags::SYMLINK_NOFOLLOW,
+    );
+    match r {
+        Ok(()) => Ok(()),
+        Err(Errno::PERM) if !rustix::process::geteuid().is_root() => {
+            notes.note(
+                "chown",
+                "not running as root: file owners (uid/gid) were not set, files belong to the receiving user".into(),
+            );
+            Ok(())
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// `chmod` of the object itself: opened `O_PATH | O_NOFOLLOW`, then changed
+/// through `/proc/self/fd/N` (which names that inode, so a final symlink is
+/// never followed). Symlinks have no mode of their own: nothing to do.
+///
+/// # Errors
+///
+/// The OS error.
+pub fn chmod_located(dst: &Located<'_>, mode: u32) -> io::Result<()> {
+    let fd = dst.open_path()?;
+    let st = rustix::fs::fstat(&fd)?;
+    if FileType::from_raw_mode(st.st_mode) == FileType::Symlink {
+        return Ok(());
+    }
+    let p = format!("/proc/self/fd/{}", fd.as_raw_fd());
+    rustix::fs::chmod(p.as_str(), Mode::from_raw_mode(mode & 0o7777))?;
+    Ok(())
+}
+
+fn join(dir: &[u8], name: &[u8]) -> Vec<u8> {
+    if dir.is_empty() {
+        return name.to_vec();
+    }
+    let mut p = Vec::with_capacity(dir.len() + 1 + name.len());
+    p.extend_from_slice(dir);
+    p.push(b'/');
+    p.extend_from_slice(name);
+    p
+}
+
+fn read_dir_names(dir: BorrowedFd<'_>) -> io::Result<Vec<Vec<u8>>> {
+    let fd: OwnedFd = rustix::fs::openat(
+        dir,
+        ".",
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
+    let mut d = rustix::fs::Dir::new(fd)?;
+    let mut names = Vec::new();
+    while let Some(ent) = d.read() {
+        let ent = ent?;
+        let n = ent.file_name().to_bytes();
+        if n != b"." && n != b".." {
+            names.push(n.to_vec());
+        }
+    }
+    names.sort();
+    Ok(names)
+}
+
+/// An error of the tree copy: the source-relative path it is about.
+#[derive(Debug)]
+pub struct CopyError {
+    /// Path relative to the subvolume roots.
+    pub path: Vec<u8>,
+    /// What failed.
+    pub source: io::Error,
+}
+
+/// Copy every entry of `src` (a received subvolume) into `dst` (a new, empty
+/// subvolume directory), then the root's own attributes.
+///
+/// # Errors
+///
+/// The first failure, with the path it is about.
+pub fn copy_tree(src: &Target, dst: &Target, notes: &mut dyn Notes) -> Result<(), CopyError> {
+    let err = |path: &[u8]| {
+        let path = path.to_vec();
+        move |source: io::Error| CopyError {
+            path: path.clone(),
+            source,
+        }
+    };
+    let tgt = |path: &[u8]| {
+        let path = path.to_vec();
+        move |e: super::target::TargetError| CopyError {
+            path: path.clone(),
+            source: match e {
+                super::target::TargetError::Io(e) => e,
+                super::target::TargetError::Path(p) => {
+                    io::Error::new(io::ErrorKind::InvalidInput, p.to_string())
+                }
+            },
+        }
+    };
+    // Hard links: (dev, ino) of the source → path of the first copy.
+    let mut links: HashMap<(u64, u64), Vec<u8>> = HashMap::new();
+    // Directories whose attributes are set after their contents.
+    let mut dirs: Vec<(Vec<u8>, Meta)> = Vec::new();
+    let mut queue: VecDeque<Vec<u8>> = VecDeque::from([Vec::new()]);
+    while let Some(rel) = queue.pop_front() {
+        let sdir = src.open_dir(&rel).map_err(tgt(&rel))?;
+        let ddir = dst.open_dir(&rel).map_err(tgt(&rel))?;
+        for name in read_dir_names(sdir.as_fd()).map_err(err(&rel))? {
+            let crel = join(&rel, &name);
+            let e = err(&crel);
+            let name_os = OsStr::from_bytes(&name);
+            let st = rustix::fs::statat(&sdir, name_os, AtFlags::SYMLINK_NOFOLLOW)
+                .map_err(|x| e(x.into()))?;
+            let ft = FileType::from_raw_mode(st.st_mode);
+            if ft != FileType::Directory && st.st_nlink > 1 {
+                let key = (st.st_dev, st.st_ino);
+                if let Some(first) = links.get(&key) {
+                    let fl = dst.locate_entry(first).map_err(tgt(&crel))?;
+                    rustix::fs::linkat(&fl.parent, fl.name(), &ddir, name_os, AtFlags::empty())
+                        .map_err(|x| e(x.into()))?;
+                    continue;
+                }
+                links.insert(key, crel.clone());
+            }
+            let sloc = Located {
+                parent: super::target::DirFd::Borrowed(sdir.as_fd()),
+                name: &name,
+            };
+            let meta = Meta {
+                xattrs: read_xattrs(&sloc.proc_path()).map_err(&e)?,
+                st,
+            };
+            match ft {
+                FileType::Directory => {
+                    rustix::fs::mkdirat(&ddir, name_os, Mode::from_raw_mode(0o700))
+                        .map_err(|x| e(x.into()))?;
+                    queue.push_back(crel.clone());
+                    dirs.push((crel, meta));
+                    continue;
+                }
+                FileType::RegularFile => {
+                    let s = sloc.open_regular(false).map_err(&e)?;
+                    let flags = OFlags::WRONLY
+                        | OFlags::CREATE
+                        | OFlags::EXCL
+                        | OFlags::NOFOLLOW
+                        | OFlags::CLOEXEC;
+                    let d = rustix::fs::openat(&ddir, name_os, flags, Mode::from_raw_mode(0o600))
+                        .map_err(|x| e(x.into()))?;
+                    let size = u64::try_from(st.st_size).unwrap_or(0);
+                    copy_file_contents(&s, &File::from(d), size).map_err(&e)?;
+                }
+                FileType::Symlink => {
+                    let t = rustix::fs::readlinkat(&sdir, name_os, Vec::new())
+                        .map_err(|x| e(x.into()))?;
+                    rustix::fs::symlinkat(t.as_c_str(), &ddir, name_os).map_err(|x| e(x.into()))?;
+                }
+                FileType::Fifo
+                | FileType::Socket
+                | FileType::CharacterDevice
+                | FileType::BlockDevice => {
+                    rustix::fs::mknodat(&ddir, name_os, ft, Mode::from_raw_mode(0o600), st.st_rdev)
+                        .map_err(|x| e(x.into()))?;
+                }
+                FileType::Unknown => {
+                    return Err(e(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        "unknown file type",
+                    )));
+                }
+            }
+            let dloc = Located {
+                parent: super::target::DirFd::Borrowed(ddir.as_fd()),
+                name: &name,
+            };
+            apply_meta(&dloc, &meta, notes).map_err(&e)?;
+        }
+    }
+    // Deepest directories first, so setting a parent's times comes last.
+    for (rel, meta) in dirs.iter().rev() {
+        let loc = dst.locate_entry(rel).map_err(tgt(rel))?;
+        apply_meta(&loc, meta, notes).map_err(err(rel))?;
+    }
+    let sroot = src.locate(b"").map_err(tgt(b""))?;
+    let root_meta = Meta {
+        st: rustix::fs::statat(&sroot.parent, sroot.name(), AtFlags::SYMLINK_NOFOLLOW)
+            .map_err(|x| err(b"")(x.into()))?,
+        xattrs: read_xattrs(&sroot.proc_path()).map_err(err(b""))?,
+    };
+    let droot = dst.locate(b"").map_err(tgt(b""))?;
+    apply_meta(&droot, &root_meta, notes).map_err(err(b""))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn data_map(f: &File) -> Vec<(u64, u64)> {
+        let size = f.metadata().unwrap().len();
+        let mut out = Vec::new();
+        let mut pos = 0;
+        while pos < size {
+            let Ok(d) = rustix::fs::seek(f, SeekFrom::Data(pos)) else {
+                break;
+            };
+            let h = rustix::fs::seek(f, SeekFrom::Hole(d)).unwrap();
+            out.push((d, h - d));
+            pos = h;
+        }
+        out
+    }
+
+    #[test]
+    fn copy_range_keeps_holes_and_grows() {
+        let tmp = tempfile::tempdir().unwrap();
+        let src = File::options()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(tmp.path().join("s"))
+            .unwrap();
+        src.write_all_at(&[1u8; 4096], 0).unwrap();
+        src.write_all_at(&[2u8; 4096], 1 << 20).unwrap();
+        src.set_len(2 << 20).unwrap();
+        let dst = File::options()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(tmp.path().join("d"))
+            .unwrap();
+        copy_range(&src, 0, &dst, 0, 2 << 20, true).unwrap();
+        assert_eq!(dst.metadata().unwrap().len(), 2 << 20);
+        let map = data_map(&dst);
+        // Only the two data blocks are allocated (the filesystem may round).
+        let total: u64 = map.iter().map(|(_, l)| l).sum();
+        assert!(total < (1 << 20), "{map:?}");
+        let mut b = [0u8; 1];
+        dst.read_exact_at(&mut b, 1 << 20).unwrap();
+        assert_eq!(b, [2]);
+        // Cloning a hole over data zeroes it without writing data.
+        let dst2 = File::options()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(tmp.path().join("d2"))
+            .unwrap();
+        dst2.write_all_at(&[9u8; 8192], 0).unwrap();
+        copy_range(&src, 4096, &dst2, 0, 8192, false).unwrap();
+        let mut b = [7u8; 8192];
+        dst2.read_exact_at(&mut b, 0).unwrap();
+        assert!(b.iter().all(|&x| x == 0));
+    }
+}
