@@ -416,7 +416,7 @@ impl ReceiveDir {
 
     /// `DIR/<name>` for messages (`name` checked by the caller).
     pub fn display_path(&self, name: &[u8]) -> PathBuf {
-        self.path.join(OsStr::from_bytes(name))
+        concat_display(&self.path, &[name])
     }
 
     /// Open the existing directory `DIR/<name>` as a [`Target`].
@@ -460,11 +460,7 @@ impl Target {
     /// The filesystem path of a stream path, for messages only (never used to
     /// reach a file).
     pub fn display(&self, rel: &[u8]) -> PathBuf {
-        let mut p = self.dir_path.join(OsStr::from_bytes(&self.name));
-        if !rel.is_empty() {
-            p.push(OsStr::from_bytes(rel));
-        }
-        p
+        concat_display(&self.dir_path, &[&self.name, rel])
     }
 
     /// Resolve `rel` to its verified parent directory and final name. The
@@ -534,6 +530,21 @@ impl Target {
     pub fn open_regular(&self, rel: &[u8], write: bool) -> Result<File> {
         Ok(self.locate_entry(rel)?.open_regular(write)?)
     }
+}
+
+/// `base/part1/part2` by plain concatenation: unlike `Path::join`, an
+/// absolute (hostile) part does not replace what comes before it, so a
+/// message shows where the path would really have been. Empty parts are
+/// skipped.
+fn concat_display(base: &Path, parts: &[&[u8]]) -> PathBuf {
+    let mut b = base.as_os_str().as_bytes().to_vec();
+    for part in parts.iter().filter(|p| !p.is_empty()) {
+        if b.last() != Some(&b'/') {
+            b.push(b'/');
+        }
+        b.extend_from_slice(part);
+    }
+    PathBuf::from(OsString::from_vec(b))
 }
 
 /// The raw bytes of a path (for messages and records).

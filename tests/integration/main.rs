@@ -1,1 +1,3 @@
 //! The core library's integration tests: one binary, one module per area.
+
+mod receive;

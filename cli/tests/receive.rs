@@ -1,0 +1,121 @@
+//! `btrsend receive` end to end: exit codes, stdout, stderr.
+
+mod common;
+
+use std::fs;
+use std::process::{Command, Output, Stdio};
+
+fn run(args: &[&std::ffi::OsStr]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_btrsend"))
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run btrsend")
+}
+
+#[test]
+fn receive_full_stream_prints_nothing_and_succeeds() {
+    let Some(streams) = common::send_streams_dir() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let s = streams.join("tiny.v2.stream");
+    let out = run(&[
+        "receive".as_ref(),
+        "-f".as_ref(),
+        s.as_os_str(),
+        dir.path().as_os_str(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.stdout.is_empty());
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Values of tiny.v2's dump (shared/fixtures/send-streams/tiny.v2.dump).
+    assert_eq!(fs::read(dir.path().join("tiny.snap/d/f")).unwrap(), b"hi\n");
+    let rec = fs::read_to_string(dir.path().join(".btrsend/tiny.snap.subvol")).unwrap();
+    assert!(
+        rec.contains("uuid=e690ca2d-c5e4-7c45-a7c4-07550d5a5f09\nctransid=7\n"),
+        "{rec}"
+    );
+    // Receiving it again: the subvolume exists.
+    let out = run(&[
+        "receive".as_ref(),
+        "-f".as_ref(),
+        s.as_os_str(),
+        dir.path().as_os_str(),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.starts_with("btrsend: error: cannot apply command 0 (SUBVOL) at stream offset 17: SUBVOL \"tiny.snap\"")
+            && err.contains("exists already"),
+        "{err}"
+    );
+}
+
+#[test]
+fn receive_reads_stdin_and_reports_a_truncated_stream() {
+    let Some(streams) = common::send_streams_dir() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let bytes = fs::read(streams.join("tiny.v1.stream")).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_btrsend"))
+        .args(["receive".as_ref(), dir.path().as_os_str()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Cut inside the header of CHOWN d/f at 0x16a (format doc §12).
+    std::io::Write::write_all(child.stdin.as_mut().unwrap(), &bytes[..0x170]).unwrap();
+    drop(child.stdin.take());
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.starts_with("btrsend: error: stream truncated before command 10 at stream offset 362"),
+        "{err}"
+    );
+    assert!(err.contains("subvolume tiny.snap left incomplete"), "{err}");
+    let rec = fs::read_to_string(dir.path().join(".btrsend/tiny.snap.subvol")).unwrap();
+    assert!(rec.ends_with("state=incomplete\n"), "{rec}");
+}
+
+#[test]
+fn receive_needs_dir_unless_dump() {
+    let out = run(&["receive".as_ref()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("<DIR>"));
+}
+
+#[test]
+fn receive_dump_is_forwarded_to_dump() {
+    let Some(streams) = common::send_streams_dir() else {
+        return;
+    };
+    let s = streams.join("tiny.v1.stream");
+    let out = Command::new(env!("CARGO_BIN_EXE_btrsend"))
+        .args([
+            "receive".as_ref(),
+            "--dump".as_ref(),
+            "-f".as_ref(),
+            s.as_os_str(),
+        ])
+        .env("TZ", "UTC")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.stdout, fs::read(streams.join("tiny.v1.dump")).unwrap());
+}

@@ -1,0 +1,915 @@
+//! `btrsend::receive` end to end.
+//!
+//! * Kernel streams (`shared/fixtures/send-streams/`, full and incremental
+//!   chains, v1, v2 and v2 `--compressed-data`) received into a temporary
+//!   directory on the machine's filesystem (ext4 here) must give the same
+//!   manifest (times and hole maps included) as the real `btrfs receive` of
+//!   the same chain into a freshly made, loop-mounted btrfs. Needs root: with
+//!   `CI` set the test fails without it, otherwise it says loudly that it
+//!   skipped. `btrfs.*` xattrs (btrfs properties such as
+//!   `btrfs.compression`) exist only on btrfs and are left out of both sides.
+//! * Hostile streams, hand-built with the stream-format writer: nothing is
+//!   created, changed or read outside DIR.
+//! * Corrupt and truncated streams: the error names the byte offset and the
+//!   command; the partial subvolume is marked incomplete and refused as a
+//!   parent.
+
+use std::borrow::Cow;
+use std::fs;
+use std::io::Cursor;
+use std::path::{Path, PathBuf};
+use std::process::Command as Proc;
+
+use btrsend::manifest::{self, Options};
+use btrsend::receive::{self, NoProgress, Progress, ReceiveError, ReceiveOptions};
+use stream_format::{Command, StreamWriter, Timespec};
+
+/// `shared/` beside the workspace, or `BTRSEND_SHARED_DIR`.
+fn shared_dir() -> Option<PathBuf> {
+    let dir = match std::env::var_os("BTRSEND_SHARED_DIR") {
+        Some(d) => PathBuf::from(d),
+        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared"),
+    };
+    if dir.join("fixtures/send-streams").is_dir() {
+        return Some(dir);
+    }
+    if std::env::var_os("CI").is_some() {
+        panic!(
+            "shared/ not found at {} (set BTRSEND_SHARED_DIR)",
+            dir.display()
+        );
+    }
+    eprintln!(
+        "SKIPPED: shared/ not found at {} (set BTRSEND_SHARED_DIR)",
+        dir.display()
+    );
+    None
+}
+
+fn streams_dir() -> Option<PathBuf> {
+    shared_dir().map(|d| d.join("fixtures/send-streams"))
+}
+
+/// The receive chains of `shared/fixtures/send-streams/README.md`: each is
+/// applied in order into one empty directory.
+const CHAINS: &[&[&str]] = &[
+    &["full.v1", "inc12.v1", "inc23.v1"],
+    &["full.v1", "inc12.v2", "inc23.v2"],
+    &["full.v2", "inc12.v2", "inc23.v2"],
+    &["cyc1.full.v1", "cyc.v1"],
+    &["g1.full.v1", "g.v1"],
+    &["ooo2.full.v1", "ooo23.v1"],
+    &["b_full.v1", "b_inc.v1"],
+    &["b_full.v1", "b_inc.v2"],
+    &["tiny.v1"],
+    &["tiny.v2"],
+    &["ooo.v1"],
+    &["comp.v2c"],
+    &["multi.v1"],
+    &["multi_noe.v1"],
+];
+
+fn receive_file(
+    stream: &Path,
+    dir: &Path,
+    opts: &ReceiveOptions,
+) -> Result<receive::Summary, ReceiveError> {
+    let f = fs::File::open(stream).unwrap_or_else(|e| panic!("{}: {e}", stream.display()));
+    receive::receive(f, dir, opts, &mut NoProgress)
+}
+
+/// Manifest with hole maps, without `btrfs.*` xattrs.
+fn manifest_of(root: &Path) -> String {
+    let m = manifest::manifest(root, Options { holes: true })
+        .unwrap_or_else(|e| panic!("{}: {e}", root.display()));
+    m.lines()
+        .map(|l| {
+            l.split(' ')
+                .filter(|f| !f.starts_with("xattr:btrfs."))
+                .collect::<Vec<_>>()
+                .join(" ")
+                + "\n"
+        })
+        .collect()
+}
+
+fn subvol_names(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n != ".btrsend")
+        .collect();
+    v.sort();
+    v
+}
+
+fn run(cmd: &mut Proc) -> String {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// Whether live kernel tests can run; with `CI` set they must.
+fn can_run_live(what: &str) -> bool {
+    let root = rustix::process::geteuid().is_root();
+    let tools = ["btrfs", "mkfs.btrfs", "losetup", "mount"].iter().all(|t| {
+        Proc::new("sh")
+            .arg("-c")
+            .arg(format!("command -v {t}"))
+            .output()
+            .is_ok_and(|o| o.status.success())
+    });
+    if root && tools {
+        return true;
+    }
+    let why = if root {
+        "btrfs-progs/util-linux missing"
+    } else {
+        "not root"
+    };
+    if std::env::var_os("CI").is_some() {
+        panic!("{what}: cannot run ({why}) but CI is set");
+    }
+    eprintln!("SKIPPED: {what}: {why} (loop-mounted btrfs needed)");
+    false
+}
+
+/// A loop-mounted btrfs made for one test; unmounted and detached on drop.
+struct LoopBtrfs {
+    dev: String,
+    mnt: PathBuf,
+    _tmp: tempfile::TempDir,
+}
+
+impl LoopBtrfs {
+    fn new(size: &str) -> LoopBtrfs {
+        let tmp = tempfile::tempdir().unwrap();
+        let img = tmp.path().join("img");
+        run(Proc::new("truncate").arg("-s").arg(size).arg(&img));
+        let dev = run(Proc::new("losetup").arg("-f").arg("--show").arg(&img));
+        let mnt = tmp.path().join("mnt");
+        fs::create_dir(&mnt).unwrap();
+        let l = LoopBtrfs {
+            dev,
+            mnt,
+            _tmp: tmp,
+        };
+        l.remake();
+        l
+    }
+
+    /// A fresh filesystem: `btrfs receive` finds parents by UUID across the
+    /// whole filesystem, so chains that share UUIDs must not meet.
+    fn remake(&self) {
+        let _ = Proc::new("umount").arg(&self.mnt).output();
+        run(Proc::new("mkfs.btrfs").arg("-q").arg("-f").arg(&self.dev));
+        run(Proc::new("mount").arg(&self.dev).arg(&self.mnt));
+    }
+}
+
+impl Drop for LoopBtrfs {
+    fn drop(&mut self) {
+        let _ = Proc::new("umount").arg(&self.mnt).output();
+        let _ = Proc::new("losetup").arg("-d").arg(&self.dev).output();
+    }
+}
+
+#[test]
+fn shared_streams_match_btrfs_receive() {
+    let Some(streams) = streams_dir() else { return };
+    if !can_run_live("receive vs btrfs receive") {
+        return;
+    }
+    let lb = LoopBtrfs::new("512M");
+    let out = tempfile::tempdir().unwrap();
+    let mut compared = 0;
+    let mut failures = Vec::new();
+    for (i, chain) in CHAINS.iter().enumerate() {
+        lb.remake();
+        let kdir = lb.mnt.join("k");
+        fs::create_dir(&kdir).unwrap();
+        let bdir = out.path().join(format!("c{i}"));
+        fs::create_dir(&bdir).unwrap();
+        for s in *chain {
+            let file = streams.join(format!("{s}.stream"));
+            run(Proc::new("btrfs")
+                .arg("receive")
+                .arg("-q")
+                .arg("-f")
+                .arg(&file)
+                .arg(&kdir));
+            receive_file(&file, &bdir, &ReceiveOptions::new())
+                .unwrap_or_else(|e| panic!("{s}: {e}"));
+        }
+        let names = subvol_names(&kdir);
+        assert_eq!(names, subvol_names(&bdir), "chain {chain:?}: subvolumes");
+        for n in names {
+            let (k, b) = (manifest_of(&kdir.join(&n)), manifest_of(&bdir.join(&n)));
+            assert!(k.lines().count() > 1, "empty kernel manifest for {n}");
+            if let Some(d) = manifest::diff(&k, &b, 20) {
+                failures.push(format!("chain {chain:?} subvolume {n}:\n{d}"));
+            }
+            let rec =
+                fs::read_to_string(bdir.join(".btrsend").join(format!("{n}.subvol"))).unwrap();
+            assert!(rec.ends_with("state=complete\n"), "{n}: {rec}");
+            compared += 1;
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    assert_eq!(compared, 27);
+}
+
+#[test]
+fn shared_streams_are_received_in_order() {
+    // Without root: every chain is accepted and every subvolume completed.
+    let Some(streams) = streams_dir() else { return };
+    let out = tempfile::tempdir().unwrap();
+    for (i, chain) in CHAINS.iter().enumerate() {
+        let dir = out.path().join(format!("c{i}"));
+        fs::create_dir(&dir).unwrap();
+        for s in *chain {
+            receive_file(
+                &streams.join(format!("{s}.stream")),
+                &dir,
+                &ReceiveOptions::new(),
+            )
+            .unwrap_or_else(|e| panic!("{s}: {e}"));
+        }
+    }
+    // tiny.v1: the values the format doc shows for this stream (§11.4).
+    let f = out.path().join("c8/tiny.snap/d/f");
+    assert_eq!(fs::read(&f).unwrap(), b"hi\n");
+    let m = manifest::manifest(&out.path().join("c8/tiny.snap"), Options::default()).unwrap();
+    assert!(
+        m.contains("d/f file mode=0640 uid=1000 gid=1000 size=3 mtime=1704164645.123456789 "),
+        "{m}"
+    );
+    // -e stops at the first END: multi_noe has two streams.
+    let dir = out.path().join("e");
+    fs::create_dir(&dir).unwrap();
+    let mut opts = ReceiveOptions::new();
+    opts.stop_at_end = true;
+    receive_file(&streams.join("multi_noe.v1.stream"), &dir, &opts).unwrap();
+    assert_eq!(subvol_names(&dir), ["tiny.snap"]);
+}
+
+#[test]
+fn nodata_stream_is_refused() {
+    let Some(streams) = streams_dir() else { return };
+    let out = tempfile::tempdir().unwrap();
+    receive_file(
+        &streams.join("full.v1.stream"),
+        out.path(),
+        &ReceiveOptions::new(),
+    )
+    .unwrap();
+    let e = receive_file(
+        &streams.join("nodata.v1.stream"),
+        out.path(),
+        &ReceiveOptions::new(),
+    )
+    .unwrap_err();
+    let msg = e.to_string();
+    assert!(
+        msg.contains("UPDATE_EXTENT") && msg.contains("--no-data"),
+        "{msg}"
+    );
+    let rec = fs::read_to_string(out.path().join(".btrsend/src.s2.subvol")).unwrap();
+    assert!(rec.ends_with("state=incomplete\n"), "{rec}");
+}
+
+// ---- corrupt and truncated streams ----
+
+/// (offset, command number, payload length) of every command, walked by
+/// hand from the 10-byte headers (format doc §3), not by our reader.
+fn command_offsets(bytes: &[u8]) -> Vec<(usize, u16, usize)> {
+    let mut out = Vec::new();
+    let mut pos = 17;
+    while pos + 10 <= bytes.len() {
+        let len = u32::from_le_bytes(bytes[pos..pos + 4].try_into().unwrap()) as usize;
+        let cmd = u16::from_le_bytes(bytes[pos + 4..pos + 6].try_into().unwrap());
+        out.push((pos, cmd, len));
+        pos += 10 + len;
+        if cmd == 21 && pos + 17 <= bytes.len() {
+            pos += 17;
+        }
+    }
+    out
+}
+
+fn record(dir: &Path, name: &str) -> String {
+    fs::read_to_string(dir.join(".btrsend").join(format!("{name}.subvol"))).unwrap()
+}
+
+/// `parent_uuid=… parent_transid=…` of a stream's snapshot line, from its
+/// `btrfs receive --dump` text.
+fn dump_parent(dump: &str) -> (String, String) {
+    let line = dump.lines().find(|l| l.starts_with("snapshot")).unwrap();
+    let field = |k: &str| {
+        line.split(' ')
+            .find_map(|f| f.strip_prefix(k))
+            .unwrap()
+            .to_string()
+    };
+    (field("parent_uuid="), field("parent_transid="))
+}
+
+#[test]
+fn truncated_stream_names_offset_and_command_and_leaves_parent_unusable() {
+    let Some(streams) = streams_dir() else { return };
+    let bytes = fs::read(streams.join("full.v1.stream")).unwrap();
+    let cmds = command_offsets(&bytes);
+    // Cut in the middle of the 5th WRITE.
+    let (i, &(off, _, len)) = cmds
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| c.1 == 15)
+        .nth(4)
+        .unwrap();
+    let cut = &bytes[..off + 10 + len / 2];
+    let out = tempfile::tempdir().unwrap();
+    let e = receive::receive(
+        Cursor::new(cut),
+        out.path(),
+        &ReceiveOptions::new(),
+        &mut NoProgress,
+    )
+    .unwrap_err();
+    let msg = e.to_string();
+    assert!(
+        msg.contains(&format!("command {i} (WRITE) at stream offset {off}")),
+        "{msg}"
+    );
+    assert!(msg.contains("truncated") && msg.contains("src.s1"), "{msg}");
+    assert!(record(out.path(), "src.s1").ends_with("state=incomplete\n"));
+    // The incremental stream on top is refused, naming the parent.
+    let (pu, pt) = dump_parent(&fs::read_to_string(streams.join("inc12.v1.dump")).unwrap());
+    let e = receive_file(
+        &streams.join("inc12.v1.stream"),
+        out.path(),
+        &ReceiveOptions::new(),
+    )
+    .unwrap_err();
+    let msg = e.to_string();
+    assert!(
+        msg.contains(&format!("uuid {pu} ctransid {pt}")) && msg.contains("incompletely"),
+        "{msg}"
+    );
+    assert!(!out.path().join("src.s2").exists());
+}
+
+#[test]
+fn crc_error_names_offset_and_command_and_max_errors_goes_on() {
+    let Some(streams) = streams_dir() else { return };
+    let mut bytes = fs::read(streams.join("tiny.v1.stream")).unwrap();
+    let cmds = command_offsets(&bytes);
+    let (i, &(off, _, len)) = cmds.iter().enumerate().find(|(_, c)| c.1 == 15).unwrap();
+    // Flip the last data byte of the WRITE.
+    bytes[off + 10 + len - 1] ^= 0xff;
+    let out = tempfile::tempdir().unwrap();
+    let e = receive::receive(
+        Cursor::new(&bytes),
+        out.path(),
+        &ReceiveOptions::new(),
+        &mut NoProgress,
+    )
+    .unwrap_err();
+    let msg = e.to_string();
+    assert!(
+        msg.contains(&format!(
+            "crc32 mismatch in command {i} (WRITE) at stream offset {off}"
+        )),
+        "{msg}"
+    );
+    assert!(record(out.path(), "tiny.snap").ends_with("state=incomplete\n"));
+    // -E 0: every error is reported, the rest is applied, the subvolume stays
+    // incomplete.
+    struct Count(u32);
+    impl Progress for Count {
+        fn error(&mut self, _: &ReceiveError) {
+            self.0 += 1;
+        }
+    }
+    let out = tempfile::tempdir().unwrap();
+    let mut opts = ReceiveOptions::new();
+    opts.max_errors = 0;
+    let mut c = Count(0);
+    let e = receive::receive(Cursor::new(&bytes), out.path(), &opts, &mut c).unwrap_err();
+    assert!(matches!(e, ReceiveError::Errors(1)), "{e}");
+    assert_eq!(c.0, 1);
+    assert!(out.path().join("tiny.snap/d/f").exists());
+    assert!(record(out.path(), "tiny.snap").ends_with("state=incomplete\n"));
+}
+
+#[test]
+fn missing_parent_names_uuid_and_ctransid() {
+    let Some(streams) = streams_dir() else { return };
+    let out = tempfile::tempdir().unwrap();
+    let (pu, pt) = dump_parent(&fs::read_to_string(streams.join("inc12.v2.dump")).unwrap());
+    let e = receive_file(
+        &streams.join("inc12.v2.stream"),
+        out.path(),
+        &ReceiveOptions::new(),
+    )
+    .unwrap_err();
+    let msg = e.to_string();
+    assert!(
+        msg.contains(&format!(
+            "cannot find parent subvolume with uuid {pu} ctransid {pt}"
+        )),
+        "{msg}"
+    );
+    assert!(
+        msg.contains("command 0 (SNAPSHOT) at stream offset 17"),
+        "{msg}"
+    );
+    assert!(subvol_names(out.path()).is_empty());
+}
+
+// ---- hostile streams ----
+
+fn p(s: &str) -> Cow<'_, [u8]> {
+    Cow::Borrowed(s.as_bytes())
+}
+
+/// A v2 stream of `cmds`, ended by the writer's END.
+fn stream(cmds: &[Command<'_>]) -> Vec<u8> {
+    let mut w = StreamWriter::new(Vec::new(), 2).unwrap();
+    for c in cmds {
+        w.write(c).unwrap();
+    }
+    w.finish().unwrap()
+}
+
+fn subvol(name: &str) -> Command<'_> {
+    Command::Subvol {
+        path: p(name),
+        uuid: [7; 16],
+        ctransid: 1,
+    }
+}
+
+/// A tree beside DIR that no stream may touch, and its manifest.
+struct Sandbox {
+    tmp: tempfile::TempDir,
+    before: String,
+}
+
+impl Sandbox {
+    fn new() -> Sandbox {
+        let tmp = tempfile::tempdir().unwrap();
+        let s = tmp.path().join("sentinel");
+        fs::create_dir_all(s.join("sub")).unwrap();
+        fs::write(s.join("secret"), b"SECRET-BYTES-0123456789").unwrap();
+        fs::write(s.join("sub/file"), b"keep").unwrap();
+        fs::create_dir(tmp.path().join("dir")).unwrap();
+        let before = Sandbox::snapshot(tmp.path());
+        Sandbox { tmp, before }
+    }
+
+    /// The manifest of everything beside DIR (DIR itself excluded).
+    fn snapshot(root: &Path) -> String {
+        let mut text = manifest::manifest(&root.join("sentinel"), Options { holes: true }).unwrap();
+        let mut names: Vec<String> = fs::read_dir(root)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        text.push_str(&names.join(","));
+        text
+    }
+
+    fn dir(&self) -> PathBuf {
+        self.tmp.path().join("dir")
+    }
+
+    fn sentinel(&self) -> String {
+        self.tmp
+            .path()
+            .join("sentinel")
+            .to_string_lossy()
+            .into_owned()
+    }
+
+    fn check(&self, case: &str) {
+        let now = Sandbox::snapshot(self.tmp.path());
+        assert_eq!(self.before, now, "{case}: something outside DIR changed");
+        // Nothing read from outside landed inside.
+        let m = manifest::manifest(&self.dir(), Options::default()).unwrap();
+        let secret_hash = blake3_of(b"SECRET-BYTES-0123456789");
+        assert!(
+            !m.contains(&secret_hash),
+            "{case}: the secret was copied into DIR:\n{m}"
+        );
+    }
+}
+
+fn blake3_of(b: &[u8]) -> String {
+    // The manifest's b3= is BLAKE3; compute the same by writing a file and
+    // asking the manifest (no extra dependency).
+    let t = tempfile::tempdir().unwrap();
+    fs::write(t.path().join("f"), b).unwrap();
+    let m = manifest::manifest(t.path(), Options::default()).unwrap();
+    let line = m.lines().find(|l| l.starts_with("f ")).unwrap();
+    line.split(' ')
+        .find_map(|f| f.strip_prefix("b3="))
+        .unwrap()
+        .to_string()
+}
+
+/// Receive `bytes` with `-E 0`; return every error message.
+fn receive_hostile(dir: &Path, bytes: &[u8]) -> Vec<String> {
+    struct Collect(Vec<String>);
+    impl Progress for Collect {
+        fn error(&mut self, e: &ReceiveError) {
+            self.0.push(e.to_string());
+        }
+    }
+    let mut c = Collect(Vec::new());
+    let mut opts = ReceiveOptions::new();
+    opts.max_errors = 0;
+    let r = receive::receive(Cursor::new(bytes), dir, &opts, &mut c);
+    if let Err(e) = r
+        && !matches!(e, ReceiveError::Errors(_))
+    {
+        c.0.push(e.to_string());
+    }
+    c.0
+}
+
+#[test]
+fn hostile_subvolume_names_are_refused() {
+    let sb = Sandbox::new();
+    let names = ["/abs", "..", ".", "a/b", "../sentinel", ".btrsend", ""];
+    for n in names {
+        let errs = receive_hostile(&sb.dir(), &stream(&[subvol(n)]));
+        assert_eq!(errs.len(), 1, "{n:?}: {errs:?}");
+        assert!(
+            errs[0].contains("cannot apply command 0 (SUBVOL)"),
+            "{n:?}: {errs:?}"
+        );
+        sb.check(n);
+    }
+    // The absolute name of the sentinel itself.
+    let s = sb.sentinel();
+    let errs = receive_hostile(&sb.dir(), &stream(&[subvol(&s)]));
+    assert!(errs.len() == 1 && errs[0].contains("absolute"), "{errs:?}");
+    // A snapshot name climbing out, and one with an unknown parent.
+    let snap = |n| Command::Snapshot {
+        path: p(n),
+        uuid: [8; 16],
+        ctransid: 2,
+        clone_uuid: [9; 16],
+        clone_ctransid: 3,
+    };
+    let errs = receive_hostile(&sb.dir(), &stream(&[snap("../x")]));
+    assert!(
+        errs.len() == 1 && errs[0].contains("in subvolume name refused"),
+        "{errs:?}"
+    );
+    sb.check("snapshot ../x");
+    assert!(
+        fs::read_dir(sb.dir())
+            .unwrap()
+            .all(|e| e.unwrap().file_name() == ".btrsend")
+    );
+}
+
+#[test]
+fn hostile_paths_are_refused() {
+    let sb = Sandbox::new();
+    let s = sb.sentinel();
+    let abs_secret = format!("{s}/secret");
+    let abs_sub = format!("{s}/sub");
+    let abs_new = format!("{s}/new");
+    let t = Timespec { sec: 1, nsec: 0 };
+    let data = Cow::Borrowed(&b"EVIL"[..]);
+    // Set-up commands that are fine, then hostile ones that must each fail.
+    let setup = vec![
+        subvol("sv"),
+        Command::Mkdir {
+            path: p("d"),
+            ino: 257,
+        },
+        Command::Mkfile {
+            path: p("f"),
+            ino: 258,
+        },
+        Command::Write {
+            path: p("f"),
+            offset: 0,
+            data: data.clone(),
+        },
+        // Symlinks pointing outside, created verbatim (never followed).
+        Command::Symlink {
+            path: p("out"),
+            ino: 259,
+            path_link: p(&s),
+        },
+        Command::Symlink {
+            path: p("d/up"),
+            ino: 260,
+            path_link: p("../.."),
+        },
+        Command::Symlink {
+            path: p("sec"),
+            ino: 261,
+            path_link: p(&abs_secret),
+        },
+        Command::Symlink {
+            path: p("subl"),
+            ino: 262,
+            path_link: p(&abs_sub),
+        },
+    ];
+    let hostile = vec![
+        Command::Mkfile {
+            path: p(&abs_new),
+            ino: 300,
+        },
+        Command::Mkfile {
+            path: p("../new"),
+            ino: 301,
+        },
+        Command::Mkfile {
+            path: p("d/../../new"),
+            ino: 302,
+        },
+        Command::Mkfile {
+            path: p("out/new"),
+            ino: 303,
+        },
+        Command::Mkdir {
+            path: p("d/up/sentinel/newdir"),
+            ino: 304,
+        },
+        Command::Write {
+            path: p("out/secret"),
+            offset: 0,
+            data: data.clone(),
+        },
+        Command::Write {
+            path: p("sec"),
+            offset: 0,
+            data: data.clone(),
+        },
+        Command::Write {
+            path: p("d/up/sentinel/secret"),
+            offset: 0,
+            data: data.clone(),
+        },
+        Command::Truncate {
+            path: p("sec"),
+            size: 0,
+        },
+        Command::Truncate {
+            path: p("subl/file"),
+            size: 0,
+        },
+        Command::Fallocate {
+            path: p("sec"),
+            mode: 3,
+            offset: 0,
+            size: 4096,
+        },
+        Command::Rename {
+            path: p("f"),
+            path_to: p("../f"),
+        },
+        Command::Rename {
+            path: p("f"),
+            path_to: p("out/f"),
+        },
+        Command::Rename {
+            path: p("out/secret"),
+            path_to: p("stolen"),
+        },
+        Command::Rename {
+            path: p("d/up/sentinel/sub"),
+            path_to: p("stolen"),
+        },
+        Command::Link {
+            path: p("stolen"),
+            path_link: p("out/secret"),
+        },
+        Command::Link {
+            path: p("stolen"),
+            path_link: p(&abs_secret),
+        },
+        Command::Link {
+            path: p("out/l"),
+            path_link: p("f"),
+        },
+        Command::Unlink {
+            path: p("out/secret"),
+        },
+        Command::Unlink {
+            path: p("../sentinel/secret"),
+        },
+        Command::Rmdir { path: p("out/sub") },
+        Command::Rmdir { path: p("subl/") },
+        Command::SetXattr {
+            path: p("out/secret"),
+            name: p("user.evil"),
+            data: data.clone(),
+        },
+        Command::RemoveXattr {
+            path: p("subl/file"),
+            name: p("user.x"),
+        },
+        Command::Chmod {
+            path: p("out/secret"),
+            mode: 0o777,
+        },
+        Command::Chown {
+            path: p("out/secret"),
+            uid: 1234,
+            gid: 1234,
+        },
+        Command::Utimes {
+            path: p("subl/file"),
+            atime: t,
+            mtime: t,
+            ctime: t,
+            otime: None,
+        },
+        Command::Clone {
+            offset: 0,
+            len: 23,
+            path: p("f"),
+            clone_uuid: [7; 16],
+            clone_ctransid: 1,
+            clone_path: p("out/secret"),
+            clone_offset: 0,
+        },
+        Command::Clone {
+            offset: 0,
+            len: 23,
+            path: p("f"),
+            clone_uuid: [7; 16],
+            clone_ctransid: 1,
+            clone_path: p("../sentinel/secret"),
+            clone_offset: 0,
+        },
+        Command::Clone {
+            offset: 0,
+            len: 23,
+            path: p("f"),
+            clone_uuid: [7; 16],
+            clone_ctransid: 1,
+            clone_path: p("sec"),
+            clone_offset: 0,
+        },
+        Command::Clone {
+            offset: 0,
+            len: 23,
+            path: p("f"),
+            clone_uuid: [0x55; 16],
+            clone_ctransid: 1,
+            clone_path: p("f"),
+            clone_offset: 0,
+        },
+        Command::EncodedWrite {
+            path: p("subl/file"),
+            offset: 0,
+            unencoded_file_len: 4,
+            unencoded_len: 4,
+            unencoded_offset: 0,
+            compression: Some(0),
+            encryption: None,
+            data: data.clone(),
+        },
+    ];
+    // Allowed on the symlink itself, never on what it points to.
+    let harmless = [
+        Command::Chmod {
+            path: p("sec"),
+            mode: 0o777,
+        },
+        Command::Chown {
+            path: p("sec"),
+            uid: 0,
+            gid: 0,
+        },
+        Command::Utimes {
+            path: p("sec"),
+            atime: t,
+            mtime: t,
+            ctime: t,
+            otime: None,
+        },
+        Command::Utimes {
+            path: p("out"),
+            atime: t,
+            mtime: t,
+            ctime: t,
+            otime: None,
+        },
+    ];
+    let mut all = setup.clone();
+    all.extend(hostile.iter().cloned());
+    all.extend(harmless.iter().cloned());
+    let errs = receive_hostile(&sb.dir(), &stream(&all));
+    // Each hostile command failed, in order; nothing else did.
+    let n_setup = setup.len() as u64;
+    for (k, c) in hostile.iter().enumerate() {
+        let want = format!(
+            "cannot apply command {} ({})",
+            n_setup + k as u64,
+            c.kind().unwrap()
+        );
+        assert!(
+            errs.iter().any(|e| e.starts_with(&want)),
+            "no error for {want}: {errs:#?}"
+        );
+    }
+    assert_eq!(errs.len(), hostile.len(), "{errs:#?}");
+    sb.check("hostile paths");
+    // The set-up ones did their work inside DIR.
+    let sv = sb.dir().join("sv");
+    assert_eq!(fs::read(sv.join("f")).unwrap(), b"EVIL");
+    assert_eq!(fs::read_link(sv.join("out")).unwrap(), Path::new(&s));
+    assert!(record(&sb.dir(), "sv").ends_with("state=incomplete\n"));
+}
+
+#[test]
+fn hostile_records_dir_and_existing_subvolume_are_refused() {
+    let sb = Sandbox::new();
+    // DIR/<name> exists (as a symlink to the sentinel): refused, not followed.
+    std::os::unix::fs::symlink(sb.sentinel(), sb.dir().join("sv")).unwrap();
+    let bytes = stream(&[
+        subvol("sv"),
+        Command::Mkfile {
+            path: p("x"),
+            ino: 257,
+        },
+        Command::Write {
+            path: p("secret"),
+            offset: 0,
+            data: Cow::Borrowed(b"EVIL"),
+        },
+    ]);
+    let errs = receive_hostile(&sb.dir(), &bytes);
+    assert!(errs[0].contains("exists already"), "{errs:?}");
+    sb.check("existing subvolume");
+    fs::remove_file(sb.dir().join("sv")).unwrap();
+    // The records directory is a symlink to the sentinel: refused.
+    std::os::unix::fs::symlink(sb.sentinel(), sb.dir().join(".btrsend")).unwrap();
+    let errs = receive_hostile(&sb.dir(), &stream(&[subvol("sv2")]));
+    assert!(!errs.is_empty(), "a symlinked .btrsend was followed");
+    sb.check("records dir symlink");
+}
+
+#[test]
+fn hostile_device_nodes_are_never_opened() {
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("SKIPPED: hostile_device_nodes_are_never_opened needs root (mknod)");
+        return;
+    }
+    let sb = Sandbox::new();
+    // /dev/zero's numbers: a WRITE or CLONE through it must not open it.
+    let rdev = (1 << 8) | 5;
+    let bytes = stream(&[
+        subvol("sv"),
+        Command::Mknod {
+            path: p("zero"),
+            ino: 257,
+            rdev,
+            mode: 0o20644,
+        },
+        Command::Mkfifo {
+            path: p("fifo"),
+            ino: 258,
+            rdev: Some(0),
+            mode: Some(0o10644),
+        },
+        Command::Write {
+            path: p("zero"),
+            offset: 0,
+            data: Cow::Borrowed(b"x"),
+        },
+        Command::Truncate {
+            path: p("fifo"),
+            size: 0,
+        },
+        Command::Mknod {
+            path: p("dir"),
+            ino: 259,
+            rdev: 0,
+            mode: 0o40755,
+        },
+    ]);
+    let errs = receive_hostile(&sb.dir(), &bytes);
+    assert_eq!(errs.len(), 3, "{errs:#?}");
+    assert!(
+        errs[0].contains("not a regular file (character device)"),
+        "{errs:?}"
+    );
+    assert!(errs[1].contains("not a regular file (fifo)"), "{errs:?}");
+    assert!(errs[2].contains("invalid mode 40755"), "{errs:?}");
+    sb.check("devices");
+}
