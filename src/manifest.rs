@@ -496,3 +496,298 @@ pub fn diff(expected: &str, actual: &str, max: usize) -> Option<String> {
     }
     Some(text)
 }
+
+#[cfg(test)]
+mod tests {
+    //! Expected lines are written by hand from what each test created: the
+    //! bytes it wrote (hashed with the blake3 crate directly), the modes,
+    //! owners and times it set, and for symlink times GNU `touch`.
+
+    use std::fs::{self, File, FileTimes};
+    use std::io::{Seek, SeekFrom, Write as _};
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::{PermissionsExt, lchown};
+    use std::path::Path;
+    use std::process::Command;
+    use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+    use rustix::fs::{FileType, Mode, XattrFlags};
+
+    use super::*;
+
+    fn b3(bytes: &[u8]) -> String {
+        blake3::hash(bytes).to_hex().to_string()
+    }
+
+    fn set_mtime(path: &Path, t: SystemTime) {
+        // futimens works on a read-only descriptor (we own the file), which
+        // also covers directories.
+        let f = File::open(path).unwrap();
+        f.set_times(FileTimes::new().set_modified(t).set_accessed(t))
+            .unwrap();
+    }
+
+    fn chmod(path: &Path, mode: u32) {
+        fs::set_permissions(path, fs::Permissions::from_mode(mode)).unwrap();
+    }
+
+    /// Owner the test can give files: 1000:1000 as root, else our own ids.
+    fn owner() -> (u32, u32) {
+        if rustix::process::geteuid().is_root() {
+            (1000, 1000)
+        } else {
+            (
+                rustix::process::geteuid().as_raw(),
+                rustix::process::getegid().as_raw(),
+            )
+        }
+    }
+
+    fn own(path: &Path) {
+        let (u, g) = owner();
+        lchown(path, Some(u), Some(g)).unwrap();
+    }
+
+    /// Whether the filesystem at `dir` stores holes (a 1 MiB file truncated
+    /// from nothing occupies no blocks), according to `stat`.
+    fn fs_has_holes(dir: &Path) -> bool {
+        let p = dir.join("probe");
+        File::create(&p).unwrap().set_len(1 << 20).unwrap();
+        let out = Command::new("stat").arg("-c%b").arg(&p).output().unwrap();
+        fs::remove_file(&p).unwrap();
+        String::from_utf8(out.stdout).unwrap().trim() == "0"
+    }
+
+    fn xattr_supported(dir: &Path) -> bool {
+        let p = dir.join("probe");
+        File::create(&p).unwrap();
+        let ok = rustix::fs::lsetxattr(&p, "user.probe", b"", XattrFlags::empty()).is_ok();
+        fs::remove_file(&p).unwrap();
+        ok
+    }
+
+    #[test]
+    fn tree_with_every_kind_of_entry() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("root");
+        fs::create_dir(&root).unwrap();
+        let (uid, gid) = owner();
+        let t = UNIX_EPOCH + Duration::new(1_704_164_645, 123_456_789);
+
+        // d/f: 6 known bytes, setuid mode, two xattrs incl. binary and empty.
+        fs::create_dir(root.join("d")).unwrap();
+        let f = root.join("d/f");
+        fs::write(&f, b"hello\n").unwrap();
+        own(&f);
+        chmod(&f, 0o4751);
+        let xattrs = xattr_supported(tmp.path());
+        if xattrs {
+            rustix::fs::lsetxattr(&f, "user.bin", b"\0\x01\xff= \\", XattrFlags::empty()).unwrap();
+            rustix::fs::lsetxattr(&f, "user.empty", b"", XattrFlags::empty()).unwrap();
+            rustix::fs::lsetxattr(&f, "user.a=b", b"text", XattrFlags::empty()).unwrap();
+        }
+        set_mtime(&f, t);
+        // h: a hard link to d/f (sorts after it, so the group is named d/f).
+        fs::hard_link(&f, root.join("h")).unwrap();
+
+        // A symlink to d/f and a dangling one with odd bytes in name and target.
+        std::os::unix::fs::symlink("d/f", root.join("s")).unwrap();
+        let odd_name = std::ffi::OsStr::from_bytes(b"l\n\t \\\xff");
+        let odd_target = std::ffi::OsStr::from_bytes(b"no where\x01");
+        std::os::unix::fs::symlink(odd_target, root.join(odd_name)).unwrap();
+        own(&root.join(odd_name));
+        for link in [root.join("s"), root.join(odd_name)] {
+            let st = Command::new("touch")
+                .args(["-h", "-d", "@1000000000.25"])
+                .arg(&link)
+                .status()
+                .unwrap();
+            assert!(st.success());
+        }
+
+        // p: a fifo, sticky + setgid.
+        let p = root.join("p");
+        rustix::fs::mknodat(rustix::fs::CWD, &p, FileType::Fifo, Mode::from(0o600), 0).unwrap();
+        chmod(&p, 0o3640);
+        set_mtime_path(&p, "@7");
+
+        // old: mtime half a second before the epoch.
+        let old = root.join("old");
+        fs::write(&old, b"").unwrap();
+        chmod(&old, 0o644);
+        set_mtime(&old, UNIX_EPOCH - Duration::from_millis(500));
+
+        // sp: 1 MiB with 4 KiB of data at 64 KiB, the rest a hole.
+        let sp = root.join("sp");
+        let mut file = File::create(&sp).unwrap();
+        file.set_len(1 << 20).unwrap();
+        file.seek(SeekFrom::Start(65536)).unwrap();
+        let block: Vec<u8> = (0..4096u32).map(|i| (i % 251) as u8 + 1).collect();
+        file.write_all(&block).unwrap();
+        file.sync_all().unwrap();
+        drop(file);
+        chmod(&sp, 0o600);
+        set_mtime(&sp, t);
+        let mut sp_bytes = vec![0u8; 1 << 20];
+        sp_bytes[65536..65536 + 4096].copy_from_slice(&block);
+
+        chmod(&root.join("d"), 0o750);
+        set_mtime(&root.join("d"), t);
+        chmod(&root, 0o755);
+        set_mtime(&root, UNIX_EPOCH + Duration::new(1, 5));
+
+        let xa = if xattrs {
+            r" xattr:user.a\x3db=text xattr:user.bin=\x00\x01\xff=\x20\x5c xattr:user.empty="
+        } else {
+            ""
+        };
+        let sp_data = if fs_has_holes(tmp.path()) {
+            "65536+4096".to_owned()
+        } else {
+            format!("0+{}", 1 << 20)
+        };
+        let hello = b3(b"hello\n");
+        let expected = format!(
+            "# btrsend manifest v1\n\
+             . dir mode=0755 uid={ruid} gid={rgid} mtime=1.000000005\n\
+             d dir mode=0750 uid={ruid} gid={rgid} mtime=1704164645.123456789\n\
+             d/f file mode=4751 uid={uid} gid={gid} size=6 mtime=1704164645.123456789 link=d/f b3={hello} data=0+6{xa}\n\
+             h file mode=4751 uid={uid} gid={gid} size=6 mtime=1704164645.123456789 link=d/f b3={hello} data=0+6{xa}\n\
+             l\\x0a\\x09\\x20\\x5c\\xff symlink mode=0777 uid={uid} gid={gid} size=9 mtime=1000000000.250000000 target=no\\x20where\\x01\n\
+             old file mode=0644 uid={ruid} gid={rgid} size=0 mtime=-1.500000000 b3={empty} data=-\n\
+             p fifo mode=3640 uid={ruid} gid={rgid} mtime=7.000000000\n\
+             s symlink mode=0777 uid={ruid} gid={rgid} size=3 mtime=1000000000.250000000 target=d/f\n\
+             sp file mode=0600 uid={ruid} gid={rgid} size=1048576 mtime=1704164645.123456789 b3={sp} data={sp_data}\n",
+            ruid = rustix::process::geteuid().as_raw(),
+            rgid = rustix::process::getegid().as_raw(),
+            empty = b3(b""),
+            sp = b3(&sp_bytes),
+        );
+        let got = manifest(&root, Options { holes: true }).unwrap();
+        assert_eq!(got, expected);
+
+        // Without --holes the data= fields are absent, exactly as strip_holes
+        // removes them.
+        let plain = manifest(&root, Options::default()).unwrap();
+        assert!(!plain.contains(" data="));
+        assert_eq!(plain, strip_holes(&expected));
+    }
+
+    #[test]
+    fn sorted_by_raw_bytes_root_first() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path();
+        // '!' (0x21) and '-' (0x2d) sort before '.', '/' (0x2f) after '-'.
+        for name in ["a", "a-c", "!x", "z"] {
+            fs::create_dir(root.join(name)).unwrap();
+        }
+        fs::create_dir(root.join("a/b")).unwrap();
+        let got = manifest(root, Options::default()).unwrap();
+        let paths: Vec<&str> = got
+            .lines()
+            .skip(1)
+            .map(|l| l.split(' ').next().unwrap())
+            .collect();
+        assert_eq!(paths, [".", "!x", "a", "a-c", "a/b", "z"]);
+        assert_eq!(got.lines().next(), Some(HEADER));
+    }
+
+    #[test]
+    fn devices_and_sockets_as_root() {
+        if !rustix::process::geteuid().is_root() {
+            eprintln!("=== SKIPPED devices_and_sockets_as_root: needs root to mknod ===");
+            return;
+        }
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path();
+        let dev = |maj, min| rustix::fs::makedev(maj, min);
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            root.join("c"),
+            FileType::CharacterDevice,
+            Mode::from(0o600),
+            dev(1, 7),
+        )
+        .unwrap();
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            root.join("b"),
+            FileType::BlockDevice,
+            Mode::from(0o600),
+            dev(7, 200),
+        )
+        .unwrap();
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            root.join("so"),
+            FileType::Socket,
+            Mode::from(0o600),
+            0,
+        )
+        .unwrap();
+        for n in ["b", "c", "so"] {
+            chmod(&root.join(n), 0o640);
+            set_mtime_path(&root.join(n), "@9");
+        }
+        let got = manifest(root, Options { holes: true }).unwrap();
+        let lines: Vec<&str> = got.lines().skip(2).collect();
+        assert_eq!(
+            lines,
+            [
+                "b blk mode=0640 uid=0 gid=0 mtime=9.000000000 rdev=7:200",
+                "c chr mode=0640 uid=0 gid=0 mtime=9.000000000 rdev=1:7",
+                "so sock mode=0640 uid=0 gid=0 mtime=9.000000000",
+            ]
+        );
+    }
+
+    /// Set the mtime of a special file (opening a fifo would block) with GNU
+    /// touch.
+    fn set_mtime_path(path: &Path, when: &str) {
+        let st = Command::new("touch")
+            .args(["-h", "-d", when])
+            .arg(path)
+            .status()
+            .unwrap();
+        assert!(st.success());
+    }
+
+    #[test]
+    fn errors_name_the_path() {
+        let err = manifest(Path::new("/nonexistent/btrsend-x"), Options::default()).unwrap_err();
+        assert_eq!(err.to_string(), "lstat failed on /nonexistent/btrsend-x");
+    }
+
+    #[test]
+    fn strip_holes_removes_only_data_fields() {
+        let m = "# btrsend manifest v1\n. dir mode=0755 uid=0 gid=0 mtime=1.000000000\n\
+                 data=x file mode=0644 uid=0 gid=0 size=1 mtime=1.000000000 b3=ab data=0+1 xattr:user.k=data=1\n";
+        assert_eq!(
+            strip_holes(m),
+            "# btrsend manifest v1\n. dir mode=0755 uid=0 gid=0 mtime=1.000000000\n\
+             data=x file mode=0644 uid=0 gid=0 size=1 mtime=1.000000000 b3=ab xattr:user.k=data=1\n"
+        );
+    }
+
+    #[test]
+    fn diff_reports_missing_extra_and_changed() {
+        let a = "# btrsend manifest v1\n. dir mode=0755\nf file size=1 b3=aa\ng file size=2\n";
+        assert_eq!(diff(a, a, 10), None);
+        let b = "# btrsend manifest v1\n. dir mode=0755\nf file size=1 b3=bb\nh file size=3\n";
+        assert_eq!(
+            diff(a, b, 10).unwrap(),
+            "manifests differ in 3 path(s) (- expected only, + actual only, ~ changed):\n\
+             ~ f: expected b3=aa / actual b3=bb\n\
+             - g file size=2\n\
+             + h file size=3\n"
+        );
+        let short = diff(a, b, 1).unwrap();
+        assert!(
+            short.ends_with("~ f: expected b3=aa / actual b3=bb\n… and 2 more\n"),
+            "{short}"
+        );
+        // A different header is reported too.
+        let c = a.replace("v1", "v2");
+        assert!(diff(a, &c, 10).unwrap().contains("- # btrsend manifest v1"));
+    }
+}
