@@ -119,3 +119,51 @@ fn receive_dump_is_forwarded_to_dump() {
     );
     assert_eq!(out.stdout, fs::read(streams.join("tiny.v1.dump")).unwrap());
 }
+
+#[test]
+fn receive_as_ordinary_user_reports_owners_once() {
+    let Some(streams) = common::send_streams_dir() else {
+        return;
+    };
+    let have_setpriv = Command::new("setpriv")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    let is_root = Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| o.stdout == b"0\n");
+    if !is_root || !have_setpriv {
+        eprintln!(
+            "SKIPPED: receive_as_ordinary_user_reports_owners_once needs root and setpriv (to drop to nobody)"
+        );
+        return;
+    }
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let tmp = tempfile::tempdir().unwrap();
+    fs::set_permissions(tmp.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let dir = tmp.path().join("dir");
+    fs::create_dir(&dir).unwrap();
+    fs::set_permissions(&dir, fs::Permissions::from_mode(0o777)).unwrap();
+    let s = streams.join("g1.full.v1.stream");
+    let out = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(env!("CARGO_BIN_EXE_btrsend"))
+        .args([
+            "receive".as_ref(),
+            "-f".as_ref(),
+            s.as_os_str(),
+            dir.as_os_str(),
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert_eq!(
+        err,
+        "btrsend: note: not running as root: file owners (uid/gid) were not set, files belong to the receiving user\n"
+    );
+    let rec = fs::read_to_string(dir.join(".btrsend/g.1.subvol")).unwrap();
+    assert!(rec.ends_with("state=complete\n"), "{rec}");
+    assert_eq!(fs::metadata(dir.join("g.1")).unwrap().uid(), 65534);
+}

@@ -413,6 +413,23 @@ impl<'p> Receiver<'p> {
                         );
                         Ok(())
                     }
+                    // security.* and trusted.* need privileges: as an
+                    // ordinary user, like owners, reported once.
+                    Err(rustix::io::Errno::PERM)
+                        if !rustix::process::geteuid().is_root()
+                            && (name.starts_with(b"security.")
+                                || name.starts_with(b"trusted.")) =>
+                    {
+                        self.note(
+                            "priv-xattr",
+                            format!(
+                                "not running as root: privileged xattrs (security.*, trusted.*) not set, first {} on {}",
+                                name.escape_ascii(),
+                                path.escape_ascii()
+                            ),
+                        );
+                        Ok(())
+                    }
                     r => Ok(r?),
                 }
             }
