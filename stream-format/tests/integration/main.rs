@@ -4,4 +4,5 @@
 mod common;
 mod kernel;
 mod mutate;
+mod quirks;
 mod round_trip;
