@@ -9,3 +9,4 @@ pub use stream_format;
 
 pub mod manifest;
 pub mod receive;
+pub mod ondisk;
