@@ -1,0 +1,128 @@
+//! Newtypes for each address and id space, so mixing them up is a compile
+//! error (as gimli does for its offsets).
+
+use std::fmt;
+
+macro_rules! newtype_u64 {
+    ($(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+        pub struct $name(pub u64);
+
+        impl $name {
+            /// The raw number.
+            pub const fn get(self) -> u64 {
+                self.0
+            }
+
+            /// `self + n`, or `None` on overflow.
+            pub fn checked_add(self, n: u64) -> Option<Self> {
+                self.0.checked_add(n).map(Self)
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                fmt::Display::fmt(&self.0, f)
+            }
+        }
+    };
+}
+
+newtype_u64!(
+    /// A logical address: what tree pointers and extents name; mapped to
+    /// devices by the chunk map.
+    Logical
+);
+newtype_u64!(
+    /// A byte offset on one device.
+    Physical
+);
+newtype_u64!(
+    /// A key objectid: an inode number, a tree id, an address, …
+    ObjectId
+);
+newtype_u64!(
+    /// A transaction id (`generation`, `transid`).
+    Generation
+);
+newtype_u64!(
+    /// A device id within a filesystem.
+    DevId
+);
+
+/// A tree id (the objectid of its ROOT_ITEM). Displayed as a number, as
+/// btrfs-progs does in messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct TreeId(pub u64);
+
+impl TreeId {
+    /// The root tree (1).
+    pub const ROOT: TreeId = TreeId(crate::ondisk::BTRFS_ROOT_TREE_OBJECTID);
+    /// The chunk tree (3).
+    pub const CHUNK: TreeId = TreeId(crate::ondisk::BTRFS_CHUNK_TREE_OBJECTID);
+    /// The top-level subvolume (5).
+    pub const FS: TreeId = TreeId(crate::ondisk::BTRFS_FS_TREE_OBJECTID);
+
+    /// The raw number.
+    pub const fn get(self) -> u64 {
+        self.0
+    }
+}
+
+impl fmt::Display for TreeId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Negative ids (log, reloc, data reloc trees) read better signed.
+        let signed = i64::from_ne_bytes(self.0.to_ne_bytes());
+        if signed < 0 {
+            write!(f, "{signed}")
+        } else {
+            write!(f, "{}", self.0)
+        }
+    }
+}
+
+/// A 16-byte UUID as stored on disk (same byte order as its text form).
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct Uuid(pub [u8; 16]);
+
+impl Uuid {
+    /// The all-zero UUID (btrfs uses it for "none").
+    pub const NIL: Uuid = Uuid([0; 16]);
+
+    /// Whether this is all zero.
+    pub fn is_nil(&self) -> bool {
+        self.0 == [0; 16]
+    }
+}
+
+impl fmt::Display for Uuid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&uuid::Uuid::from_bytes(self.0).hyphenated(), f)
+    }
+}
+
+impl fmt::Debug for Uuid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn display() {
+        assert_eq!(TreeId(5).to_string(), "5");
+        assert_eq!(
+            TreeId(crate::ondisk::BTRFS_TREE_RELOC_OBJECTID).to_string(),
+            "-8"
+        );
+        let u = Uuid([
+            0x0b, 0x2b, 0x57, 0xc3, 0x6d, 0x56, 0x8d, 0x46, 0xaa, 0x28, 0x55, 0x53, 0xb5, 0xd3,
+            0xc0, 0x6a,
+        ]);
+        assert_eq!(u.to_string(), "0b2b57c3-6d56-8d46-aa28-5553b5d3c06a");
+    }
+}
