@@ -17,3 +17,4 @@ pub mod superblock;
 pub mod tree;
 pub mod types;
 pub use error::{Error, Result};
+pub mod chunk_map;

@@ -1,0 +1,772 @@
+//! The chunk map: logical → (devid, physical) for every RAID profile.
+//!
+//! Layout: `struct btrfs_chunk` + `struct btrfs_stripe`
+//! ([`crate::ondisk::Chunk`]); mapping formulas from the format doc §4.4–4.5
+//! (btrfs-progs `volumes.c` `__btrfs_map_block`, facts only). The map is
+//! bootstrapped from the superblock's `sys_chunk_array`, then replaced by the
+//! full chunk tree. Chunks sit in a sorted `Vec`; a lookup first tries the
+//! chunk of the previous hit (tree walks and file reads move forward within
+//! one chunk), then binary-searches.
+
+#![warn(
+    clippy::indexing_slicing,
+    clippy::arithmetic_side_effects,
+    clippy::as_conversions
+)]
+
+use std::fmt;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use zerocopy::FromBytes;
+
+use crate::error::{CorruptKind, Error, Location, Result, Unsupported};
+use crate::ondisk::{self, DiskKey};
+use crate::tree::key::Key;
+use crate::types::{DevId, Logical, Physical, Uuid};
+
+/// The RAID profile of a chunk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Profile {
+    /// One copy.
+    Single,
+    /// Two copies on one device.
+    Dup,
+    /// Striped, no redundancy.
+    Raid0,
+    /// Two copies on two devices.
+    Raid1,
+    /// Three copies.
+    Raid1C3,
+    /// Four copies.
+    Raid1C4,
+    /// Striped mirrors.
+    Raid10,
+    /// Striped with one rotating parity.
+    Raid5,
+    /// Striped with two rotating parities.
+    Raid6,
+}
+
+impl Profile {
+    fn from_flags(flags: u64) -> Option<Profile> {
+        use ondisk::*;
+        Some(match flags & BTRFS_BLOCK_GROUP_PROFILE_MASK {
+            0 => Profile::Single,
+            BTRFS_BLOCK_GROUP_DUP => Profile::Dup,
+            BTRFS_BLOCK_GROUP_RAID0 => Profile::Raid0,
+            BTRFS_BLOCK_GROUP_RAID1 => Profile::Raid1,
+            BTRFS_BLOCK_GROUP_RAID1C3 => Profile::Raid1C3,
+            BTRFS_BLOCK_GROUP_RAID1C4 => Profile::Raid1C4,
+            BTRFS_BLOCK_GROUP_RAID10 => Profile::Raid10,
+            BTRFS_BLOCK_GROUP_RAID5 => Profile::Raid5,
+            BTRFS_BLOCK_GROUP_RAID6 => Profile::Raid6,
+            _ => return None,
+        })
+    }
+
+    /// btrfs-progs' name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Profile::Single => "single",
+            Profile::Dup => "DUP",
+            Profile::Raid0 => "RAID0",
+            Profile::Raid1 => "RAID1",
+            Profile::Raid1C3 => "RAID1C3",
+            Profile::Raid1C4 => "RAID1C4",
+            Profile::Raid10 => "RAID10",
+            Profile::Raid5 => "RAID5",
+            Profile::Raid6 => "RAID6",
+        }
+    }
+
+    /// Parity stripes per row.
+    fn nparity(self) -> usize {
+        match self {
+            Profile::Raid5 => 1,
+            Profile::Raid6 => 2,
+            _ => 0,
+        }
+    }
+}
+
+impl fmt::Display for Profile {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// One stripe of a chunk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChunkStripe {
+    /// The device.
+    pub devid: DevId,
+    /// Where the stripe starts on it.
+    pub offset: Physical,
+    /// The device's UUID.
+    pub dev_uuid: Uuid,
+}
+
+/// A validated chunk.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChunkInfo {
+    /// First logical address.
+    pub logical: Logical,
+    /// Logical length.
+    pub length: u64,
+    /// Type and profile bits.
+    pub flags: u64,
+    /// The profile.
+    pub profile: Profile,
+    /// Stripe length (64 KiB).
+    pub stripe_len: u64,
+    /// 2 for RAID10.
+    pub sub_stripes: u16,
+    /// The stripes.
+    pub stripes: Vec<ChunkStripe>,
+}
+
+/// Where one copy of a logical range lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StripeLoc {
+    /// The device.
+    pub devid: DevId,
+    /// Its UUID (to name it when missing).
+    pub dev_uuid: Uuid,
+    /// Offset on the device.
+    pub physical: Physical,
+}
+
+/// The copies of a logical range, and how much of the range they cover
+/// contiguously.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Mapping {
+    copies: [Option<StripeLoc>; 4],
+    /// Bytes from the start of the request that every copy covers
+    /// contiguously (up to the end of a 64 KiB stripe for striped profiles,
+    /// up to the chunk end otherwise).
+    pub len: u64,
+    /// The chunk's profile.
+    pub profile: Profile,
+}
+
+impl Mapping {
+    /// All copies, preferred first.
+    pub fn copies(&self) -> impl Iterator<Item = StripeLoc> + '_ {
+        self.copies.iter().flatten().copied()
+    }
+
+    /// Copy `i`, if it exists.
+    pub fn copy(&self, i: usize) -> Option<StripeLoc> {
+        self.copies.get(i).copied().flatten()
+    }
+
+    /// Number of copies.
+    pub fn num_copies(&self) -> usize {
+        self.copies.iter().flatten().count()
+    }
+}
+
+impl ChunkInfo {
+    /// Decode and validate a CHUNK_ITEM payload whose key offset is `logical`.
+    /// `location` names the item for messages.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Corrupt`] for a malformed chunk (checks of btrfs-progs
+    /// `tree-checker.c` `btrfs_check_chunk_valid`), [`Error::Unsupported`]
+    /// for the remap tree's chunk types.
+    pub fn parse(
+        logical: u64,
+        data: &[u8],
+        sectorsize: u32,
+        location: &Location,
+    ) -> Result<ChunkInfo> {
+        let corrupt = |kind| Error::corrupt(location.clone(), kind);
+        let (raw, rest) = ondisk::Chunk::ref_from_prefix(data).map_err(|_| {
+            corrupt(CorruptKind::Truncated {
+                what: "chunk item",
+                needed: 48,
+                available: len64(data),
+            })
+        })?;
+        let num_stripes = raw.num_stripes.get();
+        let stripes_len = usize::from(num_stripes).saturating_mul(32);
+        let stripes_raw = rest.get(..stripes_len).ok_or_else(|| {
+            corrupt(CorruptKind::Truncated {
+                what: "chunk stripes",
+                needed: 48u64.saturating_add(u64::try_from(stripes_len).unwrap_or(u64::MAX)),
+                available: len64(data),
+            })
+        })?;
+        let flags = raw.chunk_type.get();
+        let field = |field, value, why| corrupt(CorruptKind::BadField { field, value, why });
+        if flags & (ondisk::BTRFS_BLOCK_GROUP_REMAPPED | ondisk::BTRFS_BLOCK_GROUP_METADATA_REMAP)
+            != 0
+        {
+            return Err(Error::Unsupported(Unsupported::ChunkType {
+                flags,
+                logical: Logical(logical),
+            }));
+        }
+        if flags & !(ondisk::BTRFS_BLOCK_GROUP_TYPE_MASK | ondisk::BTRFS_BLOCK_GROUP_PROFILE_MASK)
+            != 0
+        {
+            return Err(field("type", flags, "unknown type bits"));
+        }
+        if flags & ondisk::BTRFS_BLOCK_GROUP_TYPE_MASK == 0 {
+            return Err(field("type", flags, "no DATA, METADATA or SYSTEM bit"));
+        }
+        let profile = Profile::from_flags(flags)
+            .ok_or_else(|| field("type", flags, "more than one profile bit"))?;
+        let length = raw.length.get();
+        if length == 0 || !length.is_multiple_of(u64::from(sectorsize)) {
+            return Err(field(
+                "length",
+                length,
+                "must be a non-zero multiple of sectorsize",
+            ));
+        }
+        if !logical.is_multiple_of(u64::from(sectorsize)) {
+            return Err(field(
+                "logical",
+                logical,
+                "must be a multiple of sectorsize",
+            ));
+        }
+        if logical.checked_add(length).is_none() {
+            return Err(field("length", length, "chunk end overflows"));
+        }
+        let stripe_len = raw.stripe_len.get();
+        if stripe_len != ondisk::BTRFS_STRIPE_LEN {
+            return Err(field("stripe_len", stripe_len, "must be 65536"));
+        }
+        if raw.sector_size.get() != sectorsize {
+            return Err(field(
+                "sector_size",
+                raw.sector_size.get().into(),
+                "must equal the superblock's sectorsize",
+            ));
+        }
+        let n = num_stripes;
+        let sub = raw.sub_stripes.get();
+        let ok = match profile {
+            Profile::Single => n == 1,
+            Profile::Dup | Profile::Raid1 => n == 2,
+            Profile::Raid1C3 => n == 3,
+            Profile::Raid1C4 => n == 4,
+            Profile::Raid0 => n >= 1,
+            Profile::Raid10 => n >= 2 && n % 2 == 0 && sub == 2,
+            Profile::Raid5 => n >= 2,
+            Profile::Raid6 => n >= 3,
+        };
+        if !ok {
+            return Err(field(
+                "num_stripes",
+                n.into(),
+                "does not fit the chunk profile",
+            ));
+        }
+        if data.len() != 48usize.saturating_add(stripes_len) {
+            return Err(corrupt(CorruptKind::BadSize {
+                what: "chunk item",
+                found: len64(data),
+                expected: 48u64.saturating_add(len64(stripes_raw)),
+            }));
+        }
+        let stripes = <[ondisk::Stripe]>::ref_from_bytes(stripes_raw)
+            .map_err(|_| field("num_stripes", n.into(), "stripes do not fit"))?
+            .iter()
+            .map(|s| ChunkStripe {
+                devid: DevId(s.devid.get()),
+                offset: Physical(s.offset.get()),
+                dev_uuid: Uuid(s.dev_uuid),
+            })
+            .collect();
+        Ok(ChunkInfo {
+            logical: Logical(logical),
+            length,
+            flags,
+            profile,
+            stripe_len,
+            sub_stripes: sub,
+            stripes,
+        })
+    }
+
+    /// One past the last logical address.
+    pub fn end(&self) -> u64 {
+        // OK: checked in `parse`.
+        self.logical.get().saturating_add(self.length)
+    }
+
+    /// Copies a plain read can choose from (RAID5/6: the data strip only,
+    /// until parity rebuild exists).
+    pub fn num_copies(&self) -> usize {
+        match self.profile {
+            Profile::Single | Profile::Raid0 | Profile::Raid5 | Profile::Raid6 => 1,
+            Profile::Dup | Profile::Raid1 | Profile::Raid10 => 2,
+            Profile::Raid1C3 => 3,
+            Profile::Raid1C4 => 4,
+        }
+    }
+
+    /// Map `[logical, logical + len)`, which must start inside this chunk.
+    fn map(&self, logical: Logical, len: u64) -> Option<Mapping> {
+        let off = logical.get().checked_sub(self.logical.get())?;
+        let to_end = self.length.checked_sub(off).filter(|&n| n > 0)?;
+        let sl = self.stripe_len;
+        let stripe_nr = off.checked_div(sl)?;
+        let so = off.checked_rem(sl)?;
+        let in_stripe = sl.checked_sub(so)?;
+        let mut copies = [None; 4];
+        let loc = |idx: u64, dev_off: u64| -> Option<StripeLoc> {
+            let s = self.stripes.get(usize::try_from(idx).ok()?)?;
+            Some(StripeLoc {
+                devid: s.devid,
+                dev_uuid: s.dev_uuid,
+                physical: Physical(s.offset.get().checked_add(dev_off)?),
+            })
+        };
+        let n = u64::try_from(self.stripes.len()).ok()?;
+        let contiguous = match self.profile {
+            Profile::Single
+            | Profile::Dup
+            | Profile::Raid1
+            | Profile::Raid1C3
+            | Profile::Raid1C4 => {
+                for (c, slot) in copies.iter_mut().enumerate().take(self.stripes.len()) {
+                    *slot = Some(loc(u64::try_from(c).ok()?, off)?);
+                }
+                to_end
+            }
+            Profile::Raid0 => {
+                let idx = stripe_nr.checked_rem(n)?;
+                let row = stripe_nr.checked_div(n)?;
+                copies[0] = Some(loc(idx, row.checked_mul(sl)?.checked_add(so)?)?);
+                in_stripe.min(to_end)
+            }
+            Profile::Raid10 => {
+                let sub = u64::from(self.sub_stripes);
+                let groups = n.checked_div(sub)?;
+                let row = stripe_nr.checked_div(groups)?;
+                let first = stripe_nr.checked_rem(groups)?.checked_mul(sub)?;
+                let dev_off = row.checked_mul(sl)?.checked_add(so)?;
+                for (c, slot) in copies
+                    .iter_mut()
+                    .enumerate()
+                    .take(usize::from(self.sub_stripes))
+                {
+                    *slot = Some(loc(first.checked_add(u64::try_from(c).ok()?)?, dev_off)?);
+                }
+                in_stripe.min(to_end)
+            }
+            Profile::Raid5 | Profile::Raid6 => {
+                let nd = n.checked_sub(u64::try_from(self.profile.nparity()).ok()?)?;
+                let full_nr = stripe_nr.checked_div(nd)?;
+                let col = stripe_nr.checked_rem(nd)?;
+                let rot = full_nr.checked_rem(n)?;
+                let idx = col.checked_add(rot)?.checked_rem(n)?;
+                copies[0] = Some(loc(idx, full_nr.checked_mul(sl)?.checked_add(so)?)?);
+                in_stripe.min(to_end)
+            }
+        };
+        Some(Mapping {
+            copies,
+            len: len.min(contiguous),
+            profile: self.profile,
+        })
+    }
+
+    /// Where the parity strips of the row holding `logical` live (P, then Q
+    /// for RAID6); empty for other profiles. For a later parity rebuild.
+    pub fn parity_of(&self, logical: Logical) -> Vec<StripeLoc> {
+        let np = self.profile.nparity();
+        let mut out = Vec::new();
+        let Some(n) = u64::try_from(self.stripes.len()).ok() else {
+            return out;
+        };
+        let calc = || -> Option<(u64, u64, u64)> {
+            let off = logical.get().checked_sub(self.logical.get())?;
+            let nd = n.checked_sub(u64::try_from(np).ok()?)?;
+            let stripe_nr = off.checked_div(self.stripe_len)?;
+            let full_nr = stripe_nr.checked_div(nd)?;
+            let rot = full_nr.checked_rem(n)?;
+            Some((
+                nd,
+                rot,
+                full_nr
+                    .checked_mul(self.stripe_len)?
+                    .checked_add(off.checked_rem(self.stripe_len)?)?,
+            ))
+        };
+        let Some((nd, rot, dev_off)) = calc() else {
+            return out;
+        };
+        for p in 0..u64::try_from(np).unwrap_or(0) {
+            let idx = nd
+                .checked_add(p)
+                .and_then(|x| x.checked_add(rot))
+                .and_then(|x| x.checked_rem(n));
+            if let Some(s) = idx.and_then(|i| self.stripes.get(usize::try_from(i).ok()?))
+                && let Some(physical) = s.offset.get().checked_add(dev_off)
+            {
+                out.push(StripeLoc {
+                    devid: s.devid,
+                    dev_uuid: s.dev_uuid,
+                    physical: Physical(physical),
+                });
+            }
+        }
+        out
+    }
+}
+
+fn len64(b: &[u8]) -> u64 {
+    u64::try_from(b.len()).unwrap_or(u64::MAX)
+}
+
+/// All chunks of a filesystem, sorted by logical address.
+#[derive(Debug, Default)]
+pub struct ChunkMap {
+    chunks: Vec<ChunkInfo>,
+    /// Index of the chunk of the last successful lookup.
+    last: AtomicUsize,
+}
+
+impl Clone for ChunkMap {
+    fn clone(&self) -> ChunkMap {
+        ChunkMap {
+            chunks: self.chunks.clone(),
+            last: AtomicUsize::new(self.last.load(Ordering::Relaxed)),
+        }
+    }
+}
+
+impl ChunkMap {
+    /// An empty map.
+    pub fn new() -> ChunkMap {
+        ChunkMap::default()
+    }
+
+    /// Add a chunk.
+    ///
+    /// # Errors
+    ///
+    /// [`CorruptKind::ChunkOverlap`] if it overlaps a chunk already present.
+    pub fn insert(&mut self, chunk: ChunkInfo, location: &Location) -> Result<()> {
+        let pos = self.chunks.partition_point(|c| c.logical < chunk.logical);
+        let overlap_prev = pos
+            .checked_sub(1)
+            .and_then(|p| self.chunks.get(p))
+            .filter(|p| p.end() > chunk.logical.get());
+        let overlap_next = self
+            .chunks
+            .get(pos)
+            .filter(|n| n.logical.get() < chunk.end());
+        if let Some(other) = overlap_prev.or(overlap_next) {
+            return Err(Error::corrupt(
+                location.clone(),
+                CorruptKind::ChunkOverlap {
+                    logical: chunk.logical,
+                    prev_end: other.end(),
+                },
+            ));
+        }
+        self.chunks.insert(pos, chunk);
+        Ok(())
+    }
+
+    /// Bootstrap from a superblock's `sys_chunk_array`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Corrupt`] naming the byte offset in the array.
+    pub fn from_sys_chunk_array(
+        array: &[u8],
+        sectorsize: u32,
+        device: &std::path::Path,
+    ) -> Result<ChunkMap> {
+        let mut map = ChunkMap::new();
+        let mut pos = 0usize;
+        while pos < array.len() {
+            let location = Location::SysChunkArray {
+                device: device.to_path_buf(),
+                offset: pos,
+            };
+            let corrupt = |kind| Error::corrupt(location.clone(), kind);
+            let rest = array.get(pos..).unwrap_or_default();
+            let (key, rest) = DiskKey::ref_from_prefix(rest).map_err(|_| {
+                corrupt(CorruptKind::Truncated {
+                    what: "key",
+                    needed: 17,
+                    available: len64(rest),
+                })
+            })?;
+            let key = Key::from(key);
+            if key.objectid != ondisk::BTRFS_FIRST_CHUNK_TREE_OBJECTID
+                || key.item_type != ondisk::BTRFS_CHUNK_ITEM_KEY
+            {
+                return Err(corrupt(CorruptKind::UnexpectedKey {
+                    key,
+                    what: "sys_chunk_array",
+                }));
+            }
+            // The item has no explicit size: derive it from num_stripes.
+            let (raw, _) = ondisk::Chunk::ref_from_prefix(rest).map_err(|_| {
+                corrupt(CorruptKind::Truncated {
+                    what: "chunk item",
+                    needed: 48,
+                    available: len64(rest),
+                })
+            })?;
+            let size =
+                48usize.saturating_add(usize::from(raw.num_stripes.get()).saturating_mul(32));
+            let item = rest.get(..size).ok_or_else(|| {
+                corrupt(CorruptKind::Truncated {
+                    what: "chunk item",
+                    needed: u64::try_from(size).unwrap_or(u64::MAX),
+                    available: len64(rest),
+                })
+            })?;
+            let chunk = ChunkInfo::parse(key.offset, item, sectorsize, &location)?;
+            map.insert(chunk, &location)?;
+            pos = pos.saturating_add(17).saturating_add(size);
+        }
+        Ok(map)
+    }
+
+    /// The chunks, in logical order.
+    pub fn chunks(&self) -> &[ChunkInfo] {
+        &self.chunks
+    }
+
+    /// The chunk containing `logical`. Tries the last hit first.
+    pub fn lookup(&self, logical: Logical) -> Option<&ChunkInfo> {
+        let contains = |c: &ChunkInfo| c.logical <= logical && logical.get() < c.end();
+        let last = self.last.load(Ordering::Relaxed);
+        if let Some(c) = self.chunks.get(last).filter(|c| contains(c)) {
+            return Some(c);
+        }
+        let idx = self
+            .chunks
+            .partition_point(|c| c.logical <= logical)
+            .checked_sub(1)?;
+        let c = self.chunks.get(idx).filter(|c| contains(c))?;
+        self.last.store(idx, Ordering::Relaxed);
+        Some(c)
+    }
+
+    /// Map `[logical, logical + len)`: all copies of its first contiguous
+    /// piece ([`Mapping::len`] bytes; map the rest separately).
+    ///
+    /// # Errors
+    ///
+    /// [`CorruptKind::Unmapped`] if no chunk holds `logical`.
+    pub fn map(&self, logical: Logical, len: u64) -> Result<Mapping> {
+        let unmapped = || {
+            Error::corrupt(
+                Location::Logical(logical),
+                CorruptKind::Unmapped { logical },
+            )
+        };
+        let chunk = self.lookup(logical).ok_or_else(unmapped)?;
+        chunk.map(logical, len).ok_or_else(unmapped)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(
+        clippy::indexing_slicing,
+        clippy::arithmetic_side_effects,
+        clippy::as_conversions
+    )]
+    use super::*;
+
+    const SL: u64 = 65536;
+
+    fn chunk(
+        profile_bits: u64,
+        logical: u64,
+        length: u64,
+        sub: u16,
+        stripes: &[(u64, u64)],
+    ) -> ChunkInfo {
+        let mut b = Vec::new();
+        b.extend_from_slice(&length.to_le_bytes());
+        b.extend_from_slice(&2u64.to_le_bytes());
+        b.extend_from_slice(&SL.to_le_bytes());
+        b.extend_from_slice(&(ondisk::BTRFS_BLOCK_GROUP_DATA | profile_bits).to_le_bytes());
+        b.extend_from_slice(&65536u32.to_le_bytes());
+        b.extend_from_slice(&65536u32.to_le_bytes());
+        b.extend_from_slice(&4096u32.to_le_bytes());
+        b.extend_from_slice(&(stripes.len() as u16).to_le_bytes());
+        b.extend_from_slice(&sub.to_le_bytes());
+        for &(devid, off) in stripes {
+            b.extend_from_slice(&devid.to_le_bytes());
+            b.extend_from_slice(&off.to_le_bytes());
+            b.extend_from_slice(&[devid as u8; 16]);
+        }
+        ChunkInfo::parse(logical, &b, 4096, &Location::Logical(Logical(logical))).unwrap()
+    }
+
+    fn locs(m: &Mapping) -> Vec<(u64, u64)> {
+        m.copies()
+            .map(|l| (l.devid.get(), l.physical.get()))
+            .collect()
+    }
+
+    #[test]
+    fn mirrored_profiles() {
+        let c = chunk(
+            ondisk::BTRFS_BLOCK_GROUP_DUP,
+            1 << 30,
+            1 << 28,
+            1,
+            &[(1, 1 << 20), (1, 300 << 20)],
+        );
+        let m = c.map(Logical((1 << 30) + 5000), 1 << 20).unwrap();
+        assert_eq!(locs(&m), [(1, (1 << 20) + 5000), (1, (300 << 20) + 5000)]);
+        assert_eq!(m.len, 1 << 20);
+        let c = chunk(
+            ondisk::BTRFS_BLOCK_GROUP_RAID1C4,
+            0,
+            1 << 20,
+            1,
+            &[(1, 10), (2, 20), (3, 30), (4, 40)],
+        );
+        let m = c.map(Logical(7), 100).unwrap();
+        assert_eq!(locs(&m), [(1, 17), (2, 27), (3, 37), (4, 47)]);
+        // Never past the chunk end.
+        assert_eq!(c.map(Logical((1 << 20) - 10), 100).unwrap().len, 10);
+        assert!(c.map(Logical(1 << 20), 1).is_none());
+    }
+
+    #[test]
+    fn raid0() {
+        let c = chunk(
+            ondisk::BTRFS_BLOCK_GROUP_RAID0,
+            0,
+            6 * SL,
+            1,
+            &[(1, 1000), (2, 2000), (3, 3000)],
+        );
+        // stripe_nr 4 -> device index 1, row 1.
+        let m = c.map(Logical(4 * SL + 7), 2 * SL).unwrap();
+        assert_eq!(locs(&m), [(2, 2000 + SL + 7)]);
+        assert_eq!(m.len, SL - 7);
+    }
+
+    #[test]
+    fn raid10() {
+        let c = chunk(
+            ondisk::BTRFS_BLOCK_GROUP_RAID10,
+            0,
+            8 * SL,
+            2,
+            &[(1, 0), (2, 0), (3, 0), (4, 0)],
+        );
+        // groups = 2; stripe 3 -> group 1 (devices 3, 4), row 1.
+        let m = c.map(Logical(3 * SL + 1), 10).unwrap();
+        assert_eq!(locs(&m), [(3, SL + 1), (4, SL + 1)]);
+    }
+
+    #[test]
+    fn raid5_parity_rotates() {
+        // 3 devices: 2 data + 1 parity per row.
+        let c = chunk(
+            ondisk::BTRFS_BLOCK_GROUP_RAID5,
+            0,
+            6 * SL,
+            1,
+            &[(1, 0), (2, 0), (3, 0)],
+        );
+        let dev_of = |stripe: u64| locs(&c.map(Logical(stripe * SL), 1).unwrap())[0];
+        // Row 0: D0 on dev1, D1 on dev2, P on dev3.
+        assert_eq!(dev_of(0), (1, 0));
+        assert_eq!(dev_of(1), (2, 0));
+        assert_eq!(c.parity_of(Logical(0))[0].devid, DevId(3));
+        // Row 1 rotates by one: D2 on dev2, D3 on dev3, P on dev1.
+        assert_eq!(dev_of(2), (2, SL));
+        assert_eq!(dev_of(3), (3, SL));
+        assert_eq!(c.parity_of(Logical(2 * SL))[0].devid, DevId(1));
+        // Row 2: D4 on dev3, D5 on dev1, P on dev2.
+        assert_eq!(dev_of(4), (3, 2 * SL));
+        assert_eq!(dev_of(5), (1, 2 * SL));
+    }
+
+    #[test]
+    fn raid6_p_and_q() {
+        let c = chunk(
+            ondisk::BTRFS_BLOCK_GROUP_RAID6,
+            0,
+            4 * SL,
+            1,
+            &[(1, 0), (2, 0), (3, 0), (4, 0)],
+        );
+        let p: Vec<u64> = c
+            .parity_of(Logical(2 * SL))
+            .iter()
+            .map(|l| l.devid.get())
+            .collect();
+        // Row 1, rot 1: data on devs 2, 3; P on 4; Q on 1.
+        assert_eq!(locs(&c.map(Logical(2 * SL), 1).unwrap()), [(2, SL)]);
+        assert_eq!(p, [4, 1]);
+    }
+
+    #[test]
+    fn map_lookup_and_last_hit() {
+        let mut map = ChunkMap::new();
+        let loc = Location::Logical(Logical(0));
+        map.insert(chunk(0, 1 << 20, 1 << 20, 1, &[(1, 0)]), &loc)
+            .unwrap();
+        map.insert(chunk(0, 4 << 20, 1 << 20, 1, &[(1, 1 << 20)]), &loc)
+            .unwrap();
+        assert_eq!(
+            locs(&map.map(Logical((4 << 20) + 3), 1).unwrap()),
+            [(1, (1 << 20) + 3)]
+        );
+        assert_eq!(map.last.load(Ordering::Relaxed), 1);
+        assert_eq!(locs(&map.map(Logical((1 << 20) + 3), 1).unwrap()), [(1, 3)]);
+        let e = map.map(Logical(3 << 20), 1).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "corrupt logical 3145728: logical 3145728 is not mapped by any chunk"
+        );
+        let e = map
+            .insert(chunk(0, (1 << 20) + 4096, 4096, 1, &[(1, 0)]), &loc)
+            .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("overlaps the previous chunk ending at 2097152"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn bad_chunks() {
+        let mut b = Vec::new();
+        b.extend_from_slice(&(1u64 << 20).to_le_bytes());
+        b.extend_from_slice(&2u64.to_le_bytes());
+        b.extend_from_slice(&SL.to_le_bytes());
+        b.extend_from_slice(
+            &(ondisk::BTRFS_BLOCK_GROUP_DATA | ondisk::BTRFS_BLOCK_GROUP_RAID1).to_le_bytes(),
+        );
+        b.extend_from_slice(&[0; 8]);
+        b.extend_from_slice(&4096u32.to_le_bytes());
+        b.extend_from_slice(&1u16.to_le_bytes());
+        b.extend_from_slice(&1u16.to_le_bytes());
+        b.extend_from_slice(&[0; 32]);
+        let loc = Location::Logical(Logical(0));
+        let e = ChunkInfo::parse(0, &b, 4096, &loc).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "corrupt logical 0: invalid num_stripes 1: does not fit the chunk profile"
+        );
+        let e = ChunkInfo::parse(0, &b[..60], 4096, &loc).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "corrupt logical 0: truncated chunk stripes: need 80 bytes, 60 available"
+        );
+    }
+}
