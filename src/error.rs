@@ -283,9 +283,9 @@ pub enum CorruptKind {
     ItemPastEnd {
         /// The slot.
         slot: u32,
-        /// End of its data, relative to the block start.
+        /// End of its data, relative to the header end (as `itemoff`).
         end: u64,
-        /// End of the block.
+        /// Size of the leaf data area (nodesize - 101).
         limit: u64,
     },
     /// Item data not packed right after the previous item's.

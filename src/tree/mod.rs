@@ -4,3 +4,5 @@
 //! this module knows B-tree blocks but nothing of inodes or subvolumes.
 
 pub mod key;
+pub mod node;
+pub mod walk;
