@@ -9,12 +9,18 @@ pub use stream_format;
 
 pub mod manifest;
 pub mod receive;
-pub mod ondisk;
+
+// The device reader, in data-flow order: device -> superblock -> chunk_map
+// -> tree -> volume -> fs.
+pub mod chunk_map;
 pub mod csum;
 pub mod device;
 pub mod error;
+pub mod fs;
+pub mod ondisk;
 pub mod superblock;
 pub mod tree;
 pub mod types;
+pub mod volume;
+
 pub use error::{Error, Result};
-pub mod chunk_map;
