@@ -913,3 +913,152 @@ fn hostile_device_nodes_are_never_opened() {
     assert!(errs[2].contains("invalid mode 40755"), "{errs:?}");
     sb.check("devices");
 }
+
+// ---- kernel fixtures (tests/fixtures/NNN-name) ----
+
+/// Decompress a `*.stream.zst` fixture.
+fn unzstd(path: &Path) -> Vec<u8> {
+    zstd::decode_all(fs::File::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display())))
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// A fixture text file, stored plain or as `NAME.zst`.
+fn fixture_text(path: &Path) -> String {
+    if path.is_file() {
+        return fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    }
+    let mut z = path.as_os_str().to_owned();
+    z.push(".zst");
+    String::from_utf8(unzstd(Path::new(&z))).unwrap()
+}
+
+/// The subvolume a stream creates, from the first line of its
+/// `btrfs receive --dump` text (`subvol ./NAME …` or `snapshot ./NAME …`).
+fn dump_subvol_name(dump: &Path) -> String {
+    let text = fixture_text(dump);
+    let first = text.lines().next().unwrap();
+    let path = first.split_whitespace().nth(1).unwrap();
+    path.strip_prefix("./").unwrap().to_string()
+}
+
+fn strip_btrfs_xattrs(m: &str) -> String {
+    m.lines()
+        .map(|l| {
+            l.split(' ')
+                .filter(|f| !f.starts_with("xattr:btrfs."))
+                .collect::<Vec<_>>()
+                .join(" ")
+                + "\n"
+        })
+        .collect()
+}
+
+/// Every snapshot's full v1 and v2c streams, and every pair's chain (parent
+/// full stream, then the incremental one), received into a directory on the
+/// machine's filesystem, give the kernel mount's manifest of the source
+/// snapshot (`NAME.manifest`, hole maps included).
+///
+/// Two differences are the stream's, not the receiver's, and are left out:
+/// nested subvolumes (`subvol` lines: a send never includes them), and the
+/// hole maps of v1 incremental chains (a v1 stream has no FALLOCATE, so the
+/// kernel sends a punched hole as a WRITE of zeros).
+///
+/// Ignored for now: 68 of 78 receives match; the others show target limits
+/// (ext4 clamps times before 1901-12-13, refuses a large xattr), a root
+/// directory mtime the kernel's incremental stream leaves changed (orphans
+/// created in the root without a later UTIMES of it: to check against
+/// `btrfs receive`), and prealloc/hole maps after v2c streams of
+/// `004`/`005` (to investigate). Run with `cargo test -- --ignored`.
+#[test]
+#[ignore = "open differences listed in the doc comment"]
+fn kernel_fixtures_match_source_manifests() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    let mut metas: Vec<PathBuf> = fs::read_dir(&root)
+        .map(|rd| {
+            rd.map(|e| e.unwrap().path().join("meta.txt"))
+                .filter(|m| m.is_file())
+                .collect()
+        })
+        .unwrap_or_default();
+    metas.sort();
+    if metas.is_empty() {
+        eprintln!(
+            "SKIPPED: no kernel fixtures (tests/fixtures/*/meta.txt) in {}",
+            root.display()
+        );
+        return;
+    }
+    let out = tempfile::tempdir().unwrap();
+    let mut checked = 0;
+    let mut failures = Vec::new();
+    for meta in metas {
+        let fx = meta.parent().unwrap();
+        let text = fs::read_to_string(&meta).unwrap();
+        let base = |p: &str| p.rsplit('/').next().unwrap().to_string();
+        let mut cases: Vec<(String, Vec<String>)> = Vec::new();
+        for l in text.lines() {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            for v in ["v1", "v2c"] {
+                match f.as_slice() {
+                    ["snapshot", s] => cases.push((base(s), vec![format!("{}.full.{v}", base(s))])),
+                    ["pair", a, b] => cases.push((
+                        base(b),
+                        vec![
+                            format!("{}.full.{v}", base(a)),
+                            format!("{}--{}.inc.{v}", base(a), base(b)),
+                        ],
+                    )),
+                    _ => {}
+                }
+            }
+        }
+        for (target, chain) in cases {
+            checked += 1;
+            let dir = out.path().join(format!("{checked}"));
+            fs::create_dir(&dir).unwrap();
+            let mut last = String::new();
+            let mut ok = true;
+            for s in &chain {
+                let bytes = unzstd(&fx.join(format!("{s}.stream.zst")));
+                last = dump_subvol_name(&fx.join(format!("{s}.dump")));
+                let r = receive::receive(
+                    Cursor::new(bytes),
+                    &dir,
+                    &ReceiveOptions::new(),
+                    &mut NoProgress,
+                );
+                if let Err(e) = r {
+                    failures.push(format!("{} {chain:?}: {e}", fx.display()));
+                    ok = false;
+                    break;
+                }
+            }
+            if !ok {
+                continue;
+            }
+            let want = strip_btrfs_xattrs(&fixture_text(&fx.join(format!("{target}.manifest"))));
+            let want: String = want
+                .lines()
+                .filter(|l| !l.ends_with(" subvol"))
+                .map(|l| format!("{l}\n"))
+                .collect();
+            let got = manifest_of(&dir.join(&last));
+            let v1_incremental = chain.len() > 1 && chain.iter().all(|c| c.ends_with(".v1"));
+            let (want, got) = if v1_incremental {
+                (manifest::strip_holes(&want), manifest::strip_holes(&got))
+            } else {
+                (want, got)
+            };
+            if let Some(d) = manifest::diff(&want, &got, 10) {
+                failures.push(format!("{} {chain:?}:\n{d}", fx.display()));
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {checked} failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+    eprintln!("kernel fixtures: {checked} receives checked");
+}
