@@ -363,3 +363,71 @@ pub fn list_subvolumes(fs: &Filesystem) -> Result<Vec<Subvolume>> {
     }
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn item(data: &[u8]) -> ItemRef<'_> {
+        ItemRef {
+            key: Key::new(257, ondisk::BTRFS_ROOT_ITEM_KEY, 8),
+            data,
+            leaf: Logical(30408704),
+            tree: TreeId::ROOT,
+            slot: 3,
+        }
+    }
+
+    fn root_item(generation: u64, generation_v2: u64) -> Vec<u8> {
+        let mut b = vec![0u8; 439];
+        b[0xA0..0xA8].copy_from_slice(&generation.to_le_bytes());
+        b[0xB0..0xB8].copy_from_slice(&30425088u64.to_le_bytes());
+        b[0xD0] = 1; // RDONLY
+        b[0xD8] = 1; // refs
+        b[0xEE] = 2; // level
+        b[0xEF..0xF7].copy_from_slice(&generation_v2.to_le_bytes());
+        b[0xF7] = 0xAB; // uuid[0]
+        b[0x127..0x12F].copy_from_slice(&42u64.to_le_bytes()); // ctransid
+        b
+    }
+
+    #[test]
+    fn full_root_item() {
+        let b = root_item(9, 9);
+        let r = RootInfo::parse(&item(&b)).unwrap();
+        assert_eq!(
+            (r.id, r.key_offset, r.generation),
+            (TreeId(257), 8, Generation(9))
+        );
+        assert_eq!((r.bytenr, r.level, r.refs), (Logical(30425088), 2, 1));
+        assert!(r.is_readonly() && r.has_v2_fields && r.v2_current);
+        assert_eq!(r.uuid.0[0], 0xAB);
+        assert_eq!(r.ctransid, Generation(42));
+        let t = r.tree_root();
+        assert_eq!(
+            (t.logical, t.level, t.generation),
+            (Logical(30425088), 2, Generation(9))
+        );
+        // Written by an old kernel, then updated: v2 fields are stale.
+        assert!(!RootInfo::parse(&item(&root_item(9, 5))).unwrap().v2_current);
+    }
+
+    #[test]
+    fn legacy_root_item() {
+        let b = root_item(9, 9);
+        let r = RootInfo::parse(&item(&b[..RootItem::LEGACY_SIZE])).unwrap();
+        assert!(!r.has_v2_fields && !r.v2_current);
+        assert!(r.uuid.is_nil());
+        assert_eq!(r.generation, Generation(9));
+    }
+
+    #[test]
+    fn bad_root_item_size() {
+        let b = root_item(9, 9);
+        let e = RootInfo::parse(&item(&b[..300])).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "corrupt item 3 key (257 ROOT_ITEM 8) in leaf at logical 30408704 (tree 1): bad root item size 300, expected 439"
+        );
+    }
+}
