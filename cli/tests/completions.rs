@@ -14,9 +14,15 @@ fn bash_completions_name_the_subcommands() {
     let out = run(&["completions", "bash"]);
     assert!(out.status.success(), "exit {:?}", out.status);
     let text = String::from_utf8(out.stdout).expect("utf-8 script");
-    assert!(text.contains("_btrsend()"), "no completion function in:\n{text}");
+    assert!(
+        text.contains("_btrsend()"),
+        "no completion function in:\n{text}"
+    );
     for sub in ["dump", "receive", "manifest", "list", "completions"] {
-        assert!(text.contains(sub), "subcommand {sub} missing from bash completions");
+        assert!(
+            text.contains(sub),
+            "subcommand {sub} missing from bash completions"
+        );
     }
 }
 
@@ -34,7 +40,10 @@ fn unknown_shell_is_a_usage_error() {
     let out = run(&["completions", "tcsh"]);
     assert_eq!(out.status.code(), Some(2), "clap usage errors exit 2");
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("tcsh"), "stderr does not name the bad value: {err}");
+    assert!(
+        err.contains("tcsh"),
+        "stderr does not name the bad value: {err}"
+    );
 }
 
 #[test]

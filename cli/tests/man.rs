@@ -29,8 +29,14 @@ fn man_pages_are_current() {
     let tmp = tempfile::tempdir().expect("tempdir");
     clap_mangen::generate_to(Cli::command(), tmp.path()).expect("generate man pages");
     let generated = read_pages(tmp.path());
-    assert!(generated.contains_key("btrsend.1"), "no btrsend.1 generated");
-    assert!(generated.contains_key("btrsend-dump.1"), "no btrsend-dump.1 generated");
+    assert!(
+        generated.contains_key("btrsend.1"),
+        "no btrsend.1 generated"
+    );
+    assert!(
+        generated.contains_key("btrsend-dump.1"),
+        "no btrsend-dump.1 generated"
+    );
 
     let dir = man_dir();
     if std::env::var_os("BTRSEND_UPDATE_MAN").is_some() {
