@@ -129,6 +129,20 @@ pub enum Location {
     Tree(TreeId),
     /// A logical address.
     Logical(Logical),
+    /// File data: an inode's bytes at a file offset, read from a logical
+    /// address on one mirror.
+    FileData {
+        /// The subvolume tree.
+        tree: TreeId,
+        /// The inode.
+        ino: u64,
+        /// The file offset of the first bad byte (or of the extent).
+        file_offset: u64,
+        /// The logical address read.
+        logical: Logical,
+        /// Which copy (1-based), and how many there are.
+        mirror: (usize, usize),
+    },
 }
 
 impl fmt::Display for Location {
@@ -173,6 +187,16 @@ impl fmt::Display for Location {
             }
             Location::Tree(tree) => write!(f, "tree {tree}"),
             Location::Logical(l) => write!(f, "logical {l}"),
+            Location::FileData {
+                tree,
+                ino,
+                file_offset,
+                logical,
+                mirror: (mirror, copies),
+            } => write!(
+                f,
+                "data of inode {ino} at file offset {file_offset} (tree {tree}, logical {logical}, mirror {mirror} of {copies})"
+            ),
         }
     }
 }
@@ -375,6 +399,14 @@ pub enum CorruptKind {
         what: &'static str,
         /// Its key (or the key searched for).
         key: Key,
+    },
+    /// Compressed data that does not decode.
+    #[error("bad {algorithm} data: {reason}")]
+    Decompress {
+        /// The compression algorithm.
+        algorithm: &'static str,
+        /// What the decoder said.
+        reason: String,
     },
     /// A reference chain that loops or is too deep.
     #[error("{what} loop at objectid {objectid}")]

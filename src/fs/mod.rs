@@ -1,9 +1,22 @@
 //! The filesystem model: trees found through the root tree, subvolumes,
-//! and (later) inodes, directories, xattrs and extents.
+//! and inside a subvolume tree ([`FsTree`]) inodes, names, directories,
+//! xattrs, extents and file contents.
 //!
 //! Stage 4 of the data flow (device → chunk map → tree → **fs**).
+//!
+//! What the send planner calls: [`Filesystem::fs_tree`] for a subvolume,
+//! then [`FsTree::inodes`] for the single key-order pass (one
+//! [`InodeGroup`] per inode), [`FsTree::inode`], [`FsTree::dir_entries`],
+//! [`FsTree::lookup`], [`FsTree::names`], [`FsTree::xattrs`],
+//! [`FsTree::extents`] for random access, [`FsTree::segments`] for the
+//! data/hole layout and [`FsTree::reader`] for the bytes.
 
+pub mod compress;
+pub mod data;
+pub mod items;
+pub mod manifest;
 pub mod subvol;
+pub mod tree;
 
 use std::path::Path;
 
@@ -14,7 +27,13 @@ use crate::tree::walk::{Cursor, TreeRoot};
 use crate::types::TreeId;
 use crate::volume::Volume;
 
+pub use data::{FileReader, Segment, SegmentKind, Segments};
+pub use items::{
+    Compression, DirEntry, DiskExtent, ExtentData, FileExtent, FileType, Inode, InodeName, Target,
+    Timespec, Xattr,
+};
 pub use subvol::{RootInfo, Subvolume};
+pub use tree::{DirEntries, Extents, FsTree, InodeGroup, InodeWalker, WalkOptions};
 
 /// An opened filesystem.
 #[derive(Debug)]

@@ -7,15 +7,12 @@
 //! LZO with btrfs's per-sector framing for sector sizes 4 KiB .. 64 KiB. The
 //! data may carry sector padding after the compressed bytes.
 //!
-//! btrfs LZO framing (Linux `fs/btrfs/lzo.c`): a little-endian u32 total
-//! length (including itself), then segments, each a little-endian u32 length
-//! and that many bytes of one LZO1X block that decodes to at most one sector.
-//! A segment header never straddles a sector boundary: when fewer than 4
-//! bytes are left in the current sector, they are padding and the next header
-//! starts at the next sector.
+//! The decoders themselves (zlib, zstd, btrfs's LZO framing) are shared with
+//! the filesystem model: [`crate::fs::compress`].
 
 use std::fmt;
-use std::io::Read;
+
+use crate::fs::compress::{Algorithm, DecompressError, decompress};
 
 /// Largest decoded extent (`BTRFS_MAX_UNCOMPRESSED`, 128 KiB): the uapi
 /// limit of `unencoded_len`, and a bound on what a hostile stream can make us
@@ -109,19 +106,22 @@ pub fn decode(
     }
     // OK to convert: bounded by MAX_UNENCODED above.
     let total = usize::try_from(unencoded_len).expect("bounded");
+    let corrupt = |e: DecompressError| DecodeDataError::Corrupt(e.0);
     let mut out = match compression {
         0 => data
             .get(..total.min(data.len()))
             .unwrap_or_default()
             .to_vec(),
-        1 => read_bounded(flate2::read::ZlibDecoder::new(data), total)?,
-        2 => {
-            let d = zstd::stream::read::Decoder::with_buffer(data)
-                .map_err(|e| DecodeDataError::Corrupt(e.to_string()))?
-                .single_frame();
-            read_bounded(d, total)?
-        }
-        3..=7 => lzo_btrfs(data, 4096 << (compression - 3), total)?,
+        1 => decompress(Algorithm::Zlib, data, total).map_err(corrupt)?,
+        2 => decompress(Algorithm::Zstd, data, total).map_err(corrupt)?,
+        3..=7 => decompress(
+            Algorithm::Lzo {
+                sectorsize: 4096 << (compression - 3),
+            },
+            data,
+            total,
+        )
+        .map_err(corrupt)?,
         c => return Err(DecodeDataError::UnknownCompression(c)),
     };
     // The decoder may stop short of the extent's length: the rest is zeros,
@@ -132,69 +132,6 @@ pub fn decode(
     let len = usize::try_from(unencoded_file_len).expect("bounded");
     out.truncate(start + len);
     out.drain(..start);
-    Ok(out)
-}
-
-fn read_bounded(r: impl Read, max: usize) -> Result<Vec<u8>, DecodeDataError> {
-    let mut out = Vec::with_capacity(max);
-    // One more byte than allowed shows an over-long stream without
-    // decompressing all of it.
-    let limit = u64::try_from(max).unwrap_or(u64::MAX).saturating_add(1);
-    r.take(limit)
-        .read_to_end(&mut out)
-        .map_err(|e| DecodeDataError::Corrupt(e.to_string()))?;
-    if out.len() > max {
-        return Err(DecodeDataError::Corrupt(format!(
-            "decodes to more than unencoded_len {max} bytes"
-        )));
-    }
-    Ok(out)
-}
-
-fn le32(data: &[u8], at: usize) -> Option<usize> {
-    let b: [u8; 4] = data.get(at..at.checked_add(4)?)?.try_into().ok()?;
-    usize::try_from(u32::from_le_bytes(b)).ok()
-}
-
-/// btrfs's LZO framing (see the module doc).
-fn lzo_btrfs(data: &[u8], sector: usize, max: usize) -> Result<Vec<u8>, DecodeDataError> {
-    let corrupt = |m: String| DecodeDataError::Corrupt(format!("lzo: {m}"));
-    let total = le32(data, 0).ok_or_else(|| corrupt("no header".into()))?;
-    if total > data.len() || total < 4 {
-        return Err(corrupt(format!(
-            "total length {total} does not fit the {} bytes of data",
-            data.len()
-        )));
-    }
-    let mut out = Vec::with_capacity(max);
-    let mut pos = 4usize;
-    let mut buf = vec![0u8; sector];
-    while pos < total && out.len() < max {
-        let left_in_sector = sector - pos % sector;
-        if left_in_sector < 4 {
-            pos += left_in_sector;
-            if pos >= total {
-                break;
-            }
-        }
-        let seg =
-            le32(data, pos).ok_or_else(|| corrupt(format!("segment header at {pos} truncated")))?;
-        pos += 4;
-        let src = pos
-            .checked_add(seg)
-            .filter(|&e| e <= total)
-            .and_then(|e| data.get(pos..e))
-            .ok_or_else(|| {
-                corrupt(format!(
-                    "segment of {seg} bytes at {pos} runs past the total length {total}"
-                ))
-            })?;
-        let n = lzo::decompress_into(src, &mut buf)
-            .map_err(|e| corrupt(format!("segment at {pos}: {e}")))?;
-        let n = n.min(max - out.len());
-        out.extend_from_slice(buf.get(..n).unwrap_or_default());
-        pos += seg;
-    }
     Ok(out)
 }
 

@@ -1,0 +1,650 @@
+//! File contents: a file's extents turned into a gap-free sequence of
+//! [`Segment`]s (data, prealloc, holes — explicit or implied under
+//! NO_HOLES — clamped to i_size), and a [`FileReader`] that returns the
+//! bytes, decompressing zlib, LZO and zstd extents and optionally verifying
+//! data checksums against the csum tree, trying every mirror.
+//!
+//! Read path as in the format doc §12.3 (and btrfs-progs `restore`,
+//! btrfs-fuse `btrfs_read_file`): extents in offset order, a compressed
+//! extent is read and decoded whole, an uncompressed one only where it is
+//! needed; checksums cover on-disk sectors, indexed by logical address
+//! (§10). NODATASUM inodes and prealloc ranges have no checksums.
+
+#![warn(
+    clippy::indexing_slicing,
+    clippy::arithmetic_side_effects,
+    clippy::as_conversions
+)]
+
+use crate::csum::Csum;
+use crate::error::{CorruptKind, Error, Location, Result};
+use crate::ondisk;
+use crate::tree::key::Key;
+use crate::types::Logical;
+
+use super::compress::{self, decompress};
+use super::items::{Compression, DiskExtent, ExtentData, FileExtent, Inode};
+use super::tree::{Extents, FsTree, search_le};
+
+/// Largest read done in one step of [`FileReader::read`] (bounds memory).
+const MAX_READ: usize = 1 << 20;
+
+/// What a file range holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SegmentKind {
+    /// No extent covers it (NO_HOLES), or an explicit hole extent
+    /// (`disk_bytenr` 0; the extent is given).
+    Hole(Option<FileExtent>),
+    /// A preallocated extent: reads as zeros.
+    Prealloc(FileExtent),
+    /// Data: an inline or a regular extent.
+    Data(FileExtent),
+}
+
+/// A file range `[offset, offset + len)` and what it holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Segment {
+    /// File offset.
+    pub offset: u64,
+    /// Length (> 0).
+    pub len: u64,
+    /// What is there.
+    pub kind: SegmentKind,
+}
+
+impl Segment {
+    /// End offset.
+    pub fn end(&self) -> u64 {
+        self.offset.saturating_add(self.len)
+    }
+
+    /// Whether `lseek(SEEK_DATA)` reports it as data (btrfs: inline and
+    /// regular extents; holes and prealloc are holes).
+    pub fn is_data(&self) -> bool {
+        matches!(self.kind, SegmentKind::Data(_))
+    }
+}
+
+/// The segments of one file, in order, covering `[start, i_size)` without
+/// gaps. Streams over the file's extent items.
+#[derive(Debug)]
+pub struct Segments<'fs> {
+    extents: Extents<'fs>,
+    next: Option<FileExtent>,
+    exhausted: bool,
+    pos: u64,
+    size: u64,
+    sectorsize: u32,
+}
+
+impl<'fs> FsTree<'fs> {
+    /// The segments of `inode` from file offset 0.
+    pub fn segments(&self, inode: &Inode) -> Segments<'_> {
+        Segments {
+            extents: self.extents(inode.ino),
+            next: None,
+            exhausted: false,
+            pos: 0,
+            size: inode.size,
+            sectorsize: self.sectorsize(),
+        }
+    }
+
+    /// The segments of `inode` from file offset `offset` (the first one
+    /// starts there).
+    ///
+    /// # Errors
+    ///
+    /// Tree read errors.
+    pub fn segments_at(&self, inode: &Inode, offset: u64) -> Result<Segments<'_>> {
+        Ok(Segments {
+            extents: self.extents_at(inode.ino, offset)?,
+            next: None,
+            exhausted: false,
+            pos: offset,
+            size: inode.size,
+            sectorsize: self.sectorsize(),
+        })
+    }
+
+    /// A reader of `inode`'s contents; with `verify`, data checksums are
+    /// checked (except for NODATASUM inodes).
+    pub fn reader(&self, inode: &Inode, verify: bool) -> FileReader<'_, 'fs> {
+        FileReader {
+            tree: self,
+            inode: *inode,
+            verify,
+            segments: None,
+            current: None,
+            pos: 0,
+            decoded: None,
+        }
+    }
+
+    /// The target of symlink `inode` (its inline extent, i_size bytes).
+    ///
+    /// # Errors
+    ///
+    /// Read errors; [`CorruptKind::BadField`] for an absurd size.
+    pub fn read_link(&self, inode: &Inode) -> Result<Vec<u8>> {
+        let len = usize::try_from(inode.size)
+            .ok()
+            .filter(|&n| n <= 65536)
+            .ok_or_else(|| {
+                Error::corrupt(
+                    Location::Tree(self.id()),
+                    CorruptKind::BadField {
+                        field: "symlink size",
+                        value: inode.size,
+                        why: "longer than any symlink target",
+                    },
+                )
+            })?;
+        let mut buf = vec![0u8; len];
+        self.reader(inode, false).read_exact_at(0, &mut buf)?;
+        Ok(buf)
+    }
+}
+
+impl Segments<'_> {
+    fn next_segment(&mut self) -> Result<Option<Segment>> {
+        if self.pos >= self.size {
+            return Ok(None);
+        }
+        // The next extent that ends after `pos`.
+        while self.next.is_none() && !self.exhausted {
+            match self.extents.next().transpose()? {
+                Some(e) if e.end(self.sectorsize) > self.pos => self.next = Some(e),
+                Some(_) => {}
+                None => self.exhausted = true,
+            }
+        }
+        let start = self.pos;
+        let seg = match &self.next {
+            None => Segment {
+                offset: start,
+                len: self.size.saturating_sub(start),
+                kind: SegmentKind::Hole(None),
+            },
+            Some(e) if e.file_offset > start => Segment {
+                offset: start,
+                len: e.file_offset.min(self.size).saturating_sub(start),
+                kind: SegmentKind::Hole(None),
+            },
+            Some(e) => {
+                let end = e.end(self.sectorsize).min(self.size);
+                let kind = match &e.data {
+                    ExtentData::Prealloc(_) => SegmentKind::Prealloc(e.clone()),
+                    ExtentData::Regular(d) if d.disk_bytenr.get() == 0 => {
+                        SegmentKind::Hole(Some(e.clone()))
+                    }
+                    _ => SegmentKind::Data(e.clone()),
+                };
+                if end >= e.end(self.sectorsize) {
+                    self.next = None;
+                }
+                Segment {
+                    offset: start,
+                    len: end.saturating_sub(start),
+                    kind,
+                }
+            }
+        };
+        self.pos = seg.end();
+        if seg.len == 0 {
+            // Only past i_size, which the check above excludes.
+            self.pos = self.size;
+            return Ok(None);
+        }
+        Ok(Some(seg))
+    }
+}
+
+impl Iterator for Segments<'_> {
+    type Item = Result<Segment>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let r = self.next_segment();
+        if r.is_err() {
+            self.pos = self.size;
+        }
+        r.transpose()
+    }
+}
+
+/// The data ranges `lseek(SEEK_DATA)`/`SEEK_HOLE` report for a file:
+/// adjacent data segments merged, as `(offset, len)`.
+///
+/// # Errors
+///
+/// Tree read errors and corrupt extent items.
+pub fn data_ranges(segments: Segments<'_>) -> Result<Vec<(u64, u64)>> {
+    let mut out: Vec<(u64, u64)> = Vec::new();
+    for seg in segments {
+        let seg = seg?;
+        if !seg.is_data() {
+            continue;
+        }
+        match out.last_mut() {
+            Some((off, len)) if off.saturating_add(*len) == seg.offset => {
+                *len = len.saturating_add(seg.len);
+            }
+            _ => out.push((seg.offset, seg.len)),
+        }
+    }
+    Ok(out)
+}
+
+/// A decoded compressed or inline extent, kept while reads stay inside it.
+#[derive(Debug)]
+struct Decoded {
+    /// Identifies the extent: (disk_bytenr, disk_num_bytes) or inline.
+    id: (u64, u64),
+    bytes: Vec<u8>,
+}
+
+/// Reads a file's bytes, forward from where the last read stopped (seeking
+/// back restarts the extent walk at the right extent).
+#[derive(Debug)]
+pub struct FileReader<'t, 'fs> {
+    tree: &'t FsTree<'fs>,
+    inode: Inode,
+    verify: bool,
+    segments: Option<Segments<'t>>,
+    current: Option<Segment>,
+    pos: u64,
+    decoded: Option<Decoded>,
+}
+
+impl FileReader<'_, '_> {
+    /// The inode being read.
+    pub fn inode(&self) -> &Inode {
+        &self.inode
+    }
+
+    /// The current position.
+    pub fn position(&self) -> u64 {
+        self.pos
+    }
+
+    /// Move to `offset`. Forward moves continue the extent walk; backward
+    /// moves restart it at the extent covering `offset`.
+    pub fn seek(&mut self, offset: u64) {
+        if offset < self.current.as_ref().map_or(0, |s| s.offset) {
+            self.segments = None;
+            self.current = None;
+        }
+        self.pos = offset;
+    }
+
+    /// Read at the current position into `buf`; returns how many bytes were
+    /// read (0 at end of file; possibly fewer than asked, as
+    /// `std::io::Read`).
+    ///
+    /// # Errors
+    ///
+    /// Tree and device read errors, corrupt extents, data that does not
+    /// decompress, and (when verifying) checksum mismatches on every
+    /// mirror, naming the inode, file offset, logical address and mirror.
+    pub fn read(&mut self, buf: &mut [u8]) -> Result<usize> {
+        if self.pos >= self.inode.size || buf.is_empty() {
+            return Ok(0);
+        }
+        let seg = loop {
+            match &self.current {
+                Some(s) if s.offset <= self.pos && self.pos < s.end() => break s.clone(),
+                _ => {}
+            }
+            if self.segments.is_none() {
+                self.segments = Some(self.tree.segments_at(&self.inode, self.pos)?);
+            }
+            let next = match self.segments.as_mut() {
+                Some(s) => s.next_segment()?,
+                None => None,
+            };
+            match next {
+                Some(s) => self.current = Some(s),
+                // Cannot happen below i_size (segments cover it); be safe.
+                None => return Ok(0),
+            }
+        };
+        let left = usize::try_from(seg.end().saturating_sub(self.pos)).unwrap_or(usize::MAX);
+        let n = buf.len().min(left).min(MAX_READ);
+        let out = buf.get_mut(..n).unwrap_or_default();
+        match &seg.kind {
+            SegmentKind::Hole(_) | SegmentKind::Prealloc(_) => out.fill(0),
+            SegmentKind::Data(e) => self.read_extent(e, out)?,
+        }
+        self.pos = self.pos.saturating_add(u64::try_from(n).unwrap_or(0));
+        Ok(n)
+    }
+
+    /// Fill `buf` from file offset `offset`; bytes past i_size read as
+    /// zeros.
+    ///
+    /// # Errors
+    ///
+    /// As [`read`](Self::read).
+    pub fn read_exact_at(&mut self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        self.seek(offset);
+        let mut done = 0usize;
+        while done < buf.len() {
+            let n = self.read(buf.get_mut(done..).unwrap_or_default())?;
+            if n == 0 {
+                buf.get_mut(done..).unwrap_or_default().fill(0);
+                break;
+            }
+            done = done.saturating_add(n);
+        }
+        Ok(())
+    }
+
+    fn data_error(&self, file_offset: u64, logical: Logical, kind: CorruptKind) -> Error {
+        Error::corrupt(
+            Location::FileData {
+                tree: self.tree.id(),
+                ino: self.inode.ino,
+                file_offset,
+                logical,
+                mirror: (1, 1),
+            },
+            kind,
+        )
+    }
+
+    /// Fill `out` with the bytes of data extent `e` at `self.pos`.
+    fn read_extent(&mut self, e: &FileExtent, out: &mut [u8]) -> Result<()> {
+        let within = self.pos.saturating_sub(e.file_offset);
+        match (&e.data, e.compression) {
+            (ExtentData::Regular(d), Compression::None) => {
+                let at = d
+                    .disk_bytenr
+                    .checked_add(d.offset)
+                    .and_then(|l| l.checked_add(within))
+                    .ok_or_else(|| {
+                        self.data_error(
+                            self.pos,
+                            d.disk_bytenr,
+                            CorruptKind::BadField {
+                                field: "disk_bytenr",
+                                value: d.disk_bytenr.get(),
+                                why: "extent ends past 2^64",
+                            },
+                        )
+                    })?;
+                self.read_disk(at, out, self.pos)
+            }
+            _ => {
+                let id = match &e.data {
+                    ExtentData::Regular(d) => (d.disk_bytenr.get(), d.disk_num_bytes),
+                    _ => (0, 0),
+                };
+                if self.decoded.as_ref().is_none_or(|c| c.id != id) {
+                    let bytes = self.decode_extent(e)?;
+                    self.decoded = Some(Decoded { id, bytes });
+                }
+                let bytes = self.decoded.as_ref().map(|d| &d.bytes[..]).unwrap_or(&[]);
+                let skip = match &e.data {
+                    ExtentData::Regular(d) => d.offset,
+                    _ => 0,
+                }
+                .saturating_add(within);
+                let skip = usize::try_from(skip).unwrap_or(usize::MAX);
+                let avail = bytes.get(skip..).unwrap_or_default();
+                let n = avail.len().min(out.len());
+                let (head, tail) = out.split_at_mut(n);
+                head.copy_from_slice(avail.get(..n).unwrap_or_default());
+                // Past ram_bytes (inline tail up to the sector end).
+                tail.fill(0);
+                Ok(())
+            }
+        }
+    }
+
+    /// Decode an inline or compressed extent whole (ram_bytes bytes).
+    fn decode_extent(&self, e: &FileExtent) -> Result<Vec<u8>> {
+        let ram = usize::try_from(e.ram_bytes).unwrap_or(usize::MAX);
+        let (logical, raw) = match &e.data {
+            ExtentData::Inline(bytes) => {
+                if e.compression == Compression::None {
+                    return Ok(bytes.clone());
+                }
+                (Logical(0), bytes.clone())
+            }
+            ExtentData::Regular(d) => {
+                let len = usize::try_from(d.disk_num_bytes)
+                    .ok()
+                    .filter(|&n| n <= compress::MAX_UNCOMPRESSED)
+                    .ok_or_else(|| {
+                        self.data_error(
+                            e.file_offset,
+                            d.disk_bytenr,
+                            CorruptKind::BadField {
+                                field: "disk_num_bytes",
+                                value: d.disk_num_bytes,
+                                why: "a compressed extent is at most 128 KiB on disk",
+                            },
+                        )
+                    })?;
+                let mut buf = vec![0u8; len];
+                self.read_disk(d.disk_bytenr, &mut buf, e.file_offset)?;
+                (d.disk_bytenr, buf)
+            }
+            // Holes and prealloc never get here.
+            ExtentData::Prealloc(_) => return Ok(Vec::new()),
+        };
+        let Some(alg) = e.compression.algorithm(self.tree.sectorsize()) else {
+            return Ok(raw);
+        };
+        let mut out =
+            decompress(alg, &raw, ram.min(compress::MAX_UNCOMPRESSED)).map_err(|err| {
+                self.data_error(
+                    e.file_offset,
+                    logical,
+                    CorruptKind::Decompress {
+                        algorithm: alg.name(),
+                        reason: err.0,
+                    },
+                )
+            })?;
+        out.resize(ram.min(compress::MAX_UNCOMPRESSED), 0);
+        Ok(out)
+    }
+
+    /// Read `[logical, logical + out.len())` into `out`, verifying the
+    /// checksums of the sectors it touches when asked, trying each mirror.
+    fn read_disk(&self, logical: Logical, out: &mut [u8], file_offset: u64) -> Result<()> {
+        let vol = self.tree.volume();
+        if !self.verify || self.inode.nodatasum() {
+            return vol.read_logical(logical, out);
+        }
+        let sector = u64::from(self.tree.sectorsize().max(1));
+        let start = logical
+            .get()
+            .saturating_sub(logical.get().checked_rem(sector).unwrap_or(0));
+        let len = u64::try_from(out.len()).unwrap_or(u64::MAX);
+        let end = logical
+            .get()
+            .checked_add(len)
+            .and_then(|e| e.checked_next_multiple_of(sector))
+            .ok_or_else(|| {
+                self.data_error(file_offset, logical, CorruptKind::Unmapped { logical })
+            })?;
+        let csums = self.tree.csums(Logical(start), end.saturating_sub(start))?;
+        let copies = vol.num_copies(logical)?;
+        let span = usize::try_from(end.saturating_sub(start)).unwrap_or(usize::MAX);
+        let head = usize::try_from(logical.get().saturating_sub(start)).unwrap_or(0);
+        let mut first_err = None;
+        for copy in 0..copies {
+            let mut buf = vec![0u8; span];
+            if let Err(e) = vol.read_copy(Logical(start), &mut buf, copy) {
+                first_err.get_or_insert(e);
+                continue;
+            }
+            match self.check_sectors(&buf, start, &csums, logical, file_offset, (copy, copies)) {
+                Ok(()) => {
+                    let want = buf.get(head..).unwrap_or_default();
+                    let n = want.len().min(out.len());
+                    if let (Some(dst), Some(src)) = (out.get_mut(..n), want.get(..n)) {
+                        dst.copy_from_slice(src);
+                    }
+                    return Ok(());
+                }
+                Err(e) => {
+                    first_err.get_or_insert(e);
+                }
+            }
+        }
+        Err(first_err.unwrap_or_else(|| {
+            self.data_error(file_offset, logical, CorruptKind::Unmapped { logical })
+        }))
+    }
+
+    /// Check each sector of `buf` (starting at logical `start`) that has a
+    /// checksum.
+    fn check_sectors(
+        &self,
+        buf: &[u8],
+        start: u64,
+        csums: &SectorCsums,
+        logical: Logical,
+        file_offset: u64,
+        (copy, copies): (usize, usize),
+    ) -> Result<()> {
+        let ty = self.tree.volume().superblock().csum_type;
+        let sector = usize::try_from(self.tree.sectorsize().max(1)).unwrap_or(4096);
+        for (i, data) in buf.chunks(sector).enumerate() {
+            let Some(stored) = csums.get(i) else {
+                continue;
+            };
+            if let Err(computed) = ty.verify(stored, data) {
+                let mut raw = [0u8; 32];
+                if let Some(dst) = raw.get_mut(..stored.len()) {
+                    dst.copy_from_slice(stored);
+                }
+                let sector_logical = u64::try_from(i)
+                    .ok()
+                    .and_then(|i| i.checked_mul(u64::try_from(sector).ok()?))
+                    .and_then(|o| o.checked_add(start))
+                    .unwrap_or(start);
+                // The file offset of this sector (or of the read's start if
+                // the sector begins before it).
+                let off = file_offset.saturating_add(sector_logical.saturating_sub(logical.get()));
+                return Err(Error::corrupt(
+                    Location::FileData {
+                        tree: self.tree.id(),
+                        ino: self.inode.ino,
+                        file_offset: off,
+                        logical: Logical(sector_logical.max(logical.get())),
+                        mirror: (copy.saturating_add(1), copies),
+                    },
+                    CorruptKind::ChecksumMismatch {
+                        algo: ty,
+                        stored: Csum::from_stored(ty, &raw),
+                        computed,
+                    },
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Per-sector checksums of a logical range (`None` where the csum tree has
+/// none).
+#[derive(Debug)]
+pub(crate) struct SectorCsums {
+    size: usize,
+    bytes: Vec<u8>,
+    present: Vec<bool>,
+}
+
+impl SectorCsums {
+    fn get(&self, i: usize) -> Option<&[u8]> {
+        if !self.present.get(i).copied().unwrap_or(false) {
+            return None;
+        }
+        let at = i.checked_mul(self.size)?;
+        self.bytes.get(at..at.checked_add(self.size)?)
+    }
+}
+
+impl FsTree<'_> {
+    /// The stored checksums of the sectors of `[start, start + len)`
+    /// (sector-aligned).
+    pub(crate) fn csums(&self, start: Logical, len: u64) -> Result<SectorCsums> {
+        let ty = self.volume().superblock().csum_type;
+        let size = ty.size();
+        let sector = u64::from(self.sectorsize().max(1));
+        let sectors = usize::try_from(len.checked_div(sector).unwrap_or(0)).unwrap_or(0);
+        let mut out = SectorCsums {
+            size,
+            bytes: vec![0u8; sectors.saturating_mul(size)],
+            present: vec![false; sectors],
+        };
+        let Some(root) = self.csum_root() else {
+            return Ok(out);
+        };
+        let end = start.get().saturating_add(len);
+        let obj = ondisk::BTRFS_EXTENT_CSUM_OBJECTID;
+        let ty_key = ondisk::BTRFS_EXTENT_CSUM_KEY;
+        let first = Key::new(obj, ty_key, start.get());
+        let first = match search_le(self.volume(), root, &first)? {
+            Some(k) if k.objectid == obj && k.item_type == ty_key => k,
+            _ => first,
+        };
+        let last = Key::new(obj, ty_key, end.saturating_sub(1));
+        let mut cursor = crate::tree::walk::Cursor::new(self.volume(), root);
+        cursor.seek(&first)?;
+        let mut started = false;
+        while let Some(item) = cursor.next_until(&last, &mut started)? {
+            if item.key.objectid != obj || item.key.item_type != ty_key {
+                continue;
+            }
+            if item.data.len().checked_rem(size).is_none_or(|r| r != 0) {
+                return Err(Error::corrupt(
+                    item.location(),
+                    CorruptKind::BadSize {
+                        what: "csum item",
+                        found: u64::try_from(item.data.len()).unwrap_or(u64::MAX),
+                        expected: u64::try_from(size).unwrap_or(0),
+                    },
+                ));
+            }
+            for (i, c) in item.data.chunks_exact(size).enumerate() {
+                let Some(at) = u64::try_from(i)
+                    .ok()
+                    .and_then(|i| i.checked_mul(sector))
+                    .and_then(|o| o.checked_add(item.key.offset))
+                else {
+                    break;
+                };
+                if at >= end {
+                    break;
+                }
+                if at < start.get() {
+                    continue;
+                }
+                let idx = usize::try_from(
+                    at.saturating_sub(start.get())
+                        .checked_div(sector)
+                        .unwrap_or(0),
+                )
+                .unwrap_or(usize::MAX);
+                let dst = idx
+                    .checked_mul(size)
+                    .and_then(|o| out.bytes.get_mut(o..o.checked_add(size)?));
+                if let (Some(dst), Some(p)) = (dst, out.present.get_mut(idx)) {
+                    dst.copy_from_slice(c);
+                    *p = true;
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// A disk extent's identity, for callers comparing extents.
+pub fn extent_id(d: &DiskExtent) -> (Logical, u64) {
+    (d.disk_bytenr, d.disk_num_bytes)
+}
