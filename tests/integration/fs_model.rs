@@ -463,3 +463,80 @@ fn missing_subvolume_and_inode() {
     );
     assert_eq!(tree.dir_entries(1 << 40).count(), 0);
 }
+
+/// The whole path from devices to a manifest, for bad-input tests.
+fn open_and_describe(devices: &[PathBuf]) -> btrsend::Result<String> {
+    let fs = Filesystem::open(devices)?;
+    let snaps = list_subvolumes(&fs)?;
+    let id = snaps.first().map_or(TreeId::FS, |s| s.id());
+    let tree = fs.fs_tree(id)?;
+    manifest(&tree, HOLES, true)
+}
+
+/// Not btrfs, too short, absent, a directory, truncated images, a
+/// multi-device set missing devices: each a clear error, never a panic.
+/// (Foreign and duplicate devices: `reader.rs`.)
+#[test]
+fn bad_inputs_give_clear_errors() {
+    let tmp = tempfile::tempdir().unwrap();
+    let err = |p: &Path| {
+        open_and_describe(&[p.to_path_buf()])
+            .unwrap_err()
+            .to_string()
+    };
+    let zeros = tmp.path().join("zeros.img");
+    fs::write(&zeros, vec![0u8; 1 << 20]).unwrap();
+    assert_eq!(
+        err(&zeros),
+        format!(
+            "corrupt superblock on {} at physical 65536: bad magic 0x0000000000000000, expected _BHRfS_M",
+            zeros.display()
+        )
+    );
+    let text = tmp.path().join("text.img");
+    fs::write(&text, "hello\n".repeat(20000)).unwrap();
+    assert!(err(&text).ends_with(": bad magic 0x6c6c65680a6f6c6c, expected _BHRfS_M"));
+    let short = tmp.path().join("short.img");
+    fs::write(&short, vec![0u8; 1000]).unwrap();
+    let msg = err(&short);
+    assert!(msg.contains(&short.display().to_string()), "{msg}");
+    let absent = tmp.path().join("absent.img");
+    assert_eq!(
+        err(&absent),
+        format!(
+            "cannot open {}: No such file or directory (os error 2)",
+            absent.display()
+        )
+    );
+    assert!(err(tmp.path()).ends_with("Is a directory (os error 21)"));
+    let Some(fx) = fixtures().into_iter().find(|f| f.name().starts_with("001")) else {
+        return;
+    };
+    // Truncated images: cut inside the metadata, and right after the
+    // primary superblock. The read past the end is named.
+    for cut in [24u64 << 20, 69632] {
+        let img = tmp.path().join(format!("cut-{cut}.img"));
+        let f = fs::File::create(&img).unwrap();
+        std::io::copy(
+            &mut std::io::Read::take(fs::File::open(&fx.devices[0]).unwrap(), cut),
+            &mut &f,
+        )
+        .unwrap();
+        let msg = err(&img);
+        assert!(
+            msg.starts_with(&format!("read error on {} at physical ", img.display())),
+            "{msg}"
+        );
+    }
+    // RAID10 given only devids 1 and 2: either every block has a copy on
+    // them, or the error names a device that was not given.
+    if let Some(fx) = fixtures().into_iter().find(|f| f.name().starts_with("010")) {
+        match open_and_describe(&fx.devices[..2]) {
+            Ok(_) => {}
+            Err(btrsend::Error::MissingDevice { devid, .. }) => {
+                assert!(devid.get() > 2, "{devid}");
+            }
+            Err(e) => panic!("unexpected error: {e}"),
+        }
+    }
+}

@@ -1,11 +1,16 @@
-//! `btrsend manifest DIR`: one sorted line per path (see the core's `manifest` module).
+//! `btrsend manifest DIR`: one sorted line per path (see the core's `manifest` module),
+//! of a mounted directory, or with `--device` of a subvolume read straight from the
+//! filesystem's devices (the core's `fs::manifest`).
 
 use std::fs::File;
 use std::io;
 use std::path::PathBuf;
 
-use anyhow::Context as _;
+use anyhow::{Context as _, bail};
+use btrsend::fs::Filesystem;
+use btrsend::fs::subvol::list_subvolumes;
 use btrsend::manifest::{self, Options};
+use btrsend::types::TreeId;
 use clap::Args;
 
 /// Arguments of `btrsend manifest`.
@@ -20,9 +25,14 @@ use clap::Args;
 /// directory sizes are left out, so the manifests of a snapshot and of its
 /// received copy are equal. Bytes outside printable ASCII, and backslashes,
 /// are written as \xHH.
+///
+/// With --device, nothing is mounted: the filesystem is read from its
+/// devices or image files and DIR names a subvolume or snapshot by its path
+/// from the top level (as `btrsend list` prints it), by its id, or `.` for
+/// the top level.
 #[derive(Debug, Args)]
 pub struct ManifestArgs {
-    /// The directory to describe.
+    /// The directory to describe (with --device: the subvolume path or id).
     pub dir: PathBuf,
     /// Also record the data ranges of regular files (from SEEK_DATA and
     /// SEEK_HOLE) as `data=OFFSET+LENGTH,…`.
@@ -31,11 +41,57 @@ pub struct ManifestArgs {
     /// Write the manifest to FILE instead of standard output.
     #[arg(long, short = 'o', value_name = "FILE")]
     pub output: Option<PathBuf>,
+    /// Read the filesystem from this device or image file instead of a mounted
+    /// directory (repeat for multi-device filesystems).
+    #[arg(short = 'd', long = "device", value_name = "PATH")]
+    pub devices: Vec<PathBuf>,
+    /// With --device: verify data checksums while reading file contents.
+    #[arg(long, requires = "devices")]
+    pub verify_data: bool,
+}
+
+/// The manifest of a subvolume read from the devices.
+fn from_devices(args: &ManifestArgs, opts: Options) -> anyhow::Result<String> {
+    let fs = Filesystem::open(&args.devices)?;
+    for notice in fs.volume().notices() {
+        eprintln!("btrsend: warning: {notice}");
+    }
+    let want = args.dir.as_os_str().as_encoded_bytes();
+    let want = want.strip_prefix(b"/").unwrap_or(want);
+    let id = if want.is_empty() || want == b"." {
+        TreeId::FS
+    } else {
+        let subvols = list_subvolumes(&fs)?;
+        match subvols.iter().find(|s| s.path == want) {
+            Some(s) => s.id(),
+            None => match std::str::from_utf8(want).ok().and_then(|s| s.parse().ok()) {
+                Some(n) if n == TreeId::FS.get() || subvols.iter().any(|s| s.id().get() == n) => {
+                    TreeId(n)
+                }
+                _ => bail!("no subvolume {} in this filesystem", args.dir.display()),
+            },
+        }
+    };
+    let tree = fs.fs_tree(id)?;
+    Ok(btrsend::fs::manifest::manifest(
+        &tree,
+        opts,
+        args.verify_data,
+    )?)
 }
 
 /// Print the manifest.
 pub fn run(args: &ManifestArgs) -> anyhow::Result<()> {
     let opts = Options { holes: args.holes };
+    if !args.devices.is_empty() {
+        let text = from_devices(args, opts)?;
+        match &args.output {
+            Some(path) => std::fs::write(path, text)
+                .with_context(|| format!("cannot write {}", path.display()))?,
+            None => io::Write::write_all(&mut io::stdout().lock(), text.as_bytes())?,
+        }
+        return Ok(());
+    }
     match &args.output {
         Some(path) => {
             let mut file =
