@@ -8,6 +8,9 @@
 pub use stream_format;
 
 pub mod manifest;
+#[cfg(feature = "testing")]
+#[doc(hidden)]
+pub mod testing;
 pub mod receive;
 
 // The device reader, in data-flow order: device -> superblock -> chunk_map

@@ -1,6 +1,9 @@
 //! The core library's integration tests: one binary, one module per area.
 
+mod dump_model;
 mod fs_model;
 mod list;
+mod live;
+mod manifest;
 mod reader;
 mod receive;
