@@ -87,13 +87,13 @@ pub fn skip_or_fail(test: &str, reason: &str) {
     if in_ci() {
         panic!("live test {test} cannot run in CI: {reason}");
     }
-    eprintln!("=== SKIPPED live test {test}: {reason} (run as root or in CI) ===");
+    eprintln!("=== SKIPPED live test {test}: {reason} ===");
 }
 
 /// What a live test lacks on this machine, or `None` if it can run.
 pub fn live_unavailable() -> Option<String> {
     if !rustix::process::geteuid().is_root() {
-        return Some("needs root".to_owned());
+        return Some("needs root (run as root or in CI)".to_owned());
     }
     for tool in ["btrfs", "mkfs.btrfs", "mount", "umount", "losetup"] {
         if find_in_path(tool).is_none() {
