@@ -23,7 +23,7 @@ use crate::tree::key::Key;
 use crate::types::Logical;
 
 use super::compress::{self, decompress};
-use super::items::{Compression, DiskExtent, ExtentData, FileExtent, Inode};
+use super::items::{Compression, ExtentData, FileExtent, Inode};
 use super::tree::{Extents, FsTree, search_le};
 
 /// Largest read done in one step of [`FileReader::read`] (bounds memory).
@@ -642,9 +642,4 @@ impl FsTree<'_> {
         }
         Ok(out)
     }
-}
-
-/// A disk extent's identity, for callers comparing extents.
-pub fn extent_id(d: &DiskExtent) -> (Logical, u64) {
-    (d.disk_bytenr, d.disk_num_bytes)
 }

@@ -20,7 +20,7 @@ use crate::error::{CorruptKind, Error, Result};
 use crate::ondisk::{self, DirItem, FileExtentItem, FileExtentItemHeader, InodeExtref, InodeRef};
 use crate::tree::key::Key;
 use crate::tree::walk::ItemRef;
-use crate::types::{Generation, Logical, ObjectId, TreeId};
+use crate::types::{Generation, Logical, TreeId};
 
 use super::compress::Algorithm;
 
@@ -718,11 +718,6 @@ pub fn inode_key(ino: u64) -> Key {
 /// Whether `objectid` can be an inode number of a subvolume tree.
 pub fn is_inode_number(objectid: u64) -> bool {
     (ondisk::BTRFS_FIRST_FREE_OBJECTID..=ondisk::BTRFS_LAST_FREE_OBJECTID).contains(&objectid)
-}
-
-/// An [`ObjectId`] for an inode number (for callers that keep newtypes).
-pub fn ino_id(ino: u64) -> ObjectId {
-    ObjectId(ino)
 }
 
 #[cfg(test)]
