@@ -5,8 +5,11 @@
 //! (btrfs-progs `volumes.c` `__btrfs_map_block`, facts only). The map is
 //! bootstrapped from the superblock's `sys_chunk_array`, then replaced by the
 //! full chunk tree. Chunks sit in a sorted `Vec`; a lookup first tries the
-//! chunk of the previous hit (tree walks and file reads move forward within
-//! one chunk), then binary-searches.
+//! chunk of the calling thread's previous hit (tree walks and file reads
+//! move forward within one chunk, and each reader thread keeps its own
+//! hint, so a walker and the readahead threads do not evict each other's),
+//! then binary-searches. Callers that map several pieces of one chunk look
+//! the chunk up once and use [`ChunkInfo::mapping`].
 
 #![warn(
     clippy::indexing_slicing,
@@ -14,8 +17,8 @@
     clippy::as_conversions
 )]
 
+use std::cell::Cell;
 use std::fmt;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use zerocopy::FromBytes;
 
@@ -299,15 +302,68 @@ impl ChunkInfo {
         self.logical.get().saturating_add(self.length)
     }
 
-    /// Copies a plain read can choose from (RAID5/6: the data strip only,
-    /// until parity rebuild exists).
+    /// Copies a read can choose from, as the kernel numbers mirrors
+    /// (format doc §4.6): RAID5 2 (the data strip, then a rebuild from P).
+    /// RAID6 has one per stripe, as the kernel's `btrfs_num_copies`: the
+    /// data strip, a rebuild from P, one from Q, then one for each other
+    /// data strip of the row taken as bad too (rebuilt from P and Q), so
+    /// a second corrupt strip in the row can be got round. The rebuilt
+    /// copies are not in [`Mapping::copies`]: see
+    /// [`raid56_row`](Self::raid56_row).
     pub fn num_copies(&self) -> usize {
         match self.profile {
-            Profile::Single | Profile::Raid0 | Profile::Raid5 | Profile::Raid6 => 1,
-            Profile::Dup | Profile::Raid1 | Profile::Raid10 => 2,
+            Profile::Single | Profile::Raid0 => 1,
+            Profile::Dup | Profile::Raid1 | Profile::Raid10 | Profile::Raid5 => 2,
             Profile::Raid1C3 => 3,
             Profile::Raid1C4 => 4,
+            Profile::Raid6 => self.stripes.len().max(3),
         }
+    }
+
+    /// Whether `logical` lies in this chunk.
+    pub fn contains(&self, logical: Logical) -> bool {
+        self.logical <= logical && logical.get() < self.end()
+    }
+
+    /// Map `[logical, logical + len)`, which must start inside this chunk
+    /// (`None` otherwise): what [`ChunkMap::map`] does without the lookup.
+    pub fn mapping(&self, logical: Logical, len: u64) -> Option<Mapping> {
+        self.map(logical, len)
+    }
+
+    /// For RAID5/6: the row (full stripe) holding `logical`, for a rebuild
+    /// from parity; `None` for other profiles or outside the chunk.
+    pub fn raid56_row(&self, logical: Logical, len: u64) -> Option<Raid56Row> {
+        let np = u64::try_from(self.profile.nparity()).ok()?;
+        if np == 0 {
+            return None;
+        }
+        let n = u64::try_from(self.stripes.len()).ok()?;
+        let off = logical.get().checked_sub(self.logical.get())?;
+        let to_end = self.length.checked_sub(off).filter(|&n| n > 0)?;
+        let sl = self.stripe_len;
+        let nd = n.checked_sub(np)?;
+        let stripe_nr = off.checked_div(sl)?;
+        let so = off.checked_rem(sl)?;
+        let full_nr = stripe_nr.checked_div(nd)?;
+        let col = stripe_nr.checked_rem(nd)?;
+        let rot = full_nr.checked_rem(n)?;
+        let dev_off = full_nr.checked_mul(sl)?.checked_add(so)?;
+        let loc = |i: u64| -> Option<StripeLoc> {
+            let idx = i.checked_add(rot)?.checked_rem(n)?;
+            let s = self.stripes.get(usize::try_from(idx).ok()?)?;
+            Some(StripeLoc {
+                devid: s.devid,
+                dev_uuid: s.dev_uuid,
+                physical: Physical(s.offset.get().checked_add(dev_off)?),
+            })
+        };
+        Some(Raid56Row {
+            data: (0..nd).map(loc).collect::<Option<Vec<_>>>()?,
+            parity: (nd..n).map(loc).collect::<Option<Vec<_>>>()?,
+            col: usize::try_from(col).ok()?,
+            len: len.min(sl.checked_sub(so)?).min(to_end),
+        })
     }
 
     /// Map `[logical, logical + len)`, which must start inside this chunk.
@@ -421,25 +477,35 @@ impl ChunkInfo {
     }
 }
 
+/// The strips of one RAID5/6 row at one offset within its strips.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Raid56Row {
+    /// The data strips, in logical (column) order.
+    pub data: Vec<StripeLoc>,
+    /// P, then Q for RAID6.
+    pub parity: Vec<StripeLoc>,
+    /// The data column holding the address asked for.
+    pub col: usize,
+    /// Bytes from there to the end of the strip (or the request, or the
+    /// chunk): every location above covers them.
+    pub len: u64,
+}
+
 fn len64(b: &[u8]) -> u64 {
     u64::try_from(b.len()).unwrap_or(u64::MAX)
 }
 
-/// All chunks of a filesystem, sorted by logical address.
-#[derive(Debug, Default)]
-pub struct ChunkMap {
-    chunks: Vec<ChunkInfo>,
-    /// Index of the chunk of the last successful lookup.
-    last: AtomicUsize,
+thread_local! {
+    /// Index of the chunk of this thread's last successful lookup (in
+    /// whichever map: a stale index only costs the binary search, since the
+    /// hit is checked against the address).
+    static LAST_HIT: Cell<usize> = const { Cell::new(0) };
 }
 
-impl Clone for ChunkMap {
-    fn clone(&self) -> ChunkMap {
-        ChunkMap {
-            chunks: self.chunks.clone(),
-            last: AtomicUsize::new(self.last.load(Ordering::Relaxed)),
-        }
-    }
+/// All chunks of a filesystem, sorted by logical address.
+#[derive(Debug, Default, Clone)]
+pub struct ChunkMap {
+    chunks: Vec<ChunkInfo>,
 }
 
 impl ChunkMap {
@@ -540,19 +606,26 @@ impl ChunkMap {
         &self.chunks
     }
 
-    /// The chunk containing `logical`. Tries the last hit first.
+    /// The chunk containing `logical`. Tries this thread's last hit
+    /// first, then binary-searches.
+    #[inline]
     pub fn lookup(&self, logical: Logical) -> Option<&ChunkInfo> {
-        let contains = |c: &ChunkInfo| c.logical <= logical && logical.get() < c.end();
-        let last = self.last.load(Ordering::Relaxed);
-        if let Some(c) = self.chunks.get(last).filter(|c| contains(c)) {
+        let last = LAST_HIT.with(Cell::get);
+        if let Some(c) = self.chunks.get(last).filter(|c| c.contains(logical)) {
             return Some(c);
         }
+        self.search(logical)
+    }
+
+    /// The chunk containing `logical` by binary search alone (the slow
+    /// path of [`lookup`](Self::lookup); public for the benchmark).
+    pub fn search(&self, logical: Logical) -> Option<&ChunkInfo> {
         let idx = self
             .chunks
             .partition_point(|c| c.logical <= logical)
             .checked_sub(1)?;
-        let c = self.chunks.get(idx).filter(|c| contains(c))?;
-        self.last.store(idx, Ordering::Relaxed);
+        let c = self.chunks.get(idx).filter(|c| c.contains(logical))?;
+        LAST_HIT.with(|l| l.set(idx));
         Some(c)
     }
 
@@ -712,6 +785,20 @@ mod tests {
         // Row 1, rot 1: data on devs 2, 3; P on 4; Q on 1.
         assert_eq!(locs(&c.map(Logical(2 * SL), 1).unwrap()), [(2, SL)]);
         assert_eq!(p, [4, 1]);
+        assert_eq!(c.num_copies(), 4);
+        // The row of logical 3·SL + 5 (column 1 of row 1), as a rebuild sees it.
+        let row = c.raid56_row(Logical(3 * SL + 5), 1 << 20).unwrap();
+        let devs = |v: &[StripeLoc]| {
+            v.iter()
+                .map(|l| (l.devid.get(), l.physical.get()))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(devs(&row.data), [(2, SL + 5), (3, SL + 5)]);
+        assert_eq!(devs(&row.parity), [(4, SL + 5), (1, SL + 5)]);
+        assert_eq!((row.col, row.len), (1, SL - 5));
+        assert_eq!(c.raid56_row(Logical(4 * SL), 1), None);
+        let r1 = chunk(ondisk::BTRFS_BLOCK_GROUP_RAID1, 0, SL, 1, &[(1, 0), (2, 0)]);
+        assert_eq!(r1.raid56_row(Logical(0), 1), None);
     }
 
     #[test]
@@ -726,7 +813,18 @@ mod tests {
             locs(&map.map(Logical((4 << 20) + 3), 1).unwrap()),
             [(1, (1 << 20) + 3)]
         );
-        assert_eq!(map.last.load(Ordering::Relaxed), 1);
+        assert_eq!(LAST_HIT.with(Cell::get), 1);
+        // Another thread has its own last hit.
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                assert_eq!(LAST_HIT.with(Cell::get), 0);
+                assert_eq!(
+                    map.lookup(Logical(1 << 20)).unwrap().logical,
+                    Logical(1 << 20)
+                );
+            });
+        });
+        assert_eq!(LAST_HIT.with(Cell::get), 1);
         assert_eq!(locs(&map.map(Logical((1 << 20) + 3), 1).unwrap()), [(1, 3)]);
         let e = map.map(Logical(3 << 20), 1).unwrap_err();
         assert_eq!(

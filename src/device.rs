@@ -4,8 +4,14 @@
 //! wraps an image file or block device opened read-only and reads with
 //! `pread` (`FileExt::read_exact_at`), so one device can serve several
 //! threads without a shared file position. [`MemDevice`] holds an image in
-//! memory (tests, fuzzing). A caching or readahead layer can wrap any
-//! `Device` later: everything above talks to `&dyn Device`.
+//! memory (tests, fuzzing). Everything above talks to `&dyn Device`.
+//!
+//! Submodules: [`readahead`], the reader-thread pool and bounded cache the
+//! volume reads tree blocks through, and [`raid56`], the parity arithmetic
+//! that rebuilds RAID5/6 strips.
+
+pub mod raid56;
+pub mod readahead;
 
 use std::fmt;
 use std::fs::File;

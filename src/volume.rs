@@ -9,11 +9,15 @@
 //! (DEV_ITEMs, CHUNK_ITEMs), and switch to the full map. A device that was
 //! not given is only an error when a read has no other copy.
 
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::chunk_map::{ChunkInfo, ChunkMap};
+use crate::chunk_map::{ChunkInfo, ChunkMap, Profile, StripeLoc};
+use crate::device::raid56;
+use crate::device::readahead::{Cache, CacheStats, Load, ReadOptions};
 use crate::device::{Device, FileDevice};
 use crate::error::{CorruptKind, DeviceSetError, Error, Location, Notice, Result, Unsupported};
 use crate::ondisk::{self, DevItem};
@@ -21,7 +25,7 @@ use crate::superblock::{Superblock, read_superblock};
 use crate::tree::key::Key;
 use crate::tree::node::{BlockCheck, BlockExpect, TreeBlock};
 use crate::tree::walk::{BlockSource, Cursor, TreeRoot};
-use crate::types::{DevId, Logical, TreeId, Uuid};
+use crate::types::{DevId, Generation, Logical, TreeId, Uuid};
 
 use zerocopy::FromBytes;
 
@@ -38,20 +42,32 @@ pub struct DevRecord {
     pub path: Option<PathBuf>,
 }
 
+/// Data prefetch reads at most this much per task, so block readahead
+/// (which the reader threads serve first) never waits long behind data.
+const DATA_PIECE: u64 = 1 << 20;
+
 /// The assembled devices of one filesystem.
+///
+/// Tree blocks are read through a bounded cache with a pool of reader
+/// threads ([`ReadOptions`]): the walker's hints ([`BlockSource::will_need`])
+/// become concurrent reads, and a block is never read twice at once.
 #[derive(Debug)]
 pub struct Volume {
     sb: Superblock,
-    devices: BTreeMap<DevId, Arc<dyn Device>>,
     records: Vec<DevRecord>,
-    chunk_map: ChunkMap,
-    check: BlockCheck,
+    /// The I/O half (devices, chunk map, checks) lives in the cache as its
+    /// loader, shared with the reader threads.
+    cache: Cache<Io>,
+    options: ReadOptions,
     notices: Vec<Notice>,
+    /// Data-prefetch bytes queued and not yet read.
+    data_queued: Arc<AtomicU64>,
 }
 
 impl Volume {
     /// Open the image files or block devices at `paths` (all devices of one
-    /// filesystem; missing ones are tolerated while copies suffice).
+    /// filesystem; missing ones are tolerated while copies suffice), with
+    /// the default [`ReadOptions`] (readahead on).
     ///
     /// # Errors
     ///
@@ -59,19 +75,40 @@ impl Volume {
     /// [`Error::DeviceSet`] when the devices do not belong together,
     /// [`Error::Unsupported`] for features we cannot read.
     pub fn open<P: AsRef<Path>>(paths: &[P]) -> Result<Volume> {
+        Volume::open_with(paths, &ReadOptions::default())
+    }
+
+    /// [`open`](Self::open) with these read options.
+    ///
+    /// # Errors
+    ///
+    /// As [`Volume::open`].
+    pub fn open_with<P: AsRef<Path>>(paths: &[P], options: &ReadOptions) -> Result<Volume> {
         let devices = paths
             .iter()
             .map(|p| FileDevice::open(p).map(|d| Box::new(d) as Box<dyn Device>))
             .collect::<Result<Vec<_>>>()?;
-        Volume::from_devices(devices)
+        Volume::from_devices_with(devices, options)
     }
 
-    /// Assemble already opened devices.
+    /// Assemble already opened devices (default [`ReadOptions`]).
     ///
     /// # Errors
     ///
     /// As [`Volume::open`].
     pub fn from_devices(devices: Vec<Box<dyn Device>>) -> Result<Volume> {
+        Volume::from_devices_with(devices, &ReadOptions::default())
+    }
+
+    /// Assemble already opened devices with these read options.
+    ///
+    /// # Errors
+    ///
+    /// As [`Volume::open`].
+    pub fn from_devices_with(
+        devices: Vec<Box<dyn Device>>,
+        options: &ReadOptions,
+    ) -> Result<Volume> {
         let mut notices = Vec::new();
         let mut supers: Vec<(Superblock, Arc<dyn Device>)> = Vec::new();
         for dev in devices {
@@ -116,83 +153,33 @@ impl Volume {
             .map(|(_, d)| d.path().to_path_buf());
         notices.extend(newest.check_supported()?);
 
-        let chunk_map = ChunkMap::from_sys_chunk_array(
+        let sys_map = ChunkMap::from_sys_chunk_array(
             &newest.sys_chunk_array,
             newest.sectorsize,
             newest_path.as_deref().unwrap_or(Path::new("?")),
         )?;
-        let check = BlockCheck {
+        let mut check = BlockCheck {
             nodesize: newest.nodesize,
             sectorsize: newest.sectorsize,
             csum_type: newest.csum_type,
             metadata_uuid: newest.metadata_uuid,
             chunk_tree_uuid: None,
         };
-        let mut vol = Volume {
-            sb: newest,
+        // The chunk tree is read once, before the cache exists: directly
+        // through the bootstrap map.
+        let chunk_root = chunk_tree_root(&newest);
+        let mut boot = Io {
             devices: by_devid,
-            records: Vec::new(),
-            chunk_map,
-            check,
-            notices,
+            chunk_map: sys_map,
+            check: check.clone(),
         };
-        vol.read_chunk_tree(&dev_uuids)?;
-        Ok(vol)
-    }
-
-    fn read_chunk_tree(&mut self, opened: &BTreeMap<DevId, Uuid>) -> Result<()> {
-        let root = self.chunk_tree();
-        let root_block = self.read_block(&BlockExpect {
-            logical: root.logical,
-            tree: root.tree,
-            generation: root.generation,
-            level: root.level,
-            first_key: None,
-        })?;
-        self.check.chunk_tree_uuid = Some(Uuid(root_block.node().header().chunk_tree_uuid));
-        let mut map = ChunkMap::new();
-        let mut records = Vec::new();
-        {
-            let mut cursor = Cursor::new(&*self, root);
-            cursor.seek(&Key::MIN)?;
-            let mut started = false;
-            while let Some(item) = cursor.next_until(&Key::MAX, &mut started)? {
-                match (item.key.objectid, item.key.item_type) {
-                    (ondisk::BTRFS_DEV_ITEMS_OBJECTID, ondisk::BTRFS_DEV_ITEM_KEY) => {
-                        let raw = DevItem::ref_from_bytes(item.data).map_err(|_| {
-                            Error::corrupt(
-                                item.location(),
-                                CorruptKind::BadSize {
-                                    what: "dev item",
-                                    found: len64(item.data),
-                                    expected: 98,
-                                },
-                            )
-                        })?;
-                        let fsid = Uuid(raw.fsid);
-                        if fsid != self.sb.metadata_uuid {
-                            // A sprout filesystem: this device is a seed.
-                            return Err(Error::Unsupported(Unsupported::Seed(fsid)));
-                        }
-                        records.push(DevRecord {
-                            devid: DevId(raw.devid.get()),
-                            uuid: Uuid(raw.uuid),
-                            total_bytes: raw.total_bytes.get(),
-                            path: None,
-                        });
-                    }
-                    (ondisk::BTRFS_FIRST_CHUNK_TREE_OBJECTID, ondisk::BTRFS_CHUNK_ITEM_KEY) => {
-                        let loc = item.location();
-                        let chunk =
-                            ChunkInfo::parse(item.key.offset, item.data, self.sb.sectorsize, &loc)?;
-                        map.insert(chunk, &loc)?;
-                    }
-                    _ => {}
-                }
-            }
-        }
+        let root_block = boot.read_block(&chunk_root.expect())?;
+        check.chunk_tree_uuid = Some(Uuid(root_block.node().header().chunk_tree_uuid));
+        boot.check = check.clone();
+        let (chunk_map, mut records) = read_chunk_tree(&boot, &newest, chunk_root)?;
+        let mut devices = boot.devices;
         for rec in &mut records {
-            match (opened.get(&rec.devid), self.devices.get(&rec.devid)) {
+            match (dev_uuids.get(&rec.devid), devices.get(&rec.devid)) {
                 (Some(uuid), Some(dev)) => {
                     if *uuid != rec.uuid {
                         return Err(Error::DeviceSet(DeviceSetError::UuidMismatch {
@@ -204,18 +191,31 @@ impl Volume {
                     }
                     rec.path = Some(dev.path().to_path_buf());
                 }
-                _ => self.notices.push(Notice::MissingDevice {
+                _ => notices.push(Notice::MissingDevice {
                     devid: rec.devid,
                     uuid: rec.uuid,
                 }),
             }
         }
         // A device we opened that the chunk tree does not know: drop it.
-        self.devices
-            .retain(|devid, _| records.iter().any(|r| r.devid == *devid));
-        self.records = records;
-        self.chunk_map = map;
-        Ok(())
+        devices.retain(|devid, _| records.iter().any(|r| r.devid == *devid));
+        let io = Io {
+            devices,
+            chunk_map,
+            check,
+        };
+        Ok(Volume {
+            sb: newest,
+            records,
+            cache: Cache::new(io, options),
+            options: options.clone(),
+            notices,
+            data_queued: Arc::new(AtomicU64::new(0)),
+        })
+    }
+
+    fn io(&self) -> &Io {
+        self.cache.loader()
     }
 
     /// The superblock in use.
@@ -225,7 +225,7 @@ impl Volume {
 
     /// The chunk map.
     pub fn chunk_map(&self) -> &ChunkMap {
-        &self.chunk_map
+        &self.io().chunk_map
     }
 
     /// The devices the chunk tree lists.
@@ -240,7 +240,23 @@ impl Volume {
 
     /// What every tree block is checked against.
     pub fn block_check(&self) -> &BlockCheck {
-        &self.check
+        &self.io().check
+    }
+
+    /// How this volume reads (cache size, readahead).
+    pub fn read_options(&self) -> &ReadOptions {
+        &self.options
+    }
+
+    /// Block cache and readahead counters so far.
+    pub fn cache_stats(&self) -> CacheStats {
+        self.cache.stats()
+    }
+
+    /// Forget every cached tree block (for benchmarks: the next walk reads
+    /// the devices again, through the OS page cache).
+    pub fn drop_cache(&self) {
+        self.cache.clear();
     }
 
     /// The root tree's root, from the superblock.
@@ -255,93 +271,448 @@ impl Volume {
 
     /// The chunk tree's root, from the superblock.
     pub fn chunk_tree(&self) -> TreeRoot {
-        TreeRoot {
-            tree: TreeId::CHUNK,
-            logical: self.sb.chunk_root,
-            level: self.sb.chunk_root_level,
-            generation: self.sb.chunk_root_generation,
-        }
+        chunk_tree_root(&self.sb)
     }
 
-    /// How many copies a plain read of `logical` can choose from.
+    /// How many copies a read of `logical` can choose from (for RAID5/6
+    /// including the rebuilds from parity, format doc §4.6).
     ///
     /// # Errors
     ///
     /// [`CorruptKind::Unmapped`].
     pub fn num_copies(&self, logical: Logical) -> Result<usize> {
-        self.chunk_map
-            .lookup(logical)
-            .map(ChunkInfo::num_copies)
-            .ok_or_else(|| {
-                Error::corrupt(
-                    Location::Logical(logical),
-                    CorruptKind::Unmapped { logical },
-                )
-            })
+        self.io().lookup(logical).map(ChunkInfo::num_copies)
     }
 
-    /// Read copy `copy` of `[logical, logical + buf.len())`.
+    /// Read copy `copy` of `[logical, logical + buf.len())`. For RAID5/6,
+    /// copy 1 rebuilds every strip from the other data strips and P, copy
+    /// 2 (RAID6) from Q, copy 3 + k from P and Q taking the k-th other data
+    /// strip as bad too; any uses P and Q together when a second data strip
+    /// of the row cannot be read.
     ///
     /// # Errors
     ///
     /// [`Error::MissingDevice`] when the copy lives on a device not given,
     /// [`Error::Io`], [`CorruptKind::Unmapped`].
     pub fn read_copy(&self, logical: Logical, buf: &mut [u8], copy: usize) -> Result<()> {
+        self.io().read_copy(logical, buf, copy)
+    }
+
+    /// Read `[logical, logical + buf.len())`, each piece (up to a stripe
+    /// boundary) from the first copy that can be read — for RAID5/6 the
+    /// data strip, else a rebuild — with no checksum verification: callers
+    /// that can verify should use [`read_verified`](Self::read_verified).
+    ///
+    /// # Errors
+    ///
+    /// The most telling error of a piece no copy can give.
+    pub fn read_logical(&self, logical: Logical, buf: &mut [u8]) -> Result<()> {
+        self.io().read_logical(logical, buf)
+    }
+
+    /// Read `[logical, logical + buf.len())` checking each piece (up to a
+    /// stripe boundary; data checksums cover 4 KiB sectors, which never
+    /// straddle one) with `verify(offset in buf, bytes)`: a piece that
+    /// fails is read from the next copy — mirror, or RAID5/6 rebuild from P,
+    /// then Q — until one verifies. Returns whether every piece verified;
+    /// a piece no copy verifies holds the first copy that could be read.
+    ///
+    /// # Errors
+    ///
+    /// The most telling read error of a piece no copy can give at all.
+    pub fn read_verified(
+        &self,
+        logical: Logical,
+        buf: &mut [u8],
+        mut verify: impl FnMut(usize, &[u8]) -> bool,
+    ) -> Result<bool> {
+        let io = self.io();
+        let mut chunk = io.lookup(logical)?;
+        let mut all = true;
         let mut done = 0usize;
         while done < buf.len() {
-            let pos = logical.checked_add(len64u(done)).ok_or_else(|| {
-                Error::corrupt(
-                    Location::Logical(logical),
-                    CorruptKind::Unmapped { logical },
-                )
-            })?;
-            let rest = buf.get_mut(done..).unwrap_or_default();
-            let mapping = self.chunk_map.map(pos, len64(rest))?;
-            let loc = mapping.copy(copy).ok_or_else(|| {
-                Error::corrupt(
-                    Location::Logical(pos),
-                    CorruptKind::Unmapped { logical: pos },
-                )
-            })?;
-            let n = usize::try_from(mapping.len)
-                .unwrap_or(usize::MAX)
-                .min(rest.len());
-            let dev = self.devices.get(&loc.devid).ok_or(Error::MissingDevice {
-                devid: loc.devid,
-                uuid: loc.dev_uuid,
-                logical: pos,
-            })?;
-            dev.read_at(rest.get_mut(..n).unwrap_or_default(), loc.physical)?;
-            if n == 0 {
-                break;
+            let pos = logical
+                .checked_add(len64u(done))
+                .ok_or_else(|| unmapped(logical))?;
+            if !chunk.contains(pos) {
+                chunk = io.lookup(pos)?;
             }
+            let rest = buf.get_mut(done..).unwrap_or_default();
+            let mut first_err = None;
+            let mut first_read: Option<Vec<u8>> = None;
+            let mut verified = None;
+            for copy in 0..chunk.num_copies() {
+                match io.read_piece(chunk, pos, rest, copy) {
+                    Ok(n) => {
+                        let piece = rest.get(..n).unwrap_or_default();
+                        if verify(done, piece) {
+                            verified = Some(n);
+                            break;
+                        }
+                        if first_read.is_none() {
+                            first_read = Some(piece.to_vec());
+                        }
+                    }
+                    Err(e) => keep_most_telling(&mut first_err, e),
+                }
+            }
+            let n = match (verified, first_read, first_err) {
+                (Some(n), _, _) => n,
+                (None, Some(first), _) => {
+                    all = false;
+                    if let Some(dst) = rest.get_mut(..first.len()) {
+                        dst.copy_from_slice(&first);
+                    }
+                    first.len()
+                }
+                (None, None, Some(e)) => return Err(e),
+                (None, None, None) => return Err(unmapped(pos)),
+            };
+            done = done.saturating_add(n.max(1));
+        }
+        Ok(all)
+    }
+
+    /// Ask the reader threads to read these data ranges ahead (each
+    /// `(logical start, length)`), in order, into the OS page cache, so a
+    /// later [`read_logical`](Self::read_logical) of them is a memory copy.
+    /// Returns the bytes queued: requests are dropped without readahead or
+    /// beyond [`ReadOptions::data_queue_bytes`] queued; errors are ignored
+    /// (the later read reports them).
+    pub fn prefetch_data(&self, ranges: &[(Logical, u64)]) -> u64 {
+        if !self.cache.readahead() {
+            return 0;
+        }
+        let mut queued = 0u64;
+        for &(start, len) in ranges {
+            let mut done = 0u64;
+            while done < len {
+                let piece = (len - done).min(DATA_PIECE);
+                let Some(pos) = start.checked_add(done) else {
+                    break;
+                };
+                let before = self.data_queued.fetch_add(piece, Ordering::Relaxed);
+                if before.saturating_add(piece) > self.options.data_queue_bytes {
+                    self.data_queued.fetch_sub(piece, Ordering::Relaxed);
+                    return queued;
+                }
+                let counter = Arc::clone(&self.data_queued);
+                let spawned = self.cache.spawn(move |io: &Io| {
+                    io.prefetch_data(pos, piece);
+                    counter.fetch_sub(piece, Ordering::Relaxed);
+                });
+                if !spawned {
+                    self.data_queued.fetch_sub(piece, Ordering::Relaxed);
+                    return queued;
+                }
+                queued = queued.saturating_add(piece);
+                done = done.saturating_add(piece);
+            }
+        }
+        queued
+    }
+}
+
+fn chunk_tree_root(sb: &Superblock) -> TreeRoot {
+    TreeRoot {
+        tree: TreeId::CHUNK,
+        logical: sb.chunk_root,
+        level: sb.chunk_root_level,
+        generation: sb.chunk_root_generation,
+    }
+}
+
+/// Read the chunk tree through the bootstrap map: the full chunk map and
+/// the DEV_ITEMs.
+fn read_chunk_tree(io: &Io, sb: &Superblock, root: TreeRoot) -> Result<(ChunkMap, Vec<DevRecord>)> {
+    let mut map = ChunkMap::new();
+    let mut records = Vec::new();
+    let mut cursor = Cursor::new(io, root);
+    cursor.seek(&Key::MIN)?;
+    let mut started = false;
+    while let Some(item) = cursor.next_until(&Key::MAX, &mut started)? {
+        match (item.key.objectid, item.key.item_type) {
+            (ondisk::BTRFS_DEV_ITEMS_OBJECTID, ondisk::BTRFS_DEV_ITEM_KEY) => {
+                let raw = DevItem::ref_from_bytes(item.data).map_err(|_| {
+                    Error::corrupt(
+                        item.location(),
+                        CorruptKind::BadSize {
+                            what: "dev item",
+                            found: len64(item.data),
+                            expected: 98,
+                        },
+                    )
+                })?;
+                let fsid = Uuid(raw.fsid);
+                if fsid != sb.metadata_uuid {
+                    // A sprout filesystem: this device is a seed.
+                    return Err(Error::Unsupported(Unsupported::Seed(fsid)));
+                }
+                records.push(DevRecord {
+                    devid: DevId(raw.devid.get()),
+                    uuid: Uuid(raw.uuid),
+                    total_bytes: raw.total_bytes.get(),
+                    path: None,
+                });
+            }
+            (ondisk::BTRFS_FIRST_CHUNK_TREE_OBJECTID, ondisk::BTRFS_CHUNK_ITEM_KEY) => {
+                let loc = item.location();
+                let chunk = ChunkInfo::parse(item.key.offset, item.data, sb.sectorsize, &loc)?;
+                map.insert(chunk, &loc)?;
+            }
+            _ => {}
+        }
+    }
+    Ok((map, records))
+}
+
+fn unmapped(logical: Logical) -> Error {
+    Error::corrupt(
+        Location::Logical(logical),
+        CorruptKind::Unmapped { logical },
+    )
+}
+
+/// The I/O half of a volume: devices, chunk map and block checks, shared
+/// with the reader threads. Reads here are uncached.
+#[derive(Debug)]
+struct Io {
+    devices: BTreeMap<DevId, Arc<dyn Device>>,
+    chunk_map: ChunkMap,
+    check: BlockCheck,
+}
+
+thread_local! {
+    /// A reader thread's buffer for data prefetch.
+    static SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+impl Io {
+    fn lookup(&self, logical: Logical) -> Result<&ChunkInfo> {
+        self.chunk_map
+            .lookup(logical)
+            .ok_or_else(|| unmapped(logical))
+    }
+
+    /// Read one device strip.
+    fn read_strip(&self, loc: &StripeLoc, logical: Logical, buf: &mut [u8]) -> Result<()> {
+        let dev = self.devices.get(&loc.devid).ok_or(Error::MissingDevice {
+            devid: loc.devid,
+            uuid: loc.dev_uuid,
+            logical,
+        })?;
+        dev.read_at(buf, loc.physical)
+    }
+
+    /// Read copy `copy` of the contiguous piece of `buf` at `pos` in
+    /// `chunk`; returns the bytes read (> 0).
+    fn read_piece(
+        &self,
+        chunk: &ChunkInfo,
+        pos: Logical,
+        buf: &mut [u8],
+        copy: usize,
+    ) -> Result<usize> {
+        let mapping = chunk
+            .mapping(pos, len64(buf))
+            .ok_or_else(|| unmapped(pos))?;
+        let n = usize::try_from(mapping.len)
+            .unwrap_or(usize::MAX)
+            .min(buf.len());
+        let piece = buf.get_mut(..n).unwrap_or_default();
+        match mapping.copy(copy) {
+            Some(loc) => self.read_strip(&loc, pos, piece)?,
+            None if copy > 0
+                && copy < chunk.num_copies()
+                && matches!(chunk.profile, Profile::Raid5 | Profile::Raid6) =>
+            {
+                self.rebuild(chunk, pos, piece, copy)?;
+            }
+            None => return Err(unmapped(pos)),
+        }
+        Ok(n)
+    }
+
+    /// Rebuild the data at `logical` (within one strip) from the rest of
+    /// its RAID5/6 row. Copy 1 uses P, copy 2 Q; copy `3 + k` (RAID6) also
+    /// takes the k-th other data strip as bad and uses P and Q. Strips that
+    /// cannot be read count as missing too (then P and Q together).
+    fn rebuild(
+        &self,
+        chunk: &ChunkInfo,
+        logical: Logical,
+        buf: &mut [u8],
+        copy: usize,
+    ) -> Result<()> {
+        let row = chunk
+            .raid56_row(logical, len64(buf))
+            .ok_or_else(|| unmapped(logical))?;
+        let len = buf.len();
+        // The other data strip taken as bad by copies 3 and up.
+        let also_bad = copy
+            .checked_sub(3)
+            .and_then(|k| (0..row.data.len()).filter(|&i| i != row.col).nth(k));
+        let mut first_err = None;
+        let mut missing = vec![row.col];
+        missing.extend(also_bad);
+        let mut cols = Vec::with_capacity(row.data.len());
+        for (i, loc) in row.data.iter().enumerate() {
+            let mut strip = vec![0u8; len];
+            if !missing.contains(&i)
+                && let Err(e) = self.read_strip(loc, logical, &mut strip)
+            {
+                keep_most_telling(&mut first_err, e);
+                missing.push(i);
+            }
+            cols.push(strip);
+        }
+        let two = missing.len() > 1;
+        let mut parity = |which: usize, wanted: bool| -> Option<Vec<u8>> {
+            let loc = row.parity.get(which).filter(|_| wanted)?;
+            let mut strip = vec![0u8; len];
+            match self.read_strip(loc, logical, &mut strip) {
+                Ok(()) => Some(strip),
+                Err(e) => {
+                    keep_most_telling(&mut first_err, e);
+                    None
+                }
+            }
+        };
+        let p = parity(0, copy != 2 || two);
+        let q = parity(1, copy != 1 || two);
+        match raid56::rebuild(&mut cols, &missing, p.as_deref(), q.as_deref()) {
+            Ok(()) => {
+                if let Some(col) = cols.get(row.col) {
+                    buf.copy_from_slice(col);
+                }
+                Ok(())
+            }
+            // Something was missing, so an error was kept — unless copy 3+
+            // of a row with too few strips, which maps nothing.
+            Err(_) => Err(first_err.unwrap_or_else(|| unmapped(logical))),
+        }
+    }
+
+    fn read_copy(&self, logical: Logical, buf: &mut [u8], copy: usize) -> Result<()> {
+        self.read_pieces(logical, buf, copy, false)
+    }
+
+    /// Read `buf` piece by piece (a piece: up to a stripe or chunk
+    /// boundary) from copy `copy`; with `fallback`, a piece that copy
+    /// cannot give comes from the other copies in order instead.
+    fn read_pieces(
+        &self,
+        logical: Logical,
+        buf: &mut [u8],
+        copy: usize,
+        fallback: bool,
+    ) -> Result<()> {
+        let mut chunk = self.lookup(logical)?;
+        let mut done = 0usize;
+        while done < buf.len() {
+            let pos = logical
+                .checked_add(len64u(done))
+                .ok_or_else(|| unmapped(logical))?;
+            // Pieces of one chunk reuse it; only crossing into the next
+            // chunk looks up again.
+            if !chunk.contains(pos) {
+                chunk = self.lookup(pos)?;
+            }
+            let rest = buf.get_mut(done..).unwrap_or_default();
+            let n = match self.read_piece(chunk, pos, rest, copy) {
+                Ok(n) => n,
+                Err(e) if fallback => {
+                    let mut first_err = Some(e);
+                    let others = (0..chunk.num_copies()).filter(|&c| c != copy);
+                    let mut got = None;
+                    for other in others {
+                        match self.read_piece(chunk, pos, rest, other) {
+                            Ok(n) => {
+                                got = Some(n);
+                                break;
+                            }
+                            Err(e) => keep_most_telling(&mut first_err, e),
+                        }
+                    }
+                    match (got, first_err) {
+                        (Some(n), _) => n,
+                        (None, Some(e)) => return Err(e),
+                        (None, None) => return Err(unmapped(pos)),
+                    }
+                }
+                Err(e) => return Err(e),
+            };
             done = done.saturating_add(n);
         }
         Ok(())
     }
 
-    /// Read `[logical, logical + buf.len())` from the first copy that can be
-    /// read (no checksum verification: callers that can verify should use
-    /// [`read_copy`](Self::read_copy) per copy).
-    ///
-    /// # Errors
-    ///
-    /// The first copy's error when none can be read.
-    pub fn read_logical(&self, logical: Logical, buf: &mut [u8]) -> Result<()> {
+    /// Every piece from the first copy that can give it.
+    fn read_logical(&self, logical: Logical, buf: &mut [u8]) -> Result<()> {
+        self.read_pieces(logical, buf, 0, true)
+    }
+
+    fn prefetch_data(&self, logical: Logical, len: u64) {
+        SCRATCH.with(|scratch| {
+            let mut buf = scratch.borrow_mut();
+            buf.resize(usize::try_from(len).unwrap_or(0), 0);
+            // Errors are for the demand read to report.
+            let _ = self.read_logical(logical, &mut buf);
+        });
+    }
+
+    /// Read and verify a tree block, trying every copy (uncached).
+    fn read_block(&self, expect: &BlockExpect) -> Result<TreeBlock> {
+        let nodesize = usize::try_from(self.check.nodesize).unwrap_or(usize::MAX);
         let mut first_err = None;
-        for copy in 0..self.num_copies(logical)? {
-            match self.read_copy(logical, buf, copy) {
-                Ok(()) => return Ok(()),
+        for copy in 0..self.lookup(expect.logical)?.num_copies() {
+            let mut buf = vec![0u8; nodesize];
+            if let Err(e) = self.read_copy(expect.logical, &mut buf, copy) {
+                keep_most_telling(&mut first_err, e);
+                continue;
+            }
+            match TreeBlock::new(Arc::from(buf), &self.check, expect) {
+                Ok(block) => return Ok(block),
                 Err(e) => keep_most_telling(&mut first_err, e),
             }
         }
-        Err(first_err.unwrap_or_else(|| {
-            Error::corrupt(
-                Location::Logical(logical),
-                CorruptKind::Unmapped { logical },
-            )
-        }))
+        Err(first_err.unwrap_or_else(|| unmapped(expect.logical)))
     }
+}
+
+impl Load for Io {
+    type Key = (Logical, Generation);
+    type Job = BlockExpect;
+    type Value = TreeBlock;
+
+    fn key(job: &BlockExpect) -> (Logical, Generation) {
+        (job.logical, job.generation)
+    }
+
+    fn load(&self, job: &BlockExpect) -> Result<TreeBlock> {
+        self.read_block(job)
+    }
+
+    fn weight(block: &TreeBlock) -> usize {
+        block.bytes().len()
+    }
+}
+
+/// The uncached reads (chunk tree bootstrap).
+impl BlockSource for Io {
+    fn read_block(&self, expect: &BlockExpect) -> Result<TreeBlock> {
+        Io::read_block(self, expect)
+    }
+}
+
+/// Whether a block cached for one expectation also meets `expect` (same
+/// address and generation by the cache key): a block shared by snapshots
+/// can be reached from another tree.
+fn fits(block: &TreeBlock, expect: &BlockExpect) -> bool {
+    let node = block.node();
+    block.tree() == expect.tree
+        && node.level() == expect.level
+        && expect.first_key.is_none_or(|k| node.key(0) == Some(k))
 }
 
 /// Keep the first error, but prefer any error over "missing device" (a
@@ -366,26 +737,34 @@ fn len64u(n: usize) -> u64 {
 
 impl BlockSource for Volume {
     fn read_block(&self, expect: &BlockExpect) -> Result<TreeBlock> {
-        let nodesize = usize::try_from(self.check.nodesize).unwrap_or(usize::MAX);
-        let mut first_err = None;
-        for copy in 0..self.num_copies(expect.logical)? {
-            let mut buf = vec![0u8; nodesize];
-            if let Err(e) = self.read_copy(expect.logical, &mut buf, copy) {
-                keep_most_telling(&mut first_err, e);
-                continue;
-            }
-            match TreeBlock::new(Arc::from(buf), &self.check, expect) {
-                Ok(block) => return Ok(block),
-                Err(e) => keep_most_telling(&mut first_err, e),
-            }
+        let block = self.cache.get(expect)?;
+        if fits(&block, expect) {
+            return Ok(block);
         }
-        Err(first_err.unwrap_or_else(|| {
-            Error::corrupt(
-                Location::Logical(expect.logical),
-                CorruptKind::Unmapped {
-                    logical: expect.logical,
-                },
-            )
-        }))
+        // Cached for another tree: check it again for this one (no I/O);
+        // if it does not pass, the other copies may.
+        TreeBlock::new(Arc::clone(block.bytes()), &self.io().check, expect)
+            .or_else(|_| self.io().read_block(expect))
+    }
+
+    fn will_need(&self, upcoming: &[BlockExpect]) {
+        self.cache.prefetch(upcoming.iter().cloned());
+    }
+
+    fn readahead_window(&self) -> usize {
+        if self.cache.readahead() {
+            self.options.window
+        } else {
+            0
+        }
+    }
+
+    fn cached(&self, expect: &BlockExpect) -> Option<TreeBlock> {
+        let block = self.cache.peek(&(expect.logical, expect.generation))?;
+        if fits(&block, expect) {
+            Some(block)
+        } else {
+            TreeBlock::new(Arc::clone(block.bytes()), &self.io().check, expect).ok()
+        }
     }
 }

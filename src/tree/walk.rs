@@ -3,10 +3,20 @@
 //!
 //! The walker never reads devices itself: it asks its `BlockSource` for a
 //! validated block described by a [`BlockExpect`] (address, generation and
-//! level from the parent pointer, the first key). Whenever it enters an
-//! internal node it tells the source, through [`BlockSource::will_need`],
-//! which children it will visit next in key order, so a readahead pool can
-//! slot in behind the trait without changing the walker.
+//! level from the parent pointer, the first key).
+//!
+//! Readahead is forward-always: once a cursor scans (its first
+//! [`advance`](Cursor::advance) after a [`seek`](Cursor::seek); a lone
+//! seek or [`find`](Cursor::find) asks for nothing more), every step to a
+//! new leaf tells the source, through [`BlockSource::will_need`], the next
+//! [`readahead_window`](BlockSource::readahead_window) children after the
+//! path's slot at every level of the path — the leaves that follow, then
+//! the following nodes above them — whether or not the blocks it needed
+//! just now were cached. When a window runs past the end of its node, it
+//! continues into the next sibling node if that one is already cached
+//! ([`BlockSource::cached`]), so a walk does not stall at node boundaries.
+//! Each level remembers how far it has asked, so a step announces only the
+//! blocks that entered the window.
 
 #![warn(
     clippy::indexing_slicing,
@@ -18,9 +28,6 @@ use crate::error::{Location, Result};
 use crate::tree::key::Key;
 use crate::tree::node::{BlockExpect, LeafItem, TreeBlock};
 use crate::types::{Generation, Logical, TreeId};
-
-/// How many upcoming sibling blocks a node entry announces.
-const READAHEAD_HINT: usize = 64;
 
 /// Where the walker gets blocks from.
 pub trait BlockSource {
@@ -34,6 +41,20 @@ pub trait BlockSource {
     /// A hint: these blocks will be read soon, in this order. The default
     /// ignores it.
     fn will_need(&self, _upcoming: &[BlockExpect]) {}
+
+    /// How many blocks ahead per tree level the walker should announce
+    /// through [`will_need`](Self::will_need); 0 (the default) turns
+    /// readahead hints off.
+    fn readahead_window(&self) -> usize {
+        0
+    }
+
+    /// The block, if the source already holds it (no read, no wait). The
+    /// walker peeks at the next sibling node to carry a window across node
+    /// boundaries; the default holds nothing.
+    fn cached(&self, _expect: &BlockExpect) -> Option<TreeBlock> {
+        None
+    }
 }
 
 impl<S: BlockSource + ?Sized> BlockSource for &S {
@@ -43,6 +64,14 @@ impl<S: BlockSource + ?Sized> BlockSource for &S {
 
     fn will_need(&self, upcoming: &[BlockExpect]) {
         (**self).will_need(upcoming);
+    }
+
+    fn readahead_window(&self) -> usize {
+        (**self).readahead_window()
+    }
+
+    fn cached(&self, expect: &BlockExpect) -> Option<TreeBlock> {
+        (**self).cached(expect)
     }
 }
 
@@ -60,7 +89,8 @@ pub struct TreeRoot {
 }
 
 impl TreeRoot {
-    fn expect(&self) -> BlockExpect {
+    /// What the root block must be.
+    pub fn expect(&self) -> BlockExpect {
         BlockExpect {
             logical: self.logical,
             tree: self.tree,
@@ -105,6 +135,21 @@ pub struct Cursor<S> {
     root: TreeRoot,
     /// `path[0]` is the root; the last entry is the leaf.
     path: Vec<(TreeBlock, usize)>,
+    /// Whether the cursor scans forward (readahead on).
+    scanning: bool,
+    /// Per path level: up to which slot of that node the children were
+    /// announced.
+    announced: Vec<Option<Announced>>,
+    /// Per path level: the same for the node after that level's node,
+    /// entered when the window ran past its end.
+    announced_next: Vec<Option<Announced>>,
+}
+
+/// Children `..upto` of the node at `node` have been announced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Announced {
+    node: Logical,
+    upto: usize,
 }
 
 fn child_expect(parent: &TreeBlock, slot: usize) -> Option<BlockExpect> {
@@ -126,6 +171,9 @@ impl<S: BlockSource> Cursor<S> {
             source,
             root,
             path: Vec::new(),
+            scanning: false,
+            announced: Vec::new(),
+            announced_next: Vec::new(),
         }
     }
 
@@ -134,14 +182,73 @@ impl<S: BlockSource> Cursor<S> {
         &self.root
     }
 
-    fn hint_after(&self, block: &TreeBlock, slot: usize) {
-        let node = block.node();
-        if node.is_leaf() {
+    /// Announce what a forward scan reads next: at every internal level of
+    /// the path, the window of children after the path's slot, deepest
+    /// level (the next leaves) first.
+    fn readahead(&mut self) {
+        let window = self.source.readahead_window();
+        let depth = self.path.len();
+        if window == 0 || depth < 2 {
             return;
         }
-        let end = node.nritems().min(slot.saturating_add(READAHEAD_HINT));
-        let upcoming: Vec<BlockExpect> =
-            (slot..end).filter_map(|s| child_expect(block, s)).collect();
+        self.announced.resize(depth, None);
+        self.announced_next.resize(depth, None);
+        let mut upcoming = Vec::new();
+        // Internal levels, deepest first.
+        for i in (0..depth.saturating_sub(1)).rev() {
+            let Some((node, slot)) = self.path.get(i) else {
+                continue;
+            };
+            let nritems = node.node().nritems();
+            let from = slot.saturating_add(1);
+            let want = from.saturating_add(window);
+            let here = node.logical();
+            // Continue where this level stopped: in this node, or in the
+            // node that was "next" when the window last ran past the end.
+            let done = match (
+                self.announced.get(i).copied().flatten(),
+                self.announced_next.get(i).copied().flatten(),
+            ) {
+                (Some(a), _) if a.node == here => a.upto,
+                (_, Some(a)) if a.node == here => a.upto,
+                _ => 0,
+            };
+            let start = done.max(from);
+            let end = want.min(nritems);
+            upcoming.extend((start..end).filter_map(|s| child_expect(node, s)));
+            if let Some(a) = self.announced.get_mut(i) {
+                *a = Some(Announced {
+                    node: here,
+                    upto: start.max(end),
+                });
+            }
+            // The window runs past this node: go on into the next one if
+            // it is cached (its pointer is the parent's next slot).
+            let over = want.saturating_sub(nritems);
+            if over == 0 || i == 0 {
+                continue;
+            }
+            let next = i
+                .checked_sub(1)
+                .and_then(|p| self.path.get(p))
+                .and_then(|(parent, pslot)| child_expect(parent, pslot.saturating_add(1)))
+                .and_then(|e| self.source.cached(&e));
+            if let Some(next) = next {
+                let there = next.logical();
+                let done = match self.announced_next.get(i).copied().flatten() {
+                    Some(a) if a.node == there => a.upto,
+                    _ => 0,
+                };
+                let end = over.min(next.node().nritems());
+                upcoming.extend((done..end).filter_map(|s| child_expect(&next, s)));
+                if let Some(a) = self.announced_next.get_mut(i) {
+                    *a = Some(Announced {
+                        node: there,
+                        upto: done.max(end),
+                    });
+                }
+            }
+        }
         if !upcoming.is_empty() {
             self.source.will_need(&upcoming);
         }
@@ -162,7 +269,6 @@ impl<S: BlockSource> Cursor<S> {
             };
             let child = self.source.read_block(&expect)?;
             let slot = pick(&child);
-            self.hint_after(&child, slot);
             self.path.push((child, slot));
         }
     }
@@ -175,6 +281,9 @@ impl<S: BlockSource> Cursor<S> {
     /// Block read errors.
     pub fn seek(&mut self, key: &Key) -> Result<()> {
         self.path.clear();
+        self.scanning = false;
+        self.announced.clear();
+        self.announced_next.clear();
         let root = self.source.read_block(&self.root.expect())?;
         let pick = |b: &TreeBlock| {
             let node = b.node();
@@ -187,7 +296,6 @@ impl<S: BlockSource> Cursor<S> {
             }
         };
         let slot = pick(&root);
-        self.hint_after(&root, slot);
         self.path.push((root, slot));
         self.descend(pick)?;
         if self.leaf_exhausted() {
@@ -228,6 +336,11 @@ impl<S: BlockSource> Cursor<S> {
         if self.leaf_exhausted() {
             return self.next_leaf();
         }
+        if !self.scanning {
+            // The first step after a seek: from here on, read ahead.
+            self.scanning = true;
+            self.readahead();
+        }
         Ok(true)
     }
 
@@ -256,6 +369,8 @@ impl<S: BlockSource> Cursor<S> {
             self.path.clear();
             return Ok(false);
         }
+        self.scanning = true;
+        self.readahead();
         Ok(true)
     }
 

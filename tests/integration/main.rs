@@ -5,5 +5,7 @@ mod fs_model;
 mod list;
 mod live;
 mod manifest;
+mod raid56;
+mod readahead;
 mod reader;
 mod receive;

@@ -1,0 +1,296 @@
+//! The block cache and readahead behind `Volume`'s `BlockSource`: walks
+//! give the same items whatever the read options; a forward scan announces
+//! every block before it reads it, once; readahead failures never fail a
+//! walk (the demand read reports); data prefetch.
+
+use std::cell::RefCell;
+use std::collections::{HashMap, HashSet};
+use std::fs;
+use std::path::PathBuf;
+
+use btrsend::Result;
+use btrsend::device::readahead::ReadOptions;
+use btrsend::fs::Filesystem;
+use btrsend::tree::key::Key;
+use btrsend::tree::node::{BlockExpect, TreeBlock};
+use btrsend::tree::walk::{BlockSource, Cursor, TreeRoot, for_each_in_range};
+use btrsend::types::{Logical, TreeId};
+use btrsend::volume::Volume;
+
+use super::raid56::{all_items, extents};
+use super::reader::fixtures;
+
+fn open(devices: &[PathBuf], options: &ReadOptions) -> Filesystem {
+    Filesystem::from_volume(Volume::open_with(devices, options).unwrap())
+}
+
+fn option_sets() -> Vec<(&'static str, ReadOptions)> {
+    vec![
+        ("default", ReadOptions::default()),
+        ("off", ReadOptions::no_readahead()),
+        (
+            "tiny cache, window 1, one thread",
+            ReadOptions {
+                readahead: true,
+                threads: 1,
+                window: 1,
+                cache_bytes: 64 << 10,
+                data_queue_bytes: 1 << 20,
+            },
+        ),
+        (
+            "no cache, wide window",
+            ReadOptions {
+                readahead: true,
+                threads: 8,
+                window: 1000,
+                cache_bytes: 0,
+                data_queue_bytes: 1 << 20,
+            },
+        ),
+    ]
+}
+
+#[test]
+fn walks_agree_whatever_the_read_options() {
+    for fx in fixtures() {
+        let reference = all_items(&open(&fx.devices, &ReadOptions::no_readahead()));
+        for (name, options) in option_sets() {
+            let fs = open(&fx.devices, &options);
+            // Twice: cold, then from the cache.
+            for pass in 0..2 {
+                let items = all_items(&fs);
+                assert!(items == reference, "{} with {name}, pass {pass}", fx.name());
+            }
+            let stats = fs.volume().cache_stats();
+            if options.cache_bytes >= 1 << 20 {
+                assert!(stats.hits > 0, "{} {name}: {stats:?}", fx.name());
+            }
+            if !options.readahead {
+                assert_eq!(stats.prefetch_queued, 0);
+            }
+        }
+    }
+}
+
+/// A source that records what the walker announces and reads, and
+/// "prefetches" instantly: an announced block is read at once, so
+/// [`BlockSource::cached`] holds it as a perfect readahead pool would.
+struct Recorder<'a> {
+    vol: &'a Volume,
+    window: usize,
+    store: RefCell<HashMap<Logical, TreeBlock>>,
+    announced: RefCell<Vec<Logical>>,
+    reads: RefCell<Vec<(Logical, bool)>>,
+    hint_calls: RefCell<usize>,
+}
+
+impl<'a> Recorder<'a> {
+    fn new(vol: &'a Volume, window: usize) -> Recorder<'a> {
+        Recorder {
+            vol,
+            window,
+            store: RefCell::default(),
+            announced: RefCell::default(),
+            reads: RefCell::default(),
+            hint_calls: RefCell::default(),
+        }
+    }
+}
+
+impl BlockSource for Recorder<'_> {
+    fn read_block(&self, expect: &BlockExpect) -> Result<TreeBlock> {
+        let was_announced = self.announced.borrow().contains(&expect.logical);
+        self.reads
+            .borrow_mut()
+            .push((expect.logical, was_announced));
+        let block = self.vol.read_block(expect)?;
+        self.store
+            .borrow_mut()
+            .insert(expect.logical, block.clone());
+        Ok(block)
+    }
+
+    fn will_need(&self, upcoming: &[BlockExpect]) {
+        *self.hint_calls.borrow_mut() += 1;
+        for e in upcoming {
+            self.announced.borrow_mut().push(e.logical);
+            let block = self.vol.read_block(e).unwrap();
+            self.store.borrow_mut().insert(e.logical, block);
+        }
+    }
+
+    fn readahead_window(&self) -> usize {
+        self.window
+    }
+
+    fn cached(&self, expect: &BlockExpect) -> Option<TreeBlock> {
+        self.store.borrow().get(&expect.logical).cloned()
+    }
+}
+
+/// The fs tree of the fixture with the most tree levels (4 KiB nodes).
+fn deep_tree() -> Option<(Filesystem, TreeRoot)> {
+    let fx = fixtures()
+        .into_iter()
+        .find(|f| f.name().starts_with("002"))?;
+    let fs = open(&fx.devices, &ReadOptions::no_readahead());
+    let root = fs.tree_root(TreeId::FS).ok()?;
+    let snaps = btrsend::fs::subvol::list_subvolumes(&fs).unwrap();
+    let root = snaps
+        .iter()
+        .map(|s| s.root.tree_root())
+        .chain([root])
+        .max_by_key(|r| r.level)
+        .unwrap();
+    assert!(root.level >= 2, "002 should have a deep tree");
+    Some((fs, root))
+}
+
+#[test]
+fn forward_scan_announces_every_block_before_reading_it_once() {
+    let Some((fs, root)) = deep_tree() else {
+        return;
+    };
+    for window in [1, 3, 64, 10_000] {
+        let rec = Recorder::new(fs.volume(), window);
+        let mut items = 0usize;
+        let mut leaves = HashSet::new();
+        for_each_in_range(&rec, root, &Key::MIN, &Key::MAX, |item| {
+            items += 1;
+            leaves.insert(item.leaf);
+            Ok(())
+        })
+        .unwrap();
+        let reads = rec.reads.borrow();
+        let announced = rec.announced.borrow();
+        // The seek reads the path to the first leaf unannounced; after that,
+        // every block was announced before it was needed.
+        let seek_path = usize::from(root.level) + 1;
+        let late: Vec<_> = reads[seek_path..].iter().filter(|r| !r.1).collect();
+        assert!(
+            late.is_empty(),
+            "window {window}: read before announced: {late:?}"
+        );
+        // Nothing is announced twice.
+        let unique: HashSet<_> = announced.iter().collect();
+        assert_eq!(unique.len(), announced.len(), "window {window}");
+        // Every block of the tree was read once: the seek path, then what
+        // was announced.
+        assert_eq!(reads.len(), seek_path + announced.len(), "window {window}");
+        assert!(leaves.len() > 10);
+        // Hints came at every leaf step (the recorder holds everything
+        // announced, so each step finds its blocks cached).
+        if window == 1 {
+            assert_eq!(*rec.hint_calls.borrow(), leaves.len() - 1);
+        }
+        assert!(items > leaves.len());
+    }
+    // A lone seek (a point lookup) announces nothing.
+    let rec = Recorder::new(fs.volume(), 64);
+    let mut cursor = Cursor::new(&rec, root);
+    cursor.find(&Key::new(256, 1, 0)).unwrap();
+    assert_eq!(*rec.hint_calls.borrow(), 0);
+    assert!(cursor.advance().unwrap());
+    assert_eq!(*rec.hint_calls.borrow(), 1);
+}
+
+/// A leaf in the middle of `tree` (one the readahead reaches before the
+/// walk does) and the physical offsets of its copies.
+fn middle_leaf_copies(devices: &[PathBuf], tree: TreeId) -> (Logical, Vec<u64>) {
+    let fs = open(devices, &ReadOptions::no_readahead());
+    let root = fs.tree_root(tree).unwrap();
+    let mut leaves = Vec::new();
+    for_each_in_range(fs.volume(), root, &Key::MIN, &Key::MAX, |item| {
+        if leaves.last() != Some(&item.leaf) {
+            leaves.push(item.leaf);
+        }
+        Ok(())
+    })
+    .unwrap();
+    let leaf = leaves[leaves.len() / 2];
+    let copies = fs
+        .volume()
+        .chunk_map()
+        .map(leaf, 1)
+        .unwrap()
+        .copies()
+        .map(|c| c.physical.get())
+        .collect();
+    (leaf, copies)
+}
+
+/// Corrupt the copies of a leaf one by one: while one is good, every read
+/// option set walks as before; when none is, readahead on or off gives the
+/// same error, naming the block.
+fn corrupt_leaf_case(prefix: &str) {
+    let Some(fx) = fixtures()
+        .into_iter()
+        .find(|f| f.name().starts_with(prefix) && f.devices.len() == 1)
+    else {
+        return;
+    };
+    let reference = all_items(&open(&fx.devices, &ReadOptions::no_readahead()));
+    let (leaf, copies) = middle_leaf_copies(&fx.devices, TreeId::FS);
+    let tmp = tempfile::tempdir().unwrap();
+    let img = tmp.path().join("dev1.img");
+    fs::copy(&fx.devices[0], &img).unwrap();
+    let mut bytes = fs::read(&img).unwrap();
+    for (i, &at) in copies.iter().enumerate() {
+        bytes[usize::try_from(at).unwrap() + 200] ^= 0xff;
+        fs::write(&img, &bytes).unwrap();
+        if i + 1 < copies.len() {
+            for (name, options) in option_sets() {
+                let items = all_items(&open(std::slice::from_ref(&img), &options));
+                assert!(items == reference, "{prefix}: {} bad copies, {name}", i + 1);
+            }
+        }
+    }
+    let error = |options: &ReadOptions| {
+        let fs = open(std::slice::from_ref(&img), options);
+        let root = fs.tree_root(TreeId::FS).unwrap();
+        for_each_in_range(fs.volume(), root, &Key::MIN, &Key::MAX, |_| Ok(()))
+            .unwrap_err()
+            .to_string()
+    };
+    let off = error(&ReadOptions::no_readahead());
+    assert!(
+        off.starts_with(&format!("corrupt tree block at logical {leaf} (tree 5): ")),
+        "{off}"
+    );
+    for (name, options) in option_sets() {
+        assert_eq!(error(&options), off, "{prefix}: {name}");
+    }
+}
+
+#[test]
+fn readahead_errors_never_fail_a_walk_the_demand_read_reports() {
+    // Single metadata with 4 KiB nodes (many leaves), and DUP.
+    corrupt_leaf_case("002");
+    corrupt_leaf_case("014");
+}
+
+#[test]
+fn data_prefetch_is_bounded_and_reads_agree() {
+    let Some(fx) = fixtures().into_iter().find(|f| f.name().starts_with("003")) else {
+        return;
+    };
+    let fs = open(&fx.devices, &ReadOptions::default());
+    let ranges: Vec<(Logical, u64)> = extents(&fs)
+        .into_iter()
+        .map(|(s, l)| (Logical(s), l))
+        .collect();
+    let total: u64 = ranges.iter().map(|r| r.1).sum();
+    let queued = fs.volume().prefetch_data(&ranges);
+    assert!(queued > 0);
+    assert!(queued <= total.min(fs.volume().read_options().data_queue_bytes));
+    let off = open(&fx.devices, &ReadOptions::no_readahead());
+    assert_eq!(off.volume().prefetch_data(&ranges), 0);
+    for &(start, len) in ranges.iter().take(50) {
+        let mut a = vec![0u8; usize::try_from(len).unwrap()];
+        let mut b = a.clone();
+        fs.volume().read_logical(start, &mut a).unwrap();
+        off.volume().read_logical(start, &mut b).unwrap();
+        assert!(a == b, "extent at {start}");
+    }
+}
