@@ -12,6 +12,7 @@ pub mod manifest;
 #[doc(hidden)]
 pub mod testing;
 pub mod receive;
+pub mod send;
 
 // The device reader, in data-flow order: device -> superblock -> chunk_map
 // -> tree -> volume -> fs.

@@ -9,3 +9,4 @@ mod raid56;
 mod readahead;
 mod reader;
 mod receive;
+mod send;

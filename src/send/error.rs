@@ -1,0 +1,94 @@
+//! Errors of the send planner: a filesystem read error with the inode (and
+//! path, when known) it happened for, bad file data, or the output failing.
+
+use std::fmt;
+
+use stream_format::EncodeError;
+
+use crate::receive::encoded::DecodeDataError;
+
+/// Why a send failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SendError {
+    /// Reading the filesystem failed while working on an inode.
+    #[error("{}{source}", InodeCtx(*ino, path.as_deref()))]
+    Fs {
+        /// The inode being processed (0: none yet).
+        ino: u64,
+        /// Its path in the snapshot, when known.
+        path: Option<Vec<u8>>,
+        /// The read error (names device, address, tree, key).
+        source: crate::Error,
+    },
+    /// A compressed extent could not be decompressed.
+    #[error(
+        "{}cannot decompress the extent at file offset {file_offset} (logical {logical}): {source}",
+        InodeCtx(*ino, None)
+    )]
+    Decompress {
+        /// The inode.
+        ino: u64,
+        /// The extent's file offset.
+        file_offset: u64,
+        /// Its disk address (0 for inline extents).
+        logical: u64,
+        /// The decoder's complaint.
+        source: DecodeDataError,
+    },
+    /// The snapshot has something inconsistent or that send cannot express.
+    #[error("{}{what}", InodeCtx(*ino, None))]
+    Corrupt {
+        /// The inode.
+        ino: u64,
+        /// What is wrong.
+        what: String,
+    },
+    /// The subvolume asked for does not exist.
+    #[error("no subvolume {0}")]
+    NoSubvolume(String),
+    /// Writing the stream failed (a closed pipe: the receiver went away).
+    #[error("cannot write the send stream: {0}")]
+    Output(#[from] EncodeError),
+}
+
+impl SendError {
+    pub(crate) fn fs(ino: u64, source: crate::Error) -> SendError {
+        SendError::Fs {
+            ino,
+            path: None,
+            source,
+        }
+    }
+
+    pub(crate) fn corrupt(ino: u64, what: impl Into<String>) -> SendError {
+        SendError::Corrupt {
+            ino,
+            what: what.into(),
+        }
+    }
+
+    /// Whether the output was a pipe whose reader went away.
+    pub fn is_broken_pipe(&self) -> bool {
+        matches!(self, SendError::Output(EncodeError::Io { source, .. })
+            if source.kind() == std::io::ErrorKind::BrokenPipe)
+    }
+}
+
+impl From<crate::Error> for SendError {
+    fn from(source: crate::Error) -> SendError {
+        SendError::fs(0, source)
+    }
+}
+
+struct InodeCtx<'a>(u64, Option<&'a [u8]>);
+
+impl fmt::Display for InodeCtx<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (self.0, self.1) {
+            (0, _) => Ok(()),
+            (ino, Some(p)) => write!(f, "inode {ino} ({}): ", String::from_utf8_lossy(p)),
+            (ino, None) => write!(f, "inode {ino}: "),
+        }
+    }
+}

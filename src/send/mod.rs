@@ -1,0 +1,142 @@
+//! Send: plan and write a btrfs send stream of a subvolume read straight
+//! from the devices — the same commands, in the same order, as the
+//! kernel's `btrfs send` (`shared/docs/send-algorithm.md`).
+//!
+//! Stage 5 of the data flow (device → chunk map → tree → fs → **send**);
+//! the wire format is the `stream-format` crate's [`StreamWriter`].
+//!
+//! * [`full`]: the full-send planner (no parent snapshot);
+//! * `view`: point lookups and item decoding in the snapshot's tree;
+//! * `data`: file data (decompression, encoded extents).
+//!
+//! Memory: the planner holds one leaf path of the tree walk, the current
+//! inode's recorded references, at most 64 + a few deferred directory
+//! utimes, a first-reference cache of at most 65536 entries, one extent's
+//! data (≤ 128 MiB for an uncompressed extent item split in
+//! `max_send_read_size` reads; ≤ 128 KiB decoded for compressed ones), and
+//! an index of the data extents already sent that may be clone sources
+//! (one small entry per regular extent item; bounded by the snapshot's
+//! number of extents).
+
+pub mod error;
+pub mod full;
+
+mod data;
+mod view;
+
+use std::io::{BufWriter, Write};
+
+use stream_format::{StreamWriter, WriterOptions};
+
+use crate::fs::Filesystem;
+use crate::fs::subvol::{Subvolume, list_subvolumes};
+use crate::types::TreeId;
+
+pub use error::SendError;
+pub use full::SendStats;
+
+/// Highest protocol version this sender writes (3 only lacks fs-verity).
+pub const MAX_PROTO: u32 = 2;
+
+/// What to send and how.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SendOptions {
+    /// Protocol version: 1 (default of btrfs-progs), 2 or 3.
+    pub version: u32,
+    /// Pass compressed extents through as ENCODED_WRITE (needs v2+).
+    pub compressed_data: bool,
+    /// Send UPDATE_EXTENT instead of file data (`--no-data`).
+    pub no_data: bool,
+}
+
+impl SendOptions {
+    /// Protocol `version` without flags.
+    pub const fn new(version: u32) -> SendOptions {
+        SendOptions {
+            version,
+            compressed_data: false,
+            no_data: false,
+        }
+    }
+
+    /// Set [`SendOptions::compressed_data`].
+    pub const fn with_compressed_data(mut self, on: bool) -> SendOptions {
+        self.compressed_data = on;
+        self
+    }
+
+    /// Set [`SendOptions::no_data`].
+    pub const fn with_no_data(mut self, on: bool) -> SendOptions {
+        self.no_data = on;
+        self
+    }
+}
+
+/// Progress reports from a send (the default methods ignore them).
+pub trait Progress {
+    /// Inode `ino` is being processed.
+    fn inode(&self, _ino: u64) {}
+    /// `bytes` of file data were sent (written, encoded or clone-free).
+    fn data(&self, _bytes: u64) {}
+}
+
+/// A [`Progress`] that ignores everything.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoProgress;
+
+impl Progress for NoProgress {}
+
+/// Find a subvolume by its path from the top level (as `btrsend list`
+/// prints it) or `id:N`.
+///
+/// # Errors
+///
+/// [`SendError::NoSubvolume`]; read errors.
+pub fn find_subvolume(fs: &Filesystem, spec: &str) -> Result<Subvolume, SendError> {
+    let subvols = list_subvolumes(fs)?;
+    let found = if let Some(id) = spec.strip_prefix("id:") {
+        let id: u64 = id
+            .parse()
+            .map_err(|_| SendError::NoSubvolume(spec.to_owned()))?;
+        subvols.into_iter().find(|s| s.id() == TreeId(id))
+    } else {
+        let want = spec.trim_matches('/').as_bytes();
+        subvols.into_iter().find(|s| s.path == want)
+    };
+    found.ok_or_else(|| SendError::NoSubvolume(spec.to_owned()))
+}
+
+/// Write a full send stream of `subvol` to `out`.
+///
+/// # Errors
+///
+/// [`SendError`]: read errors (with the inode and path), corrupt file data,
+/// write errors (a closed pipe: [`SendError::is_broken_pipe`]).
+pub fn send_full<W: Write>(
+    fs: &Filesystem,
+    subvol: &Subvolume,
+    out: W,
+    opts: SendOptions,
+    progress: &dyn Progress,
+) -> Result<(W, SendStats), SendError> {
+    if opts.compressed_data && opts.version < 2 {
+        return Err(SendError::Output(
+            stream_format::EncodeError::CommandNotInVersion {
+                cmd: stream_format::CommandKind::EncodedWrite,
+                version: opts.version,
+            },
+        ));
+    }
+    let buffered = BufWriter::with_capacity(256 * 1024, out);
+    let writer = StreamWriter::with_options(buffered, WriterOptions::new(opts.version))?;
+    let planner = full::FullSend::new(fs, subvol, writer, opts, progress)?;
+    let (buffered, stats) = planner.run(&subvol.name)?;
+    let out = buffered.into_inner().map_err(|e| {
+        SendError::Output(stream_format::EncodeError::Io {
+            offset: stats.stream_bytes,
+            source: e.into_error(),
+        })
+    })?;
+    Ok((out, stats))
+}

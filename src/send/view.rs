@@ -1,0 +1,498 @@
+//! The send planner's view of one subvolume tree: decoded inode items,
+//! references, xattrs and file extent items, and the point lookups the
+//! kernel's send does (first ref, dir item by name, xattr by name, extent
+//! items of an inode from an offset, extent reference counts).
+//!
+//! Layouts: `struct btrfs_inode_item`, `btrfs_inode_ref`,
+//! `btrfs_inode_extref`, `btrfs_dir_item`, `btrfs_file_extent_item`,
+//! `btrfs_extent_item` (btrfs_tree.h). This is an adapter until the
+//! filesystem model (`crate::fs`) offers the same; it reads items only
+//! through [`Cursor`], so every block is validated by the tree layer.
+
+use zerocopy::FromBytes;
+
+use crate::error::{CorruptKind, Error, Location, Result};
+use crate::fs::Filesystem;
+use crate::ondisk::{
+    self, DirItem, ExtentDataRef, ExtentItem, FileExtentItem, FileExtentItemHeader, InodeExtref,
+    InodeItem, InodeRef, Timespec,
+};
+use crate::tree::key::Key;
+use crate::tree::walk::{Cursor, ItemRef, TreeRoot};
+use crate::types::TreeId;
+
+/// The fields of an inode item send uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct InodeInfo {
+    pub generation: u64,
+    pub size: u64,
+    pub nlink: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub mode: u32,
+    pub rdev: u64,
+    pub atime: stream_format::Timespec,
+    pub mtime: stream_format::Timespec,
+    pub ctime: stream_format::Timespec,
+    pub otime: stream_format::Timespec,
+}
+
+pub(crate) const S_IFMT: u32 = 0o170000;
+pub(crate) const S_IFDIR: u32 = 0o040000;
+pub(crate) const S_IFREG: u32 = 0o100000;
+pub(crate) const S_IFLNK: u32 = 0o120000;
+pub(crate) const S_IFCHR: u32 = 0o020000;
+pub(crate) const S_IFBLK: u32 = 0o060000;
+pub(crate) const S_IFIFO: u32 = 0o010000;
+pub(crate) const S_IFSOCK: u32 = 0o140000;
+
+impl InodeInfo {
+    pub fn is_dir(&self) -> bool {
+        self.mode & S_IFMT == S_IFDIR
+    }
+}
+
+fn ts(t: &Timespec) -> stream_format::Timespec {
+    stream_format::Timespec {
+        sec: t.sec.get(),
+        nsec: t.nsec.get(),
+    }
+}
+
+fn bad_size(item: &ItemRef<'_>, what: &'static str, expected: usize) -> Error {
+    Error::corrupt(
+        item.location(),
+        CorruptKind::BadSize {
+            what,
+            found: u64::try_from(item.data.len()).unwrap_or(u64::MAX),
+            expected: u64::try_from(expected).unwrap_or(u64::MAX),
+        },
+    )
+}
+
+fn truncated(item: &ItemRef<'_>, what: &'static str, needed: usize) -> Error {
+    Error::corrupt(
+        item.location(),
+        CorruptKind::Truncated {
+            what,
+            needed: u64::try_from(needed).unwrap_or(u64::MAX),
+            available: u64::try_from(item.data.len()).unwrap_or(u64::MAX),
+        },
+    )
+}
+
+/// Decode an INODE_ITEM.
+pub(crate) fn parse_inode(item: &ItemRef<'_>) -> Result<InodeInfo> {
+    let ii = InodeItem::ref_from_prefix(item.data)
+        .map_err(|_| bad_size(item, "inode item", size_of::<InodeItem>()))?
+        .0;
+    Ok(InodeInfo {
+        generation: ii.generation.get(),
+        size: ii.size.get(),
+        nlink: ii.nlink.get(),
+        uid: ii.uid.get(),
+        gid: ii.gid.get(),
+        mode: ii.mode.get(),
+        rdev: ii.rdev.get(),
+        atime: ts(&ii.atime),
+        mtime: ts(&ii.mtime),
+        ctime: ts(&ii.ctime),
+        otime: ts(&ii.otime),
+    })
+}
+
+/// The (parent dir, name) entries of an INODE_REF or INODE_EXTREF item, in
+/// item order.
+pub(crate) fn parse_refs(item: &ItemRef<'_>) -> Result<Vec<(u64, Vec<u8>)>> {
+    let mut out = Vec::new();
+    let mut rest = item.data;
+    let extended = item.key.item_type == ondisk::BTRFS_INODE_EXTREF_KEY;
+    while !rest.is_empty() {
+        let (parent, name_len, tail) = if extended {
+            let (r, tail) = InodeExtref::ref_from_prefix(rest)
+                .map_err(|_| truncated(item, "inode extref", size_of::<InodeExtref>()))?;
+            (r.parent_objectid.get(), usize::from(r.name_len.get()), tail)
+        } else {
+            let (r, tail) = InodeRef::ref_from_prefix(rest)
+                .map_err(|_| truncated(item, "inode ref", size_of::<InodeRef>()))?;
+            (item.key.offset, usize::from(r.name_len.get()), tail)
+        };
+        let name = tail
+            .get(..name_len)
+            .ok_or_else(|| truncated(item, "inode ref name", name_len))?;
+        out.push((parent, name.to_vec()));
+        rest = tail.get(name_len..).unwrap_or_default();
+    }
+    Ok(out)
+}
+
+/// One entry of a DIR_ITEM / XATTR_ITEM.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct DirEntry<'a> {
+    pub location: Key,
+    pub name: &'a [u8],
+    pub data: &'a [u8],
+}
+
+/// The entries of a DIR_ITEM, DIR_INDEX or XATTR_ITEM, in item order.
+pub(crate) fn parse_dir_items<'a>(item: &ItemRef<'a>) -> Result<Vec<DirEntry<'a>>> {
+    let mut out = Vec::new();
+    let mut rest = item.data;
+    while !rest.is_empty() {
+        let (di, tail) = DirItem::ref_from_prefix(rest)
+            .map_err(|_| truncated(item, "dir item", size_of::<DirItem>()))?;
+        let name_len = usize::from(di.name_len.get());
+        let data_len = usize::from(di.data_len.get());
+        let total = name_len.saturating_add(data_len);
+        let body = tail
+            .get(..total)
+            .ok_or_else(|| truncated(item, "dir item name and data", total))?;
+        let (name, data) = body.split_at(name_len);
+        out.push(DirEntry {
+            location: Key::from(&di.location),
+            name,
+            data,
+        });
+        rest = tail.get(total..).unwrap_or_default();
+    }
+    Ok(out)
+}
+
+/// What a file extent item describes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum ExtentKind {
+    /// Data stored in the item (possibly compressed).
+    Inline(Vec<u8>),
+    /// A regular or preallocated extent; `disk_bytenr == 0` is a hole.
+    Regular {
+        prealloc: bool,
+        disk_bytenr: u64,
+        disk_num_bytes: u64,
+        offset: u64,
+        num_bytes: u64,
+    },
+}
+
+/// A decoded EXTENT_DATA item.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct FileExtent {
+    /// The inode.
+    pub ino: u64,
+    /// File offset (key offset).
+    pub file_offset: u64,
+    pub ram_bytes: u64,
+    pub compression: u8,
+    pub kind: ExtentKind,
+    /// Where the item lives, for errors.
+    pub location: Location,
+    /// The leaf holding the item (the kernel's backref walk groups
+    /// references by leaf).
+    pub leaf: u64,
+}
+
+impl FileExtent {
+    /// `btrfs_file_extent_end`: inline extents end at the sector-aligned end
+    /// of their data.
+    pub fn end(&self, sectorsize: u64) -> u64 {
+        match &self.kind {
+            ExtentKind::Inline(_) => {
+                let end = self.file_offset.saturating_add(self.ram_bytes);
+                end.div_ceil(sectorsize).saturating_mul(sectorsize)
+            }
+            ExtentKind::Regular { num_bytes, .. } => self.file_offset.saturating_add(*num_bytes),
+        }
+    }
+
+    pub fn disk_bytenr(&self) -> u64 {
+        match self.kind {
+            ExtentKind::Regular { disk_bytenr, .. } => disk_bytenr,
+            ExtentKind::Inline(_) => 0,
+        }
+    }
+
+    pub fn extent_offset(&self) -> u64 {
+        match self.kind {
+            ExtentKind::Regular { offset, .. } => offset,
+            ExtentKind::Inline(_) => 0,
+        }
+    }
+}
+
+/// Decode an EXTENT_DATA item.
+pub(crate) fn parse_file_extent(item: &ItemRef<'_>) -> Result<FileExtent> {
+    let (h, tail) = FileExtentItemHeader::ref_from_prefix(item.data)
+        .map_err(|_| truncated(item, "file extent item", size_of::<FileExtentItemHeader>()))?;
+    if h.encryption != 0 || h.other_encoding.get() != 0 {
+        return Err(Error::corrupt(
+            item.location(),
+            CorruptKind::BadField {
+                field: "encryption",
+                value: u64::from(h.encryption),
+                why: "encrypted or encoded extents are not supported",
+            },
+        ));
+    }
+    let kind = match h.extent_type {
+        ondisk::BTRFS_FILE_EXTENT_INLINE => ExtentKind::Inline(tail.to_vec()),
+        ondisk::BTRFS_FILE_EXTENT_REG | ondisk::BTRFS_FILE_EXTENT_PREALLOC => {
+            let fe = FileExtentItem::ref_from_prefix(item.data)
+                .map_err(|_| bad_size(item, "file extent item", size_of::<FileExtentItem>()))?
+                .0;
+            ExtentKind::Regular {
+                prealloc: h.extent_type == ondisk::BTRFS_FILE_EXTENT_PREALLOC,
+                disk_bytenr: fe.disk_bytenr.get(),
+                disk_num_bytes: fe.disk_num_bytes.get(),
+                offset: fe.offset.get(),
+                num_bytes: fe.num_bytes.get(),
+            }
+        }
+        other => {
+            return Err(Error::corrupt(
+                item.location(),
+                CorruptKind::BadField {
+                    field: "extent type",
+                    value: u64::from(other),
+                    why: "not inline, regular or prealloc",
+                },
+            ));
+        }
+    };
+    Ok(FileExtent {
+        ino: item.key.objectid,
+        file_offset: item.key.offset,
+        ram_bytes: h.ram_bytes.get(),
+        compression: h.compression,
+        kind,
+        location: item.location(),
+        leaf: item.leaf.get(),
+    })
+}
+
+/// `btrfs_name_hash`: raw CRC-32C seeded with `~1`.
+pub(crate) fn name_hash(name: &[u8]) -> u64 {
+    // crc32c_append(c, d) == !raw(!c, d); raw seed 0xFFFF_FFFE ⇒ !seed == 1.
+    u64::from(!crc32c::crc32c_append(1, name))
+}
+
+/// The back references of a data extent (see [`TreeView::extent_refs`]).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ExtentRefs {
+    pub refs: u64,
+    /// Parent leaves of SHARED_DATA_REFs, sorted.
+    pub shared: Vec<u64>,
+}
+
+/// Point lookups in one subvolume tree (and the extent tree).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct TreeView<'a> {
+    pub fs: &'a Filesystem,
+    pub root: TreeRoot,
+    pub extent_root: Option<TreeRoot>,
+}
+
+impl<'a> TreeView<'a> {
+    pub fn new(fs: &'a Filesystem, tree: TreeId) -> Result<TreeView<'a>> {
+        let root = fs.tree_root(tree)?;
+        let extent_root = fs
+            .root_item(TreeId(ondisk::BTRFS_EXTENT_TREE_OBJECTID))?
+            .map(|r| r.tree_root());
+        Ok(TreeView {
+            fs,
+            root,
+            extent_root,
+        })
+    }
+
+    pub fn cursor(&self) -> Cursor<&'a crate::volume::Volume> {
+        Cursor::new(self.fs.volume(), self.root)
+    }
+
+    /// The inode item of `ino`.
+    pub fn inode(&self, ino: u64) -> Result<Option<InodeInfo>> {
+        let mut c = self.cursor();
+        match c.find(&Key::new(ino, ondisk::BTRFS_INODE_ITEM_KEY, 0))? {
+            Some(item) => parse_inode(&item).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// The inode's first reference: first INODE_REF item's first name, else
+    /// the first INODE_EXTREF's (`get_first_ref`).
+    pub fn first_ref(&self, ino: u64) -> Result<Option<(u64, Vec<u8>)>> {
+        let mut c = self.cursor();
+        c.seek(&Key::new(ino, ondisk::BTRFS_INODE_REF_KEY, 0))?;
+        let Some(item) = c.current() else {
+            return Ok(None);
+        };
+        if item.key.objectid != ino
+            || (item.key.item_type != ondisk::BTRFS_INODE_REF_KEY
+                && item.key.item_type != ondisk::BTRFS_INODE_EXTREF_KEY)
+        {
+            return Ok(None);
+        }
+        Ok(parse_refs(&item)?.into_iter().next())
+    }
+
+    /// The DIR_ITEM entry `name` in directory `dir`: its location key.
+    pub fn lookup_dir_item(&self, dir: u64, name: &[u8]) -> Result<Option<Key>> {
+        self.lookup_named(dir, ondisk::BTRFS_DIR_ITEM_KEY, name)
+            .map(|e| e.map(|(k, _)| k))
+    }
+
+    /// The value of xattr `name` of `ino`.
+    pub fn xattr(&self, ino: u64, name: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.lookup_named(ino, ondisk::BTRFS_XATTR_ITEM_KEY, name)
+            .map(|e| e.map(|(_, v)| v))
+    }
+
+    fn lookup_named(&self, ino: u64, ty: u8, name: &[u8]) -> Result<Option<(Key, Vec<u8>)>> {
+        let mut c = self.cursor();
+        let Some(item) = c.find(&Key::new(ino, ty, name_hash(name)))? else {
+            return Ok(None);
+        };
+        Ok(parse_dir_items(&item)?
+            .into_iter()
+            .find(|e| e.name == name)
+            .map(|e| (e.location, e.data.to_vec())))
+    }
+
+    /// The key offset of the last extent item of `ino` at or before
+    /// `offset`, or `offset` itself when there is none.
+    fn extent_at_or_before(&self, ino: u64, offset: u64) -> Result<u64> {
+        let mut c = self.cursor();
+        c.seek(&Key::new(ino, ondisk::BTRFS_EXTENT_DATA_KEY, offset))?;
+        if let Some(item) = c.current()
+            && item.key == Key::new(ino, ondisk::BTRFS_EXTENT_DATA_KEY, offset)
+        {
+            return Ok(offset);
+        }
+        // The previous item: walk the inode's extents from the start. The
+        // items of one inode are usually few leaves; a backward cursor would
+        // avoid this.
+        let mut best = None;
+        let mut c = self.cursor();
+        c.seek(&Key::new(ino, ondisk::BTRFS_EXTENT_DATA_KEY, 0))?;
+        while let Some(item) = c.current() {
+            if item.key.objectid != ino
+                || item.key.item_type != ondisk::BTRFS_EXTENT_DATA_KEY
+                || item.key.offset > offset
+            {
+                break;
+            }
+            best = Some(item.key.offset);
+            if !c.advance()? {
+                break;
+            }
+        }
+        Ok(best.unwrap_or(offset))
+    }
+
+    /// The references of the data extent at `bytenr`: its reference count
+    /// and the leaves of its shared (full) backrefs, inline and keyed.
+    pub fn extent_refs(&self, bytenr: u64) -> Result<Option<ExtentRefs>> {
+        let Some(root) = self.extent_root else {
+            return Ok(None);
+        };
+        let mut c = Cursor::new(self.fs.volume(), root);
+        c.seek(&Key::new(bytenr, ondisk::BTRFS_EXTENT_ITEM_KEY, 0))?;
+        let Some(item) = c.current() else {
+            return Ok(None);
+        };
+        if item.key.objectid != bytenr || item.key.item_type != ondisk::BTRFS_EXTENT_ITEM_KEY {
+            return Ok(None);
+        }
+        let (ei, mut rest) = ExtentItem::ref_from_prefix(item.data)
+            .map_err(|_| truncated(&item, "extent item", size_of::<ExtentItem>()))?;
+        let refs = ei.refs.get();
+        let mut shared = Vec::new();
+        // Inline refs: a type byte, then a payload whose size the type gives.
+        while let Some((&ty, tail)) = rest.split_first() {
+            let len = match ty {
+                ondisk::BTRFS_EXTENT_DATA_REF_KEY => size_of::<ExtentDataRef>(),
+                ondisk::BTRFS_SHARED_DATA_REF_KEY => 12,
+                ondisk::BTRFS_TREE_BLOCK_REF_KEY
+                | ondisk::BTRFS_SHARED_BLOCK_REF_KEY
+                | ondisk::BTRFS_EXTENT_OWNER_REF_KEY => 8,
+                _ => break,
+            };
+            let Some(payload) = tail.get(..len) else {
+                return Err(truncated(&item, "inline extent ref", len));
+            };
+            if ty == ondisk::BTRFS_SHARED_DATA_REF_KEY
+                && let Ok((parent, _)) = zerocopy::little_endian::U64::read_from_prefix(payload)
+            {
+                shared.push(parent.get());
+            }
+
+            rest = tail.get(len..).unwrap_or_default();
+        }
+        // Keyed refs follow the extent item.
+        while c.advance()? {
+            let Some(item) = c.current() else { break };
+            if item.key.objectid != bytenr {
+                break;
+            }
+            if item.key.item_type == ondisk::BTRFS_SHARED_DATA_REF_KEY {
+                shared.push(item.key.offset);
+            }
+        }
+        shared.sort_unstable();
+        Ok(Some(ExtentRefs { refs, shared }))
+    }
+}
+
+/// The extent items of one inode in key order, from a cursor that borrows
+/// only the volume (so the planner can emit commands between items).
+pub(crate) struct ExtentIter<'a> {
+    cursor: Cursor<&'a crate::volume::Volume>,
+    ino: u64,
+    started: bool,
+}
+
+impl<'a> TreeView<'a> {
+    /// The extent items of `ino` starting with the one at or before
+    /// `offset` (the kernel's `btrfs_search_slot` then step back one slot),
+    /// else the first one after it.
+    pub fn extents_from_iter(&self, ino: u64, offset: u64) -> Result<ExtentIter<'a>> {
+        let start = self.extent_at_or_before(ino, offset)?;
+        let mut cursor = self.cursor();
+        cursor.seek(&Key::new(ino, ondisk::BTRFS_EXTENT_DATA_KEY, start))?;
+        Ok(ExtentIter {
+            cursor,
+            ino,
+            started: false,
+        })
+    }
+}
+
+impl ExtentIter<'_> {
+    /// The next extent item of the inode.
+    pub fn next_extent(&mut self) -> Result<Option<FileExtent>> {
+        if self.started {
+            if !self.cursor.advance()? {
+                return Ok(None);
+            }
+        } else {
+            self.started = true;
+        }
+        let Some(item) = self.cursor.current() else {
+            return Ok(None);
+        };
+        if item.key.objectid != self.ino || item.key.item_type != ondisk::BTRFS_EXTENT_DATA_KEY {
+            return Ok(None);
+        }
+        parse_file_extent(&item).map(Some)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn name_hash_matches_btrfs() {
+        // btrfs_name_hash("default") as stored in the root tree's DIR_ITEM
+        // of the default subvolume: key (6 DIR_ITEM 2378154706).
+        assert_eq!(name_hash(b"default"), 2_378_154_706);
+    }
+}
