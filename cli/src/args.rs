@@ -43,6 +43,9 @@ pub enum Command {
     Manifest(cmd::manifest::ManifestArgs),
     /// Print a shell completion script to standard output.
     Completions(cmd::completions::CompletionsArgs),
+    /// Developer tools (benchmarks).
+    #[command(hide = true)]
+    Debug(cmd::debug::DebugArgs),
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! One module per subcommand; `run` dispatches.
 
 pub mod completions;
+pub mod debug;
 pub mod dump;
 pub mod list;
 pub mod manifest;
@@ -16,5 +17,6 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Receive(a) => receive::run(&a),
         Command::Manifest(a) => manifest::run(&a),
         Command::Completions(a) => completions::run(&a),
+        Command::Debug(a) => debug::run(&a),
     }
 }
