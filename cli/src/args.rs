@@ -37,6 +37,8 @@ pub enum Command {
     Dump(cmd::dump::DumpArgs),
     /// List the subvolumes of a filesystem, read straight from its devices.
     List(cmd::list::ListArgs),
+    /// Write a full send stream of a subvolume read straight from its devices.
+    Send(cmd::send::SendArgs),
     /// Receive send streams into a directory on any filesystem, or `--dump` them.
     Receive(cmd::receive::ReceiveArgs),
     /// Print a manifest of a directory tree: one sorted line per path.

@@ -203,9 +203,10 @@ impl<'a, W: Write> FullSend<'a, W> {
         while let Some((ino, generation)) = self.dir_utimes.pop_back() {
             self.send_utimes(ino, generation)?;
         }
-        self.emit(&Command::End)?;
-        self.stats.stream_bytes = self.out.bytes_written();
+        // END: written by `finish`, which also flushes.
+        let before = self.out.bytes_written();
         let w = self.out.finish()?;
+        self.stats.stream_bytes = before.saturating_add(10);
         Ok((w, self.stats))
     }
 

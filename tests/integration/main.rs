@@ -10,3 +10,4 @@ mod readahead;
 mod reader;
 mod receive;
 mod send;
+mod send_live;

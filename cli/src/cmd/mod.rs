@@ -6,6 +6,7 @@ pub mod dump;
 pub mod list;
 pub mod manifest;
 pub mod receive;
+pub mod send;
 
 use crate::args::{Cli, Command};
 
@@ -14,6 +15,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Dump(a) => dump::run(&a),
         Command::List(a) => list::run(&a),
+        Command::Send(a) => send::run(&a),
         Command::Receive(a) => receive::run(&a),
         Command::Manifest(a) => manifest::run(&a),
         Command::Completions(a) => completions::run(&a),

@@ -1,0 +1,184 @@
+//! `btrsend send` end to end (issue 4): the real binary on a kernel-made
+//! fixture image prints a stream whose `btrsend dump` equals the kernel's
+//! stored `btrfs receive --dump` of its own stream; `-f` writes the same
+//! bytes; a closed pipe and bad arguments fail with exit status 1 and a
+//! clear message, never a panic; a terminal is refused.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+fn btrsend() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_btrsend"));
+    c.env("TZ", "UTC");
+    c
+}
+
+fn fixture_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/001-basic")
+}
+
+/// The 001-basic image, unpacked (sparse) into `dir`.
+fn image(dir: &Path) -> PathBuf {
+    let dst = dir.join("dev1.img");
+    let st = Command::new("zstd")
+        .args(["-q", "-d", "-f", "--sparse", "-o"])
+        .arg(&dst)
+        .arg(fixture_dir().join("dev1.img.zst"))
+        .status()
+        .expect("zstd is needed to unpack the fixture");
+    assert!(st.success());
+    dst
+}
+
+fn dump(stream: &Path) -> String {
+    let out = btrsend().args(["dump", "-f"]).arg(stream).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+fn send_to_stdout_and_file_match_the_kernel_dump() {
+    let tmp = tempfile::tempdir().unwrap();
+    let img = image(tmp.path());
+    for (version, args, stored) in [
+        ("v1", &[][..], "basic.full.v1.dump"),
+        ("v2c", &["--compressed-data"][..], "basic.full.v2c.dump"),
+    ] {
+        let out = btrsend()
+            .arg("send")
+            .arg("--device")
+            .arg(&img)
+            .args(args)
+            .arg("snaps/basic")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{version}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(out.stderr.is_empty(), "{version}: quiet on success");
+        let stdout_file = tmp.path().join(format!("stdout.{version}"));
+        std::fs::write(&stdout_file, &out.stdout).unwrap();
+        let expected = std::fs::read_to_string(fixture_dir().join(stored)).unwrap();
+        assert_eq!(dump(&stdout_file), expected, "{version}");
+
+        let file = tmp.path().join(format!("f.{version}"));
+        let st = btrsend()
+            .arg("send")
+            .arg("-d")
+            .arg(&img)
+            .args(args)
+            .arg("-f")
+            .arg(&file)
+            .arg("id:257")
+            .status()
+            .unwrap();
+        assert!(st.success());
+        assert_eq!(std::fs::read(&file).unwrap(), out.stdout, "{version}: -f");
+    }
+}
+
+#[test]
+fn closed_pipe_is_a_clear_failure() {
+    let tmp = tempfile::tempdir().unwrap();
+    let img = image(tmp.path());
+    let mut child = btrsend()
+        .arg("send")
+        .arg("--device")
+        .arg(&img)
+        .arg("snaps/basic")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    let mut head = [0u8; 17];
+    stdout.read_exact(&mut head).unwrap();
+    assert_eq!(&head[..13], b"btrfs-stream\0");
+    drop(stdout);
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.starts_with("btrsend: error: ") && stderr.contains("broken pipe"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+#[test]
+fn bad_arguments_fail_with_status_1() {
+    let tmp = tempfile::tempdir().unwrap();
+    let img = image(tmp.path());
+    for (args, msg) in [
+        (
+            vec!["--proto", "1", "--compressed-data", "snaps/basic"],
+            "btrsend: error: --compressed-data needs protocol 2 or later (--proto 1 given)\n",
+        ),
+        (
+            vec!["snaps/nope"],
+            "btrsend: error: no subvolume snaps/nope\n",
+        ),
+        (vec!["id:99999"], "btrsend: error: no subvolume id:99999\n"),
+    ] {
+        let out = btrsend()
+            .arg("send")
+            .arg("-d")
+            .arg(&img)
+            .args(&args)
+            .stdout(Stdio::piped())
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        assert_eq!(String::from_utf8_lossy(&out.stderr), msg, "{args:?}");
+        assert!(out.stdout.is_empty());
+    }
+    let out = btrsend()
+        .args(["send", "-d", "/nonexistent/img", "snaps/basic"])
+        .stdout(Stdio::piped())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("/nonexistent/img"), "{stderr}");
+}
+
+/// With `script` (util-linux) standard output is a terminal.
+#[test]
+fn refuses_to_write_to_a_terminal() {
+    let tmp = tempfile::tempdir().unwrap();
+    let img = image(tmp.path());
+    let cmd = format!(
+        "{} send -d {} snaps/basic",
+        env!("CARGO_BIN_EXE_btrsend"),
+        img.display()
+    );
+    let out = match Command::new("script")
+        .args(["-qec", &cmd, "/dev/null"])
+        .stdin(Stdio::null())
+        .output()
+    {
+        Ok(o) => o,
+        Err(e) => {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "script(1) needed in CI: {e}"
+            );
+            eprintln!("=== SKIPPED refuses_to_write_to_a_terminal: no script(1): {e} ===");
+            return;
+        }
+    };
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("not writing a binary send stream to a terminal"),
+        "{text}"
+    );
+    assert!(!text.contains("btrfs-stream"), "{text}");
+    assert_eq!(out.status.code(), Some(1));
+}
