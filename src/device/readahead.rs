@@ -137,6 +137,10 @@ struct State<L: Load> {
     queue: VecDeque<L::Job>,
     tasks: VecDeque<Task<L>>,
     shutdown: bool,
+    /// Demand reads waiting on `settled`, and workers waiting on `work`:
+    /// a notify costs a system call, so it is skipped when nobody waits.
+    waiting_demands: usize,
+    idle_workers: usize,
     stats: CacheStats,
 }
 
@@ -183,7 +187,9 @@ impl<L: Load> Shared<L> {
                 st.map.remove(&key);
             }
         }
-        self.settled.notify_all();
+        if st.waiting_demands > 0 {
+            self.settled.notify_all();
+        }
     }
 }
 
@@ -245,6 +251,8 @@ impl<L: Load> Cache<L> {
                 queue: VecDeque::new(),
                 tasks: VecDeque::new(),
                 shutdown: false,
+                waiting_demands: 0,
+                idle_workers: 0,
                 stats: CacheStats::default(),
             }),
             settled: Condvar::new(),
@@ -311,7 +319,9 @@ impl<L: Load> Cache<L> {
                     break;
                 }
             }
+            st.waiting_demands = st.waiting_demands.saturating_add(1);
             st = sh.settled.wait(st).unwrap_or_else(PoisonError::into_inner);
+            st.waiting_demands = st.waiting_demands.saturating_sub(1);
         }
         st.stats.misses = st.stats.misses.saturating_add(1);
         drop(st);
@@ -350,7 +360,7 @@ impl<L: Load> Cache<L> {
         }
         let sh = &*self.shared;
         let mut st = sh.lock();
-        let mut queued = false;
+        let mut queued = 0usize;
         for job in jobs {
             let key = L::key(&job);
             if st.map.contains_key(&key) {
@@ -363,10 +373,11 @@ impl<L: Load> Cache<L> {
             st.map.insert(key, Slot::Queued);
             st.queue.push_back(job);
             st.stats.prefetch_queued = st.stats.prefetch_queued.saturating_add(1);
-            queued = true;
+            queued = queued.saturating_add(1);
         }
-        if queued {
-            sh.work.notify_all();
+        // Wake as many idle workers as there are new jobs.
+        for _ in 0..queued.min(st.idle_workers) {
+            sh.work.notify_one();
         }
     }
 
@@ -378,8 +389,11 @@ impl<L: Load> Cache<L> {
             return false;
         }
         let sh = &*self.shared;
-        sh.lock().tasks.push_back(Box::new(task));
-        sh.work.notify_one();
+        let mut st = sh.lock();
+        st.tasks.push_back(Box::new(task));
+        if st.idle_workers > 0 {
+            sh.work.notify_one();
+        }
         true
     }
 
@@ -430,7 +444,9 @@ fn worker<L: Load>(sh: &Shared<L>) {
             task(&sh.loader);
             st = sh.lock();
         } else {
+            st.idle_workers = st.idle_workers.saturating_add(1);
             st = sh.work.wait(st).unwrap_or_else(PoisonError::into_inner);
+            st.idle_workers = st.idle_workers.saturating_sub(1);
         }
     }
 }
