@@ -14,8 +14,10 @@
 //! `=== SKIPPED live test NAME: REASON ===` to stderr and the test returns.
 //! The same holds for the shared research fixtures ([`require_shared_dir`]).
 
+pub mod compare;
 mod fixtures;
 mod live;
+mod tmpfs;
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -23,6 +25,7 @@ use std::process::ExitStatus;
 
 pub use fixtures::{FixtureMeta, Pair};
 pub use live::{LiveBtrfs, open_stream, run};
+pub use tmpfs::Tmpfs;
 
 /// A failure of the harness itself (not of the code under test).
 #[derive(Debug, thiserror::Error)]

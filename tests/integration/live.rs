@@ -23,7 +23,8 @@
 //!   itself did not change in the source: the stock receiver leaves it with
 //!   the time of the receive. Observed in `007-reflinks` (root of `r2`). The
 //!   mtime of exactly those directories (orphans made in them, no `utimes`
-//!   for them in the `.dump`) is not compared ([`orphan_dirs_without_utimes`]).
+//!   for them in the stream) is not compared: the rule is shared with the
+//!   btrsend receive tests ([`testing::compare::orphan_dirs_without_utimes`]).
 //! * Hole maps (`data=`) may differ only where the kernel's stream itself
 //!   writes zeros instead of leaving holes. See [`holes_may_differ`] for the
 //!   cases; in those the manifests must be equal without `data=` and the
@@ -292,7 +293,7 @@ fn harness_cleans_up_after_a_panic() {
 ///   that SEEK_DATA treats as a hole on the source is partly sent as zeros.
 ///
 /// In every case the received data ranges cover the source's (checked by
-/// [`data_covered`]): only holes became zeros.
+/// [`testing::compare::data_within`]): only holes became zeros.
 fn holes_may_differ(meta: &FixtureMeta, incremental_v1: bool) -> Option<&'static str> {
     if !meta.has_feature("no_holes") {
         Some("fs without no_holes: hole extents are sent as zeros")
@@ -303,131 +304,6 @@ fn holes_may_differ(meta: &FixtureMeta, incremental_v1: bool) -> Option<&'static
     } else {
         None
     }
-}
-
-/// `a`'s data ranges of every file lie inside `b`'s (ranges as in `data=`).
-fn data_covered(a: &str, b: &str) -> Result<(), String> {
-    let ranges = |m: &str| -> BTreeMap<String, Vec<(u64, u64)>> {
-        m.lines()
-            .filter_map(|l| {
-                let p = l.split(' ').next()?;
-                let d = field(l, p, "data")?;
-                let r = if d == "-" {
-                    Vec::new()
-                } else {
-                    d.split(',')
-                        .map(|r| {
-                            let (o, n) = r.split_once('+').unwrap();
-                            let o: u64 = o.parse().unwrap();
-                            (o, o + n.parse::<u64>().unwrap())
-                        })
-                        .collect()
-                };
-                Some((p.to_owned(), r))
-            })
-            .collect()
-    };
-    let (ra, rb) = (ranges(a), ranges(b));
-    for (p, list) in &ra {
-        let other = rb.get(p).ok_or_else(|| format!("{p}: no data map"))?;
-        for &(s, e) in list {
-            if !other.iter().any(|&(os, oe)| os <= s && e <= oe) {
-                return Err(format!("{p}: data {s}..{e} became a hole"));
-            }
-        }
-    }
-    Ok(())
-}
-
-/// Directories (as manifest paths) in which an incremental stream makes
-/// orphan-named inodes but for which it sends no `utimes`, from the stream's
-/// `.dump` (`.dump.zst` when large) next to it.
-fn orphan_dirs_without_utimes(stream: &Path, subvol: &str) -> Vec<String> {
-    let name = stream.file_name().unwrap().to_str().unwrap();
-    let base = stream.with_file_name(name.replace(".stream.zst", ".dump"));
-    let path = if base.is_file() {
-        base
-    } else {
-        base.with_extension("dump.zst")
-    };
-    let mut text = String::new();
-    std::io::Read::read_to_string(&mut testing::open_stream(&path).unwrap(), &mut text).unwrap();
-    let prefix = format!("./{subvol}");
-    let rel = |tok: &str| -> Vec<u8> {
-        let raw = dump_model::unescape_dump(tok);
-        let rest = raw.strip_prefix(prefix.as_bytes()).unwrap_or(&raw).to_vec();
-        rest.strip_prefix(b"/").unwrap_or(&rest).to_vec()
-    };
-    let is_orphan = |p: &[u8]| {
-        let last = p.rsplit(|&b| b == b'/').next().unwrap_or(p);
-        let s = String::from_utf8_lossy(last);
-        s.strip_prefix('o').is_some_and(|r| {
-            let parts: Vec<&str> = r.split('-').collect();
-            parts.len() == 3
-                && parts
-                    .iter()
-                    .all(|x| !x.is_empty() && x.bytes().all(|b| b.is_ascii_digit()))
-        })
-    };
-    let parent = |p: &[u8]| -> Vec<u8> {
-        p.iter()
-            .rposition(|&b| b == b'/')
-            .map_or(Vec::new(), |i| p[..i].to_vec())
-    };
-    let mut orphan_dirs = std::collections::BTreeSet::new();
-    let mut utimes = std::collections::BTreeSet::new();
-    for line in text.lines().filter(|l| l.len() > 16) {
-        let title = line[..16].trim_end();
-        let path_tok = line[16..].split(' ').next().unwrap_or("");
-        match title {
-            "mkfile" | "mkdir" | "mknod" | "mkfifo" | "mksock" | "symlink" => {
-                let p = rel(path_tok);
-                if is_orphan(&p) {
-                    orphan_dirs.insert(parent(&p));
-                }
-            }
-            "utimes" => {
-                utimes.insert(rel(path_tok));
-            }
-            _ => {}
-        }
-    }
-    orphan_dirs
-        .difference(&utimes)
-        .map(|p| {
-            if p.is_empty() {
-                ".".to_owned()
-            } else {
-                manifest::escape(p)
-            }
-        })
-        .collect()
-}
-
-/// `got` with the mtime of each of `paths` replaced by `expected`'s.
-fn exempt_mtimes(expected: &str, got: &str, paths: &[String]) -> String {
-    let mut out = String::new();
-    for line in got.lines() {
-        let p = line.split(' ').next().unwrap_or("");
-        match (paths.iter().any(|x| x == p), field(expected, p, "mtime")) {
-            (true, Some(want)) => {
-                let fields: Vec<String> = line
-                    .split(' ')
-                    .map(|f| {
-                        if f.starts_with("mtime=") {
-                            format!("mtime={want}")
-                        } else {
-                            f.to_owned()
-                        }
-                    })
-                    .collect();
-                out.push_str(&fields.join(" "));
-            }
-            _ => out.push_str(line),
-        }
-        out.push('\n');
-    }
-    out
 }
 
 /// Compare a received manifest with the stored one under the rules above.
@@ -445,7 +321,7 @@ fn compare(
         .filter(|l| l.split(' ').nth(1) != Some("subvol"))
         .map(|l| format!("{l}\n"))
         .collect();
-    let adjusted = exempt_mtimes(&expected, got, mtime_exempt);
+    let adjusted = testing::compare::exempt_mtimes(&expected, got, mtime_exempt);
     if adjusted != got {
         notes.push(format!(
             "{what}: mtime of {} not restored (orphan names, no utimes in stream)",
@@ -466,7 +342,7 @@ fn compare(
     ) {
         return Err(format!("{what} (ignoring holes): {d}"));
     }
-    data_covered(&expected, got).map_err(|e| format!("{what}: {e}"))?;
+    testing::compare::data_within(&expected, got).map_err(|e| format!("{what}: {e}"))?;
     notes.push(format!("{what}: hole maps differ ({why})"));
     Ok(())
 }
@@ -525,7 +401,10 @@ fn fixture_streams_match_stored_manifests() {
                 let chain_fs = LiveBtrfs::new().expect("scratch btrfs");
                 let dest = format!("inc-{version}-{i}");
                 let stream = meta.inc_stream(pair, version);
-                let exempt = orphan_dirs_without_utimes(&stream, child);
+                let exempt = testing::compare::orphan_dirs_without_utimes(
+                    testing::open_stream(&stream).expect("stream"),
+                )
+                .expect("kernel stream decodes");
                 let result = chain_fs
                     .receive(&dest, &[&meta.full_stream(&pair.parent, version), &stream])
                     .map_err(|e| e.to_string())
