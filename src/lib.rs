@@ -8,6 +8,7 @@
 pub use stream_format;
 
 pub mod manifest;
+pub mod mount;
 #[cfg(feature = "testing")]
 #[doc(hidden)]
 pub mod testing;

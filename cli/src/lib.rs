@@ -4,3 +4,4 @@
 pub mod args;
 pub mod cmd;
 pub mod exit;
+pub mod progress;

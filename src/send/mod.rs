@@ -20,6 +20,7 @@
 
 pub mod error;
 pub mod full;
+pub mod total;
 
 mod data;
 mod view;
@@ -48,6 +49,9 @@ pub struct SendOptions {
     pub compressed_data: bool,
     /// Send UPDATE_EXTENT instead of file data (`--no-data`).
     pub no_data: bool,
+    /// Verify file data against the csum tree, reading another copy when
+    /// one is bad (`--verify-data`).
+    pub verify_data: bool,
 }
 
 impl SendOptions {
@@ -57,6 +61,7 @@ impl SendOptions {
             version,
             compressed_data: false,
             no_data: false,
+            verify_data: false,
         }
     }
 
@@ -69,6 +74,12 @@ impl SendOptions {
     /// Set [`SendOptions::no_data`].
     pub const fn with_no_data(mut self, on: bool) -> SendOptions {
         self.no_data = on;
+        self
+    }
+
+    /// Set [`SendOptions::verify_data`].
+    pub const fn with_verify_data(mut self, on: bool) -> SendOptions {
+        self.verify_data = on;
         self
     }
 }
@@ -128,6 +139,7 @@ pub fn send_full<W: Write>(
             },
         ));
     }
+    let _verify = data::VerifyScope::enter(opts.verify_data.then(|| subvol.id()));
     let buffered = BufWriter::with_capacity(256 * 1024, out);
     let writer = StreamWriter::with_options(buffered, WriterOptions::new(opts.version))?;
     let planner = full::FullSend::new(fs, subvol, writer, opts, progress)?;

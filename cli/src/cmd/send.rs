@@ -1,15 +1,21 @@
 //! `btrsend send`: write a full send stream of a subvolume read straight
-//! from the filesystem's devices (core `btrsend::send`).
+//! from the filesystem's devices (core `btrsend::send`), given as
+//! `--device` images or found from a path inside a mounted btrfs
+//! (core `btrsend::mount`).
 
-use std::cell::Cell;
 use std::fs::File;
 use std::io::{IsTerminal, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
 
 use anyhow::{Context, bail};
 use btrsend::fs::Filesystem;
-use btrsend::send::{self, MAX_PROTO, Progress, SendError, SendOptions};
+use btrsend::fs::subvol::Subvolume;
+use btrsend::mount::{self, MountedSubvol};
+use btrsend::send::{self, MAX_PROTO, SendError, SendOptions};
 use clap::Args;
+
+use crate::progress::{Mode, SendProgress};
 
 /// Arguments of `btrsend send`.
 #[derive(Debug, Args)]
@@ -17,7 +23,8 @@ use clap::Args;
 pub struct SendArgs {
     /// A device or image file of the filesystem (repeat for multi-device
     /// filesystems). The filesystem should not be mounted read-write.
-    #[arg(short = 'd', long = "device", value_name = "PATH", required = true)]
+    /// Without it, SUBVOL is a path inside a mounted btrfs.
+    #[arg(short = 'd', long = "device", value_name = "PATH")]
     pub devices: Vec<PathBuf>,
     /// Write the stream to FILE instead of standard output.
     #[arg(short = 'f', long = "file", value_name = "FILE")]
@@ -35,14 +42,23 @@ pub struct SendArgs {
     /// `btrfs send --no-data`.
     #[arg(long = "no-data")]
     pub no_data: bool,
-    /// Show progress on standard error (default: when it is a terminal).
+    /// Verify file data against the filesystem's data checksums while
+    /// sending; a bad copy is read from another mirror, and when no copy is
+    /// good the send fails naming the inode, path, file offset, logical
+    /// address and mirror.
+    #[arg(long = "verify-data")]
+    pub verify_data: bool,
+    /// Show progress on standard error: a bar on a terminal, otherwise a
+    /// line every few seconds and a summary (default: a bar when standard
+    /// error is a terminal, else nothing).
     #[arg(long, overrides_with = "no_progress")]
     pub progress: bool,
     /// Never show progress.
     #[arg(long, overrides_with = "progress")]
     pub no_progress: bool,
-    /// The subvolume: its path from the top level as `btrsend list` prints
-    /// it, or `id:N`.
+    /// The subvolume: with --device, its path from the top level as
+    /// `btrsend list` prints it, or `id:N`; without, the path of a read-only
+    /// snapshot in a mounted btrfs (e.g. /mnt/snaps/daily).
     #[arg(value_name = "SUBVOL")]
     pub subvol: String,
 }
@@ -54,26 +70,21 @@ another machine recreates the subvolume with the same received UUID, so later
 incremental streams chain onto it. btrsend reads the devices directly; the
 filesystem need not be mounted. A binary stream is never written to a
 terminal. If the reader of the stream goes away (a closed pipe), btrsend
-fails with exit status 1.";
+fails with exit status 1.
 
-/// Progress on standard error: inodes and data bytes.
-struct CliProgress {
-    bar: indicatif::ProgressBar,
-    bytes: Cell<u64>,
-}
+Without --device, SUBVOL is a path in a mounted btrfs: btrsend finds the
+mount (/proc/self/mountinfo), its devices (/sys/fs/btrfs/FSID/devices) and
+the subvolume's path from the top level, syncs the filesystem, drops the
+devices' page cache and reads them directly (reading the devices needs the
+permission to). As with `btrfs send`, only read-only snapshots of a mounted
+filesystem can be sent; of an image given with --device, any subvolume. If a
+block fails verification because the kernel moved it meanwhile (a balance),
+btrsend rereads the superblock and starts again once when nothing was
+written yet, and otherwise fails: the stream is then incomplete.
 
-impl Progress for CliProgress {
-    fn inode(&self, ino: u64) {
-        if ino.is_multiple_of(256) {
-            self.bar.set_message(format!("inode {ino}"));
-        }
-    }
-    fn data(&self, bytes: u64) {
-        let n = self.bytes.get().saturating_add(bytes);
-        self.bytes.set(n);
-        self.bar.set_position(n);
-    }
-}
+Progress: the total is the file data the snapshot's extent items reference,
+from a metadata-only pass over its tree before the send (only when progress
+is shown).";
 
 /// The options the arguments ask for.
 pub fn options(args: &SendArgs) -> anyhow::Result<SendOptions> {
@@ -88,7 +99,146 @@ pub fn options(args: &SendArgs) -> anyhow::Result<SendOptions> {
     }
     Ok(SendOptions::new(version)
         .with_compressed_data(args.compressed_data)
-        .with_no_data(args.no_data))
+        .with_no_data(args.no_data)
+        .with_verify_data(args.verify_data))
+}
+
+/// Where the filesystem comes from.
+struct Source {
+    fs: Filesystem,
+    /// The subvolume as `find_subvolume` takes it.
+    spec: String,
+    /// Set when SUBVOL was a path in a mounted btrfs.
+    mounted: Option<MountedSubvol>,
+}
+
+impl Source {
+    fn open(args: &SendArgs) -> anyhow::Result<Source> {
+        if !args.devices.is_empty() {
+            let fs = Filesystem::open(&args.devices)?;
+            return Ok(Source {
+                fs,
+                spec: args.subvol.clone(),
+                mounted: None,
+            });
+        }
+        if args.subvol.starts_with("id:") {
+            bail!(
+                "{} needs --device: without it SUBVOL is a path in a mounted btrfs",
+                args.subvol
+            );
+        }
+        let m = mount::resolve(Path::new(&args.subvol))?;
+        if m.subvol_path.is_empty() {
+            bail!(
+                "{} is the top level of the filesystem, not a read-only snapshot",
+                m.path.display()
+            );
+        }
+        let fs = open_mounted(&m)?;
+        Ok(Source {
+            fs,
+            spec: m.subvol_path.clone(),
+            mounted: Some(m),
+        })
+    }
+
+    fn subvolume(&self) -> anyhow::Result<Subvolume> {
+        let subvol = send::find_subvolume(&self.fs, &self.spec)?;
+        if let Some(m) = &self.mounted
+            && !subvol.root.is_readonly()
+        {
+            bail!(
+                "{} is not a read-only subvolume: on a mounted filesystem only read-only \
+                 snapshots can be sent (as with btrfs send); make one with \
+                 `btrfs subvolume snapshot -r {} SNAP`",
+                m.path.display(),
+                m.path.display()
+            );
+        }
+        Ok(subvol)
+    }
+}
+
+/// Sync the mounted filesystem, drop its devices' stale page cache, and
+/// open the devices.
+fn open_mounted(m: &MountedSubvol) -> anyhow::Result<Filesystem> {
+    m.sync()?;
+    mount::drop_page_cache(&m.devices)?;
+    let list = m
+        .devices
+        .iter()
+        .map(|d| d.display().to_string())
+        .collect::<Vec<_>>()
+        .join(", ");
+    Filesystem::open(&m.devices).with_context(|| {
+        format!(
+            "cannot read the filesystem mounted at {} from its devices ({list})",
+            m.mount_point.display()
+        )
+    })
+}
+
+/// After a send from a mounted filesystem: fail if its chunk layout
+/// changed meanwhile (a balance relocated block groups), since blocks read
+/// through the old chunk map may then be stale.
+fn check_layout(m: &MountedSubvol, fs: &Filesystem) -> anyhow::Result<()> {
+    let Some(dev) = m.devices.first() else {
+        return Ok(());
+    };
+    mount::drop_page_cache(std::slice::from_ref(dev))?;
+    let device = btrsend::device::FileDevice::open(dev)?;
+    let (now, _) = btrsend::superblock::read_superblock(&device)?;
+    let was = fs.volume().superblock().chunk_root_generation;
+    if now.chunk_root_generation == was {
+        return Ok(());
+    }
+    // New chunks being allocated is harmless; a chunk gone or changed is not.
+    let fresh = btrsend::volume::Volume::open(&m.devices)?;
+    let new = fresh.chunk_map().chunks();
+    let kept = fs
+        .volume()
+        .chunk_map()
+        .chunks()
+        .iter()
+        .all(|c| new.contains(c));
+    if !kept {
+        bail!(
+            "the chunk layout of the filesystem mounted at {} changed during the send (chunks \
+             removed or moved; chunk tree generation {} then {}: a balance?); the stream may hold stale blocks: run the \
+             send again",
+            m.mount_point.display(),
+            was.get(),
+            now.chunk_root_generation.get()
+        );
+    }
+    Ok(())
+}
+
+/// Counts what reached the output, to know whether a send can start again.
+struct Counting<W> {
+    inner: W,
+    written: u64,
+}
+
+impl<W: Write> Write for Counting<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.written = self.written.saturating_add(n as u64);
+        Ok(n)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+/// Whether a send error is a failed read of the filesystem (which, on a
+/// mounted one, a concurrent balance may explain).
+fn is_read_error(e: &SendError) -> bool {
+    matches!(
+        e,
+        SendError::Fs { .. } | SendError::Decompress { .. } | SendError::Corrupt { .. }
+    )
 }
 
 /// Send.
@@ -99,43 +249,72 @@ pub fn run(args: &SendArgs) -> anyhow::Result<()> {
             "not writing a binary send stream to a terminal: redirect standard output or use -f FILE"
         );
     }
-    let fs = Filesystem::open(&args.devices)?;
-    for notice in fs.volume().notices() {
+    let mut src = Source::open(args)?;
+    for notice in src.fs.volume().notices() {
         eprintln!("btrsend: warning: {notice}");
     }
-    let subvol = send::find_subvolume(&fs, &args.subvol)?;
+    let mut subvol = src.subvolume()?;
     let out: Box<dyn Write> = match &args.file {
         Some(f) => {
             Box::new(File::create(f).with_context(|| format!("cannot create {}", f.display()))?)
         }
         None => Box::new(std::io::stdout().lock()),
     };
-    let show = !args.no_progress && (args.progress || std::io::stderr().is_terminal());
-    let progress = CliProgress {
-        bar: if show {
-            let b = indicatif::ProgressBar::no_length();
-            let style = indicatif::ProgressStyle::with_template(
-                "{spinner} {msg} {bytes} {bytes_per_sec} {elapsed}",
-            )
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner());
-            b.set_style(style);
-            b.set_draw_target(indicatif::ProgressDrawTarget::stderr());
-            b
-        } else {
-            indicatif::ProgressBar::hidden()
-        },
-        bytes: Cell::new(0),
+    let mut out = Counting {
+        inner: out,
+        written: 0,
     };
-    let res = send::send_full(&fs, &subvol, out, opts, &progress);
-    progress.bar.finish_and_clear();
+    let mode = Mode::choose(args.progress, args.no_progress);
+    let total = if mode == Mode::Off {
+        0
+    } else {
+        let t = Instant::now();
+        let total = send::total::data_bytes(&src.fs, &subvol).map_err(|e| send_error(e, args))?;
+        if std::env::var_os("BTRSEND_DEBUG_TOTAL").is_some() {
+            eprintln!(
+                "btrsend: total pass: {total} bytes in {:.3}s",
+                t.elapsed().as_secs_f64()
+            );
+        }
+        total
+    };
+    let progress = SendProgress::new(mode, total);
+    let mut res =
+        send::send_full(&src.fs, &subvol, &mut out, opts, &progress).map(|(_, stats)| stats);
+    if let (Err(e), Some(m)) = (&res, &src.mounted)
+        && is_read_error(e)
+    {
+        // The kernel may have moved blocks (balance): reread the superblock
+        // and the chunk map; start again if nothing was written yet.
+        let before = src.fs.volume().superblock().generation;
+        let fresh = open_mounted(m)?;
+        let after = fresh.volume().superblock().generation;
+        if out.written > 0 {
+            progress.finish(None);
+            let e = res.err().map(|e| send_error(e, args));
+            let e = e.unwrap_or_else(|| anyhow::anyhow!("send failed"));
+            return Err(e.context(format!(
+                "a block failed to read or verify on the mounted filesystem (generation \
+                 {before} then {after}); the stream already written is incomplete: run the \
+                 send again"
+            )));
+        }
+        src.fs = fresh;
+        subvol = src.subvolume()?;
+        res = send::send_full(&src.fs, &subvol, &mut out, opts, &progress).map(|(_, stats)| stats);
+    }
+    progress.finish(res.as_ref().ok().map(|stats| stats.stream_bytes));
     match res {
-        Ok((mut out, _stats)) => match out.flush() {
-            Ok(()) => Ok(()),
+        Ok(_stats) => match out.flush() {
+            Ok(()) => match &src.mounted {
+                Some(m) => check_layout(m, &src.fs),
+                None => Ok(()),
+            },
             Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Err(broken_pipe()),
             Err(e) => Err(anyhow::Error::new(e).context("cannot write the send stream")),
         },
         Err(e) if e.is_broken_pipe() => Err(broken_pipe()),
-        Err(e) => Err(send_error(e, &args.subvol)),
+        Err(e) => Err(send_error(e, args)),
     }
 }
 
@@ -145,6 +324,16 @@ fn broken_pipe() -> anyhow::Error {
     )
 }
 
-fn send_error(e: SendError, subvol: &str) -> anyhow::Error {
-    anyhow::Error::new(e).context(format!("cannot send {subvol}"))
+fn send_error(e: SendError, args: &SendArgs) -> anyhow::Error {
+    let dev = if args.devices.is_empty() {
+        String::new()
+    } else {
+        let list: Vec<String> = args
+            .devices
+            .iter()
+            .map(|d| d.display().to_string())
+            .collect();
+        format!(" from {}", list.join(", "))
+    };
+    anyhow::Error::new(e).context(format!("cannot send {}{dev}", args.subvol))
 }
