@@ -9,11 +9,12 @@ pub use stream_format;
 
 pub mod manifest;
 pub mod mount;
+pub mod receive;
+pub mod send;
+
 #[cfg(feature = "testing")]
 #[doc(hidden)]
 pub mod testing;
-pub mod receive;
-pub mod send;
 
 // The device reader, in data-flow order: device -> superblock -> chunk_map
 // -> tree -> volume -> fs.
