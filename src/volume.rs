@@ -310,23 +310,43 @@ impl Volume {
         self.io().read_logical(logical, buf)
     }
 
-    /// Read `[logical, logical + buf.len())` checking each piece (up to a
-    /// stripe boundary; data checksums cover 4 KiB sectors, which never
-    /// straddle one) with `verify(offset in buf, bytes)`: a piece that
-    /// fails is read from the next copy — mirror, or RAID5/6 rebuild from P,
-    /// then Q — until one verifies. Returns whether every piece verified;
-    /// a piece no copy verifies holds the first copy that could be read.
+    /// Read `[logical, logical + buf.len())` checking it sector by sector
+    /// (the superblock's sectorsize, aligned on logical addresses: the
+    /// units data checksums cover) with `verify(offset in buf, bytes)`.
+    /// Each piece (up to a stripe boundary) is read from the first copy;
+    /// only the sectors that fail are read again, from the next copy —
+    /// mirror, or RAID5/6 rebuild from P, then Q — until each verifies, so
+    /// two bad sectors on two mirrors, or a corrupt strip next to good
+    /// ones, still give good data. Returns whether every sector verified; a
+    /// sector no copy verifies holds the first copy that could be read.
     ///
     /// # Errors
     ///
-    /// The most telling read error of a piece no copy can give at all.
+    /// The most telling read error of a sector no copy can give at all.
     pub fn read_verified(
         &self,
         logical: Logical,
         buf: &mut [u8],
         mut verify: impl FnMut(usize, &[u8]) -> bool,
     ) -> Result<bool> {
+        self.read_verified_copies(logical, buf, |off, bytes, _| verify(off, bytes))
+    }
+
+    /// [`read_verified`](Self::read_verified), also telling `verify` which
+    /// copy (0-based, as [`read_copy`](Self::read_copy) counts) the bytes
+    /// come from; copies of one sector are offered in order.
+    ///
+    /// # Errors
+    ///
+    /// As [`read_verified`](Self::read_verified).
+    pub fn read_verified_copies(
+        &self,
+        logical: Logical,
+        buf: &mut [u8],
+        mut verify: impl FnMut(usize, &[u8], usize) -> bool,
+    ) -> Result<bool> {
         let io = self.io();
+        let sector = u64::from(self.sb.sectorsize.max(1));
         let mut chunk = io.lookup(logical)?;
         let mut all = true;
         let mut done = 0usize;
@@ -338,37 +358,18 @@ impl Volume {
                 chunk = io.lookup(pos)?;
             }
             let rest = buf.get_mut(done..).unwrap_or_default();
-            let mut first_err = None;
-            let mut first_read: Option<Vec<u8>> = None;
-            let mut verified = None;
-            for copy in 0..chunk.num_copies() {
-                match io.read_piece(chunk, pos, rest, copy) {
-                    Ok(n) => {
-                        let piece = rest.get(..n).unwrap_or_default();
-                        if verify(done, piece) {
-                            verified = Some(n);
-                            break;
-                        }
-                        if first_read.is_none() {
-                            first_read = Some(piece.to_vec());
-                        }
-                    }
-                    Err(e) => keep_most_telling(&mut first_err, e),
-                }
-            }
-            let n = match (verified, first_read, first_err) {
-                (Some(n), _, _) => n,
-                (None, Some(first), _) => {
-                    all = false;
-                    if let Some(dst) = rest.get_mut(..first.len()) {
-                        dst.copy_from_slice(&first);
-                    }
-                    first.len()
-                }
-                (None, None, Some(e)) => return Err(e),
-                (None, None, None) => return Err(unmapped(pos)),
-            };
-            done = done.saturating_add(n.max(1));
+            let n = chunk
+                .mapping(pos, len64(rest))
+                .and_then(|m| usize::try_from(m.len).ok())
+                .map(|n| n.min(rest.len()))
+                .filter(|&n| n > 0)
+                .ok_or_else(|| unmapped(pos))?;
+            let piece = rest.get_mut(..n).unwrap_or_default();
+            let ok = io.read_verified_piece(chunk, pos, piece, sector, |off, bytes, copy| {
+                verify(done.saturating_add(off), bytes, copy)
+            })?;
+            all &= ok;
+            done = done.saturating_add(n);
         }
         Ok(all)
     }
@@ -591,6 +592,121 @@ impl Io {
             // of a row with too few strips, which maps nothing.
             Err(_) => Err(first_err.unwrap_or_else(|| unmapped(logical))),
         }
+    }
+
+    /// Read one piece (within a stripe) sector by sector verified: the
+    /// whole piece from copy 0, then each run of sectors that failed from
+    /// the next copy. Returns whether every sector verified.
+    fn read_verified_piece(
+        &self,
+        chunk: &ChunkInfo,
+        pos: Logical,
+        piece: &mut [u8],
+        sector: u64,
+        mut verify: impl FnMut(usize, &[u8], usize) -> bool,
+    ) -> Result<bool> {
+        #[derive(Clone, Copy, PartialEq, Eq)]
+        enum State {
+            Unread,
+            Held,
+            Verified,
+        }
+        // Sector units (offset, len) in `piece`, split at logical multiples
+        // of the sector size.
+        let mut units: Vec<(usize, usize)> = Vec::new();
+        let mut at = 0usize;
+        while at < piece.len() {
+            let l = pos.get().saturating_add(len64u(at));
+            let to_boundary = sector.saturating_sub(l.checked_rem(sector).unwrap_or(0));
+            let len = usize::try_from(to_boundary)
+                .unwrap_or(usize::MAX)
+                .min(piece.len().saturating_sub(at))
+                .max(1);
+            units.push((at, len));
+            at = at.saturating_add(len);
+        }
+        let mut state = vec![State::Unread; units.len()];
+        let mut first_err = None;
+        let mut tmp = Vec::new();
+        for copy in 0..chunk.num_copies() {
+            let mut i = 0usize;
+            while i < units.len() {
+                if state.get(i) == Some(&State::Verified) {
+                    i = i.saturating_add(1);
+                    continue;
+                }
+                let mut j = i;
+                while j < units.len() && state.get(j) != Some(&State::Verified) {
+                    j = j.saturating_add(1);
+                }
+                let (Some(&(start, _)), Some(&(last, last_len))) =
+                    (units.get(i), units.get(j.saturating_sub(1)))
+                else {
+                    break;
+                };
+                let end = last.saturating_add(last_len);
+                let run_pos = pos
+                    .checked_add(len64u(start))
+                    .ok_or_else(|| unmapped(pos))?;
+                // Copy 0 reads straight into the piece; later copies into a
+                // scratch buffer, so held bytes stay until better ones come.
+                let direct = copy == 0;
+                let read = if direct {
+                    let run = piece.get_mut(start..end).unwrap_or_default();
+                    self.read_piece(chunk, run_pos, run, copy)
+                } else {
+                    tmp.resize(end.saturating_sub(start), 0);
+                    self.read_piece(chunk, run_pos, &mut tmp, copy)
+                };
+                match read {
+                    Ok(got) => {
+                        for k in i..j {
+                            let Some(&(s, l)) = units.get(k) else { break };
+                            let rel = s.saturating_sub(start);
+                            if rel.saturating_add(l) > got {
+                                break;
+                            }
+                            let ok = {
+                                let bytes = if direct {
+                                    piece.get(s..s.saturating_add(l))
+                                } else {
+                                    tmp.get(rel..rel.saturating_add(l))
+                                }
+                                .unwrap_or_default();
+                                verify(s, bytes, copy)
+                            };
+                            let st = state.get(k).copied().unwrap_or(State::Unread);
+                            let keep = ok || st == State::Unread;
+                            if keep
+                                && !direct
+                                && let (Some(dst), Some(src)) = (
+                                    piece.get_mut(s..s.saturating_add(l)),
+                                    tmp.get(rel..rel.saturating_add(l)),
+                                )
+                            {
+                                dst.copy_from_slice(src);
+                            }
+                            if let Some(slot) = state.get_mut(k) {
+                                if ok {
+                                    *slot = State::Verified;
+                                } else if keep {
+                                    *slot = State::Held;
+                                }
+                            }
+                        }
+                    }
+                    Err(e) => keep_most_telling(&mut first_err, e),
+                }
+                i = j;
+            }
+            if state.iter().all(|s| *s == State::Verified) {
+                return Ok(true);
+            }
+        }
+        if state.contains(&State::Unread) {
+            return Err(first_err.unwrap_or_else(|| unmapped(pos)));
+        }
+        Ok(false)
     }
 
     fn read_copy(&self, logical: Logical, buf: &mut [u8], copy: usize) -> Result<()> {

@@ -16,6 +16,8 @@
     clippy::as_conversions
 )]
 
+use std::collections::BTreeMap;
+
 use crate::csum::Csum;
 use crate::error::{CorruptKind, Error, Location, Result};
 use crate::ondisk;
@@ -372,7 +374,7 @@ impl FileReader<'_, '_> {
                             },
                         )
                     })?;
-                self.read_disk(at, out, self.pos)
+                self.read_disk(at, out, self.pos).map(|_| ())
             }
             _ => {
                 let id = match &e.data {
@@ -401,16 +403,38 @@ impl FileReader<'_, '_> {
         }
     }
 
-    /// Decode an inline or compressed extent whole (ram_bytes bytes).
+    /// Decode an inline or compressed extent whole (ram_bytes bytes). When
+    /// the bytes read were not checked against checksums and do not
+    /// decompress, the other copies are tried in turn.
     fn decode_extent(&self, e: &FileExtent) -> Result<Vec<u8>> {
         let ram = usize::try_from(e.ram_bytes).unwrap_or(usize::MAX);
-        let (logical, raw) = match &e.data {
-            ExtentData::Inline(bytes) => {
-                if e.compression == Compression::None {
-                    return Ok(bytes.clone());
-                }
-                (Logical(0), bytes.clone())
-            }
+        let ram = ram.min(compress::MAX_UNCOMPRESSED);
+        let Some(alg) = e.compression.algorithm(self.tree.sectorsize()) else {
+            // Uncompressed inline data.
+            return Ok(match &e.data {
+                ExtentData::Inline(bytes) => bytes.clone(),
+                _ => Vec::new(),
+            });
+        };
+        let decode = |raw: &[u8], logical: Logical| {
+            decompress(alg, raw, ram)
+                .map(|mut out| {
+                    out.resize(ram, 0);
+                    out
+                })
+                .map_err(|err| {
+                    self.data_error(
+                        e.file_offset,
+                        logical,
+                        CorruptKind::Decompress {
+                            algorithm: alg.name(),
+                            reason: err.0,
+                        },
+                    )
+                })
+        };
+        match &e.data {
+            ExtentData::Inline(bytes) => decode(bytes, Logical(0)),
             ExtentData::Regular(d) => {
                 let len = usize::try_from(d.disk_num_bytes)
                     .ok()
@@ -427,36 +451,41 @@ impl FileReader<'_, '_> {
                         )
                     })?;
                 let mut buf = vec![0u8; len];
-                self.read_disk(d.disk_bytenr, &mut buf, e.file_offset)?;
-                (d.disk_bytenr, buf)
+                let checked = self.read_disk(d.disk_bytenr, &mut buf, e.file_offset)?;
+                let first = match decode(&buf, d.disk_bytenr) {
+                    Ok(out) => return Ok(out),
+                    Err(err) => err,
+                };
+                if checked {
+                    return Err(first);
+                }
+                // Unchecked bytes that do not decompress: maybe a bad copy.
+                let vol = self.tree.volume();
+                for copy in 1..vol.num_copies(d.disk_bytenr)? {
+                    if vol.read_copy(d.disk_bytenr, &mut buf, copy).is_ok()
+                        && let Ok(out) = decode(&buf, d.disk_bytenr)
+                    {
+                        return Ok(out);
+                    }
+                }
+                Err(first)
             }
             // Holes and prealloc never get here.
-            ExtentData::Prealloc(_) => return Ok(Vec::new()),
-        };
-        let Some(alg) = e.compression.algorithm(self.tree.sectorsize()) else {
-            return Ok(raw);
-        };
-        let mut out =
-            decompress(alg, &raw, ram.min(compress::MAX_UNCOMPRESSED)).map_err(|err| {
-                self.data_error(
-                    e.file_offset,
-                    logical,
-                    CorruptKind::Decompress {
-                        algorithm: alg.name(),
-                        reason: err.0,
-                    },
-                )
-            })?;
-        out.resize(ram.min(compress::MAX_UNCOMPRESSED), 0);
-        Ok(out)
+            ExtentData::Prealloc(_) => Ok(Vec::new()),
+        }
     }
 
     /// Read `[logical, logical + out.len())` into `out`, verifying the
-    /// checksums of the sectors it touches when asked, trying each mirror.
-    fn read_disk(&self, logical: Logical, out: &mut [u8], file_offset: u64) -> Result<()> {
+    /// checksums of the sectors it touches when asked: each sector that
+    /// fails is read from the next copy on its own
+    /// ([`Volume::read_verified_copies`](crate::volume::Volume::read_verified_copies)).
+    /// Returns whether the bytes were checked against checksums (else a
+    /// plain read, each piece from the first copy that can be read).
+    fn read_disk(&self, logical: Logical, out: &mut [u8], file_offset: u64) -> Result<bool> {
         let vol = self.tree.volume();
         if !self.verify || self.inode.nodatasum() {
-            return vol.read_logical(logical, out);
+            vol.read_logical(logical, out)?;
+            return Ok(false);
         }
         let sector = u64::from(self.tree.sectorsize().max(1));
         let start = logical
@@ -471,82 +500,77 @@ impl FileReader<'_, '_> {
                 self.data_error(file_offset, logical, CorruptKind::Unmapped { logical })
             })?;
         let csums = self.tree.csums(Logical(start), end.saturating_sub(start))?;
-        let copies = vol.num_copies(logical)?;
         let span = usize::try_from(end.saturating_sub(start)).unwrap_or(usize::MAX);
         let head = usize::try_from(logical.get().saturating_sub(start)).unwrap_or(0);
-        let mut first_err = None;
-        for copy in 0..copies {
-            let mut buf = vec![0u8; span];
-            if let Err(e) = vol.read_copy(Logical(start), &mut buf, copy) {
-                first_err.get_or_insert(e);
-                continue;
-            }
-            match self.check_sectors(&buf, start, &csums, logical, file_offset, (copy, copies)) {
-                Ok(()) => {
-                    let want = buf.get(head..).unwrap_or_default();
-                    let n = want.len().min(out.len());
-                    if let (Some(dst), Some(src)) = (out.get_mut(..n), want.get(..n)) {
-                        dst.copy_from_slice(src);
-                    }
-                    return Ok(());
-                }
-                Err(e) => {
-                    first_err.get_or_insert(e);
-                }
-            }
-        }
-        Err(first_err.unwrap_or_else(|| {
-            self.data_error(file_offset, logical, CorruptKind::Unmapped { logical })
-        }))
-    }
-
-    /// Check each sector of `buf` (starting at logical `start`) that has a
-    /// checksum.
-    fn check_sectors(
-        &self,
-        buf: &[u8],
-        start: u64,
-        csums: &SectorCsums,
-        logical: Logical,
-        file_offset: u64,
-        (copy, copies): (usize, usize),
-    ) -> Result<()> {
-        let ty = self.tree.volume().superblock().csum_type;
-        let sector = usize::try_from(self.tree.sectorsize().max(1)).unwrap_or(4096);
-        for (i, data) in buf.chunks(sector).enumerate() {
+        let ty = vol.superblock().csum_type;
+        let sector_bytes = usize::try_from(sector).unwrap_or(4096);
+        // Sector index -> (copy, computed) of its first failure, while no
+        // copy has verified it.
+        let mut failed: BTreeMap<usize, (usize, Csum)> = BTreeMap::new();
+        let mut check = |off: usize, bytes: &[u8], copy: usize| {
+            let i = off.checked_div(sector_bytes).unwrap_or(0);
             let Some(stored) = csums.get(i) else {
-                continue;
+                return true;
             };
-            if let Err(computed) = ty.verify(stored, data) {
-                let mut raw = [0u8; 32];
-                if let Some(dst) = raw.get_mut(..stored.len()) {
-                    dst.copy_from_slice(stored);
+            match ty.verify(stored, bytes) {
+                Ok(()) => {
+                    failed.remove(&i);
+                    true
                 }
-                let sector_logical = u64::try_from(i)
-                    .ok()
-                    .and_then(|i| i.checked_mul(u64::try_from(sector).ok()?))
-                    .and_then(|o| o.checked_add(start))
-                    .unwrap_or(start);
-                // The file offset of this sector (or of the read's start if
-                // the sector begins before it).
-                let off = file_offset.saturating_add(sector_logical.saturating_sub(logical.get()));
-                return Err(Error::corrupt(
-                    Location::FileData {
-                        tree: self.tree.id(),
-                        ino: self.inode.ino,
-                        file_offset: off,
-                        logical: Logical(sector_logical.max(logical.get())),
-                        mirror: (copy.saturating_add(1), copies),
-                    },
-                    CorruptKind::ChecksumMismatch {
-                        algo: ty,
-                        stored: Csum::from_stored(ty, &raw),
-                        computed,
-                    },
-                ));
+                Err(computed) => {
+                    failed.entry(i).or_insert((copy, computed));
+                    false
+                }
             }
+        };
+        // Whole sectors are needed to verify: read into `out` directly when
+        // it is sector-aligned, else through a buffer.
+        let all = if head == 0 && span == out.len() {
+            vol.read_verified_copies(Logical(start), out, &mut check)?
+        } else {
+            let mut buf = vec![0u8; span];
+            let all = vol.read_verified_copies(Logical(start), &mut buf, &mut check)?;
+            let want = buf.get(head..).unwrap_or_default();
+            let n = want.len().min(out.len());
+            if let (Some(dst), Some(src)) = (out.get_mut(..n), want.get(..n)) {
+                dst.copy_from_slice(src);
+            }
+            all
+        };
+        if all {
+            return Ok(true);
         }
-        Ok(())
+        let Some((&i, (copy, computed))) = failed.iter().next() else {
+            return Err(self.data_error(file_offset, logical, CorruptKind::Unmapped { logical }));
+        };
+        let stored = csums.get(i).unwrap_or_default();
+        let mut raw = [0u8; 32];
+        if let Some(dst) = raw.get_mut(..stored.len()) {
+            dst.copy_from_slice(stored);
+        }
+        let sector_logical = u64::try_from(i)
+            .ok()
+            .and_then(|i| i.checked_mul(sector))
+            .and_then(|o| o.checked_add(start))
+            .unwrap_or(start);
+        let copies = vol.num_copies(Logical(sector_logical)).unwrap_or(1);
+        // The file offset of this sector (or of the read's start if the
+        // sector begins before it).
+        let off = file_offset.saturating_add(sector_logical.saturating_sub(logical.get()));
+        Err(Error::corrupt(
+            Location::FileData {
+                tree: self.tree.id(),
+                ino: self.inode.ino,
+                file_offset: off,
+                logical: Logical(sector_logical.max(logical.get())),
+                mirror: (copy.saturating_add(1), copies),
+            },
+            CorruptKind::ChecksumMismatch {
+                algo: ty,
+                stored: Csum::from_stored(ty, &raw),
+                computed: *computed,
+            },
+        ))
     }
 }
 

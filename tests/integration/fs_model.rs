@@ -542,8 +542,10 @@ fn bad_inputs_give_clear_errors() {
 }
 
 /// RAID1 data: a bad sector on the first copy is read from the second (the
-/// manifest, with verification, still equals the kernel's); bad on both, the
-/// error names the inode, the offset and the first mirror.
+/// manifest, with verification, still equals the kernel's); a different bad
+/// sector on each copy of one extent still reads right (each sector falls
+/// back on its own); the same sector bad on both, the error names the
+/// inode, the offset and the first mirror.
 #[test]
 fn data_checksum_mismatch_on_raid1_uses_the_other_copy() {
     let Some(fx) = fixtures().into_iter().find(|f| f.name().starts_with("009")) else {
@@ -563,7 +565,8 @@ fn data_checksum_mismatch_on_raid1_uses_the_other_copy() {
         for g in tree.inodes(WalkOptions::default()) {
             let g = g.unwrap();
             let e = g.extents.iter().find(|e| {
-                matches!(&e.data, btrsend::fs::ExtentData::Regular(d) if d.disk_bytenr.get() != 0)
+                matches!(&e.data, btrsend::fs::ExtentData::Regular(d)
+                    if d.disk_bytenr.get() != 0 && d.num_bytes >= 8192)
                     && e.compression == btrsend::fs::Compression::None
             });
             if let (Some(e), false) = (e, g.inode.nodatasum()) {
@@ -591,18 +594,19 @@ fn data_checksum_mismatch_on_raid1_uses_the_other_copy() {
         (ino, off, copies)
     };
     assert_eq!(copies.len(), 2, "RAID1 data has two copies");
-    let flip = |(dev, physical): (usize, u64)| {
+    // Flip a bit `at` bytes into the extent's copy on one device.
+    let flip = |(dev, physical): (usize, u64), at: u64| {
         let f = fs::OpenOptions::new()
             .read(true)
             .write(true)
             .open(&imgs[dev])
             .unwrap();
         let mut b = [0u8; 1];
-        std::os::unix::fs::FileExt::read_exact_at(&f, &mut b, physical + 7).unwrap();
+        std::os::unix::fs::FileExt::read_exact_at(&f, &mut b, physical + at).unwrap();
         b[0] ^= 0x10;
-        std::os::unix::fs::FileExt::write_all_at(&f, &b, physical + 7).unwrap();
+        std::os::unix::fs::FileExt::write_all_at(&f, &b, physical + at).unwrap();
     };
-    flip(copies[0]);
+    flip(copies[0], 7);
     let fs = Filesystem::open(&imgs).unwrap();
     let id = tree_id(&fs, &snap);
     let tree = fs.fs_tree(id).unwrap();
@@ -611,7 +615,15 @@ fn data_checksum_mismatch_on_raid1_uses_the_other_copy() {
     // Unverified reads take the first copy: the manifest differs.
     assert_ne!(manifest(&tree, HOLES, false).unwrap(), ours);
     drop(fs);
-    flip(copies[1]);
+    // The second sector bad on the second copy: no copy is good whole, but
+    // each sector is good on one of them.
+    flip(copies[1], 4096 + 7);
+    let fs = Filesystem::open(&imgs).unwrap();
+    let tree = fs.fs_tree(id).unwrap();
+    let two_bad = manifest(&tree, HOLES, true).unwrap();
+    assert_eq!(diff(&kernel_manifest(&fx, &snap), &two_bad, 10), None);
+    drop(fs);
+    flip(copies[1], 7);
     let fs = Filesystem::open(&imgs).unwrap();
     let tree = fs.fs_tree(id).unwrap();
     let msg = manifest(&tree, HOLES, true).unwrap_err().to_string();

@@ -9,6 +9,7 @@ use std::process::Command;
 
 use btrsend::chunk_map::Profile;
 use btrsend::fs::Filesystem;
+use btrsend::manifest::Options;
 use btrsend::ondisk;
 use btrsend::tree::key::Key;
 use btrsend::tree::walk::for_each_in_range;
@@ -66,6 +67,25 @@ pub fn extents(fs: &Filesystem) -> Vec<(u64, u64)> {
     out
 }
 
+/// The manifest (holes, data verified against the csum tree) of the top
+/// level and of every subvolume: file data read through the file reader.
+fn manifests(fs: &Filesystem) -> Vec<String> {
+    let mut ids = vec![TreeId::FS];
+    ids.extend(
+        btrsend::fs::subvol::list_subvolumes(fs)
+            .unwrap()
+            .iter()
+            .map(|s| s.id()),
+    );
+    ids.iter()
+        .map(|&id| {
+            let tree = fs.fs_tree(id).unwrap();
+            btrsend::fs::manifest::manifest(&tree, Options { holes: true }, true)
+                .unwrap_or_else(|e| panic!("manifest of {id}: {e}"))
+        })
+        .collect()
+}
+
 /// The bytes of every extent, read with [`Volume::read_logical`].
 fn extent_bytes(vol: &Volume, extents: &[(u64, u64)]) -> Vec<Vec<u8>> {
     extents
@@ -84,6 +104,7 @@ struct Reference {
     items: Items,
     extents: Vec<(u64, u64)>,
     bytes: Vec<Vec<u8>>,
+    manifests: Vec<String>,
 }
 
 impl Reference {
@@ -94,6 +115,7 @@ impl Reference {
         Reference {
             items: all_items(&fs),
             bytes: extent_bytes(fs.volume(), &extents),
+            manifests: manifests(&fs),
             extents,
         }
     }
@@ -175,7 +197,11 @@ fn without(devices: &[PathBuf], drop: &[usize]) -> Vec<PathBuf> {
 fn victims(devices: &[PathBuf]) -> (u64, (u64, u64)) {
     let fs = Filesystem::open(devices).unwrap();
     let root = fs.tree_root(TreeId::FS).unwrap().logical.get();
-    let data = extents(&fs)
+    // The largest data extent: on 012 it crosses a stripe boundary, so the
+    // corrupt strip has good neighbours in the same read.
+    let mut all = extents(&fs);
+    all.sort_by_key(|&(_, len)| std::cmp::Reverse(len));
+    let data = all
         .into_iter()
         .find(|&(start, len)| {
             len >= 8192
@@ -202,6 +228,15 @@ fn corrupt_strips_are_rebuilt(devices: &[PathBuf], reference: &Reference, ctx: &
         &[tree_block, data],
         &format!("{ctx}, corrupt tree block {tree_block}"),
     );
+    // File data read through the file reader with verification: the corrupt
+    // strip is rebuilt sector by sector, the strips next to it are read as
+    // they are, and every file hashes as before.
+    let fs = Filesystem::open(&copies).unwrap();
+    assert!(
+        manifests(&fs) == reference.manifests,
+        "{ctx}: manifests differ with a corrupt data strip"
+    );
+    drop(fs);
     let vol = Volume::open(&copies).unwrap();
     let idx = reference.extents.iter().position(|e| e.0 == data).unwrap();
     let good = &reference.bytes[idx];
