@@ -79,8 +79,11 @@ devices' page cache and reads them directly (reading the devices needs the
 permission to). As with `btrfs send`, only read-only snapshots of a mounted
 filesystem can be sent; of an image given with --device, any subvolume. If a
 block fails verification because the kernel moved it meanwhile (a balance),
-btrsend rereads the superblock and starts again once when nothing was
-written yet, and otherwise fails: the stream is then incomplete.
+btrsend rereads the superblock and chunk map and starts again once if the
+failure came within the first 4 MiB of the stream (held back until then),
+and otherwise fails: the stream is then incomplete. After the send, btrsend
+fails if chunks were removed or moved meanwhile, since blocks read through
+the old chunk map may be stale.
 
 Progress: the total is the file data the snapshot's extent items reference,
 from a metadata-only pass over its tree before the send (only when progress
@@ -215,19 +218,62 @@ fn check_layout(m: &MountedSubvol, fs: &Filesystem) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Counts what reached the output, to know whether a send can start again.
-struct Counting<W> {
+/// Bytes of the stream held back, when sending from a mounted filesystem,
+/// before any reaches the output: a send that fails within them (a block
+/// the kernel moved) starts again from a fresh superblock.
+const HOLD_BYTES: usize = 4 << 20;
+
+/// The output: holds back the first `hold` bytes, counts what reached the
+/// inner writer.
+struct Held<W> {
     inner: W,
+    held: Vec<u8>,
+    hold: usize,
+    /// Bytes that reached `inner`.
     written: u64,
 }
 
-impl<W: Write> Write for Counting<W> {
+impl<W: Write> Held<W> {
+    fn new(inner: W, hold: usize) -> Held<W> {
+        Held {
+            inner,
+            held: Vec::new(),
+            hold,
+            written: 0,
+        }
+    }
+
+    /// Pass the held bytes on and hold no more.
+    fn release(&mut self) -> std::io::Result<()> {
+        self.hold = 0;
+        if !self.held.is_empty() {
+            self.inner.write_all(&self.held)?;
+            self.written = self.written.saturating_add(self.held.len() as u64);
+            self.held = Vec::new();
+        }
+        Ok(())
+    }
+
+    /// Forget the held bytes (before starting again).
+    fn discard(&mut self) {
+        self.held.clear();
+    }
+}
+
+impl<W: Write> Write for Held<W> {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.held.len().saturating_add(buf.len()) <= self.hold {
+            self.held.extend_from_slice(buf);
+            return Ok(buf.len());
+        }
+        self.release()?;
         let n = self.inner.write(buf)?;
         self.written = self.written.saturating_add(n as u64);
         Ok(n)
     }
+
     fn flush(&mut self) -> std::io::Result<()> {
+        self.release()?;
         self.inner.flush()
     }
 }
@@ -260,10 +306,8 @@ pub fn run(args: &SendArgs) -> anyhow::Result<()> {
         }
         None => Box::new(std::io::stdout().lock()),
     };
-    let mut out = Counting {
-        inner: out,
-        written: 0,
-    };
+    let hold = if src.mounted.is_some() { HOLD_BYTES } else { 0 };
+    let mut out = Held::new(out, hold);
     let mode = Mode::choose(args.progress, args.no_progress);
     let total = if mode == Mode::Off {
         0
@@ -299,6 +343,7 @@ pub fn run(args: &SendArgs) -> anyhow::Result<()> {
                  send again"
             )));
         }
+        out.discard();
         src.fs = fresh;
         subvol = src.subvolume()?;
         res = send::send_full(&src.fs, &subvol, &mut out, opts, &progress).map(|(_, stats)| stats);
@@ -336,4 +381,29 @@ fn send_error(e: SendError, args: &SendArgs) -> anyhow::Error {
         format!(" from {}", list.join(", "))
     };
     anyhow::Error::new(e).context(format!("cannot send {}{dev}", args.subvol))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+
+    use super::Held;
+
+    #[test]
+    fn held_output_passes_on_only_past_the_hold_or_on_flush() {
+        let mut h = Held::new(Vec::new(), 8);
+        h.write_all(b"abcd").unwrap();
+        assert_eq!((h.written, h.inner.len()), (0, 0));
+        h.discard();
+        h.write_all(b"efgh").unwrap();
+        h.write_all(b"ijklm").unwrap();
+        assert_eq!(h.inner, b"efghijklm");
+        assert_eq!(h.written, 9);
+        h.write_all(b"n").unwrap();
+        assert_eq!(h.inner, b"efghijklmn", "holds no more once released");
+        let mut h = Held::new(Vec::new(), 8);
+        h.write_all(b"xy").unwrap();
+        h.flush().unwrap();
+        assert_eq!((h.inner.as_slice(), h.written), (&b"xy"[..], 2));
+    }
 }
