@@ -82,7 +82,12 @@ pub struct Receiver<'p> {
     dir: ReceiveDir,
     records: Records,
     cur: Option<Current>,
-    /// The last file written to: stream path and open file.
+    /// The last file created or written to: a stream path and the regular
+    /// file it names, open for reading and writing. The name is kept true:
+    /// it follows the file through a RENAME and is dropped when a path it
+    /// depends on is renamed over or removed (see `renamed`, `removed`);
+    /// nothing else can change what a path names (creations refuse an
+    /// existing name).
     wcache: Option<(Vec<u8>, File)>,
     seen_notes: BTreeMap<&'static str, ()>,
     progress: &'p mut dyn Progress,
@@ -305,12 +310,10 @@ impl<'p> Receiver<'p> {
             C::Mkfile { path, .. } => {
                 let t = &self.cur()?.target;
                 let l = t.locate_entry(path)?;
-                let flags = OFlags::WRONLY
-                    | OFlags::CREATE
-                    | OFlags::EXCL
-                    | OFlags::NOFOLLOW
-                    | OFlags::CLOEXEC;
-                rustix::fs::openat(&l.parent, l.name(), flags, Mode::from_raw_mode(0o600))?;
+                let f = create_file(&l)?;
+                // The new, empty regular file is the one the next WRITEs go
+                // to: keep it open (see `wcache`).
+                self.wcache = Some((path.to_vec(), f));
                 Ok(())
             }
             C::Mkdir { path, .. } => {
@@ -359,11 +362,13 @@ impl<'p> Receiver<'p> {
             }
             C::Rename { path, path_to } => {
                 *path2 = Some(path_to.to_vec());
-                self.wcache = None;
                 let t = &self.cur()?.target;
                 let from = t.locate_entry(path)?;
                 let to = t.locate_entry(path_to)?;
-                rustix::fs::renameat(&from.parent, from.name(), &to.parent, to.name())?;
+                let r = rustix::fs::renameat(&from.parent, from.name(), &to.parent, to.name());
+                drop((from, to));
+                self.renamed(path, path_to, r.is_ok());
+                r?;
                 Ok(())
             }
             C::Link { path, path_link } => {
@@ -381,14 +386,17 @@ impl<'p> Receiver<'p> {
                 Ok(())
             }
             C::Unlink { path } | C::Rmdir { path } => {
-                self.wcache = None;
                 let flags = if matches!(cmd, C::Rmdir { .. }) {
                     AtFlags::REMOVEDIR
                 } else {
                     AtFlags::empty()
                 };
-                let l = self.cur()?.target.locate_entry(path)?;
-                rustix::fs::unlinkat(&l.parent, l.name(), flags)?;
+                let t = &self.cur()?.target;
+                let l = t.locate_entry(path)?;
+                let r = rustix::fs::unlinkat(&l.parent, l.name(), flags);
+                drop(l);
+                self.removed(path);
+                r?;
                 Ok(())
             }
             C::SetXattr { path, name, data } => {
@@ -469,9 +477,14 @@ impl<'p> Receiver<'p> {
                 Ok(())
             }
             C::Chmod { path, mode } => {
-                let l = self.cur()?.target.locate(path)?;
                 let mode =
                     u32::try_from(*mode & 0o7777).map_err(|_| ApplyErrorKind::BadMode(*mode))?;
+                if let Some(f) = self.cached_file(path) {
+                    // The open regular file that `path` names.
+                    rustix::fs::fchmod(f, Mode::from_raw_mode(mode))?;
+                    return Ok(());
+                }
+                let l = self.cur()?.target.locate(path)?;
                 copy::chmod_located(&l, mode)?;
                 Ok(())
             }
@@ -566,6 +579,89 @@ impl<'p> Receiver<'p> {
                 Ok(())
             }
             C::Unknown { .. } => Ok(()),
+        }
+    }
+
+    /// Apply MKFILE or MKDIR `mk` and the RENAME of its path to `to` that
+    /// immediately follows it (how the kernel creates every new inode: at an
+    /// orphan name, then renamed into place) as one creation at `to`, when
+    /// that gives the same result: nothing is at the orphan name and the
+    /// O_EXCL creation at `to` works. Saves a rename, and leaves the orphan's
+    /// directory untouched (its mtime stays the source's even when the stream
+    /// sends no UTIMES for it).
+    ///
+    /// Returns `false` when it did nothing: the caller then applies both
+    /// commands one by one (and gets their errors).
+    pub fn create_renamed(&mut self, mk: &Command<'_>, to: &[u8]) -> bool {
+        let Some(cur) = &self.cur else {
+            return false;
+        };
+        let t = &cur.target;
+        let (path, is_file) = match mk {
+            Command::Mkfile { path, .. } => (path, true),
+            Command::Mkdir { path, .. } => (path, false),
+            _ => return false,
+        };
+        let free = t
+            .locate_entry(path)
+            .is_ok_and(|l| matches!(l.lstat(), Err(e) if e.kind() == io::ErrorKind::NotFound));
+        if !free {
+            return false;
+        }
+        let Ok(l) = t.locate_entry(to) else {
+            return false;
+        };
+        if is_file {
+            let Ok(f) = create_file(&l) else {
+                return false;
+            };
+            drop(l);
+            self.renamed(path, to, false);
+            self.wcache = Some((to.to_vec(), f));
+        } else {
+            if rustix::fs::mkdirat(&l.parent, l.name(), Mode::from_raw_mode(0o700)).is_err() {
+                return false;
+            }
+            drop(l);
+            self.renamed(path, to, false);
+        }
+        true
+    }
+
+    /// The cached open file, if `path` names it.
+    fn cached_file(&self, path: &[u8]) -> Option<&File> {
+        match &self.wcache {
+            Some((p, f)) if p.as_slice() == path => Some(f),
+            _ => None,
+        }
+    }
+
+    /// After a RENAME `from` → `to` (`ok`: it worked): the cached
+    /// directories at or below either path are dropped; the cached file
+    /// follows its inode to `to`, or is dropped if a path it lived at is
+    /// gone. A failed rename changed nothing, but dropping is always safe.
+    fn renamed(&mut self, from: &[u8], to: &[u8], ok: bool) {
+        if let Some(cur) = &self.cur {
+            cur.target.forget(from);
+            cur.target.forget(to);
+        }
+        if let Some((p, _)) = &mut self.wcache {
+            if ok && p.as_slice() == from {
+                p.clear();
+                p.extend_from_slice(to);
+            } else if target::is_at_or_under(p, from) || target::is_at_or_under(p, to) {
+                self.wcache = None;
+            }
+        }
+    }
+
+    /// After an UNLINK or RMDIR of `path` (tried).
+    fn removed(&mut self, path: &[u8]) {
+        if let Some(cur) = &self.cur {
+            cur.target.forget(path);
+        }
+        if matches!(&self.wcache, Some((p, _)) if target::is_at_or_under(p, path)) {
+            self.wcache = None;
         }
     }
 
@@ -700,6 +796,14 @@ impl<'p> Receiver<'p> {
         }
         Ok(())
     }
+}
+
+/// Create a new regular file at `l` (`O_EXCL`, never following a final
+/// symlink), open for reading and writing, mode 0600 until CHMOD.
+fn create_file(l: &target::Located<'_>) -> Result<File, ApplyErrorKind> {
+    let flags = OFlags::RDWR | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let fd = rustix::fs::openat(&l.parent, l.name(), flags, Mode::from_raw_mode(0o600))?;
+    Ok(File::from(fd))
 }
 
 use std::os::unix::ffi::OsStrExt as _;

@@ -351,20 +351,42 @@ pub fn receive(
     let mut reader = StreamReader::with_options(BufReader::with_capacity(1 << 18, input), ropts);
     let mut errors = 0u64;
     let mut summary = Summary::default();
-    let limit = opts.max_errors;
-    let over = |n: u64| limit != 0 && n >= limit;
+    let max = opts.max_errors;
+    // Apply one command, counting an error against the limit.
+    let apply = |rx: &mut Receiver<'_>,
+                 info: &CommandInfo,
+                 cmd: &Command<'_>,
+                 errors: &mut u64|
+     -> Result<(), ReceiveError> {
+        if let Err(e) = rx.apply(info, cmd) {
+            rx.count_error();
+            *errors += 1;
+            let err = ReceiveError::from(e);
+            if max != 0 && *errors >= max {
+                return Err(err);
+            }
+            rx.progress_error(&err);
+        }
+        Ok(())
+    };
+    // A MKFILE or MKDIR held back for one command: if the next one renames
+    // it, both become one creation ([`Receiver::create_renamed`]).
+    let mut held: Option<(CommandInfo, Command<'static>)> = None;
     loop {
         let next = reader.next_command();
         let (info, cmd) = match next {
             Ok(Some(x)) => x,
             Ok(None) => break,
             Err(e) => {
+                if let Some((hi, hc)) = held.take() {
+                    apply(&mut rx, &hi, &hc, &mut errors)?;
+                }
                 let recoverable = e.is_recoverable();
                 rx.count_error();
                 errors += 1;
                 let subvol = rx.current().map(|n| n.escape_ascii().to_string());
                 let err = ReceiveError::Stream { error: e, subvol };
-                if !recoverable || over(errors) {
+                if !recoverable || (max != 0 && errors >= max) {
                     return Err(err);
                 }
                 rx.progress_error(&err);
@@ -373,21 +395,35 @@ pub fn receive(
         };
         summary.commands = info.index + 1;
         let is_end = matches!(cmd, Command::End);
-        let res = rx.apply(&info, &cmd);
-        drop(cmd);
-        rx.position(reader.position(), summary.commands);
-        if let Err(e) = res {
-            rx.count_error();
-            errors += 1;
-            let err = ReceiveError::from(e);
-            if over(errors) {
-                return Err(err);
+        let mut done = false;
+        if let Some((hi, hc)) = held.take() {
+            match &cmd {
+                Command::Rename { path, path_to } if hc.path() == Some(&path[..]) => {
+                    done = rx.create_renamed(&hc, path_to);
+                    if !done {
+                        apply(&mut rx, &hi, &hc, &mut errors)?;
+                    }
+                }
+                _ => apply(&mut rx, &hi, &hc, &mut errors)?,
             }
-            rx.progress_error(&err);
         }
+        if !done {
+            if matches!(cmd, Command::Mkfile { .. } | Command::Mkdir { .. }) {
+                held = Some((info, cmd.into_owned()));
+            } else {
+                apply(&mut rx, &info, &cmd, &mut errors)?;
+                drop(cmd);
+            }
+        } else {
+            drop(cmd);
+        }
+        rx.position(reader.position(), summary.commands);
         if is_end && opts.stop_at_end {
             break;
         }
+    }
+    if let Some((hi, hc)) = held.take() {
+        apply(&mut rx, &hi, &hc, &mut errors)?;
     }
     summary.bytes = reader.position();
     rx.finish_subvol()?;

@@ -30,6 +30,7 @@
 //! `/proc/self/fd/N`: a stream cannot make us open a device or a fifo it
 //! created (opening a device can have effects of its own).
 
+use std::cell::RefCell;
 use std::ffi::{OsStr, OsString};
 use std::fmt;
 use std::fs::File;
@@ -37,6 +38,7 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
 
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, ResolveFlags, Stat};
@@ -245,14 +247,17 @@ fn open_dir_beneath(root: BorrowedFd<'_>, rel: &[u8]) -> Result<OwnedFd> {
     Ok(cur.expect("non-empty path"))
 }
 
-/// A directory fd that is either borrowed (DIR, the subvolume root) or owned
-/// (a directory opened for one command).
+/// A directory fd that is either borrowed (DIR, the subvolume root), owned
+/// (a directory opened for one command) or shared with the [`Target`]'s
+/// cache of resolved directories.
 #[derive(Debug)]
 pub enum DirFd<'a> {
     /// Borrowed from the [`Target`].
     Borrowed(BorrowedFd<'a>),
     /// Opened for this lookup.
     Owned(OwnedFd),
+    /// From the directory cache (see [`Target::forget`]).
+    Shared(Arc<OwnedFd>),
 }
 
 impl AsFd for DirFd<'_> {
@@ -260,6 +265,7 @@ impl AsFd for DirFd<'_> {
         match self {
             DirFd::Borrowed(fd) => *fd,
             DirFd::Owned(fd) => fd.as_fd(),
+            DirFd::Shared(fd) => fd.as_fd(),
         }
     }
 }
@@ -432,18 +438,40 @@ impl ReceiveDir {
             dir_path: self.path.clone(),
             name: name.to_vec(),
             root,
+            dirs: RefCell::new(Vec::new()),
         })
     }
 }
 
+/// How many resolved directories a [`Target`] keeps open.
+const DIR_CACHE: usize = 8;
+
 /// One received subvolume: `DIR/<name>`, with every stream path resolved
 /// beneath it.
+///
+/// The directories that [`Target::locate`] resolves are kept in a small
+/// cache (stream path → `O_PATH` fd, most recent last), so the commands that
+/// follow each other on one file do not resolve its directory again. Each fd
+/// was opened beneath the root with the same checks as an uncached lookup
+/// and names a directory inode of this subvolume; our own commands can only
+/// move a directory within the subvolume (every RENAME destination is
+/// resolved beneath the root too), so a cached fd never leads outside it.
+/// What can go stale is the *name*: the receiver calls [`Target::forget`]
+/// for both paths of every RENAME and for every RMDIR, which drops the
+/// entries at and below those paths.
 #[derive(Debug)]
 pub struct Target {
     dir: OwnedFd,
     dir_path: PathBuf,
     name: Vec<u8>,
     root: OwnedFd,
+    dirs: RefCell<Vec<(Vec<u8>, Arc<OwnedFd>)>>,
+}
+
+/// `p` is `dir` or lies beneath it.
+pub fn is_at_or_under(p: &[u8], dir: &[u8]) -> bool {
+    p.strip_prefix(dir)
+        .is_some_and(|rest| rest.is_empty() || rest.first() == Some(&b'/'))
 }
 
 impl Target {
@@ -486,12 +514,40 @@ impl Target {
             Some(i) => {
                 // OK to index: `i` is a position inside `rel`.
                 let (dir, name) = (&rel[..i], &rel[i + 1..]);
-                let parent = open_dir_beneath(self.root.as_fd(), dir)?;
                 Ok(Located {
-                    parent: DirFd::Owned(parent),
+                    parent: DirFd::Shared(self.cached_dir(dir)?),
                     name,
                 })
             }
+        }
+    }
+
+    /// The directory `dir` (checked, non-empty) from the cache, or resolved
+    /// now and cached.
+    fn cached_dir(&self, dir: &[u8]) -> Result<Arc<OwnedFd>> {
+        let mut dirs = self.dirs.borrow_mut();
+        if let Some(i) = dirs.iter().rposition(|(p, _)| p.as_slice() == dir) {
+            let e = dirs.remove(i);
+            let fd = Arc::clone(&e.1);
+            dirs.push(e);
+            return Ok(fd);
+        }
+        let fd = Arc::new(open_dir_beneath(self.root.as_fd(), dir)?);
+        if dirs.len() >= DIR_CACHE {
+            dirs.remove(0);
+        }
+        dirs.push((dir.to_vec(), Arc::clone(&fd)));
+        Ok(fd)
+    }
+
+    /// Drop the cached directories at or beneath the stream path `rel` (it
+    /// was renamed, replaced or removed). The empty path drops all.
+    pub fn forget(&self, rel: &[u8]) {
+        let mut dirs = self.dirs.borrow_mut();
+        if rel.is_empty() {
+            dirs.clear();
+        } else {
+            dirs.retain(|(p, _)| !is_at_or_under(p, rel));
         }
     }
 

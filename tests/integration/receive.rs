@@ -865,6 +865,181 @@ fn hostile_records_dir_and_existing_subvolume_are_refused() {
     sb.check("records dir symlink");
 }
 
+/// The receiver keeps resolved directories and the file being written open
+/// between commands (and creates an orphan-named entry that is renamed right
+/// away at its final name). Renames and removals must leave no stale name:
+/// a directory renamed away, replaced by a new one or by a symlink to the
+/// outside, and a file renamed or unlinked under the open file.
+#[test]
+fn cached_directories_and_files_follow_renames_and_removals() {
+    let sb = Sandbox::new();
+    let s = sb.sentinel();
+    let data = |b: &'static [u8]| Cow::Borrowed(b);
+    let write = |path: &'static str, d: &'static [u8]| Command::Write {
+        path: p(path),
+        offset: 0,
+        data: data(d),
+    };
+    let ren = |a: &'static str, b: &'static str| Command::Rename {
+        path: p(a),
+        path_to: p(b),
+    };
+    let bytes = stream(&[
+        subvol("sv"),
+        // Orphan then rename (as the kernel does), a file in it.
+        Command::Mkdir {
+            path: p("o257-1-0"),
+            ino: 257,
+        },
+        ren("o257-1-0", "a"),
+        Command::Mkfile {
+            path: p("o258-1-0"),
+            ino: 258,
+        },
+        ren("o258-1-0", "a/f"),
+        write("a/f", b"first"),
+        // The directory moves away; a new one takes its name.
+        ren("a", "b"),
+        write("b/f", b"FIRST"),
+        Command::Mkdir {
+            path: p("a"),
+            ino: 259,
+        },
+        Command::Mkfile {
+            path: p("a/f"),
+            ino: 260,
+        },
+        write("a/f", b"second"),
+        // The open file is renamed, then another file takes its old name.
+        ren("a/f", "a/g"),
+        write("a/g", b"SECOND"),
+        Command::Mkfile {
+            path: p("a/f"),
+            ino: 261,
+        },
+        write("a/f", b"third"),
+        Command::Unlink { path: p("a/f") },
+        // Writing to the unlinked name fails; nothing else is touched.
+        write("a/f", b"EVIL"),
+        // A directory removed and made again: the new one is used.
+        Command::Mkdir {
+            path: p("d"),
+            ino: 270,
+        },
+        Command::Mkfile {
+            path: p("d/x"),
+            ino: 271,
+        },
+        Command::Unlink { path: p("d/x") },
+        Command::Rmdir { path: p("d") },
+        Command::Mkdir {
+            path: p("d"),
+            ino: 272,
+        },
+        Command::Mkfile {
+            path: p("d/y"),
+            ino: 273,
+        },
+        // The directory moves away and a symlink to the outside takes its
+        // name: its cached fd must not be used.
+        ren("a", "c"),
+        Command::Symlink {
+            path: p("a"),
+            ino: 262,
+            path_link: Cow::Owned(s.as_bytes().to_vec()),
+        },
+        Command::Mkfile {
+            path: p("a/new"),
+            ino: 263,
+        },
+        write("a/secret", b"EVIL"),
+        // A created-then-renamed entry whose destination exists: the
+        // rename replaces it, as it would without the shortcut.
+        Command::Mkfile {
+            path: p("o264-1-0"),
+            ino: 264,
+        },
+        ren("o264-1-0", "b/f"),
+        write("b/f", b"replaced"),
+    ]);
+    let errs = receive_hostile(&sb.dir(), &bytes);
+    assert_eq!(errs.len(), 3, "{errs:#?}");
+    assert!(errs[0].contains("WRITE \"a/f\""), "{errs:?}");
+    assert!(errs[1].contains("MKFILE \"a/new\""), "{errs:?}");
+    assert!(errs[2].contains("WRITE \"a/secret\""), "{errs:?}");
+    sb.check("cached names");
+    let sv = sb.dir().join("sv");
+    assert_eq!(fs::read(sv.join("b/f")).unwrap(), b"replaced");
+    assert_eq!(fs::read_link(sv.join("a")).unwrap(), Path::new(&s));
+    assert_eq!(fs::read(sv.join("c/g")).unwrap(), b"SECOND");
+    assert!(sv.join("d/y").is_file() && !sv.join("c/new").exists());
+    let mut names: Vec<String> = fs::read_dir(&sv)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["a", "b", "c", "d"]);
+    assert_eq!(
+        fs::read_dir(sv.join("b")).unwrap().count(),
+        1,
+        "only b/f (no orphan names left)"
+    );
+    // The same stream without the replacement: the renamed file kept its
+    // data, written through the names it had at each step.
+    let sb2 = Sandbox::new();
+    let bytes = stream(&[
+        subvol("sv"),
+        Command::Mkdir {
+            path: p("o257-1-0"),
+            ino: 257,
+        },
+        ren("o257-1-0", "a"),
+        Command::Mkfile {
+            path: p("o258-1-0"),
+            ino: 258,
+        },
+        ren("o258-1-0", "a/f"),
+        write("a/f", b"first"),
+        ren("a", "b"),
+        Command::Write {
+            path: p("b/f"),
+            offset: 5,
+            data: data(b"+more"),
+        },
+        Command::Mkdir {
+            path: p("a"),
+            ino: 259,
+        },
+        Command::Mkfile {
+            path: p("a/f"),
+            ino: 260,
+        },
+        write("a/f", b"second"),
+        ren("a/f", "a/g"),
+        Command::Write {
+            path: p("a/g"),
+            offset: 6,
+            data: data(b"+more"),
+        },
+        Command::Chmod {
+            path: p("a/g"),
+            mode: 0o640,
+        },
+    ]);
+    let errs = receive_hostile(&sb2.dir(), &bytes);
+    assert!(errs.is_empty(), "{errs:#?}");
+    let sv = sb2.dir().join("sv");
+    assert_eq!(fs::read(sv.join("b/f")).unwrap(), b"first+more");
+    assert_eq!(fs::read(sv.join("a/g")).unwrap(), b"second+more");
+    assert!(!sv.join("a/f").exists());
+    use std::os::unix::fs::PermissionsExt as _;
+    assert_eq!(
+        fs::metadata(sv.join("a/g")).unwrap().permissions().mode() & 0o7777,
+        0o640
+    );
+    sb2.check("cached names, no errors");
+}
+
 #[test]
 fn hostile_device_nodes_are_never_opened() {
     if !rustix::process::geteuid().is_root() {
