@@ -11,7 +11,7 @@
 //! * `--verify-data`: a corrupted data block of a single-copy image fails
 //!   the send naming inode, path, file offset, logical address and mirror
 //!   (and without the option the send does not notice); on a RAID1 image
-//!   with one copy corrupted the send succeeds from the other copy and the
+//!   with a bad sector on each mirror the send succeeds from the good copies and the
 //!   stream is byte for byte the kernel's stored stream.
 
 use std::fs::OpenOptions;
@@ -237,7 +237,8 @@ fn progress_quiet_by_default_and_forced() {
     assert!(o.status.success() && o.stderr.is_empty(), "{}", stderr(&o));
 }
 
-/// The first file with checksums and an uncompressed regular extent:
+/// The first file with checksums and an uncompressed regular extent of
+/// at least two sectors:
 /// (ino, its file name, file offset, logical).
 fn data_extent(fs: &Filesystem, tree: u64) -> (u64, String, u64, u64) {
     let t = fs.fs_tree(TreeId(tree)).unwrap();
@@ -250,6 +251,7 @@ fn data_extent(fs: &Filesystem, tree: u64) -> (u64, String, u64, u64) {
             if let ExtentData::Regular(d) = &e.data
                 && d.disk_bytenr.get() != 0
                 && d.offset == 0
+                && d.num_bytes >= 8192
                 && e.compression == btrsend::fs::items::Compression::None
                 && !g.inode.nodatasum()
             {
@@ -323,7 +325,9 @@ fn verify_data_names_the_bad_block_and_uses_the_other_copy() {
     {
         let fs = Filesystem::open(&[&d1, &d2]).unwrap();
         let (_, _, _, logical) = data_extent(&fs, 257);
+        // A bad sector on each mirror: each is read from the other.
         corrupt(&fs, logical, 0);
+        corrupt(&fs, logical + 4096, 1);
     }
     let o = btrsend()
         .args(["send", "--verify-data", "--device"])

@@ -146,9 +146,10 @@ fn sector_csums(
 }
 
 /// Read `n` bytes at `logical` checking every whole sector they touch
-/// against the csum tree, copy after copy
-/// until one verifies. The error of the first bad copy names the inode,
-/// file offset, logical address and mirror.
+/// against the csum tree; a sector that fails is read from the next copy
+/// (`Volume::read_verified_copies`), so bad sectors on different mirrors
+/// still give good data. When no copy of a sector verifies, the error
+/// names the inode, file offset, logical address and the first bad mirror.
 fn read_verified(
     fs: &Filesystem,
     tree: TreeId,
@@ -179,45 +180,62 @@ fn read_verified(
     let head = usize::try_from(logical - start).unwrap_or(0);
     let sector_len = usize::try_from(sector).unwrap_or(4096);
     let copies = vol.num_copies(Logical(logical))?;
-    let mut first_err = None;
-    for copy in 0..copies {
-        let mut buf = vec![0u8; span];
-        if let Err(e) = vol.read_copy(Logical(start), &mut buf, copy) {
-            first_err.get_or_insert(e);
-            continue;
+    let sectors = csums.len();
+    // Per sector: verified on some copy; the first copy's mismatch.
+    let mut good = vec![false; sectors];
+    let mut bad: Vec<Option<Error>> = (0..sectors).map(|_| None).collect();
+    let mut buf = vec![0u8; span];
+    let all = vol.read_verified_copies(Logical(start), &mut buf, |off, bytes, copy| {
+        let mut ok = true;
+        for (k, data) in bytes.chunks(sector_len).enumerate() {
+            let i = off / sector_len + k;
+            let Some(stored) = csums.get(i).and_then(|c| c.as_deref()) else {
+                continue;
+            };
+            match ty.verify(stored, data) {
+                Ok(()) => {
+                    if let Some(g) = good.get_mut(i) {
+                        *g = true;
+                    }
+                }
+                Err(computed) => {
+                    ok = false;
+                    let mut raw = [0u8; 32];
+                    if let Some(dst) = raw.get_mut(..stored.len()) {
+                        dst.copy_from_slice(stored);
+                    }
+                    let at = start + u64::try_from(i).unwrap_or(0) * sector;
+                    if let Some(slot @ None) = bad.get_mut(i) {
+                        *slot = Some(Error::corrupt(
+                            Location::FileData {
+                                tree,
+                                ino,
+                                file_offset: file_offset + at.saturating_sub(logical),
+                                logical: Logical(at.max(logical)),
+                                mirror: (copy + 1, copies),
+                            },
+                            CorruptKind::ChecksumMismatch {
+                                algo: ty,
+                                stored: crate::csum::Csum::from_stored(ty, &raw),
+                                computed,
+                            },
+                        ));
+                    }
+                }
+            }
         }
-        let bad = buf.chunks(sector_len).enumerate().find_map(|(i, data)| {
-            let stored = csums.get(i)?.as_deref()?;
-            ty.verify(stored, data)
-                .err()
-                .map(|computed| (i, stored, computed))
-        });
-        let Some((i, stored, computed)) = bad else {
-            buf.drain(..head);
-            buf.truncate(n);
-            return Ok(buf);
-        };
-        let mut raw = [0u8; 32];
-        if let Some(dst) = raw.get_mut(..stored.len()) {
-            dst.copy_from_slice(stored);
-        }
-        let at = start + u64::try_from(i).unwrap_or(0) * sector;
-        first_err.get_or_insert(Error::corrupt(
-            Location::FileData {
-                tree,
-                ino,
-                file_offset: file_offset + at.saturating_sub(logical),
-                logical: Logical(at.max(logical)),
-                mirror: (copy + 1, copies),
-            },
-            CorruptKind::ChecksumMismatch {
-                algo: ty,
-                stored: crate::csum::Csum::from_stored(ty, &raw),
-                computed,
-            },
-        ));
+        ok
+    })?;
+    if !all {
+        let err = good
+            .iter()
+            .zip(bad)
+            .find_map(|(g, e)| if *g { None } else { e });
+        return Err(err.unwrap_or_else(unmapped));
     }
-    Err(first_err.unwrap_or_else(unmapped))
+    buf.drain(..head);
+    buf.truncate(n);
+    Ok(buf)
 }
 
 /// The whole decoded content of a compressed or inline extent
