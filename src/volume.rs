@@ -62,6 +62,8 @@ pub struct Volume {
     notices: Vec<Notice>,
     /// Data-prefetch bytes queued and not yet read.
     data_queued: Arc<AtomicU64>,
+    /// Data-prefetch bytes queued so far.
+    data_requested: AtomicU64,
 }
 
 impl Volume {
@@ -211,6 +213,7 @@ impl Volume {
             options: options.clone(),
             notices,
             data_queued: Arc::new(AtomicU64::new(0)),
+            data_requested: AtomicU64::new(0),
         })
     }
 
@@ -251,6 +254,11 @@ impl Volume {
     /// Block cache and readahead counters so far.
     pub fn cache_stats(&self) -> CacheStats {
         self.cache.stats()
+    }
+
+    /// Bytes of data prefetch queued so far ([`prefetch_data`](Self::prefetch_data)).
+    pub fn data_prefetch_queued(&self) -> u64 {
+        self.data_requested.load(Ordering::Relaxed)
     }
 
     /// Forget every cached tree block (for benchmarks: the next walk reads
@@ -407,6 +415,7 @@ impl Volume {
                     return queued;
                 }
                 queued = queued.saturating_add(piece);
+                self.data_requested.fetch_add(piece, Ordering::Relaxed);
                 done = done.saturating_add(piece);
             }
         }

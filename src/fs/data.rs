@@ -31,6 +31,10 @@ use super::tree::{Extents, FsTree, search_le};
 /// Largest read done in one step of [`FileReader::read`] (bounds memory).
 const MAX_READ: usize = 1 << 20;
 
+/// How far past the current read a [`FileReader`] asks for data to be
+/// prefetched (at most half the volume's data queue).
+const PREFETCH_AHEAD: u64 = 16 << 20;
+
 /// What a file range holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SegmentKind {
@@ -120,6 +124,7 @@ impl<'fs> FsTree<'fs> {
             current: None,
             pos: 0,
             decoded: None,
+            ahead: None,
         }
     }
 
@@ -256,6 +261,22 @@ pub struct FileReader<'t, 'fs> {
     current: Option<Segment>,
     pos: u64,
     decoded: Option<Decoded>,
+    /// Data prefetch: how far ahead the extents were announced.
+    ahead: Option<Ahead<'fs>>,
+}
+
+/// A second walk over a file's extents, running ahead of the reads: the
+/// data of the next extents is queued for prefetch
+/// ([`Volume::prefetch_data`](crate::volume::Volume::prefetch_data)), a
+/// bounded window ahead, forward only.
+#[derive(Debug)]
+struct Ahead<'fs> {
+    extents: Extents<'fs>,
+    /// The extent the window stopped in.
+    pending: Option<FileExtent>,
+    /// File offset up to which data was announced.
+    to: u64,
+    exhausted: bool,
 }
 
 impl FileReader<'_, '_> {
@@ -276,7 +297,92 @@ impl FileReader<'_, '_> {
             self.segments = None;
             self.current = None;
         }
+        if offset < self.pos {
+            self.ahead = None;
+        }
         self.pos = offset;
+    }
+
+    /// Announce the data of `[from, from + PREFETCH_AHEAD)` not announced
+    /// yet (the read about to be done ends at `from`). Only with readahead,
+    /// and only for files that go on past `from`. Errors stop the prefetch
+    /// (the reads report them).
+    fn prefetch_ahead(&mut self, from: u64) {
+        if self.prefetch_ahead_inner(from).is_err()
+            && let Some(a) = self.ahead.as_mut()
+        {
+            a.exhausted = true;
+            a.pending = None;
+        }
+    }
+
+    fn prefetch_ahead_inner(&mut self, from: u64) -> Result<()> {
+        let vol = self.tree.volume();
+        if from >= self.inode.size || !vol.read_options().readahead {
+            return Ok(());
+        }
+        let window = PREFETCH_AHEAD.min(vol.read_options().data_queue_bytes / 2);
+        let target = from.saturating_add(window).min(self.inode.size);
+        if self.ahead.as_ref().is_none_or(|a| a.to < from) {
+            self.ahead = Some(Ahead {
+                extents: self.tree.extents_at(self.inode.ino, from)?,
+                pending: None,
+                to: from,
+                exhausted: false,
+            });
+        }
+        let Some(ahead) = self.ahead.as_mut() else {
+            return Ok(());
+        };
+        let sectorsize = self.tree.sectorsize();
+        let mut ranges: Vec<(Logical, u64)> = Vec::new();
+        while ahead.to < target && !ahead.exhausted {
+            let e = match ahead.pending.take() {
+                Some(e) => e,
+                None => match ahead.extents.next().transpose()? {
+                    Some(e) => e,
+                    None => {
+                        ahead.exhausted = true;
+                        break;
+                    }
+                },
+            };
+            let end = e.end(sectorsize);
+            if end <= ahead.to {
+                continue;
+            }
+            let lo = ahead.to.max(e.file_offset);
+            if lo >= target {
+                ahead.pending = Some(e);
+                break;
+            }
+            let hi = end.min(target);
+            match (&e.data, e.compression) {
+                (ExtentData::Regular(d), Compression::None) if d.disk_bytenr.get() != 0 => {
+                    let at = d
+                        .disk_bytenr
+                        .checked_add(d.offset)
+                        .and_then(|l| l.checked_add(lo.saturating_sub(e.file_offset)));
+                    if let Some(at) = at {
+                        ranges.push((at, hi.saturating_sub(lo)));
+                    }
+                }
+                // Compressed: read whole, once (when the window enters it).
+                (ExtentData::Regular(d), _) if d.disk_bytenr.get() != 0 && lo == e.file_offset => {
+                    ranges.push((d.disk_bytenr, d.disk_num_bytes));
+                }
+                // Inline, holes, prealloc: nothing to read.
+                _ => {}
+            }
+            ahead.to = hi;
+            if hi < end {
+                ahead.pending = Some(e);
+            }
+        }
+        if !ranges.is_empty() {
+            vol.prefetch_data(&ranges);
+        }
+        Ok(())
     }
 
     /// Read at the current position into `buf`; returns how many bytes were
@@ -312,6 +418,7 @@ impl FileReader<'_, '_> {
         };
         let left = usize::try_from(seg.end().saturating_sub(self.pos)).unwrap_or(usize::MAX);
         let n = buf.len().min(left).min(MAX_READ);
+        self.prefetch_ahead(self.pos.saturating_add(u64::try_from(n).unwrap_or(0)));
         let out = buf.get_mut(..n).unwrap_or_default();
         match &seg.kind {
             SegmentKind::Hole(_) | SegmentKind::Prealloc(_) => out.fill(0),

@@ -297,6 +297,60 @@ fn data_prefetch_is_bounded_and_reads_agree() {
     }
 }
 
+/// Files read in order through the file reader prefetch their next
+/// extents (readahead on only) and read the same bytes as without, from
+/// the start, from the middle and after seeking back.
+#[test]
+fn file_reads_prefetch_ahead_and_agree() {
+    let Some(fx) = fixtures().into_iter().find(|f| f.name().starts_with("003")) else {
+        return;
+    };
+    let on = open(&fx.devices, &ReadOptions::default());
+    let off = open(&fx.devices, &ReadOptions::no_readahead());
+    let read_all = |fs: &Filesystem, verify: bool| {
+        let snap = btrsend::fs::subvol::list_subvolumes(fs).unwrap()[0].id();
+        let tree = fs.fs_tree(snap).unwrap();
+        let mut files = Vec::new();
+        for g in tree.inodes(btrsend::fs::WalkOptions::default()) {
+            let g = g.unwrap();
+            if g.inode.file_type() != btrsend::fs::FileType::Regular
+                || g.inode.size < (1 << 20)
+                || g.inode.size > (64 << 20)
+            {
+                continue;
+            }
+            let mut r = tree.reader(&g.inode, verify);
+            let mut data = Vec::new();
+            let mut buf = vec![0u8; 256 << 10];
+            loop {
+                let n = r.read(&mut buf).unwrap();
+                if n == 0 {
+                    break;
+                }
+                data.extend_from_slice(&buf[..n]);
+            }
+            // Back to the middle, then to the start.
+            let size = data.len();
+            let mut part = vec![0u8; size / 2];
+            r.read_exact_at(u64::try_from(size / 3).unwrap(), &mut part)
+                .unwrap();
+            assert!(part == data[size / 3..size / 3 + size / 2]);
+            r.read_exact_at(0, &mut part).unwrap();
+            assert!(part == data[..size / 2]);
+            files.push((g.inode.ino, data));
+        }
+        files
+    };
+    let want = read_all(&off, true);
+    assert!(!want.is_empty(), "003 has files of 1 MiB and more");
+    assert_eq!(off.volume().data_prefetch_queued(), 0);
+    for verify in [true, false] {
+        let before = on.volume().data_prefetch_queued();
+        assert!(read_all(&on, verify) == want, "verify {verify}");
+        assert!(on.volume().data_prefetch_queued() > before);
+    }
+}
+
 /// A filesystem and some of its tree blocks, with what they were read as.
 type BlockSet = (Filesystem, Vec<(BlockExpect, Vec<u8>)>);
 
