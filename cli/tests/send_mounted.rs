@@ -6,6 +6,8 @@
 //!   same manifest, and its stream equals the kernel's `btrfs send` of it
 //!   command for command; a writable subvolume by path is refused; a path
 //!   not on btrfs and a directory that is not a subvolume are clear errors;
+//! * a two-device RAID1 fixture mounted read-only: both devices are found
+//!   from sysfs and the stream by path is byte for byte the kernel's;
 //! * progress: with stderr not a terminal nothing is printed on success;
 //!   `--progress` forces a plain-text summary;
 //! * `--verify-data`: a corrupted data block of a single-copy image fails
@@ -354,4 +356,71 @@ fn verify_data_names_the_bad_block_and_uses_the_other_copy() {
         .output()
         .unwrap();
     assert!(o.status.success() && o.stdout != kernel);
+}
+
+/// Detaches a loop device on drop.
+struct Loop(String);
+
+impl Drop for Loop {
+    fn drop(&mut self) {
+        let _ = Command::new("losetup").arg("-d").arg(&self.0).status();
+    }
+}
+
+#[test]
+fn mounted_two_device_raid1_by_path_is_the_kernels_stream() {
+    let test = "mounted_two_device_raid1_by_path_is_the_kernels_stream";
+    if !testing::require_live(test) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let imgs = [
+        unpack(tmp.path(), "009-raid1", "dev1.img"),
+        unpack(tmp.path(), "009-raid1", "dev2.img"),
+    ];
+    let loops: Vec<Loop> = imgs
+        .iter()
+        .map(|img| {
+            let o = sh(Command::new("losetup").args(["-f", "--show"]).arg(img));
+            Loop(String::from_utf8(o.stdout).unwrap().trim().to_owned())
+        })
+        .collect();
+    let mnt = tmp.path().join("mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    let opts = format!("ro,device={},device={}", loops[0].0, loops[1].0);
+    sh(Command::new("mount")
+        .args(["-t", "btrfs", "-o", &opts])
+        .arg(&loops[0].0)
+        .arg(&mnt));
+    let guard = Mount(mnt.clone());
+    let o = btrsend()
+        .arg("send")
+        .arg(mnt.join("snaps/raid1"))
+        .output()
+        .unwrap();
+    let found = btrsend::mount::resolve(&mnt.join("snaps/raid1"));
+    drop(guard);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        o.stderr.is_empty(),
+        "no missing-device warning: {}",
+        stderr(&o)
+    );
+    let found = found.unwrap();
+    assert_eq!(found.subvol_path, "snaps/raid1");
+    let mut want: Vec<PathBuf> = loops.iter().map(|l| PathBuf::from(&l.0)).collect();
+    want.sort();
+    assert_eq!(found.devices, want, "both devices, from sysfs");
+    let mut z = Vec::new();
+    std::fs::File::open(fixtures().join("009-raid1/raid1.full.v1.stream.zst"))
+        .unwrap()
+        .read_to_end(&mut z)
+        .unwrap();
+    let mut kernel = Vec::new();
+    zstd::stream::copy_decode(&z[..], &mut kernel).unwrap();
+    assert!(
+        o.stdout == kernel,
+        "stream of the mounted RAID1 snapshot differs from the kernel's"
+    );
+    drop(loops);
 }
