@@ -34,6 +34,7 @@ use crate::ondisk;
 use crate::tree::key::Key;
 use crate::tree::walk::ItemRef;
 
+use super::compare::{Change, compare_trees};
 use super::data::{self, ExtentReader};
 use super::error::SendError;
 use super::view::{
@@ -53,9 +54,7 @@ const NAME_CACHE_MAX: usize = 1 << 16;
 const XATTR_NAME_CAPS: &[u8] = b"security.capability";
 const XATTR_ACL_ACCESS: &[u8] = b"system.posix_acl_access";
 const XATTR_ACL_DEFAULT: &[u8] = b"system.posix_acl_default";
-/// `FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE`, for reference: full sends
-/// never punch holes.
-#[allow(dead_code)]
+/// `FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE` (incremental v2 holes).
 const FALLOC_PUNCH: u32 = 3;
 
 /// The inode being processed (`sctx->cur_*`).
@@ -66,16 +65,25 @@ struct Cur {
     size: u64,
     mode: u32,
     ignore: bool,
+    /// Did not exist in the parent (or full send).
+    new: bool,
+    /// Same number as an inode of the parent, another generation.
+    new_gen: bool,
+    /// Only in the parent.
+    deleted: bool,
+    /// End of the last extent seen (hole detection); `None`: unknown.
+    last_extent: Option<u64>,
     next_write_offset: u64,
     /// Its path on the receiver now, when known (`cur_inode_path`).
     path: Option<Vec<u8>>,
 }
 
-/// A recorded new reference (`struct recorded_ref`).
-#[derive(Debug)]
+/// A recorded reference (`struct recorded_ref`).
+#[derive(Debug, Clone)]
 struct NewRef {
     dir: u64,
     dir_gen: u64,
+    name: Vec<u8>,
     full_path: Vec<u8>,
 }
 
@@ -116,6 +124,11 @@ pub struct SendStats {
 pub(crate) struct FullSend<'a, W: Write> {
     fs: &'a Filesystem,
     view: TreeView<'a>,
+    /// The parent snapshot of an incremental send.
+    parent: Option<TreeView<'a>>,
+    /// Its UUID (received_uuid preferred) and ctransid.
+    parent_uuid: [u8; 16],
+    parent_ctransid: u64,
     out: StreamWriter<W>,
     opts: SendOptions,
     progress: &'a dyn Progress,
@@ -127,6 +140,9 @@ pub(crate) struct FullSend<'a, W: Write> {
     cur: Cur,
     send_progress: u64,
     new_refs: Vec<NewRef>,
+    deleted_refs: Vec<NewRef>,
+    /// Deleted directories not removed yet (at their orphan names).
+    orphan_dirs: HashSet<u64>,
     created_dirs: HashSet<u64>,
     /// LRU first, MRU last.
     dir_utimes: VecDeque<(u64, u64)>,
@@ -139,11 +155,24 @@ impl<'a, W: Write> FullSend<'a, W> {
     pub(crate) fn new(
         fs: &'a Filesystem,
         subvol: &Subvolume,
+        parent: Option<&Subvolume>,
         out: StreamWriter<W>,
         opts: SendOptions,
         progress: &'a dyn Progress,
     ) -> Result<FullSend<'a, W>, SendError> {
         let view = TreeView::new(fs, subvol.id())?;
+        let (parent_view, parent_uuid, parent_ctransid) = match parent {
+            Some(p) => {
+                let r = &p.root;
+                let u = if r.received_uuid.is_nil() {
+                    r.uuid.0
+                } else {
+                    r.received_uuid.0
+                };
+                (Some(TreeView::new(fs, p.id())?), u, r.ctransid.get())
+            }
+            None => (None, [0; 16], 0),
+        };
         let sectorsize = u64::from(fs.volume().superblock().sectorsize);
         let buf = u64::from(stream_format::default_max_command_size(opts.version));
         let root = &subvol.root;
@@ -155,6 +184,9 @@ impl<'a, W: Write> FullSend<'a, W> {
         Ok(FullSend {
             fs,
             view,
+            parent: parent_view,
+            parent_uuid,
+            parent_ctransid,
             out,
             opts,
             progress,
@@ -166,6 +198,8 @@ impl<'a, W: Write> FullSend<'a, W> {
             cur: Cur::default(),
             send_progress: 0,
             new_refs: Vec::new(),
+            deleted_refs: Vec::new(),
+            orphan_dirs: HashSet::new(),
             created_dirs: HashSet::new(),
             dir_utimes: VecDeque::new(),
             names: HashMap::new(),
@@ -184,17 +218,32 @@ impl<'a, W: Write> FullSend<'a, W> {
     pub(crate) fn run(mut self, name: &[u8]) -> Result<(W, SendStats), SendError> {
         let uuid = self.uuid;
         let ctransid = self.ctransid;
-        self.emit(&Command::Subvol {
-            path: name.into(),
-            uuid,
-            ctransid,
-        })?;
-        let mut cursor = self.view.cursor();
-        cursor.seek(&Key::new(FIRST_FREE, ondisk::BTRFS_INODE_ITEM_KEY, 0))?;
-        while let Some(item) = cursor.current() {
-            self.changed(&item).map_err(|e| self.locate(e))?;
-            if !cursor.advance().map_err(|e| self.locate(e.into()))? {
-                break;
+        if let Some(parent) = self.parent {
+            self.emit(&Command::Snapshot {
+                path: name.into(),
+                uuid,
+                ctransid,
+                clone_uuid: self.parent_uuid,
+                clone_ctransid: self.parent_ctransid,
+            })?;
+            let (left, right) = (self.view.root, parent.root);
+            compare_trees(self.fs.volume(), left, right, |change, l, r| {
+                self.changed(change, l, r).map_err(|e| self.locate(e))
+            })?;
+        } else {
+            self.emit(&Command::Subvol {
+                path: name.into(),
+                uuid,
+                ctransid,
+            })?;
+            let mut cursor = self.view.cursor();
+            cursor.seek(&Key::new(FIRST_FREE, ondisk::BTRFS_INODE_ITEM_KEY, 0))?;
+            while let Some(item) = cursor.current() {
+                self.changed(Change::New, Some(&item), None)
+                    .map_err(|e| self.locate(e))?;
+                if !cursor.advance().map_err(|e| self.locate(e.into()))? {
+                    break;
+                }
             }
         }
         self.finish_inode_if_needed(None)
@@ -235,9 +284,37 @@ impl<'a, W: Write> FullSend<'a, W> {
         }
     }
 
-    /// `changed_cb` for a NEW item.
-    fn changed(&mut self, item: &ItemRef<'_>) -> Result<(), SendError> {
-        let key = item.key;
+    /// `changed_cb`: one item event (`left`: the snapshot's item, `right`:
+    /// the parent's).
+    fn changed(
+        &mut self,
+        mut change: Change,
+        left: Option<&ItemRef<'_>>,
+        right: Option<&ItemRef<'_>>,
+    ) -> Result<(), SendError> {
+        let Some(key) = left.or(right).map(|i| i.key) else {
+            return Ok(());
+        };
+        if change == Change::Same {
+            match key.item_type {
+                ondisk::BTRFS_INODE_REF_KEY | ondisk::BTRFS_INODE_EXTREF_KEY => {
+                    if !self.compare_refs(left)? {
+                        return Ok(());
+                    }
+                    change = Change::Changed;
+                }
+                ondisk::BTRFS_EXTENT_DATA_KEY => {
+                    if key.objectid == self.cur.ino
+                        && let Some(l) = left
+                    {
+                        let ext = view::parse_file_extent(l)?;
+                        return self.maybe_send_hole(&ext, l.slot);
+                    }
+                    return Ok(());
+                }
+                _ => return Ok(()),
+            }
+        }
         self.finish_inode_if_needed(Some(key))?;
         if key.objectid == ondisk::BTRFS_FREE_INO_OBJECTID
             || key.objectid == ondisk::BTRFS_FREE_SPACE_OBJECTID
@@ -245,39 +322,58 @@ impl<'a, W: Write> FullSend<'a, W> {
             return Ok(());
         }
         if key.item_type == ondisk::BTRFS_INODE_ITEM_KEY {
-            return self.changed_inode(item);
+            return self.changed_inode(change, left, right);
         }
-        if self.cur.ignore {
+        if self.cur.ignore || key.objectid != self.cur.ino {
             return Ok(());
         }
         match key.item_type {
             ondisk::BTRFS_INODE_REF_KEY | ondisk::BTRFS_INODE_EXTREF_KEY => {
-                if key.objectid != self.cur.ino {
-                    return Err(SendError::corrupt(
-                        key.objectid,
-                        "inconsistent snapshot: reference without an inode item",
-                    ));
+                if self.cur.ino == FIRST_FREE || self.cur.new_gen {
+                    return Ok(());
                 }
-                if self.cur.ino != FIRST_FREE {
-                    for (dir, name) in view::parse_refs(item)? {
-                        self.record_new_ref(dir, &name)?;
+                if let Some(l) = left.filter(|_| change != Change::Deleted) {
+                    for (dir, name) in view::parse_refs(l)? {
+                        self.record_ref(true, dir, &name)?;
+                    }
+                }
+                if let Some(r) = right.filter(|_| change != Change::New) {
+                    for (dir, name) in view::parse_refs(r)? {
+                        self.record_ref(false, dir, &name)?;
                     }
                 }
             }
             ondisk::BTRFS_XATTR_ITEM_KEY => {
-                if key.objectid != self.cur.ino {
-                    return Err(SendError::corrupt(
-                        key.objectid,
-                        "inconsistent snapshot: xattr without an inode item",
-                    ));
+                if self.cur.new_gen || self.cur.deleted {
+                    return Ok(());
                 }
-                for e in view::parse_dir_items(item)? {
-                    self.process_new_xattr(e.name, e.data)?;
+                let new = match left.filter(|_| change != Change::Deleted) {
+                    Some(l) => view::parse_dir_items(l)?,
+                    None => Vec::new(),
+                };
+                let old = match right.filter(|_| change != Change::New) {
+                    Some(r) => view::parse_dir_items(r)?,
+                    None => Vec::new(),
+                };
+                for e in &new {
+                    if !old.iter().any(|o| o.name == e.name && o.data == e.data) {
+                        self.process_new_xattr(e.name, e.data)?;
+                    }
+                }
+                for o in &old {
+                    if !new.iter().any(|e| e.name == o.name) {
+                        self.process_deleted_xattr(o.name)?;
+                    }
                 }
             }
-            ondisk::BTRFS_EXTENT_DATA_KEY if key.objectid == self.cur.ino => {
-                let ext = view::parse_file_extent(item)?;
-                self.process_extent(ext)?;
+            ondisk::BTRFS_EXTENT_DATA_KEY => {
+                if self.cur.new_gen || self.cur.deleted || change == Change::Deleted {
+                    return Ok(());
+                }
+                if let Some(l) = left {
+                    let ext = view::parse_file_extent(l)?;
+                    self.process_extent(ext, l.slot)?;
+                }
             }
             ondisk::BTRFS_VERITY_DESC_ITEM_KEY if key.offset == 0 && self.opts.version >= 3 => {
                 return Err(SendError::corrupt(
@@ -290,33 +386,196 @@ impl<'a, W: Write> FullSend<'a, W> {
         Ok(())
     }
 
-    /// `changed_inode` for a new inode.
-    fn changed_inode(&mut self, item: &ItemRef<'_>) -> Result<(), SendError> {
-        let ino = item.key.objectid;
+    /// `compare_refs` for a SAME ref item: whether some parent directory
+    /// has another generation in the parent snapshot.
+    fn compare_refs(&mut self, left: Option<&ItemRef<'_>>) -> Result<bool, SendError> {
+        let (Some(l), Some(parent)) = (left, self.parent) else {
+            return Ok(false);
+        };
+        for (dir, _) in view::parse_refs(l)? {
+            let a = self.view.inode(dir)?.map(|i| i.generation);
+            let b = parent.inode(dir)?.map(|i| i.generation);
+            if a != b {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    /// `changed_inode`.
+    fn changed_inode(
+        &mut self,
+        change: Change,
+        left: Option<&ItemRef<'_>>,
+        right: Option<&ItemRef<'_>>,
+    ) -> Result<(), SendError> {
+        let ino = left.or(right).map_or(0, |i| i.key.objectid);
         self.cur = Cur {
             ino,
             ..Cur::default()
         };
         self.send_progress = ino;
-        let info = view::parse_inode(item)?;
-        if info.nlink == 0 {
-            // An orphan inode (deleted while open): the kernel ignores it.
-            self.cur.ignore = true;
-            return Ok(());
-        }
-        self.cur.generation = info.generation;
-        self.cur.size = info.size;
-        self.cur.mode = info.mode;
-        self.stats.inodes = self.stats.inodes.saturating_add(1);
-        self.progress.inode(ino);
-        if ino != FIRST_FREE {
-            // send_create_inode_if_needed
-            if info.is_dir() && self.created_dirs.remove(&ino) {
-                return Ok(());
+        let linfo = match left.filter(|_| change != Change::Deleted) {
+            Some(l) => Some(view::parse_inode(l)?),
+            None => None,
+        };
+        let rinfo = match right.filter(|_| change != Change::New) {
+            Some(r) => Some(view::parse_inode(r)?),
+            None => None,
+        };
+        let set = |cur: &mut Cur, i: &InodeInfo| {
+            cur.generation = i.generation;
+            cur.size = i.size;
+            cur.mode = i.mode;
+        };
+        match (linfo, rinfo) {
+            (Some(l), None) => {
+                if l.nlink == 0 {
+                    // An orphan inode (deleted while open): the kernel ignores it.
+                    self.cur.ignore = true;
+                    return Ok(());
+                }
+                set(&mut self.cur, &l);
+                self.cur.new = true;
+                self.count_inode(ino);
+                if ino != FIRST_FREE {
+                    self.create_inode_if_needed(ino, &l)?;
+                }
             }
-            self.send_create_inode(ino, &info)?;
+            (None, Some(r)) => {
+                set(&mut self.cur, &r);
+                self.cur.deleted = true;
+            }
+            (Some(l), Some(r)) => {
+                if l.nlink == 0 && r.nlink == 0 {
+                    self.cur.ignore = true;
+                    return Ok(());
+                }
+                let new_gen = (l.generation != r.generation && ino != FIRST_FREE)
+                    || (l.nlink == 0) != (r.nlink == 0);
+                self.count_inode(ino);
+                if !new_gen {
+                    set(&mut self.cur, &l);
+                    return Ok(());
+                }
+                self.cur.new_gen = true;
+                if r.nlink > 0 {
+                    set(&mut self.cur, &r);
+                    self.cur.deleted = true;
+                    self.process_all_refs(false)?;
+                }
+                if l.nlink > 0 {
+                    set(&mut self.cur, &l);
+                    self.cur.deleted = false;
+                    self.cur.new = true;
+                    self.cur.path = None;
+                    self.create_inode_if_needed(ino, &l)?;
+                    self.process_all_refs(true)?;
+                    self.send_progress = ino.saturating_add(1);
+                    self.process_all_extents()?;
+                    self.process_all_new_xattrs()?;
+                } else {
+                    self.cur.ignore = true;
+                }
+            }
+            (None, None) => {}
         }
         Ok(())
+    }
+
+    fn count_inode(&mut self, ino: u64) {
+        self.stats.inodes = self.stats.inodes.saturating_add(1);
+        self.progress.inode(ino);
+    }
+
+    /// `send_create_inode_if_needed`.
+    fn create_inode_if_needed(&mut self, ino: u64, info: &InodeInfo) -> Result<(), SendError> {
+        if info.is_dir() && self.created_dirs.remove(&ino) {
+            return Ok(());
+        }
+        self.send_create_inode(ino, info)
+    }
+
+    /// `process_all_refs`: record every reference of the current inode in
+    /// the snapshot (`new`) or the parent, and process them.
+    fn process_all_refs(&mut self, new: bool) -> Result<(), SendError> {
+        let tree = if new { Some(self.view) } else { self.parent };
+        let Some(tree) = tree else {
+            return Ok(());
+        };
+        let ino = self.cur.ino;
+        let mut all = Vec::new();
+        let mut c = tree.cursor();
+        c.seek(&Key::new(ino, ondisk::BTRFS_INODE_REF_KEY, 0))?;
+        while let Some(item) = c.current() {
+            if item.key.objectid != ino
+                || (item.key.item_type != ondisk::BTRFS_INODE_REF_KEY
+                    && item.key.item_type != ondisk::BTRFS_INODE_EXTREF_KEY)
+            {
+                break;
+            }
+            all.extend(view::parse_refs(&item)?);
+            if !c.advance()? {
+                break;
+            }
+        }
+        for (dir, name) in all {
+            self.record_ref(new, dir, &name)?;
+        }
+        self.process_recorded_refs()
+    }
+
+    /// `process_all_extents` of a new-generation inode.
+    fn process_all_extents(&mut self) -> Result<(), SendError> {
+        let ino = self.cur.ino;
+        let mut c = self.view.cursor();
+        c.seek(&Key::new(ino, ondisk::BTRFS_EXTENT_DATA_KEY, 0))?;
+        let mut exts = Vec::new();
+        while let Some(item) = c.current() {
+            if item.key.objectid != ino || item.key.item_type != ondisk::BTRFS_EXTENT_DATA_KEY {
+                break;
+            }
+            exts.push((view::parse_file_extent(&item)?, item.slot));
+            if !c.advance()? {
+                break;
+            }
+        }
+        for (ext, slot) in exts {
+            self.process_extent(ext, slot)?;
+        }
+        Ok(())
+    }
+
+    /// `process_all_new_xattrs` of a new-generation inode.
+    fn process_all_new_xattrs(&mut self) -> Result<(), SendError> {
+        let ino = self.cur.ino;
+        let mut c = self.view.cursor();
+        c.seek(&Key::new(ino, ondisk::BTRFS_XATTR_ITEM_KEY, 0))?;
+        let mut all = Vec::new();
+        while let Some(item) = c.current() {
+            if item.key.objectid != ino || item.key.item_type != ondisk::BTRFS_XATTR_ITEM_KEY {
+                break;
+            }
+            for e in view::parse_dir_items(&item)? {
+                all.push((e.name.to_vec(), e.data.to_vec()));
+            }
+            if !c.advance()? {
+                break;
+            }
+        }
+        for (n, d) in all {
+            self.process_new_xattr(&n, &d)?;
+        }
+        Ok(())
+    }
+
+    /// `__process_deleted_xattr`.
+    fn process_deleted_xattr(&mut self, name: &[u8]) -> Result<(), SendError> {
+        let path = self.cur_inode_path()?;
+        self.emit(&Command::RemoveXattr {
+            path: path.into(),
+            name: name.into(),
+        })
     }
 
     fn inode(&self, ino: u64) -> Result<InodeInfo, SendError> {
@@ -330,7 +589,11 @@ impl<'a, W: Write> FullSend<'a, W> {
         let mut idx = 0u64;
         loop {
             let name = format!("o{ino}-{generation}-{idx}").into_bytes();
-            if self.view.lookup_dir_item(FIRST_FREE, &name)?.is_none() {
+            let in_parent = match self.parent {
+                Some(p) => p.lookup_dir_item(FIRST_FREE, &name)?.is_some(),
+                None => false,
+            };
+            if !in_parent && self.view.lookup_dir_item(FIRST_FREE, &name)?.is_none() {
                 return Ok(name);
             }
             idx = idx.saturating_add(1);
@@ -408,8 +671,8 @@ impl<'a, W: Write> FullSend<'a, W> {
         }
     }
 
-    /// The first reference of an inode, cached for processed inodes (whose
-    /// names no longer change in a full send).
+    /// The first reference of an inode in the snapshot, cached (a
+    /// snapshot's names never change).
     fn first_ref(&mut self, ino: u64) -> Result<(u64, Vec<u8>), SendError> {
         if let Some(r) = self.names.get(&ino) {
             return Ok(r.clone());
@@ -425,29 +688,153 @@ impl<'a, W: Write> FullSend<'a, W> {
         Ok(r)
     }
 
+    /// The generation of a linked inode in the snapshot (`left`) or the
+    /// parent.
+    fn gen_in(&self, left: bool, ino: u64) -> Result<Option<u64>, SendError> {
+        let tree = if left { Some(self.view) } else { self.parent };
+        let Some(tree) = tree else {
+            return Ok(None);
+        };
+        Ok(tree
+            .inode(ino)?
+            .filter(|i| i.nlink > 0)
+            .map(|i| i.generation))
+    }
+
+    /// `get_cur_inode_state` as (exists in S, exists in P, processed).
+    fn inode_state(&self, ino: u64, generation: u64) -> Result<(bool, bool), SendError> {
+        let l = self.gen_in(true, ino)? == Some(generation);
+        let r = self.gen_in(false, ino)? == Some(generation);
+        Ok((l, r))
+    }
+
+    /// `is_inode_existent`: on the receiver now.
+    fn is_inode_existent(&self, ino: u64, generation: u64) -> Result<bool, SendError> {
+        if ino == FIRST_FREE {
+            return Ok(true);
+        }
+        let (l, r) = self.inode_state(ino, generation)?;
+        Ok(match (l, r) {
+            (true, true) => true,
+            (true, false) => ino < self.send_progress,
+            (false, true) => ino >= self.send_progress,
+            (false, false) => false,
+        })
+    }
+
+    /// `did_overwrite_ref`.
+    fn did_overwrite_ref(
+        &self,
+        dir: u64,
+        dir_gen: u64,
+        ino: u64,
+        ino_gen: u64,
+        name: &[u8],
+    ) -> Result<bool, SendError> {
+        if self.parent.is_none() {
+            return Ok(false);
+        }
+        if !self.is_inode_existent(dir, dir_gen)? {
+            return Ok(false);
+        }
+        if dir != FIRST_FREE && self.gen_in(true, dir)? != Some(dir_gen) {
+            return Ok(false);
+        }
+        let Some(loc) = self.view.lookup_dir_item(dir, name)? else {
+            return Ok(false);
+        };
+        if loc.item_type != ondisk::BTRFS_INODE_ITEM_KEY {
+            return Ok(false);
+        }
+        let ow = loc.objectid;
+        let ow_gen = self.gen_in(true, ow)?;
+        if ow == ino && ow_gen == Some(ino_gen) {
+            return Ok(false);
+        }
+        Ok(ow < self.send_progress
+            || (ino != self.cur.ino && ow == self.cur.ino && ow_gen == Some(self.cur.generation)))
+    }
+
+    /// `will_overwrite_ref`: the unprocessed inode (ino, gen, is dir) that
+    /// owns `name` in `dir` in the parent.
+    fn will_overwrite_ref(
+        &self,
+        dir: u64,
+        dir_gen: u64,
+        name: &[u8],
+    ) -> Result<Option<(u64, u64, bool)>, SendError> {
+        let Some(parent) = self.parent else {
+            return Ok(None);
+        };
+        if !self.is_inode_existent(dir, dir_gen)? {
+            return Ok(None);
+        }
+        if dir != FIRST_FREE && self.gen_in(false, dir)? != Some(dir_gen) {
+            return Ok(None);
+        }
+        let Some(loc) = parent.lookup_dir_item(dir, name)? else {
+            return Ok(None);
+        };
+        if loc.item_type != ondisk::BTRFS_INODE_ITEM_KEY {
+            return Ok(None);
+        }
+        let other = loc.objectid;
+        if other > self.send_progress {
+            let Some(info) = parent.inode(other)? else {
+                return Ok(None);
+            };
+            return Ok(Some((other, info.generation, info.is_dir())));
+        }
+        Ok(None)
+    }
+
+    /// The first reference of `ino` in the parent.
+    fn parent_first_ref(&self, ino: u64) -> Result<Option<(u64, Vec<u8>)>, SendError> {
+        match self.parent {
+            Some(p) => Ok(p.first_ref(ino)?),
+            None => Ok(None),
+        }
+    }
+
     /// `get_cur_path`: where `ino` is on the receiver right now.
     fn cur_path(&mut self, ino: u64, generation: u64) -> Result<Vec<u8>, SendError> {
         if ino == self.cur.ino
+            && generation == self.cur.generation
             && let Some(p) = &self.cur.path
         {
             return Ok(p.clone());
         }
         let mut parts: Vec<Vec<u8>> = Vec::new();
-        let (mut ino, mut generation) = (ino, Some(generation));
+        let (start, mut ino, mut generation) = (ino, ino, generation);
         while ino != FIRST_FREE {
-            if ino >= self.send_progress {
-                // Not created yet, or created early: at its orphan name.
-                let g = match generation {
-                    Some(g) => g,
-                    None => self.inode(ino)?.generation,
-                };
-                parts.push(self.orphan_name(ino, g)?);
+            if parts.len() > 4096 {
+                return Err(SendError::corrupt(
+                    start,
+                    "path resolution loops (delayed directory moves are not supported yet)",
+                ));
+            }
+            if self.orphan_dirs.contains(&ino) || !self.is_inode_existent(ino, generation)? {
+                parts.push(self.orphan_name(ino, generation)?);
                 break;
             }
-            let (parent, name) = self.first_ref(ino)?;
+            let from_left = ino < self.send_progress;
+            let r = if from_left {
+                Some(self.first_ref(ino)?)
+            } else {
+                self.parent_first_ref(ino)?
+            };
+            let Some((parent, name)) = r else {
+                parts.push(self.orphan_name(ino, generation)?);
+                break;
+            };
+            let parent_gen = self.gen_in(from_left, parent)?.unwrap_or(0);
+            if self.did_overwrite_ref(parent, parent_gen, ino, generation, &name)? {
+                parts.push(self.orphan_name(ino, generation)?);
+                break;
+            }
             parts.push(name);
             ino = parent;
-            generation = None;
+            generation = parent_gen;
         }
         let mut out = Vec::new();
         for p in parts.iter().rev() {
@@ -468,33 +855,167 @@ impl<'a, W: Write> FullSend<'a, W> {
         Ok(p)
     }
 
-    /// `record_new_ref_if_needed`.
-    fn record_new_ref(&mut self, dir: u64, name: &[u8]) -> Result<(), SendError> {
-        let dir_gen = self.inode(dir)?.generation;
+    fn ref_path(&mut self, dir: u64, dir_gen: u64, name: &[u8]) -> Result<Vec<u8>, SendError> {
         let mut full_path = self.cur_path(dir, dir_gen)?;
         if !full_path.is_empty() {
             full_path.push(b'/');
         }
         full_path.extend_from_slice(name);
-        self.new_refs.push(NewRef {
+        Ok(full_path)
+    }
+
+    /// `record_new_ref_if_needed` / `record_deleted_ref_if_needed`, with
+    /// the cancellation of a name both added and removed.
+    fn record_ref(&mut self, new: bool, dir: u64, name: &[u8]) -> Result<(), SendError> {
+        let dir_gen = self.gen_in(new, dir)?.unwrap_or(0);
+        let other = if new {
+            &mut self.deleted_refs
+        } else {
+            &mut self.new_refs
+        };
+        if let Some(pos) = other
+            .iter()
+            .position(|r| r.dir == dir && r.dir_gen == dir_gen && r.name == name)
+        {
+            other.remove(pos);
+            return Ok(());
+        }
+        let full_path = self.ref_path(dir, dir_gen, name)?;
+        let r = NewRef {
             dir,
             dir_gen,
+            name: name.to_vec(),
             full_path,
-        });
+        };
+        if new {
+            self.new_refs.push(r);
+        } else {
+            self.deleted_refs.push(r);
+        }
         Ok(())
     }
 
-    /// `process_recorded_refs` for a new inode.
+    /// `is_first_ref` in the parent.
+    fn is_first_ref_in_parent(&self, ino: u64, dir: u64, name: &[u8]) -> Result<bool, SendError> {
+        Ok(self
+            .parent_first_ref(ino)?
+            .is_some_and(|(d, n)| d == dir && n == name))
+    }
+
+    /// `can_rmdir`: every entry the directory had in the parent belongs to
+    /// a processed inode.
+    fn can_rmdir(&self, dir: u64) -> Result<bool, SendError> {
+        if dir == FIRST_FREE {
+            return Ok(false);
+        }
+        let Some(parent) = self.parent else {
+            return Ok(false);
+        };
+        let mut c = parent.cursor();
+        c.seek(&Key::new(dir, ondisk::BTRFS_DIR_INDEX_KEY, 0))?;
+        while let Some(item) = c.current() {
+            if item.key.objectid != dir || item.key.item_type != ondisk::BTRFS_DIR_INDEX_KEY {
+                break;
+            }
+            for e in view::parse_dir_items(&item)? {
+                if e.location.item_type == ondisk::BTRFS_INODE_ITEM_KEY
+                    && e.location.objectid > self.cur.ino
+                {
+                    return Ok(false);
+                }
+            }
+            if !c.advance()? {
+                break;
+            }
+        }
+        Ok(true)
+    }
+
+    /// `orphanize_inode`: move `path` to the orphan name of (ino, gen).
+    fn orphanize(&mut self, ino: u64, generation: u64, path: &[u8]) -> Result<Vec<u8>, SendError> {
+        let orphan = self.orphan_name(ino, generation)?;
+        self.emit(&Command::Rename {
+            path: path.into(),
+            path_to: orphan.as_slice().into(),
+        })?;
+        Ok(orphan)
+    }
+
+    /// Whether `ancestor` is an ancestor of `ino` in the parent.
+    fn is_ancestor_in_parent(&self, ancestor: u64, mut ino: u64) -> Result<bool, SendError> {
+        let mut steps = 0;
+        while ino != FIRST_FREE && steps < 4096 {
+            let Some((dir, _)) = self.parent_first_ref(ino)? else {
+                return Ok(false);
+            };
+            if dir == ancestor {
+                return Ok(true);
+            }
+            ino = dir;
+            steps += 1;
+        }
+        Ok(false)
+    }
+
+    /// `process_recorded_refs`.
     fn process_recorded_refs(&mut self) -> Result<(), SendError> {
-        let refs = std::mem::take(&mut self.new_refs);
+        let mut refs = std::mem::take(&mut self.new_refs);
+        let deleted = std::mem::take(&mut self.deleted_refs);
+        let ino = self.cur.ino;
+        let generation = self.cur.generation;
         let is_dir = self.cur.mode & S_IFMT == S_IFDIR;
-        let mut valid_path = self.orphan_name(self.cur.ino, self.cur.generation)?;
-        let mut is_orphan = true;
+        let first_overwritten = if self.cur.new {
+            false
+        } else {
+            match self.parent_first_ref(ino)? {
+                Some((d, n)) => {
+                    let dg = self.gen_in(false, d)?.unwrap_or(0);
+                    self.did_overwrite_ref(d, dg, ino, generation, &n)?
+                }
+                None => false,
+            }
+        };
+        let mut is_orphan = self.cur.new || first_overwritten;
+        let mut valid_path = if is_orphan {
+            self.orphan_name(ino, generation)?
+        } else {
+            self.cur_inode_path()?
+        };
         let mut check_dirs: Vec<(u64, u64)> = Vec::new();
-        for (i, r) in refs.iter().enumerate() {
-            // A parent with a higher number than ours does not exist yet:
-            // create it now at its orphan name.
-            let will_create = r.dir != FIRST_FREE && r.dir >= self.send_progress;
+        let mut orphanized_dir = false;
+        // Pass 1: move unprocessed inodes out of the names we take.
+        for rec in &mut refs {
+            let (dir, dir_gen, name) = (rec.dir, rec.dir_gen, rec.name.clone());
+            let (l, r) = self.inode_state(dir, dir_gen)?;
+            if dir != FIRST_FREE && l && !r && dir >= self.send_progress {
+                continue;
+            }
+            if orphanized_dir {
+                rec.full_path = self.ref_path(dir, dir_gen, &name)?;
+            }
+            if let Some((ow, ow_gen, ow_dir)) = self.will_overwrite_ref(dir, dir_gen, &name)? {
+                let path = rec.full_path.clone();
+                if self.is_first_ref_in_parent(ow, dir, &name)? {
+                    self.orphanize(ow, ow_gen, &path)?;
+                    if ow_dir {
+                        orphanized_dir = true;
+                    }
+                    if self.is_ancestor_in_parent(ow, ino)? {
+                        self.cur.path = None;
+                        valid_path = self.cur_inode_path()?;
+                    }
+                } else {
+                    self.emit(&Command::Unlink {
+                        path: path.as_slice().into(),
+                    })?;
+                }
+            }
+        }
+        // Pass 2: create, move, link.
+        for i in 0..refs.len() {
+            let r = refs[i].clone();
+            let (l, rr) = self.inode_state(r.dir, r.dir_gen)?;
+            let will_create = r.dir != FIRST_FREE && l && !rr && r.dir >= self.send_progress;
             if will_create
                 && !refs.iter().take(i).any(|o| o.dir == r.dir)
                 && !self.created_dirs.contains(&r.dir)
@@ -512,8 +1033,13 @@ impl<'a, W: Write> FullSend<'a, W> {
                 valid_path.clone_from(&r.full_path);
                 is_orphan = false;
             } else {
+                let full_path = if orphanized_dir {
+                    self.ref_path(r.dir, r.dir_gen, &r.name)?
+                } else {
+                    r.full_path.clone()
+                };
                 self.emit(&Command::Link {
-                    path: r.full_path.as_slice().into(),
+                    path: full_path.as_slice().into(),
                     path_link: valid_path.as_slice().into(),
                 })?;
             }
@@ -521,18 +1047,69 @@ impl<'a, W: Write> FullSend<'a, W> {
                 check_dirs.push((r.dir, r.dir_gen));
             }
         }
-        if !is_dir && is_orphan {
-            self.emit(&Command::Unlink {
-                path: valid_path.as_slice().into(),
-            })?;
+        if is_dir && self.cur.deleted {
+            if self.can_rmdir(ino)? {
+                self.emit(&Command::Rmdir {
+                    path: valid_path.as_slice().into(),
+                })?;
+            } else if !is_orphan {
+                let orphan = self.orphanize(ino, generation, &valid_path)?;
+                self.orphan_dirs.insert(ino);
+                self.cur.path = Some(orphan);
+            }
+            for r in &deleted {
+                if !check_dirs.contains(&(r.dir, r.dir_gen)) {
+                    check_dirs.push((r.dir, r.dir_gen));
+                }
+            }
+        } else if is_dir {
+            if let Some(r) = deleted.first()
+                && !check_dirs.contains(&(r.dir, r.dir_gen))
+            {
+                check_dirs.push((r.dir, r.dir_gen));
+            }
+        } else {
+            for r in &deleted {
+                if !self.did_overwrite_ref(r.dir, r.dir_gen, ino, generation, &r.name)? {
+                    let path = if orphanized_dir {
+                        self.ref_path(r.dir, r.dir_gen, &r.name)?
+                    } else {
+                        r.full_path.clone()
+                    };
+                    self.emit(&Command::Unlink {
+                        path: path.as_slice().into(),
+                    })?;
+                }
+                if !check_dirs.contains(&(r.dir, r.dir_gen)) {
+                    check_dirs.push((r.dir, r.dir_gen));
+                }
+            }
+            if is_orphan {
+                self.emit(&Command::Unlink {
+                    path: valid_path.as_slice().into(),
+                })?;
+            }
         }
-        for (dir, generation) in check_dirs {
+        for (dir, dir_gen) in check_dirs {
             // Parents not processed yet get their utimes when they are.
-            if dir > self.cur.ino {
+            if dir > ino {
                 continue;
             }
-            self.cache_dir_utimes(dir, generation);
+            let (l, r) = self.inode_state(dir, dir_gen)?;
+            let exists_now = dir == FIRST_FREE || (l && (r || dir < self.send_progress));
+            if exists_now {
+                self.cache_dir_utimes(dir, dir_gen);
+            } else if r && !l && dir < self.send_progress && self.can_rmdir(dir)? {
+                let path = self.cur_path(dir, dir_gen)?;
+                self.emit(&Command::Rmdir {
+                    path: path.as_slice().into(),
+                })?;
+                self.orphan_dirs.remove(&dir);
+            }
         }
+        // Unlinks and renames may have moved the current inode: its path
+        // is recomputed when next needed (from the snapshot's first ref).
+        self.cur.path = None;
         Ok(())
     }
 
@@ -576,12 +1153,15 @@ impl<'a, W: Write> FullSend<'a, W> {
         let ino = self.cur.ino;
         let still_in_refs =
             key.is_some_and(|k| k.objectid == ino && k.item_type <= ondisk::BTRFS_INODE_EXTREF_KEY);
-        if ino != 0 && !still_in_refs && !self.new_refs.is_empty() {
+        if ino != 0
+            && !still_in_refs
+            && (!self.new_refs.is_empty() || !self.deleted_refs.is_empty())
+        {
             self.process_recorded_refs()?;
             self.send_progress = ino.saturating_add(1);
         }
         let inode_done = ino != 0 && key.is_none_or(|k| k.objectid != ino);
-        if inode_done {
+        if inode_done && !self.cur.deleted {
             self.finish_inode()?;
         }
         self.trim_dir_utimes_cache()
@@ -591,22 +1171,62 @@ impl<'a, W: Write> FullSend<'a, W> {
     fn finish_inode(&mut self) -> Result<(), SendError> {
         let info = self.inode(self.cur.ino)?;
         let is_lnk = self.cur.mode & S_IFMT == S_IFLNK;
+        let old = match self.parent {
+            Some(p) if !self.cur.new => p.inode(self.cur.ino)?,
+            _ => None,
+        };
+        let (need_chown, need_chmod, need_fileattr, mut need_truncate) = match old {
+            None => (
+                true,
+                !is_lnk,
+                false,
+                self.cur.next_write_offset != self.cur.size,
+            ),
+            Some(o) => (
+                o.uid != info.uid || o.gid != info.gid,
+                !is_lnk && o.mode != info.mode,
+                !is_lnk && self.opts.version >= 2 && o.flags != info.flags,
+                !(o.size == self.cur.size
+                    || (self.cur.size > o.size && self.cur.next_write_offset == self.cur.size)),
+            ),
+        };
+        if self.cur.mode & S_IFMT == S_IFREG {
+            if self.need_send_hole() {
+                if self.cur.last_extent.is_none_or(|l| l < self.cur.size) {
+                    self.cur.last_extent = Some(self.last_extent_end(u64::MAX)?);
+                }
+                let last = self.cur.last_extent.unwrap_or(0);
+                if last < self.cur.size && !self.range_is_hole_in_parent(last, self.cur.size)? {
+                    self.send_hole(self.cur.size)?;
+                }
+            }
+        } else {
+            need_truncate = false;
+        }
         let path = self.cur_inode_path()?;
-        if self.cur.mode & S_IFMT == S_IFREG && self.cur.next_write_offset != self.cur.size {
+        if need_truncate {
             self.emit(&Command::Truncate {
                 path: path.as_slice().into(),
                 size: self.cur.size,
             })?;
         }
-        self.emit(&Command::Chown {
-            path: path.as_slice().into(),
-            uid: u64::from(info.uid),
-            gid: u64::from(info.gid),
-        })?;
-        if !is_lnk {
+        if need_chown {
+            self.emit(&Command::Chown {
+                path: path.as_slice().into(),
+                uid: u64::from(info.uid),
+                gid: u64::from(info.gid),
+            })?;
+        }
+        if need_chmod {
             self.emit(&Command::Chmod {
                 path: path.as_slice().into(),
                 mode: u64::from(info.mode & 0o7777),
+            })?;
+        }
+        if need_fileattr {
+            self.emit(&Command::Fileattr {
+                path: path.as_slice().into(),
+                attr: info.flags,
             })?;
         }
         if let Some(caps) = self.view.xattr(self.cur.ino, XATTR_NAME_CAPS)? {
@@ -651,18 +1271,26 @@ impl<'a, W: Write> FullSend<'a, W> {
     }
 
     /// `process_extent` for a new inode.
-    fn process_extent(&mut self, ext: FileExtent) -> Result<(), SendError> {
+    fn process_extent(&mut self, ext: FileExtent, slot: u32) -> Result<(), SendError> {
         if self.cur.mode & S_IFMT == S_IFLNK {
             return Ok(());
         }
-        let skip = matches!(
-            ext.kind,
-            ExtentKind::Regular { prealloc: true, .. } | ExtentKind::Regular { disk_bytenr: 0, .. }
-        );
-        if !skip {
-            let clone = self.find_extent_clone(&ext)?;
-            self.send_write_or_clone(&ext, clone)?;
+        let incremental = self.parent.is_some() && !self.cur.new;
+        if incremental && self.is_extent_unchanged(&ext)? {
+            return self.maybe_send_hole(&ext, slot);
         }
+        let skip = !incremental
+            && matches!(
+                ext.kind,
+                ExtentKind::Regular { prealloc: true, .. }
+                    | ExtentKind::Regular { disk_bytenr: 0, .. }
+            );
+        if skip {
+            return Ok(());
+        }
+        let clone = self.find_extent_clone(&ext)?;
+        self.send_write_or_clone(&ext, clone)?;
+        self.maybe_send_hole(&ext, slot)?;
         if let ExtentKind::Regular {
             disk_bytenr,
             offset,
@@ -683,6 +1311,183 @@ impl<'a, W: Write> FullSend<'a, W> {
                 });
         }
         Ok(())
+    }
+
+    /// `need_send_hole`.
+    fn need_send_hole(&self) -> bool {
+        self.parent.is_some()
+            && !self.cur.new
+            && !self.cur.new_gen
+            && !self.cur.deleted
+            && self.cur.mode & S_IFMT == S_IFREG
+    }
+
+    /// `get_last_extent`: the end of the snapshot's extent item of the
+    /// current inode at or before `offset` (0 if none).
+    fn last_extent_end(&self, offset: u64) -> Result<u64, SendError> {
+        let ino = self.cur.ino;
+        let mut it = self.view.extents_from_iter(ino, offset)?;
+        match it.next_extent()? {
+            Some(e) if e.file_offset <= offset => Ok(e.end(self.sectorsize)),
+            _ => Ok(0),
+        }
+    }
+
+    /// `maybe_send_hole`.
+    fn maybe_send_hole(&mut self, ext: &FileExtent, slot: u32) -> Result<(), SendError> {
+        if !self.need_send_hole() {
+            return Ok(());
+        }
+        let off = ext.file_offset;
+        if self.cur.last_extent.is_none()
+            || (slot == 0 && self.cur.last_extent.is_some_and(|l| l < off))
+        {
+            let end = if off == 0 {
+                0
+            } else {
+                self.last_extent_end(off - 1)?
+            };
+            self.cur.last_extent = Some(end);
+        }
+        let last = self.cur.last_extent.unwrap_or(0);
+        if last < off && !self.range_is_hole_in_parent(last, off)? {
+            self.send_hole(off)?;
+        }
+        self.cur.last_extent = Some(ext.end(self.sectorsize));
+        Ok(())
+    }
+
+    /// `range_is_hole_in_parent`.
+    fn range_is_hole_in_parent(&self, start: u64, end: u64) -> Result<bool, SendError> {
+        let Some(parent) = self.parent else {
+            return Ok(true);
+        };
+        let mut it = parent.extents_from_iter(self.cur.ino, start)?;
+        while let Some(e) = it.next_extent()? {
+            if e.file_offset >= end {
+                break;
+            }
+            if e.end(self.sectorsize) <= start {
+                continue;
+            }
+            if matches!(e.kind, ExtentKind::Regular { disk_bytenr: 0, .. }) {
+                continue;
+            }
+            return Ok(false);
+        }
+        Ok(true)
+    }
+
+    /// `send_hole`: punch `[last_extent, end)` (v2) or write zeros (v1).
+    fn send_hole(&mut self, end: u64) -> Result<(), SendError> {
+        let offset = self.cur.last_extent.unwrap_or(0);
+        let path = self.cur_inode_path()?;
+        if self.opts.version >= 2 {
+            return self.emit(&Command::Fallocate {
+                path: path.into(),
+                mode: FALLOC_PUNCH,
+                offset,
+                size: end - offset,
+            });
+        }
+        if offset >= self.cur.size {
+            return Ok(());
+        }
+        let end = end.min(self.cur.size);
+        if self.opts.no_data {
+            return self.emit(&Command::UpdateExtent {
+                path: path.into(),
+                offset,
+                size: end - offset,
+            });
+        }
+        let mut at = offset;
+        while at < end {
+            let n = (end - at).min(self.max_read);
+            let zeros = vec![0u8; usize::try_from(n).unwrap_or(0)];
+            self.emit(&Command::Write {
+                path: path.as_slice().into(),
+                offset: at,
+                data: zeros.into(),
+            })?;
+            at += n;
+        }
+        self.cur.next_write_offset = end;
+        Ok(())
+    }
+
+    /// `is_extent_unchanged`: the parent's extents cover the same range
+    /// with the same data.
+    fn is_extent_unchanged(&self, ext: &FileExtent) -> Result<bool, SendError> {
+        let Some(parent) = self.parent else {
+            return Ok(false);
+        };
+        let ExtentKind::Regular {
+            prealloc: false,
+            disk_bytenr: left_disknr,
+            offset: left_offset,
+            num_bytes: left_len,
+            ..
+        } = ext.kind
+        else {
+            return Ok(false);
+        };
+        let ekey = ext.file_offset;
+        let left_gen = ext.extent_gen;
+        let mut it = parent.extents_from_iter(self.cur.ino, ekey)?;
+        let Some(mut e) = it.next_extent()?.filter(|e| e.file_offset <= ekey) else {
+            return Ok(left_disknr == 0);
+        };
+        let end = ekey.saturating_add(left_len);
+        let mut key_off = e.file_offset;
+        let mut first = true;
+        while key_off < end {
+            let (right_len, right) = match &e.kind {
+                ExtentKind::Inline(_) => (
+                    e.ram_bytes
+                        .div_ceil(self.sectorsize)
+                        .saturating_mul(self.sectorsize),
+                    None,
+                ),
+                ExtentKind::Regular {
+                    prealloc: false,
+                    disk_bytenr,
+                    offset,
+                    num_bytes,
+                    ..
+                } => (*num_bytes, Some((*disk_bytenr, *offset))),
+                ExtentKind::Regular { .. } => return Ok(false),
+            };
+            if first && key_off.saturating_add(right_len) <= ekey {
+                return Ok(left_disknr == 0);
+            }
+            first = false;
+            let Some((right_disknr, mut right_offset)) = right else {
+                return Ok(false);
+            };
+            let mut left_fixed = left_offset;
+            if key_off < ekey {
+                right_offset += ekey - key_off;
+            } else {
+                left_fixed += key_off - ekey;
+            }
+            if left_disknr != right_disknr || left_fixed != right_offset || left_gen != e.extent_gen
+            {
+                return Ok(false);
+            }
+            match it.next_extent()? {
+                Some(n) if n.file_offset == key_off.saturating_add(right_len) => {
+                    key_off = n.file_offset;
+                    e = n;
+                }
+                Some(_) => return Ok(false),
+                None => {
+                    key_off = key_off.saturating_add(right_len);
+                    break;
+                }
+            }
+        }
+        Ok(key_off >= end)
     }
 
     /// `find_extent_clone`, with the send root as the only clone root.
@@ -925,11 +1730,20 @@ impl<'a, W: Write> FullSend<'a, W> {
                 return self.send_encoded(ext, &path, offset, len);
             }
         }
+        // Holes and preallocated ranges of an existing file read as zeros.
+        let zeros = matches!(
+            ext.kind,
+            ExtentKind::Regular { prealloc: true, .. } | ExtentKind::Regular { disk_bytenr: 0, .. }
+        );
         let mut reader = ExtentReader::new(self.fs, ext, self.fs.volume().superblock().sectorsize);
         let mut sent = 0u64;
         while sent < len {
             let size = (len - sent).min(self.max_read);
-            let data = reader.read(offset + sent, size)?;
+            let data = if zeros {
+                vec![0u8; usize::try_from(size).unwrap_or(0)]
+            } else {
+                reader.read(offset + sent, size)?
+            };
             self.emit(&Command::Write {
                 path: path.as_slice().into(),
                 offset: offset + sent,

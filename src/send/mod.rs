@@ -22,6 +22,8 @@ pub mod error;
 pub mod full;
 pub mod total;
 
+mod compare;
+
 mod data;
 mod view;
 
@@ -131,6 +133,34 @@ pub fn send_full<W: Write>(
     opts: SendOptions,
     progress: &dyn Progress,
 ) -> Result<(W, SendStats), SendError> {
+    send_stream(fs, subvol, None, out, opts, progress)
+}
+
+/// Write an incremental send stream of `subvol` against `parent` (which
+/// the receiver has) to `out`: SNAPSHOT, then only what changed.
+///
+/// # Errors
+///
+/// As [`send_full`].
+pub fn send_incremental<W: Write>(
+    fs: &Filesystem,
+    subvol: &Subvolume,
+    parent: &Subvolume,
+    out: W,
+    opts: SendOptions,
+    progress: &dyn Progress,
+) -> Result<(W, SendStats), SendError> {
+    send_stream(fs, subvol, Some(parent), out, opts, progress)
+}
+
+fn send_stream<W: Write>(
+    fs: &Filesystem,
+    subvol: &Subvolume,
+    parent: Option<&Subvolume>,
+    out: W,
+    opts: SendOptions,
+    progress: &dyn Progress,
+) -> Result<(W, SendStats), SendError> {
     if opts.compressed_data && opts.version < 2 {
         return Err(SendError::Output(
             stream_format::EncodeError::CommandNotInVersion {
@@ -142,7 +172,7 @@ pub fn send_full<W: Write>(
     let _verify = data::VerifyScope::enter(opts.verify_data.then(|| subvol.id()));
     let buffered = BufWriter::with_capacity(256 * 1024, out);
     let writer = StreamWriter::with_options(buffered, WriterOptions::new(opts.version))?;
-    let planner = full::FullSend::new(fs, subvol, writer, opts, progress)?;
+    let planner = full::FullSend::new(fs, subvol, parent, writer, opts, progress)?;
     let (buffered, stats) = planner.run(&subvol.name)?;
     let out = buffered.into_inner().map_err(|e| {
         SendError::Output(stream_format::EncodeError::Io {

@@ -31,6 +31,8 @@ pub(crate) struct InodeInfo {
     pub gid: u32,
     pub mode: u32,
     pub rdev: u64,
+    /// Inode flags (low 32 bits; FILEATTR).
+    pub flags: u64,
     pub atime: stream_format::Timespec,
     pub mtime: stream_format::Timespec,
     pub ctime: stream_format::Timespec,
@@ -94,6 +96,7 @@ pub(crate) fn parse_inode(item: &ItemRef<'_>) -> Result<InodeInfo> {
         gid: ii.gid.get(),
         mode: ii.mode.get(),
         rdev: ii.rdev.get(),
+        flags: ii.flags.get(),
         atime: ts(&ii.atime),
         mtime: ts(&ii.mtime),
         ctime: ts(&ii.ctime),
@@ -182,6 +185,8 @@ pub(crate) struct FileExtent {
     pub file_offset: u64,
     pub ram_bytes: u64,
     pub compression: u8,
+    /// The transaction that created the extent (`is_extent_unchanged`).
+    pub extent_gen: u64,
     pub kind: ExtentKind,
     /// Where the item lives, for errors.
     pub location: Location,
@@ -262,6 +267,7 @@ pub(crate) fn parse_file_extent(item: &ItemRef<'_>) -> Result<FileExtent> {
         file_offset: item.key.offset,
         ram_bytes: h.ram_bytes.get(),
         compression: h.compression,
+        extent_gen: h.generation.get(),
         kind,
         location: item.location(),
         leaf: item.leaf.get(),

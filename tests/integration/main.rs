@@ -11,3 +11,4 @@ mod reader;
 mod receive;
 mod send;
 mod send_live;
+mod send_incremental;

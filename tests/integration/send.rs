@@ -37,7 +37,7 @@ fn snapshots(fx: &Fixture) -> Vec<String> {
         .collect()
 }
 
-fn read_zst(path: &Path) -> Vec<u8> {
+pub(crate) fn read_zst(path: &Path) -> Vec<u8> {
     let f = std::fs::File::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let mut out = Vec::new();
     zstd::stream::read::Decoder::new(f)
@@ -48,7 +48,7 @@ fn read_zst(path: &Path) -> Vec<u8> {
 }
 
 /// `S.full.V.dump`, or its `.zst`.
-fn stored_dump(dir: &Path, stem: &str) -> String {
+pub(crate) fn stored_dump(dir: &Path, stem: &str) -> String {
     let plain = dir.join(format!("{stem}.dump"));
     if plain.is_file() {
         return std::fs::read_to_string(plain).unwrap();
@@ -56,7 +56,7 @@ fn stored_dump(dir: &Path, stem: &str) -> String {
     String::from_utf8(read_zst(&dir.join(format!("{stem}.dump.zst")))).unwrap()
 }
 
-fn dump_text(stream: &[u8]) -> String {
+pub(crate) fn dump_text(stream: &[u8]) -> String {
     let mut out = Vec::new();
     dump(
         stream,
@@ -67,7 +67,7 @@ fn dump_text(stream: &[u8]) -> String {
     String::from_utf8(out).unwrap()
 }
 
-fn commands(stream: &[u8]) -> Vec<Command<'static>> {
+pub(crate) fn commands(stream: &[u8]) -> Vec<Command<'static>> {
     let mut r = StreamReader::new(stream);
     let mut out = Vec::new();
     while let Some((_, cmd)) = r.next_command().unwrap() {
@@ -81,7 +81,7 @@ fn commands(stream: &[u8]) -> Vec<Command<'static>> {
 }
 
 /// The first difference between two texts, with context.
-fn first_difference(ours: &str, theirs: &str) -> Option<String> {
+pub(crate) fn first_difference(ours: &str, theirs: &str) -> Option<String> {
     let a: Vec<&str> = ours.lines().collect();
     let b: Vec<&str> = theirs.lines().collect();
     let i = (0..a.len().max(b.len())).find(|&i| a.get(i) != b.get(i))?;
@@ -175,7 +175,7 @@ fn full_send_matches_kernel() {
     assert!(checked > 0 || only.is_some(), "no fixture streams found");
 }
 
-fn short(c: &Command<'_>) -> String {
+pub(crate) fn short(c: &Command<'_>) -> String {
     let s = format!("{c:?}");
     if s.len() > 300 {
         format!("{}…", &s[..300])
