@@ -56,6 +56,15 @@ pub struct SendArgs {
     /// Never show progress.
     #[arg(long, overrides_with = "progress")]
     pub no_progress: bool,
+    /// Send an incremental stream against PARENT, a snapshot the receiver
+    /// already has (given like SUBVOL): only the differences are sent.
+    #[arg(short = 'p', long = "parent", value_name = "PARENT")]
+    pub parent: Option<String>,
+    /// A further snapshot the receiver has whose data may be cloned
+    /// (repeatable; given like SUBVOL). Needs -p for now; its data is sent
+    /// instead of cloned.
+    #[arg(short = 'c', long = "clone-src", value_name = "CLONE_SRC")]
+    pub clone_src: Vec<String>,
     /// The subvolume: with --device, its path from the top level as
     /// `btrsend list` prints it, or `id:N`; without, the path of a read-only
     /// snapshot in a mounted btrfs (e.g. /mnt/snaps/daily).
@@ -300,6 +309,21 @@ pub fn run(args: &SendArgs) -> anyhow::Result<()> {
         eprintln!("btrsend: warning: {notice}");
     }
     let mut subvol = src.subvolume()?;
+    if args.parent.is_none() && !args.clone_src.is_empty() {
+        bail!("-c without -p is not supported yet: give the parent snapshot with -p");
+    }
+    let parent_spec = match &args.parent {
+        None => None,
+        Some(p) if !args.devices.is_empty() || p.starts_with("id:") => Some(p.clone()),
+        Some(p) => Some(mount::resolve(Path::new(p))?.subvol_path.clone()),
+    };
+    let find_parent = |fs: &btrsend::fs::Filesystem| -> anyhow::Result<Option<Subvolume>> {
+        match &parent_spec {
+            None => Ok(None),
+            Some(spec) => Ok(Some(send::find_subvolume(fs, spec)?)),
+        }
+    };
+    let mut parent = find_parent(&src.fs)?;
     let out: Box<dyn Write> = match &args.file {
         Some(f) => {
             Box::new(File::create(f).with_context(|| format!("cannot create {}", f.display()))?)
@@ -323,8 +347,17 @@ pub fn run(args: &SendArgs) -> anyhow::Result<()> {
         total
     };
     let progress = SendProgress::new(mode, total);
-    let mut res =
-        send::send_full(&src.fs, &subvol, &mut out, opts, &progress).map(|(_, stats)| stats);
+    let send_one = |fs: &btrsend::fs::Filesystem,
+                    subvol: &Subvolume,
+                    parent: Option<&Subvolume>,
+                    out: &mut Held<Box<dyn Write>>| {
+        match parent {
+            Some(p) => send::send_incremental(fs, subvol, p, out, opts, &progress),
+            None => send::send_full(fs, subvol, out, opts, &progress),
+        }
+        .map(|(_, stats)| stats)
+    };
+    let mut res = send_one(&src.fs, &subvol, parent.as_ref(), &mut out);
     if let (Err(e), Some(m)) = (&res, &src.mounted)
         && is_read_error(e)
     {
@@ -346,7 +379,8 @@ pub fn run(args: &SendArgs) -> anyhow::Result<()> {
         out.discard();
         src.fs = fresh;
         subvol = src.subvolume()?;
-        res = send::send_full(&src.fs, &subvol, &mut out, opts, &progress).map(|(_, stats)| stats);
+        parent = find_parent(&src.fs)?;
+        res = send_one(&src.fs, &subvol, parent.as_ref(), &mut out);
     }
     progress.finish(res.as_ref().ok().map(|stats| stats.stream_bytes));
     match res {
