@@ -53,15 +53,25 @@ pub struct ReadOptions {
     pub data_queue_bytes: u64,
 }
 
+/// The defaults; for benchmarks (`benches/read-cold-warm`) the environment
+/// can change them: `BTRSEND_READAHEAD=off` (no reader threads) and
+/// `BTRSEND_DATA_PREFETCH=0` (block readahead only, no data prefetch).
 impl Default for ReadOptions {
     fn default() -> ReadOptions {
-        ReadOptions {
+        let mut o = ReadOptions {
             readahead: true,
             threads: 4,
             window: 64,
             cache_bytes: 256 << 20,
             data_queue_bytes: 64 << 20,
+        };
+        if std::env::var("BTRSEND_READAHEAD").as_deref() == Ok("off") {
+            o.readahead = false;
         }
+        if std::env::var("BTRSEND_DATA_PREFETCH").as_deref() == Ok("0") {
+            o.data_queue_bytes = 0;
+        }
+        o
     }
 }
 
