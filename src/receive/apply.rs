@@ -17,6 +17,12 @@
 //!   immutable flag does not block the commands that follow); flags the
 //!   target refuses are reported once. Internal btrfs flags (NODATASUM,
 //!   READONLY, PREALLOC) have no meaning elsewhere and are ignored.
+//! * A MKFILE or MKDIR at an orphan name that the next command renames into
+//!   place (the kernel's way of making every new inode) is created at its
+//!   final name directly when that gives the same entry (nothing at the
+//!   orphan name, nothing at the destination): one namespace change instead
+//!   of two, and the orphan's directory keeps its time where the stream
+//!   sends no UTIMES for it ([`Receiver::create_renamed`]).
 //! * ENABLE_VERITY is reported, not applied.
 //! * A `--no-data` stream (UPDATE_EXTENT) is refused: it has no file data.
 
