@@ -28,7 +28,7 @@ use btrsend::send::{self, NoProgress, SendOptions};
 use btrsend::stream_format::{Command as Cmd, StreamReader};
 use btrsend::testing::{self, FixtureMeta, LiveBtrfs};
 
-const HOLES: Options = Options { holes: true };
+pub(crate) const HOLES: Options = Options { holes: true };
 
 fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
     line.split(' ')
@@ -57,7 +57,11 @@ fn data_ranges(m: &str) -> BTreeMap<String, Vec<(u64, u64)>> {
         .collect()
 }
 
-fn compare(meta: &FixtureMeta, stored: &str, got: &str) -> Result<Option<String>, String> {
+pub(crate) fn compare(
+    meta: &FixtureMeta,
+    stored: &str,
+    got: &str,
+) -> Result<Option<String>, String> {
     let expected: String = stored
         .lines()
         .filter(|l| l.split(' ').nth(1) != Some("subvol"))
