@@ -1,16 +1,30 @@
-//! The full-send planner: walks every item of the snapshot's tree in key
-//! order and emits the commands the kernel's `btrfs send` emits for the
-//! same snapshot, in the same order (`shared/docs/send-algorithm.md`; the
-//! kernel functions named here are in Linux `fs/btrfs/send.c`).
+//! The send planner, full and incremental: walks every item of the
+//! snapshot's tree in key order (full send), or the items that differ from
+//! the parent snapshot's (`compare`, incremental send), and emits
+//! the commands the kernel's `btrfs send` emits, in the same order
+//! (`shared/docs/send-algorithm.md`; the kernel functions named here are in
+//! Linux `fs/btrfs/send.c`).
 //!
 //! The structure follows the kernel's event loop so that the order of
 //! commands is the same by construction: every item goes through
-//! [`FullSend::finish_inode_if_needed`] first (which processes the current
+//! `finish_inode_if_needed` first (which processes the current
 //! inode's references once its ref items are over, and finishes the inode
 //! when the key moves to another inode), then to the handler of its type.
-//! In a full send there is no parent snapshot, so the incremental machinery
-//! (overwrite checks, delayed directory moves, rmdir) never triggers and is
-//! left out; what remains is:
+//!
+//! Incremental sends add: new, deleted, changed and new-generation inodes
+//! (`changed_inode`), deleted references and their cancellation against new
+//! ones, paths resolved from the parent for inodes not processed yet,
+//! overwrite checks with orphanization (`will_overwrite_ref`,
+//! `did_overwrite_ref`), `can_rmdir` with orphaned directories, xattr
+//! removal, attribute commands only for what changed (FILEATTR in v2),
+//! unchanged extents skipped (`is_extent_unchanged`), holes (`send_hole`:
+//! v1 zero writes, v2 punch) and truncation of existing files. Not yet:
+//! delayed directory moves (`waiting_dir_moves`, `pending_dir_moves`; a
+//! rename that needs one fails with a path-loop error) and clone sources
+//! outside the extents this send already wrote (the parent, `-c` roots,
+//! unchanged inodes of the snapshot: their data is written instead).
+//!
+//! Common to both:
 //!
 //! * `send_progress`: inodes below it have their final names on the
 //!   receiver; every other inode is at its orphan name `o<ino>-<generation>-<idx>`

@@ -5,7 +5,10 @@
 //! Stage 5 of the data flow (device → chunk map → tree → fs → **send**);
 //! the wire format is the `stream-format` crate's [`StreamWriter`].
 //!
-//! * [`full`]: the full-send planner (no parent snapshot);
+//! * [`full`]: the send planner, full and incremental (with a parent
+//!   snapshot: [`send_incremental`]);
+//! * `compare`: the tree comparison of an incremental send, which skips
+//!   subtrees both snapshots share;
 //! * `view`: point lookups and item decoding in the snapshot's tree;
 //! * `data`: file data (decompression, encoded extents).
 //!
