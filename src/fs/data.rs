@@ -342,7 +342,10 @@ impl FileReader<'_, '_> {
                 None => match ahead.extents.next().transpose()? {
                     Some(e) => e,
                     None => {
+                        // No more extents: nothing left to announce (a hole
+                        // up to i_size under NO_HOLES), and no restart.
                         ahead.exhausted = true;
+                        ahead.to = ahead.to.max(self.inode.size);
                         break;
                     }
                 },
