@@ -18,11 +18,13 @@
 //! `did_overwrite_ref`), `can_rmdir` with orphaned directories, xattr
 //! removal, attribute commands only for what changed (FILEATTR in v2),
 //! unchanged extents skipped (`is_extent_unchanged`), holes (`send_hole`:
-//! v1 zero writes, v2 punch) and truncation of existing files. Not yet:
-//! delayed directory moves (`waiting_dir_moves`, `pending_dir_moves`; a
-//! rename that needs one fails with a path-loop error) and clone sources
-//! outside the extents this send already wrote (the parent, `-c` roots,
-//! unchanged inodes of the snapshot: their data is written instead).
+//! v1 zero writes, v2 punch), truncation of existing files, and delayed
+//! directory moves (`wait_for_parent_move`, `apply_children_dir_moves`).
+//! Not yet: `wait_for_dest_dir_move`, the `path_loop` re-queueing and the
+//! rmdir retried after a delayed move (a path that loops fails with an
+//! error instead of hanging), and clone sources outside the extents this
+//! send already wrote (the parent, `-c` roots, unchanged inodes of the
+//! snapshot: their data is written instead).
 //!
 //! Common to both:
 //!
@@ -120,6 +122,16 @@ struct CloneSrc {
     offset: u64,
 }
 
+/// A directory rename delayed until another directory has moved
+/// (`struct pending_dir_move`).
+#[derive(Debug, Clone)]
+struct PendingMove {
+    ino: u64,
+    generation: u64,
+    /// The parent directories of its new and deleted refs (for utimes).
+    dirs: Vec<(u64, u64)>,
+}
+
 /// Statistics of a finished send.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SendStats {
@@ -157,6 +169,11 @@ pub(crate) struct FullSend<'a, W: Write> {
     deleted_refs: Vec<NewRef>,
     /// Deleted directories not removed yet (at their orphan names).
     orphan_dirs: HashSet<u64>,
+    /// Delayed directory moves by the directory they wait for.
+    pending_moves: HashMap<u64, Vec<PendingMove>>,
+    /// Directories whose move is delayed: whether they sit at their orphan
+    /// name.
+    waiting_moves: HashMap<u64, bool>,
     created_dirs: HashSet<u64>,
     /// LRU first, MRU last.
     dir_utimes: VecDeque<(u64, u64)>,
@@ -214,6 +231,8 @@ impl<'a, W: Write> FullSend<'a, W> {
             new_refs: Vec::new(),
             deleted_refs: Vec::new(),
             orphan_dirs: HashSet::new(),
+            pending_moves: HashMap::new(),
+            waiting_moves: HashMap::new(),
             created_dirs: HashSet::new(),
             dir_utimes: VecDeque::new(),
             names: HashMap::new(),
@@ -827,11 +846,14 @@ impl<'a, W: Write> FullSend<'a, W> {
                     "path resolution loops (delayed directory moves are not supported yet)",
                 ));
             }
-            if self.orphan_dirs.contains(&ino) || !self.is_inode_existent(ino, generation)? {
+            if self.orphan_dirs.contains(&ino)
+                || self.waiting_moves.get(&ino) == Some(&true)
+                || !self.is_inode_existent(ino, generation)?
+            {
                 parts.push(self.orphan_name(ino, generation)?);
                 break;
             }
-            let from_left = ino < self.send_progress;
+            let from_left = ino < self.send_progress && !self.waiting_moves.contains_key(&ino);
             let r = if from_left {
                 Some(self.first_ref(ino)?)
             } else {
@@ -971,6 +993,78 @@ impl<'a, W: Write> FullSend<'a, W> {
         Ok(false)
     }
 
+    /// `wait_for_parent_move`: the unprocessed directory on the new path
+    /// (in the snapshot) that moves and must do so before us.
+    fn wait_for_parent_move(&mut self, dir: u64, dir_gen: u64) -> Result<Option<u64>, SendError> {
+        let (mut ino, mut ino_gen) = (dir, dir_gen);
+        let mut steps = 0;
+        while ino > FIRST_FREE && steps < 4096 {
+            steps += 1;
+            if self.waiting_moves.contains_key(&ino)
+                && self.is_ancestor_in_parent(self.cur.ino, ino)?
+            {
+                return Ok(Some(ino));
+            }
+            let after = self.first_ref(ino)?;
+            let Some(before) = self.parent_first_ref(ino)? else {
+                return Ok(None);
+            };
+            if ino > self.cur.ino && before != after && self.gen_in(false, ino)? == Some(ino_gen) {
+                return Ok(Some(ino));
+            }
+            ino = after.0;
+            ino_gen = self.gen_in(true, ino)?.unwrap_or(0);
+        }
+        Ok(None)
+    }
+
+    /// `apply_children_dir_moves`: the delayed moves waiting for the
+    /// current inode, and those waiting for them.
+    fn apply_children_dir_moves(&mut self) -> Result<(), SendError> {
+        let Some(list) = self.pending_moves.remove(&self.cur.ino) else {
+            return Ok(());
+        };
+        let mut queue: VecDeque<PendingMove> = list.into();
+        while let Some(pm) = queue.pop_front() {
+            self.apply_dir_move(&pm)?;
+            if let Some(more) = self.pending_moves.remove(&pm.ino) {
+                queue.extend(more);
+            }
+        }
+        Ok(())
+    }
+
+    /// `apply_dir_move`.
+    fn apply_dir_move(&mut self, pm: &PendingMove) -> Result<(), SendError> {
+        let orphanized = self.waiting_moves.remove(&pm.ino).unwrap_or(false);
+        let from = if orphanized {
+            self.orphan_name(pm.ino, pm.generation)?
+        } else {
+            let (pdir, pname) = self
+                .parent_first_ref(pm.ino)?
+                .ok_or_else(|| SendError::corrupt(pm.ino, "moved directory not in the parent"))?;
+            let pgen = self.gen_in(false, pdir)?.unwrap_or(0);
+            self.ref_path(pdir, pgen, &pname)?
+        };
+        let saved = self.send_progress;
+        self.send_progress = self.cur.ino.saturating_add(1);
+        let saved_path = self.cur.path.take();
+        let to = self.cur_path(pm.ino, pm.generation)?;
+        self.emit(&Command::Rename {
+            path: from.into(),
+            path_to: to.into(),
+        })?;
+        self.cache_dir_utimes(pm.ino, pm.generation);
+        for &(dir, dir_gen) in &pm.dirs {
+            if dir == FIRST_FREE || self.gen_in(true, dir)? == Some(dir_gen) {
+                self.cache_dir_utimes(dir, dir_gen);
+            }
+        }
+        self.send_progress = saved;
+        self.cur.path = saved_path;
+        Ok(())
+    }
+
     /// `process_recorded_refs`.
     fn process_recorded_refs(&mut self) -> Result<(), SendError> {
         let mut refs = std::mem::take(&mut self.new_refs);
@@ -1037,6 +1131,27 @@ impl<'a, W: Write> FullSend<'a, W> {
                 let info = self.inode(r.dir)?;
                 self.send_create_inode(r.dir, &info)?;
                 self.created_dirs.insert(r.dir);
+            }
+            if is_dir
+                && self.parent.is_some()
+                && let Some(under) = self.wait_for_parent_move(r.dir, r.dir_gen)?
+            {
+                let mut dirs: Vec<(u64, u64)> = refs.iter().map(|o| (o.dir, o.dir_gen)).collect();
+                dirs.extend(deleted.iter().map(|o| (o.dir, o.dir_gen)));
+                self.pending_moves
+                    .entry(under)
+                    .or_default()
+                    .push(PendingMove {
+                        ino,
+                        generation,
+                        dirs,
+                    });
+                self.waiting_moves.insert(ino, is_orphan);
+                self.cur.path = None;
+                if !check_dirs.contains(&(r.dir, r.dir_gen)) {
+                    check_dirs.push((r.dir, r.dir_gen));
+                }
+                continue;
             }
             if is_orphan || is_dir {
                 self.emit(&Command::Rename {
@@ -1172,7 +1287,9 @@ impl<'a, W: Write> FullSend<'a, W> {
             && (!self.new_refs.is_empty() || !self.deleted_refs.is_empty())
         {
             self.process_recorded_refs()?;
-            self.send_progress = ino.saturating_add(1);
+            if !self.waiting_moves.contains_key(&ino) {
+                self.send_progress = ino.saturating_add(1);
+            }
         }
         let inode_done = ino != 0 && key.is_none_or(|k| k.objectid != ino);
         if inode_done && !self.cur.deleted {
@@ -1250,6 +1367,11 @@ impl<'a, W: Write> FullSend<'a, W> {
                 data: caps.into(),
             })?;
         }
+        if self.waiting_moves.contains_key(&self.cur.ino) {
+            // Its utimes go with its delayed move.
+            return Ok(());
+        }
+        self.apply_children_dir_moves()?;
         self.send_progress = self.cur.ino.saturating_add(1);
         if self.cur.mode & S_IFMT == S_IFDIR && self.cur.size > 0 {
             self.cache_dir_utimes(self.cur.ino, self.cur.generation);

@@ -37,16 +37,15 @@ const KNOWN_FAILURES: &[(&str, &str)] = &[
     ("006-compression c1--c2.inc.v2c", PARENT_CLONES),
     ("007-reflinks r1--r2.inc.v1", PARENT_CLONES),
     ("007-reflinks r1--r2.inc.v2c", PARENT_CLONES),
-    ("014-incremental s1--s2.inc.v1", DIR_MOVES),
-    ("014-incremental s1--s2.inc.v2c", DIR_MOVES),
+    ("014-incremental s1--s2.inc.v1", PARENT_CLONES),
+    ("014-incremental s1--s2.inc.v2c", PARENT_CLONES),
     ("014-incremental s2--s3.inc.v1", PARENT_CLONES),
     ("014-incremental s2--s3.inc.v2c", PARENT_CLONES),
-    ("014-incremental s1--s3.inc.v1", DIR_MOVES),
-    ("014-incremental s1--s3.inc.v2c", DIR_MOVES),
+    ("014-incremental s1--s3.inc.v1", PARENT_CLONES),
+    ("014-incremental s1--s3.inc.v2c", PARENT_CLONES),
 ];
 
 const PARENT_CLONES: &str = "clone sources outside the already-sent extents of the snapshot (the parent, unchanged inodes) need the backref walk: data is written instead of cloned";
-const DIR_MOVES: &str = "delayed directory moves (waiting/pending dir moves, §8) are not implemented: the send stops with a path-loop error";
 
 const VARIANTS: [(&str, SendOptions); 2] = [
     ("v1", SendOptions::new(1)),
@@ -164,10 +163,8 @@ fn incremental_send_matches_kernel() {
 
 /// Pairs our incremental stream cannot be made for yet (the send fails),
 /// so there is nothing to receive.
-const KNOWN_LIVE_FAILURES: &[(&str, &str)] = &[
-    ("014-incremental s1--s2", DIR_MOVES),
-    ("014-incremental s1--s3", DIR_MOVES),
-];
+/// (None left: every pair's stream can be made.)
+const KNOWN_LIVE_FAILURES: &[(&str, &str)] = &[];
 
 #[test]
 fn incremental_receives_to_stored_manifests() {
@@ -245,7 +242,30 @@ fn incremental_receives_to_stored_manifests() {
                                 .manifest(&format!("{dest}/{cname}"), crate::send_live::HOLES)
                                 .map_err(|e| e.to_string())?;
                             let got = testing::compare::exempt_mtimes(&stored, &got, &exempt);
-                            crate::send_live::compare(meta, &stored, &got)
+                            match crate::send_live::compare(meta, &stored, &got) {
+                                // v1 has no hole punching: a punched range
+                                // is sent as zeros (the kernel's v1 stream
+                                // does the same); contents must be equal.
+                                Err(e) if version == "v1" => {
+                                    let plain = |m: &str| btrsend::manifest::strip_holes(m);
+                                    let expected: String = stored
+                                        .lines()
+                                        .filter(|l| l.split(' ').nth(1) != Some("subvol"))
+                                        .map(|l| format!("{l}\n"))
+                                        .collect();
+                                    match btrsend::manifest::diff(
+                                        &plain(&expected),
+                                        &plain(&got),
+                                        15,
+                                    ) {
+                                        None => Ok(Some(format!(
+                                            "v1 punched holes arrive as zeros: {e}"
+                                        ))),
+                                        Some(d) => Err(format!("(ignoring holes) {d}")),
+                                    }
+                                }
+                                r => r,
+                            }
                         });
                     match result {
                         Ok(None) => passed.push(what),
