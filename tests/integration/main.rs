@@ -10,5 +10,5 @@ mod readahead;
 mod reader;
 mod receive;
 mod send;
-mod send_live;
 mod send_incremental;
+mod send_live;
