@@ -22,9 +22,11 @@
 //! directory moves (`wait_for_parent_move`, `apply_children_dir_moves`).
 //! Not yet: `wait_for_dest_dir_move`, the `path_loop` re-queueing and the
 //! rmdir retried after a delayed move (a path that loops fails with an
-//! error instead of hanging), and clone sources outside the extents this
-//! send already wrote (the parent, `-c` roots, unchanged inodes of the
-//! snapshot: their data is written instead).
+//! error instead of hanging), `-c` clone roots, and the kernel's exact
+//! choice among clone sources outside the extents this send wrote: those
+//! come from the extent's EXTENT_DATA_REFs, looked up in the parent and in
+//! the snapshot's inodes already on the receiver (shared backrefs are not
+//! followed; their data is written).
 //!
 //! Common to both:
 //!
@@ -120,6 +122,8 @@ struct CloneCand {
 struct CloneSrc {
     ino: u64,
     offset: u64,
+    /// In the parent snapshot (else in the snapshot being sent).
+    in_parent: bool,
 }
 
 /// A directory rename delayed until another directory has moved
@@ -1645,7 +1649,7 @@ impl<'a, W: Write> FullSend<'a, W> {
         if disk_bytenr == 0 {
             return Ok(None);
         }
-        if !self.clone_index.contains_key(&disk_bytenr) {
+        if self.parent.is_none() && !self.clone_index.contains_key(&disk_bytenr) {
             return Ok(None);
         }
         // check_extent_item: one reference is our own; the kernel gives up
@@ -1687,13 +1691,101 @@ impl<'a, W: Write> FullSend<'a, W> {
                 continue;
             }
             if best.is_none_or(|(_, n)| c.num_bytes > n) {
-                best = Some((CloneSrc { ino: c.ino, offset }, c.num_bytes));
+                best = Some((
+                    CloneSrc {
+                        ino: c.ino,
+                        offset,
+                        in_parent: false,
+                    },
+                    c.num_bytes,
+                ));
                 if c.num_bytes >= extent_len {
                     break;
                 }
             }
         }
+        if best.is_none()
+            && let Some(parent) = self.parent
+        {
+            // Incremental: the extent's data references, looked up in the
+            // parent and in the snapshot's inodes already on the receiver.
+            let span = match ext.kind {
+                ExtentKind::Regular { disk_num_bytes, .. } => disk_num_bytes,
+                ExtentKind::Inline(_) => 0,
+            };
+            for &(_, cino, base) in &refs.data_refs {
+                for (in_parent, tree) in [(true, parent), (false, self.view)] {
+                    if !in_parent && cino > self.cur.ino {
+                        continue;
+                    }
+                    let mut it = tree.extents_from_iter(cino, base)?;
+                    while let Some(c) = it.next_extent()? {
+                        if c.file_offset >= base.saturating_add(span) {
+                            break;
+                        }
+                        let ExtentKind::Regular {
+                            disk_bytenr: cb,
+                            offset: coff,
+                            num_bytes: cn,
+                            ..
+                        } = c.kind
+                        else {
+                            continue;
+                        };
+                        if cb != disk_bytenr || c.file_offset.wrapping_sub(coff) != base {
+                            continue;
+                        }
+                        let offset = if compressed {
+                            c.file_offset
+                        } else {
+                            if ext_off < coff || ext_off >= coff.saturating_add(cn) {
+                                continue;
+                            }
+                            c.file_offset.saturating_add(ext_off - coff)
+                        };
+                        if !in_parent
+                            && cino == self.cur.ino
+                            && (offset == data_offset
+                                || offset.saturating_add(extent_len) > self.cur.next_write_offset)
+                        {
+                            continue;
+                        }
+                        if best.is_none_or(|(_, n)| cn > n) {
+                            best = Some((
+                                CloneSrc {
+                                    ino: cino,
+                                    offset,
+                                    in_parent,
+                                },
+                                cn,
+                            ));
+                        }
+                    }
+                    if best.is_some_and(|(_, n)| n >= extent_len) {
+                        break;
+                    }
+                }
+                if best.is_some_and(|(_, n)| n >= extent_len) {
+                    break;
+                }
+            }
+        }
         Ok(best.map(|(src, _)| src))
+    }
+
+    /// The tree a clone source lives in.
+    fn clone_tree(&self, src: &CloneSrc) -> TreeView<'a> {
+        match self.parent {
+            Some(p) if src.in_parent => p,
+            _ => self.view,
+        }
+    }
+
+    fn clone_src_size(&self, src: &CloneSrc) -> Result<u64, SendError> {
+        self.clone_tree(src)
+            .inode(src.ino)?
+            .map(|i| i.size)
+            .ok_or_else(|| SendError::corrupt(src.ino, "clone source has no inode item"))
     }
 
     /// `send_write_or_clone`.
@@ -1713,7 +1805,7 @@ impl<'a, W: Write> FullSend<'a, W> {
             Some(c) if end.is_multiple_of(self.sectorsize) => Some(c),
             // An unaligned end can only be cloned up to both files' EOF.
             Some(c) if end == self.cur.size => {
-                let src_size = self.inode(c.ino)?.size;
+                let src_size = self.clone_src_size(&c)?;
                 (c.offset.saturating_add(num_bytes) == src_size).then_some(c)
             }
             Some(_) => None,
@@ -1739,8 +1831,8 @@ impl<'a, W: Write> FullSend<'a, W> {
         if src.offset == 0 && len == self.sectorsize {
             return self.send_extent_data(ext, offset, len);
         }
-        let src_size = self.inode(src.ino)?.size;
-        let view = self.view;
+        let src_size = self.clone_src_size(&src)?;
+        let view = self.clone_tree(&src);
         let mut it = view.extents_from_iter(src.ino, src.offset)?;
         while let Some(se) = it.next_extent()? {
             let mut ext_len = match se.kind {
@@ -1814,7 +1906,8 @@ impl<'a, W: Write> FullSend<'a, W> {
             }
             offset += clone_len;
             src.offset += clone_len;
-            if src.ino == self.cur.ino && src.offset >= self.cur.next_write_offset {
+            if !src.in_parent && src.ino == self.cur.ino && src.offset >= self.cur.next_write_offset
+            {
                 break;
             }
             data_offset += clone_len;
@@ -1827,18 +1920,40 @@ impl<'a, W: Write> FullSend<'a, W> {
 
     fn send_clone(&mut self, offset: u64, len: u64, src: CloneSrc) -> Result<(), SendError> {
         let path = self.cur_inode_path()?;
-        let src_gen = self.inode(src.ino)?.generation;
-        let clone_path = self.cur_path(src.ino, src_gen)?;
+        let (clone_path, clone_uuid, clone_ctransid) = if src.in_parent {
+            (
+                self.parent_inode_path(src.ino)?,
+                self.parent_uuid,
+                self.parent_ctransid,
+            )
+        } else {
+            let src_gen = self.inode(src.ino)?.generation;
+            (self.cur_path(src.ino, src_gen)?, self.uuid, self.ctransid)
+        };
         self.stats.cloned_bytes = self.stats.cloned_bytes.saturating_add(len);
         self.emit(&Command::Clone {
             offset,
             len,
             path: path.into(),
-            clone_uuid: self.uuid,
-            clone_ctransid: self.ctransid,
+            clone_uuid,
+            clone_ctransid,
             clone_path: clone_path.into(),
             clone_offset: src.offset,
         })
+    }
+
+    /// `get_inode_path` in the parent: the first-ref path from its top.
+    fn parent_inode_path(&self, mut ino: u64) -> Result<Vec<u8>, SendError> {
+        let mut parts = Vec::new();
+        while ino != FIRST_FREE && parts.len() < 4096 {
+            let (dir, name) = self
+                .parent_first_ref(ino)?
+                .ok_or_else(|| SendError::corrupt(ino, "clone source has no reference"))?;
+            parts.push(name);
+            ino = dir;
+        }
+        parts.reverse();
+        Ok(parts.join(&b'/'))
     }
 
     /// `send_extent_data`: UPDATE_EXTENT, ENCODED_WRITE or WRITEs of

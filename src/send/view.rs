@@ -286,6 +286,9 @@ pub(crate) struct ExtentRefs {
     pub refs: u64,
     /// Parent leaves of SHARED_DATA_REFs, sorted.
     pub shared: Vec<u64>,
+    /// The (root, inode, file offset − extent offset) of its
+    /// EXTENT_DATA_REFs, inline then keyed.
+    pub data_refs: Vec<(u64, u64, u64)>,
 }
 
 /// Point lookups in one subvolume tree (and the extent tree).
@@ -411,6 +414,7 @@ impl<'a> TreeView<'a> {
             .map_err(|_| truncated(&item, "extent item", size_of::<ExtentItem>()))?;
         let refs = ei.refs.get();
         let mut shared = Vec::new();
+        let mut data_refs = Vec::new();
         // Inline refs: a type byte, then a payload whose size the type gives.
         while let Some((&ty, tail)) = rest.split_first() {
             let len = match ty {
@@ -429,6 +433,11 @@ impl<'a> TreeView<'a> {
             {
                 shared.push(parent.get());
             }
+            if ty == ondisk::BTRFS_EXTENT_DATA_REF_KEY
+                && let Ok((r, _)) = ExtentDataRef::read_from_prefix(payload)
+            {
+                data_refs.push((r.root.get(), r.objectid.get(), r.offset.get()));
+            }
 
             rest = tail.get(len..).unwrap_or_default();
         }
@@ -441,9 +450,18 @@ impl<'a> TreeView<'a> {
             if item.key.item_type == ondisk::BTRFS_SHARED_DATA_REF_KEY {
                 shared.push(item.key.offset);
             }
+            if item.key.item_type == ondisk::BTRFS_EXTENT_DATA_REF_KEY
+                && let Ok((r, _)) = ExtentDataRef::read_from_prefix(item.data)
+            {
+                data_refs.push((r.root.get(), r.objectid.get(), r.offset.get()));
+            }
         }
         shared.sort_unstable();
-        Ok(Some(ExtentRefs { refs, shared }))
+        Ok(Some(ExtentRefs {
+            refs,
+            shared,
+            data_refs,
+        }))
     }
 }
 
