@@ -1714,7 +1714,7 @@ impl<'a, W: Write> FullSend<'a, W> {
                 ExtentKind::Inline(_) => 0,
             };
             for &(_, cino, base) in &refs.data_refs {
-                for (in_parent, tree) in [(true, parent), (false, self.view)] {
+                for (in_parent, tree) in [(false, self.view), (true, parent)] {
                     if !in_parent && cino > self.cur.ino {
                         continue;
                     }
