@@ -1713,7 +1713,12 @@ impl<'a, W: Write> FullSend<'a, W> {
                 ExtentKind::Regular { disk_num_bytes, .. } => disk_num_bytes,
                 ExtentKind::Inline(_) => 0,
             };
-            for &(_, cino, base) in &refs.data_refs {
+            // The kernel's backref walk reports indirect references in
+            // descending (inode, file offset − extent offset) order.
+            let mut data_refs = refs.data_refs.clone();
+            data_refs.sort_by_key(|r| std::cmp::Reverse((r.1, r.2)));
+            data_refs.dedup_by_key(|r| (r.1, r.2));
+            for &(_, cino, base) in &data_refs {
                 for (in_parent, tree) in [(false, self.view), (true, parent)] {
                     if !in_parent && cino > self.cur.ino {
                         continue;
