@@ -1723,7 +1723,12 @@ impl<'a, W: Write> FullSend<'a, W> {
                     if !in_parent && cino > self.cur.ino {
                         continue;
                     }
-                    let mut it = tree.extents_from_iter(cino, base)?;
+                    // A reference whose file offset is below its extent
+                    // offset (a clone to a lower position) has an offset
+                    // that wrapped below zero: like the kernel's backref
+                    // walk, search such a one from the inode's first extent.
+                    let search_from = if base >= i64::MAX as u64 { 0 } else { base };
+                    let mut it = tree.extents_from_iter(cino, search_from)?;
                     while let Some(c) = it.next_extent()? {
                         if c.file_offset >= base.saturating_add(span) {
                             break;
