@@ -4,17 +4,12 @@
 //! it starts with `btrsend: error:` and names the stream offset.
 
 mod common;
+use common::btrsend;
 
 use std::fs;
 use std::io::Write;
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
-
-fn btrsend() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_btrsend"));
-    c.env("TZ", "UTC");
-    c
-}
+use std::process::{Output, Stdio};
 
 fn dump_file(path: &Path) -> Output {
     btrsend()

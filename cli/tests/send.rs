@@ -5,31 +5,13 @@
 //! clear message, never a panic; a terminal is refused.
 
 use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 
-fn btrsend() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_btrsend"));
-    c.env("TZ", "UTC");
-    c
-}
+mod common;
+use common::btrsend;
 
-fn fixture_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/001-basic")
-}
-
-/// The 001-basic image, unpacked (sparse) into `dir`.
-fn image(dir: &Path) -> PathBuf {
-    let dst = dir.join("dev1.img");
-    let st = Command::new("zstd")
-        .args(["-q", "-d", "-f", "--sparse", "-o"])
-        .arg(&dst)
-        .arg(fixture_dir().join("dev1.img.zst"))
-        .status()
-        .expect("zstd is needed to unpack the fixture");
-    assert!(st.success());
-    dst
-}
+const FIXTURE: &str = "001-basic";
 
 fn dump(stream: &Path) -> String {
     let out = btrsend().args(["dump", "-f"]).arg(stream).output().unwrap();
@@ -44,7 +26,7 @@ fn dump(stream: &Path) -> String {
 #[test]
 fn send_to_stdout_and_file_match_the_kernel_dump() {
     let tmp = tempfile::tempdir().unwrap();
-    let img = image(tmp.path());
+    let img = common::unpack(tmp.path(), FIXTURE, "dev1.img");
     for (version, args, stored) in [
         ("v1", &[][..], "basic.full.v1.dump"),
         ("v2c", &["--compressed-data"][..], "basic.full.v2c.dump"),
@@ -65,7 +47,7 @@ fn send_to_stdout_and_file_match_the_kernel_dump() {
         assert!(out.stderr.is_empty(), "{version}: quiet on success");
         let stdout_file = tmp.path().join(format!("stdout.{version}"));
         std::fs::write(&stdout_file, &out.stdout).unwrap();
-        let expected = std::fs::read_to_string(fixture_dir().join(stored)).unwrap();
+        let expected = std::fs::read_to_string(common::fixture_dir(FIXTURE).join(stored)).unwrap();
         assert_eq!(dump(&stdout_file), expected, "{version}");
 
         let file = tmp.path().join(format!("f.{version}"));
@@ -87,7 +69,7 @@ fn send_to_stdout_and_file_match_the_kernel_dump() {
 #[test]
 fn closed_pipe_is_a_clear_failure() {
     let tmp = tempfile::tempdir().unwrap();
-    let img = image(tmp.path());
+    let img = common::unpack(tmp.path(), FIXTURE, "dev1.img");
     let mut child = btrsend()
         .arg("send")
         .arg("--device")
@@ -115,7 +97,7 @@ fn closed_pipe_is_a_clear_failure() {
 #[test]
 fn bad_arguments_fail_with_status_1() {
     let tmp = tempfile::tempdir().unwrap();
-    let img = image(tmp.path());
+    let img = common::unpack(tmp.path(), FIXTURE, "dev1.img");
     for (args, msg) in [
         (
             vec!["--proto", "1", "--compressed-data", "snaps/basic"],
@@ -153,7 +135,7 @@ fn bad_arguments_fail_with_status_1() {
 #[test]
 fn refuses_to_write_to_a_terminal() {
     let tmp = tempfile::tempdir().unwrap();
-    let img = image(tmp.path());
+    let img = common::unpack(tmp.path(), FIXTURE, "dev1.img");
     let cmd = format!(
         "{} send -d {} snaps/basic",
         env!("CARGO_BIN_EXE_btrsend"),

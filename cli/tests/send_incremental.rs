@@ -5,36 +5,15 @@
 //! own `btrfs send -p` stream; `-c` without `-p` and an unknown parent fail
 //! with exit status 1 and a clear message.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+mod common;
+use common::btrsend;
 
-fn btrsend() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_btrsend"));
-    c.env("TZ", "UTC");
-    c
-}
-
-fn fixture_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/002-many-files")
-}
-
-/// The 002-many-files image, unpacked (sparse) into `dir`.
-fn image(dir: &Path) -> PathBuf {
-    let dst = dir.join("dev1.img");
-    let st = Command::new("zstd")
-        .args(["-q", "-d", "-f", "--sparse", "-o"])
-        .arg(&dst)
-        .arg(fixture_dir().join("dev1.img.zst"))
-        .status()
-        .expect("zstd is needed to unpack the fixture");
-    assert!(st.success());
-    dst
-}
+const FIXTURE: &str = "002-many-files";
 
 #[test]
 fn incremental_send_matches_the_kernel_dump() {
     let tmp = tempfile::tempdir().unwrap();
-    let img = image(tmp.path());
+    let img = common::unpack(tmp.path(), FIXTURE, "dev1.img");
     for (v, args) in [
         ("v1", &[][..]),
         ("v2c", &["--proto", "2", "--compressed-data"][..]),
@@ -61,8 +40,10 @@ fn incremental_send_matches_the_kernel_dump() {
             .output()
             .unwrap();
         assert!(dump.status.success());
-        let expected =
-            std::fs::read_to_string(fixture_dir().join(format!("m1--m2.inc.{v}.dump"))).unwrap();
+        let expected = std::fs::read_to_string(
+            common::fixture_dir(FIXTURE).join(format!("m1--m2.inc.{v}.dump")),
+        )
+        .unwrap();
         assert!(
             String::from_utf8(dump.stdout).unwrap() == expected,
             "{v}: dump differs from the kernel's"
@@ -73,7 +54,7 @@ fn incremental_send_matches_the_kernel_dump() {
 #[test]
 fn bad_parent_arguments_fail_with_status_1() {
     let tmp = tempfile::tempdir().unwrap();
-    let img = image(tmp.path());
+    let img = common::unpack(tmp.path(), FIXTURE, "dev1.img");
     let f = tmp.path().join("s");
     for (args, want) in [
         (&["-c", "snaps/m1"][..], "-c without -p"),

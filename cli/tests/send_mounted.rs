@@ -28,28 +28,8 @@ use btrsend::manifest::Options;
 use btrsend::testing::{self, LiveBtrfs};
 use btrsend::types::TreeId;
 
-fn btrsend() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_btrsend"));
-    c.env("TZ", "UTC");
-    c
-}
-
-fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures")
-}
-
-/// Unpack `fixture`'s `name` (sparse) into `dir`.
-fn unpack(dir: &Path, fixture: &str, name: &str) -> PathBuf {
-    let dst = dir.join(name);
-    let st = Command::new("zstd")
-        .args(["-q", "-d", "-f", "--sparse", "-o"])
-        .arg(&dst)
-        .arg(fixtures().join(fixture).join(format!("{name}.zst")))
-        .status()
-        .expect("zstd is needed to unpack the fixture");
-    assert!(st.success());
-    dst
-}
+mod common;
+use common::{btrsend, unpack};
 
 fn sh(cmd: &mut Command) -> Output {
     let out = cmd.output().expect("spawn");
@@ -341,7 +321,9 @@ fn verify_data_names_the_bad_block_and_uses_the_other_copy() {
         .unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
     let mut kernel = Vec::new();
-    let mut f = std::fs::File::open(fixtures().join("009-raid1/raid1.full.v1.stream.zst")).unwrap();
+    let mut f =
+        std::fs::File::open(common::fixture_dir("009-raid1").join("raid1.full.v1.stream.zst"))
+            .unwrap();
     let mut z = Vec::new();
     f.read_to_end(&mut z).unwrap();
     zstd::stream::copy_decode(&z[..], &mut kernel).unwrap();
@@ -412,7 +394,7 @@ fn mounted_two_device_raid1_by_path_is_the_kernels_stream() {
     want.sort();
     assert_eq!(found.devices, want, "both devices, from sysfs");
     let mut z = Vec::new();
-    std::fs::File::open(fixtures().join("009-raid1/raid1.full.v1.stream.zst"))
+    std::fs::File::open(common::fixture_dir("009-raid1").join("raid1.full.v1.stream.zst"))
         .unwrap()
         .read_to_end(&mut z)
         .unwrap();

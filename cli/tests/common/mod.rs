@@ -1,4 +1,4 @@
-//! Locating the fixtures (the same ~40 lines live in
+//! Shared CLI test helpers: the binary under test, fixture images, and locating the
 //! `stream-format/tests/integration/common.rs`).
 //!
 //! Kernel-made send streams live in the `shared/` directory beside the repository
@@ -82,4 +82,32 @@ pub fn repo_fixture_streams() -> Vec<(String, Vec<u8>, Vec<u8>)> {
         }
     }
     out
+}
+
+/// The `btrsend` binary under test, with `TZ=UTC` (the stored dumps were made
+/// with `TZ=UTC btrfs receive --dump`).
+pub fn btrsend() -> std::process::Command {
+    let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_btrsend"));
+    c.env("TZ", "UTC");
+    c
+}
+
+/// The repository's `tests/fixtures/<fixture>` directory.
+pub fn fixture_dir(fixture: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures")
+        .join(fixture)
+}
+
+/// Unpack `tests/fixtures/<fixture>/<name>.zst` (sparse) into `dir/<name>`.
+pub fn unpack(dir: &Path, fixture: &str, name: &str) -> PathBuf {
+    let dst = dir.join(name);
+    let st = std::process::Command::new("zstd")
+        .args(["-q", "-d", "-f", "--sparse", "-o"])
+        .arg(&dst)
+        .arg(fixture_dir(fixture).join(format!("{name}.zst")))
+        .status()
+        .expect("zstd is needed to unpack the fixture");
+    assert!(st.success(), "zstd failed to unpack {fixture}/{name}.zst");
+    dst
 }
