@@ -1,5 +1,7 @@
-//! Shared CLI test helpers: the binary under test, fixture images, and locating the
-//! `stream-format/tests/integration/common.rs`).
+//! Shared CLI test helpers: the binary under test, fixture images, and locating
+//! the kernel streams (the locating part, ~40 lines, stands again in
+//! `stream-format/tests/integration/common.rs`: that crate cannot depend on the
+//! core or the cli).
 //!
 //! Kernel-made send streams live in the `shared/` directory beside the repository
 //! (`$CARGO_MANIFEST_DIR/../../shared`, override with `BTRSEND_SHARED_DIR`) and in
