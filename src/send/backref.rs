@@ -141,8 +141,7 @@ impl<'a> Backrefs<'a> {
                 });
             }
         }
-        prelims
-            .sort_by(|a, b| (b.root, b.ino, b.base, b.leaf).cmp(&(a.root, a.ino, a.base, a.leaf)));
+        prelims.sort_by_key(|p| std::cmp::Reverse((p.root, p.ino, p.base, p.leaf)));
         let mut out: Vec<LeafRefs> = Vec::new();
         for p in prelims {
             match out.iter_mut().find(|l| l.leaf == p.leaf) {
