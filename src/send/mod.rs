@@ -28,6 +28,7 @@ pub mod total;
 mod compare;
 
 mod data;
+mod pipeline;
 mod view;
 
 use std::io::{BufWriter, Write};
@@ -57,6 +58,10 @@ pub struct SendOptions {
     /// Verify file data against the csum tree, reading another copy when
     /// one is bad (`--verify-data`).
     pub verify_data: bool,
+    /// Threads that read, verify and decompress file data ahead of the
+    /// writer; 0 reads it on the calling thread. `None` (default): 4, or
+    /// the `BTRSEND_SEND_THREADS` environment variable (for benchmarks).
+    pub threads: Option<usize>,
 }
 
 impl SendOptions {
@@ -67,6 +72,7 @@ impl SendOptions {
             compressed_data: false,
             no_data: false,
             verify_data: false,
+            threads: None,
         }
     }
 
@@ -85,6 +91,12 @@ impl SendOptions {
     /// Set [`SendOptions::verify_data`].
     pub const fn with_verify_data(mut self, on: bool) -> SendOptions {
         self.verify_data = on;
+        self
+    }
+
+    /// Set [`SendOptions::threads`].
+    pub const fn with_threads(mut self, threads: usize) -> SendOptions {
+        self.threads = Some(threads);
         self
     }
 }
@@ -172,11 +184,22 @@ fn send_stream<W: Write>(
             },
         ));
     }
-    let _verify = data::VerifyScope::enter(opts.verify_data.then(|| subvol.id()));
+    let threads = opts.threads.unwrap_or_else(|| {
+        std::env::var("BTRSEND_SEND_THREADS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(pipeline::DEFAULT_THREADS)
+    });
+    let tree = fs.fs_tree(subvol.id())?;
     let buffered = BufWriter::with_capacity(256 * 1024, out);
     let writer = StreamWriter::with_options(buffered, WriterOptions::new(opts.version))?;
-    let planner = full::FullSend::new(fs, subvol, parent, writer, opts, progress)?;
-    let (buffered, stats) = planner.run(&subvol.name)?;
+    let (buffered, stats) = std::thread::scope(|scope| {
+        let workers = (threads > 0)
+            .then(|| pipeline::spawn_workers(scope, &tree, opts.verify_data, threads));
+        let out = pipeline::Pipeline::new(writer, &tree, opts.verify_data, workers);
+        let planner = full::FullSend::new(fs, subvol, parent, out, opts, progress)?;
+        planner.run(&subvol.name)
+    })?;
     let out = buffered.into_inner().map_err(|e| {
         SendError::Output(stream_format::EncodeError::Io {
             offset: stats.stream_bytes,
