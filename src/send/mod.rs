@@ -10,16 +10,31 @@
 //! * `compare`: the tree comparison of an incremental send, which skips
 //!   subtrees both snapshots share;
 //! * `view`: point lookups and item decoding in the snapshot's tree;
-//! * `data`: file data (decompression, encoded extents).
+//! * `data`: the planner's extent items handed to the filesystem model's
+//!   data path ([`crate::fs::ExtentReader`]: reads, `--verify-data`
+//!   checksums with mirror fallback, decompression);
+//! * `pipeline`: the planner's commands in order to one writer, with the
+//!   file data read ahead by worker threads.
 //!
-//! Memory: the planner holds one leaf path of the tree walk, the current
-//! inode's recorded references, at most 64 + a few deferred directory
-//! utimes, a first-reference cache of at most 65536 entries, one extent's
-//! data (≤ 128 MiB for an uncompressed extent item split in
-//! `max_send_read_size` reads; ≤ 128 KiB decoded for compressed ones), and
-//! an index of the data extents already sent that may be clone sources
-//! (one small entry per regular extent item; bounded by the snapshot's
-//! number of extents).
+//! Threads: the calling thread walks the tree, plans, and writes every
+//! command in order; [`SendOptions::threads`] worker threads (default 4)
+//! read, verify and decompress the file data of WRITE and ENCODED_WRITE
+//! commands in batches of jobs (at most 256 KiB or 64 jobs a batch),
+//! ahead of the writer. With 0 threads the data is read on the calling
+//! thread when its command is planned.
+//!
+//! Memory, whatever the snapshot's size: the queue between planner and
+//! writer holds at most 16 MiB of data and commands (each entry charged
+//! its data and encoded size plus 128 bytes) or 16384 entries, whichever
+//! comes first, plus up to 8 MiB (64 buffers) of spare data buffers kept
+//! for reuse; a data job reads at most 256 KiB, and a worker holds one
+//! compressed extent (≤ 128 KiB on disk, ≤ 128 KiB decoded) at a time.
+//! The planner holds one leaf path of the tree walk, the current inode's
+//! recorded references, at most 64 + a few deferred directory utimes, a
+//! first-reference cache of at most 65536 entries, and an index of the
+//! data extents already sent that may be clone sources (one small entry
+//! per regular extent item; bounded by the snapshot's number of extents).
+//! The block cache is bounded by [`ReadOptions`](crate::device::readahead::ReadOptions).
 
 pub mod error;
 pub mod full;
@@ -194,8 +209,8 @@ fn send_stream<W: Write>(
     let buffered = BufWriter::with_capacity(256 * 1024, out);
     let writer = StreamWriter::with_options(buffered, WriterOptions::new(opts.version))?;
     let (buffered, stats) = std::thread::scope(|scope| {
-        let workers = (threads > 0)
-            .then(|| pipeline::spawn_workers(scope, &tree, opts.verify_data, threads));
+        let workers =
+            (threads > 0).then(|| pipeline::spawn_workers(scope, &tree, opts.verify_data, threads));
         let out = pipeline::Pipeline::new(writer, &tree, opts.verify_data, workers);
         let planner = full::FullSend::new(fs, subvol, parent, out, opts, progress)?;
         planner.run(&subvol.name)

@@ -40,13 +40,23 @@ use super::error::SendError;
 
 /// Bytes of queued data and commands before the writer waits for the
 /// oldest job.
-pub(crate) const MAX_QUEUED_BYTES: u64 = 32 << 20;
+pub(crate) const MAX_QUEUED_BYTES: u64 = 16 << 20;
 /// Entries queued before the writer waits for the oldest job.
 pub(crate) const MAX_QUEUED_ENTRIES: usize = 16384;
 /// Bytes charged to each queued entry besides its data.
 pub(crate) const ENTRY_OVERHEAD: u64 = 128;
 /// Largest read of one data job (rounded down to whole WRITE commands).
-pub(crate) const JOB_BYTES: u64 = 1 << 20;
+pub(crate) const JOB_BYTES: u64 = 256 << 10;
+/// Jobs go to the workers in batches of this many bytes or
+/// [`BATCH_JOBS`] jobs (small reads from the page cache cost less than
+/// handing them to another thread one by one).
+pub(crate) const BATCH_BYTES: u64 = 256 << 10;
+/// See [`BATCH_BYTES`].
+pub(crate) const BATCH_JOBS: usize = 64;
+/// Bytes of spare data buffers kept for reuse.
+pub(crate) const POOL_BYTES: u64 = 8 << 20;
+/// Spare data buffers kept for reuse.
+pub(crate) const POOL_BUFFERS: usize = 64;
 /// Worker threads when the options do not say
 /// (`BTRSEND_SEND_THREADS` changes it, for benchmarks).
 pub(crate) const DEFAULT_THREADS: usize = 4;
@@ -63,28 +73,38 @@ enum Read {
     Raw,
 }
 
-/// A data job for a worker.
+/// One data job: read (verify, decompress) part of an extent of an inode
+/// into `buf` (a reused buffer).
 #[derive(Debug)]
-struct Task {
+struct Job {
     ino: u64,
     ext: FileExtent,
     read: Read,
-    reply: SyncSender<Reply>,
+    buf: Vec<u8>,
 }
 
-impl Task {
-    fn run(&self, tree: &FsTree<'_>, verify: bool) -> Reply {
+impl Job {
+    fn run(self, tree: &FsTree<'_>, verify: bool) -> Reply {
         let r = tree.extent_reader(self.ino, verify);
         match self.read {
             Read::Range { offset, len } => {
-                let n = usize::try_from(len).unwrap_or(usize::MAX);
-                let mut buf = vec![0u8; n];
+                let mut buf = self.buf;
+                buf.clear();
+                buf.resize(usize::try_from(len).unwrap_or(usize::MAX), 0);
                 r.read_at(&self.ext, offset, &mut buf)?;
                 Ok(buf)
             }
             Read::Raw => r.raw(&self.ext),
         }
     }
+}
+
+/// A batch of jobs for one worker, and where to send their replies (in
+/// order).
+#[derive(Debug)]
+struct Task {
+    jobs: Vec<Job>,
+    reply: SyncSender<Vec<Reply>>,
 }
 
 /// The worker threads' side: the tasks to run. Dropping it lets the
@@ -122,8 +142,9 @@ pub(crate) fn spawn_workers<'scope, 'env>(
                 if stop.load(Ordering::Relaxed) {
                     continue;
                 }
+                let replies = task.jobs.into_iter().map(|j| j.run(tree, verify));
                 // The writer may have gone (an earlier error): nobody waits.
-                let _ = task.reply.send(task.run(tree, verify));
+                let _ = task.reply.send(replies.collect());
             }
         });
     }
@@ -136,15 +157,19 @@ enum Pending {
     Zeros,
     /// Read already.
     Ready(Reply),
-    /// A worker is (or will be) reading it.
-    Waiting(Receiver<Reply>),
+    /// The next reply of the batches, in order.
+    Batched,
 }
 
 /// What the writer makes of an entry's data.
 enum Shape {
     /// WRITE commands of `[offset, offset + len)`, at most `max_read`
     /// bytes each.
-    Writes { path: Vec<u8>, offset: u64, len: u64 },
+    Writes {
+        path: Vec<u8>,
+        offset: u64,
+        len: u64,
+    },
     /// This ENCODED_WRITE with the data filled in.
     Encoded(Command<'static>),
 }
@@ -170,6 +195,16 @@ pub(crate) struct Pipeline<'t, W: Write> {
     queue: VecDeque<(Entry, u64)>,
     /// Bytes charged to the queued entries.
     queued: u64,
+    /// Jobs not yet handed to the workers, and their bytes.
+    open: Vec<Job>,
+    open_bytes: u64,
+    /// The batches handed to the workers, oldest first.
+    sent: VecDeque<Receiver<Vec<Reply>>>,
+    /// The replies of the oldest batch not yet written.
+    replies: VecDeque<Reply>,
+    /// Spare data buffers, and their bytes.
+    pool: Vec<Vec<u8>>,
+    pool_bytes: u64,
     /// One WRITE's worth of zeros.
     zeros: Vec<u8>,
     /// An error was returned: nothing more is written.
@@ -194,6 +229,12 @@ impl<'t, W: Write> Pipeline<'t, W> {
             workers,
             queue: VecDeque::new(),
             queued: 0,
+            open: Vec::new(),
+            open_bytes: 0,
+            sent: VecDeque::new(),
+            replies: VecDeque::new(),
+            pool: Vec::new(),
+            pool_bytes: 0,
             zeros: Vec::new(),
             failed: false,
         }
@@ -205,6 +246,7 @@ impl<'t, W: Write> Pipeline<'t, W> {
             return self.write(cmd);
         }
         let charge = cmd.encoded_len().saturating_add(ENTRY_OVERHEAD);
+        self.make_room(charge)?;
         self.push(Entry::Cmd(cmd.clone().into_owned()), charge)
     }
 
@@ -231,7 +273,9 @@ impl<'t, W: Write> Pipeline<'t, W> {
                 shape: shape(offset, len),
                 data: Pending::Zeros,
             };
-            return self.push_sized(entry, path_len.saturating_add(ENTRY_OVERHEAD));
+            let charge = path_len.saturating_add(ENTRY_OVERHEAD);
+            self.make_room(charge)?;
+            return self.push(entry, charge);
         };
         // A compressed or inline extent is decoded whole: one job.
         let whole =
@@ -251,7 +295,7 @@ impl<'t, W: Write> Pipeline<'t, W> {
                 shape: shape(at, n),
                 data,
             };
-            self.job(ino, ext, read, n.saturating_add(path_len), entry)?;
+            self.job(ino, ext, read, n, path_len, entry)?;
             done += n;
         }
         Ok(())
@@ -269,7 +313,7 @@ impl<'t, W: Write> Pipeline<'t, W> {
             ExtentData::Inline(b) => u64::try_from(b.len()).unwrap_or(u64::MAX),
             ExtentData::Regular(d) | ExtentData::Prealloc(d) => d.disk_num_bytes,
         };
-        let charge = cmd.encoded_len();
+        let other = cmd.encoded_len();
         let entry = |data| Entry::Data {
             ino,
             shape: Shape::Encoded(cmd),
@@ -277,58 +321,145 @@ impl<'t, W: Write> Pipeline<'t, W> {
         };
         if let ExtentData::Inline(b) = &ext.data {
             let e = entry(Pending::Ready(Ok(b.clone())));
-            let charge = charge.saturating_add(len).saturating_add(ENTRY_OVERHEAD);
-            return self.push_sized(e, charge);
+            let charge = other.saturating_add(len).saturating_add(ENTRY_OVERHEAD);
+            self.make_room(charge)?;
+            return self.push(e, charge);
         }
-        self.job(ino, ext, Read::Raw, len.saturating_add(charge), entry)
+        self.job(ino, ext, Read::Raw, len, other, entry)
     }
 
-    /// Queue entry `entry(data)` whose data a job reads (charged `charge`
-    /// bytes besides the overhead).
+    /// Queue entry `entry(data)` whose `len` bytes of data a job reads
+    /// (charged with `other` more bytes).
     fn job(
         &mut self,
         ino: u64,
         ext: &FileExtent,
         read: Read,
-        charge: u64,
+        len: u64,
+        other: u64,
         entry: impl FnOnce(Pending) -> Entry,
     ) -> Result<(), SendError> {
-        let charge = charge.saturating_add(ENTRY_OVERHEAD);
+        let buf = match read {
+            Read::Range { .. } => self.buffer(len),
+            Read::Raw => Vec::new(),
+        };
+        let data_len = len.max(u64::try_from(buf.capacity()).unwrap_or(u64::MAX));
+        let charge = data_len
+            .saturating_add(other)
+            .saturating_add(ENTRY_OVERHEAD);
         self.make_room(charge)?;
-        let data = match &self.workers {
-            Some(w) => {
-                let (reply, rx) = mpsc::sync_channel(1);
-                let task = Task {
-                    ino,
-                    ext: ext.clone(),
-                    read,
-                    reply,
-                };
-                match w.tasks.send(task) {
-                    Ok(()) => Pending::Waiting(rx),
-                    // No worker left (cannot happen while the scope
-                    // runs): read here.
-                    Err(mpsc::SendError(task)) => Pending::Ready(task.run(self.tree, self.verify)),
-                }
+        let job = Job {
+            ino,
+            ext: ext.clone(),
+            read,
+            buf,
+        };
+        let data = if self.workers.is_some() {
+            self.open.push(job);
+            self.open_bytes = self.open_bytes.saturating_add(len);
+            if self.open_bytes >= BATCH_BYTES || self.open.len() >= BATCH_JOBS {
+                self.submit();
             }
-            None => {
-                let (reply, _) = mpsc::sync_channel(1);
-                let task = Task {
-                    ino,
-                    ext: ext.clone(),
-                    read,
-                    reply,
-                };
-                Pending::Ready(task.run(self.tree, self.verify))
-            }
+            Pending::Batched
+        } else {
+            Pending::Ready(job.run(self.tree, self.verify))
         };
         self.push(entry(data), charge)
     }
 
-    /// Queue `entry` charged `charge`, after making room.
-    fn push_sized(&mut self, entry: Entry, charge: u64) -> Result<(), SendError> {
-        self.make_room(charge)?;
-        self.push(entry, charge)
+    /// A spare buffer for `len` bytes: the smallest that holds them, or
+    /// none (a new one is made by the job).
+    fn buffer(&mut self, len: u64) -> Vec<u8> {
+        let need = usize::try_from(len).unwrap_or(usize::MAX);
+        let best = self
+            .pool
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| b.capacity() >= need)
+            .min_by_key(|(_, b)| b.capacity())
+            .map(|(i, _)| i);
+        match best {
+            Some(i) => {
+                let b = self.pool.swap_remove(i);
+                let cap = u64::try_from(b.capacity()).unwrap_or(u64::MAX);
+                self.pool_bytes = self.pool_bytes.saturating_sub(cap);
+                b
+            }
+            None => Vec::new(),
+        }
+    }
+
+    /// Keep `buf` for another job, if the pool has room.
+    fn recycle(&mut self, buf: Vec<u8>) {
+        let cap = u64::try_from(buf.capacity()).unwrap_or(u64::MAX);
+        if cap > 0
+            && self.pool.len() < POOL_BUFFERS
+            && self.pool_bytes.saturating_add(cap) <= POOL_BYTES
+        {
+            self.pool_bytes += cap;
+            self.pool.push(buf);
+        }
+    }
+
+    /// Hand the open batch to the workers.
+    fn submit(&mut self) {
+        if self.open.is_empty() {
+            return;
+        }
+        let jobs = std::mem::take(&mut self.open);
+        self.open_bytes = 0;
+        let (reply, rx) = mpsc::sync_channel(1);
+        let task = Task { jobs, reply };
+        if let Some(w) = &self.workers
+            && let Err(mpsc::SendError(task)) = w.tasks.send(task)
+        {
+            // No worker left (cannot happen while the scope runs): read
+            // here.
+            let replies = task.jobs.into_iter().map(|j| j.run(self.tree, self.verify));
+            let _ = task.reply.send(replies.collect());
+        }
+        self.sent.push_back(rx);
+    }
+
+    /// The reply for the oldest batched entry: `None` when it is not there
+    /// yet and `block` is off.
+    fn next_reply(&mut self, block: bool) -> Option<Reply> {
+        loop {
+            if let Some(r) = self.replies.pop_front() {
+                return Some(r);
+            }
+            let Some(rx) = self.sent.front() else {
+                if !block || self.open.is_empty() {
+                    return None;
+                }
+                self.submit();
+                continue;
+            };
+            let got = if block {
+                rx.recv().map_err(|_| TryRecvError::Disconnected)
+            } else {
+                rx.try_recv()
+            };
+            match got {
+                Ok(replies) => {
+                    self.sent.pop_front();
+                    self.replies.extend(replies);
+                }
+                Err(TryRecvError::Empty) => return None,
+                Err(TryRecvError::Disconnected) => {
+                    // A worker went away without an answer (it panicked).
+                    self.sent.pop_front();
+                    return Some(Err(crate::Error::corrupt(
+                        crate::error::Location::Tree(self.tree.id()),
+                        crate::error::CorruptKind::BadField {
+                            field: "data job",
+                            value: 0,
+                            why: "a data reader thread stopped",
+                        },
+                    )));
+                }
+            }
+        }
     }
 
     fn push(&mut self, entry: Entry, charge: u64) -> Result<(), SendError> {
@@ -364,42 +495,30 @@ impl<'t, W: Write> Pipeline<'t, W> {
     /// Write the head entry if it is ready (or, with `block`, once it is);
     /// returns whether it was written.
     fn write_head(&mut self, block: bool) -> Result<bool, SendError> {
-        let Some((entry, charge)) = self.queue.front_mut() else {
+        let batched = matches!(
+            self.queue.front(),
+            Some((
+                Entry::Data {
+                    data: Pending::Batched,
+                    ..
+                },
+                _
+            ))
+        );
+        let reply = if batched {
+            match self.next_reply(block) {
+                Some(r) => Some(r),
+                None => return Ok(false),
+            }
+        } else {
+            None
+        };
+        let Some((mut entry, charge)) = self.queue.pop_front() else {
             return Ok(false);
         };
-        let charge = *charge;
-        if let Entry::Data {
-            data: data @ Pending::Waiting(_),
-            ..
-        } = entry
-        {
-            let Pending::Waiting(rx) = &*data else {
-                return Ok(false);
-            };
-            let got = if block {
-                rx.recv().map_err(|_| TryRecvError::Disconnected)
-            } else {
-                rx.try_recv()
-            };
-            *data = match got {
-                Ok(reply) => Pending::Ready(reply),
-                Err(TryRecvError::Empty) => return Ok(false),
-                Err(TryRecvError::Disconnected) => {
-                    // A worker went away without an answer (it panicked).
-                    Pending::Ready(Err(crate::Error::corrupt(
-                        crate::error::Location::Tree(self.tree.id()),
-                        crate::error::CorruptKind::BadField {
-                            field: "data job",
-                            value: 0,
-                            why: "a data reader thread stopped",
-                        },
-                    )))
-                }
-            };
+        if let (Some(r), Entry::Data { data, .. }) = (reply, &mut entry) {
+            *data = Pending::Ready(r);
         }
-        let Some((entry, _)) = self.queue.pop_front() else {
-            return Ok(false);
-        };
         self.queued = self.queued.saturating_sub(charge);
         self.write_entry(entry)?;
         Ok(true)
@@ -410,50 +529,30 @@ impl<'t, W: Write> Pipeline<'t, W> {
             Entry::Cmd(cmd) => return self.write(&cmd),
             Entry::Data { ino, shape, data } => (ino, shape, data),
         };
-        let path = match &shape {
-            Shape::Writes { path, .. } => Some(path.as_slice()),
-            Shape::Encoded(cmd) => cmd.path(),
-        };
         let bytes = match data {
-            Pending::Zeros => None,
             Pending::Ready(Ok(b)) => Some(b),
             Pending::Ready(Err(source)) => {
-                return Err(self.fail(SendError::Fs {
-                    ino,
-                    path: path.map(<[u8]>::to_vec),
-                    source,
-                }));
+                let path = match &shape {
+                    Shape::Writes { path, .. } => Some(path.clone()),
+                    Shape::Encoded(cmd) => cmd.path().map(<[u8]>::to_vec),
+                };
+                return Err(self.fail(SendError::Fs { ino, path, source }));
             }
-            Pending::Waiting(_) => None,
+            Pending::Zeros | Pending::Batched => None,
         };
         match shape {
-            Shape::Encoded(cmd) => {
-                let Command::EncodedWrite {
-                    path,
-                    offset,
-                    unencoded_file_len,
-                    unencoded_len,
-                    unencoded_offset,
-                    compression,
-                    encryption,
-                    ..
-                } = cmd
-                else {
-                    return self.write(&cmd);
-                };
-                self.write(&Command::EncodedWrite {
-                    path,
-                    offset,
-                    unencoded_file_len,
-                    unencoded_len,
-                    unencoded_offset,
-                    compression,
-                    encryption,
-                    data: bytes.unwrap_or_default().into(),
-                })
+            Shape::Encoded(mut cmd) => {
+                if let Command::EncodedWrite { data, .. } = &mut cmd {
+                    *data = bytes.unwrap_or_default().into();
+                }
+                self.write(&cmd)
             }
             Shape::Writes { path, offset, len } => {
-                self.write_chunks(&path, offset, len, bytes.as_deref())
+                let res = self.write_chunks(&path, offset, len, bytes.as_deref());
+                if let Some(b) = bytes {
+                    self.recycle(b);
+                }
+                res
             }
         }
     }
@@ -502,11 +601,14 @@ impl<'t, W: Write> Pipeline<'t, W> {
         self.out.write(cmd).map_err(|e| self.fail(e.into()))
     }
 
-    /// Stop: drop the queue, tell the workers, pass `e` on.
+    /// Stop: drop the queue and the jobs, tell the workers, pass `e` on.
     fn fail(&mut self, e: SendError) -> SendError {
         self.failed = true;
         self.queue.clear();
         self.queued = 0;
+        self.open.clear();
+        self.sent.clear();
+        self.replies.clear();
         if let Some(w) = &self.workers {
             w.stop.store(true, Ordering::Relaxed);
         }
@@ -532,4 +634,3 @@ impl<'t, W: Write> Pipeline<'t, W> {
         Ok((w, len))
     }
 }
-

@@ -780,7 +780,7 @@ impl<'a> Command<'a> {
                 Value::Timespec(_) => 12,
                 Value::Bytes(b) => b.len(),
             };
-            n = n.saturating_add(4 + u64::try_from(len).unwrap_or(u64::MAX));
+            n = n.saturating_add(u64::try_from(len).unwrap_or(u64::MAX).saturating_add(4));
             Ok::<(), std::convert::Infallible>(())
         });
         n
