@@ -47,7 +47,7 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::io::Write;
 
-use stream_format::{Command, StreamWriter};
+use stream_format::Command;
 
 use crate::fs::Filesystem;
 use crate::fs::subvol::Subvolume;
@@ -57,8 +57,9 @@ use crate::tree::walk::ItemRef;
 
 use super::backref::Backrefs;
 use super::compare::{Change, compare_trees};
-use super::data::{self, ExtentReader};
+use super::data;
 use super::error::SendError;
+use super::pipeline::Pipeline;
 use super::view::{
     self, ExtentKind, FileExtent, InodeInfo, S_IFBLK, S_IFCHR, S_IFDIR, S_IFIFO, S_IFLNK, S_IFMT,
     S_IFREG, S_IFSOCK, TreeView,
@@ -183,11 +184,10 @@ pub(crate) struct FullSend<'a, W: Write> {
     /// Its UUID (received_uuid preferred) and ctransid.
     parent_uuid: [u8; 16],
     parent_ctransid: u64,
-    out: StreamWriter<W>,
+    out: Pipeline<'a, W>,
     opts: SendOptions,
     progress: &'a dyn Progress,
     sectorsize: u64,
-    max_read: u64,
     /// UUID and ctransid of the send root, for CLONE.
     uuid: [u8; 16],
     ctransid: u64,
@@ -224,7 +224,7 @@ impl<'a, W: Write> FullSend<'a, W> {
         subvol: &Subvolume,
         parent: Option<&Subvolume>,
         clone_sources: &[Subvolume],
-        out: StreamWriter<W>,
+        out: Pipeline<'a, W>,
         opts: SendOptions,
         progress: &'a dyn Progress,
     ) -> Result<FullSend<'a, W>, SendError> {
@@ -255,7 +255,6 @@ impl<'a, W: Write> FullSend<'a, W> {
             None => (None, [0; 16], 0),
         };
         let sectorsize = u64::from(fs.volume().superblock().sectorsize);
-        let buf = u64::from(stream_format::default_max_command_size(opts.version));
         let root = &subvol.root;
         let uuid = if root.received_uuid.is_nil() {
             root.uuid.0
@@ -272,8 +271,6 @@ impl<'a, W: Write> FullSend<'a, W> {
             opts,
             progress,
             sectorsize,
-            // max_send_read_size: the send buffer less 16 KiB.
-            max_read: buf.saturating_sub(16 * 1024),
             uuid,
             ctransid: root.ctransid.get(),
             cur: Cur::default(),
@@ -295,13 +292,25 @@ impl<'a, W: Write> FullSend<'a, W> {
     }
 
     fn emit(&mut self, cmd: &Command<'_>) -> Result<(), SendError> {
-        self.out.write(cmd)?;
-        Ok(())
+        self.out.emit(cmd)
     }
 
     /// Run the whole send: SUBVOL, every inode, the deferred directory
-    /// utimes, END.
+    /// utimes, END. An error of the planner comes after what it queued
+    /// before it is written (or the first error among that).
     pub(crate) fn run(mut self, name: &[u8]) -> Result<(W, SendStats), SendError> {
+        match self.plan(name) {
+            Ok(()) => {
+                let (w, len) = self.out.finish()?;
+                self.stats.stream_bytes = len;
+                Ok((w, self.stats))
+            }
+            Err(e) => Err(self.out.drain().err().unwrap_or(e)),
+        }
+    }
+
+    /// Every command but END.
+    fn plan(&mut self, name: &[u8]) -> Result<(), SendError> {
         let uuid = self.uuid;
         let ctransid = self.ctransid;
         if let Some(parent) = self.parent {
@@ -338,11 +347,7 @@ impl<'a, W: Write> FullSend<'a, W> {
         while let Some((ino, generation)) = self.dir_utimes.pop_back() {
             self.send_utimes(ino, generation)?;
         }
-        // END: written by `finish`, which also flushes.
-        let before = self.out.bytes_written();
-        let w = self.out.finish()?;
-        self.stats.stream_bytes = before.saturating_add(10);
-        Ok((w, self.stats))
+        Ok(())
     }
 
     /// Add the current inode (and its path when cheap) to a read error.
@@ -1581,17 +1586,8 @@ impl<'a, W: Write> FullSend<'a, W> {
                 size: end - offset,
             });
         }
-        let mut at = offset;
-        while at < end {
-            let n = (end - at).min(self.max_read);
-            let zeros = vec![0u8; usize::try_from(n).unwrap_or(0)];
-            self.emit(&Command::Write {
-                path: path.as_slice().into(),
-                offset: at,
-                data: zeros.into(),
-            })?;
-            at += n;
-        }
+        self.out
+            .write_data(self.cur.ino, &path, offset, end - offset, None)?;
         self.cur.next_write_offset = end;
         Ok(())
     }
@@ -1968,24 +1964,15 @@ impl<'a, W: Write> FullSend<'a, W> {
             ext.kind,
             ExtentKind::Regular { prealloc: true, .. } | ExtentKind::Regular { disk_bytenr: 0, .. }
         );
-        let mut reader = ExtentReader::new(self.fs, ext, self.fs.volume().superblock().sectorsize);
-        let mut sent = 0u64;
-        while sent < len {
-            let size = (len - sent).min(self.max_read);
-            let data = if zeros {
-                vec![0u8; usize::try_from(size).unwrap_or(0)]
-            } else {
-                reader.read(offset + sent, size)?
-            };
-            self.emit(&Command::Write {
-                path: path.as_slice().into(),
-                offset: offset + sent,
-                data: data.into(),
-            })?;
-            self.progress.data(size);
-            self.stats.data_bytes = self.stats.data_bytes.saturating_add(size);
-            sent += size;
-        }
+        let source = if zeros {
+            None
+        } else {
+            Some(data::fs_extent(ext)?)
+        };
+        self.out
+            .write_data(self.cur.ino, &path, offset, len, source.as_ref())?;
+        self.progress.data(len);
+        self.stats.data_bytes = self.stats.data_bytes.saturating_add(len);
         Ok(())
     }
 
@@ -2000,8 +1987,13 @@ impl<'a, W: Write> FullSend<'a, W> {
         let compression =
             data::encoded_compression(ext.compression, self.fs.volume().superblock().sectorsize)
                 .ok_or_else(|| SendError::corrupt(ext.ino, "unknown compression type"))?;
-        let bytes = data::encoded_bytes(self.fs, ext)?;
-        let n = u64::try_from(bytes.len()).unwrap_or(u64::MAX);
+        let source = data::fs_extent(ext)?;
+        let n = match &ext.kind {
+            ExtentKind::Inline(data) => u64::try_from(data.len()).unwrap_or(u64::MAX),
+            ExtentKind::Regular { disk_num_bytes, .. } => *disk_num_bytes,
+        };
+        // The data is read by a job of the pipeline.
+        let bytes: &[u8] = &[];
         let cmd = match &ext.kind {
             ExtentKind::Inline(_) => Command::EncodedWrite {
                 path: path.into(),
@@ -2028,7 +2020,8 @@ impl<'a, W: Write> FullSend<'a, W> {
                 data: bytes.into(),
             },
         };
-        self.emit(&cmd)?;
+        self.out
+            .write_encoded(self.cur.ino, cmd.into_owned(), &source)?;
         self.progress.data(len);
         self.stats.encoded_bytes = self.stats.encoded_bytes.saturating_add(n);
         Ok(())

@@ -11,20 +11,36 @@
 //! * `compare`: the tree comparison of an incremental send, which skips
 //!   subtrees both snapshots share;
 //! * `view`: point lookups and item decoding in the snapshot's tree;
-//! * `data`: file data (decompression, encoded extents).
+//! * `data`: the planner's extent items handed to the filesystem model's
+//!   data path ([`crate::fs::ExtentReader`]: reads, `--verify-data`
+//!   checksums with mirror fallback, decompression);
+//! * `pipeline`: the planner's commands in order to one writer, with the
+//!   file data read ahead by worker threads.
 //!
-//! Memory: the planner holds one leaf path of the tree walk, the current
-//! inode's recorded references, at most 64 + a few deferred directory
-//! utimes, a first-reference cache of at most 65536 entries, one extent's
-//! data (≤ 128 MiB for an uncompressed extent item split in
-//! `max_send_read_size` reads; ≤ 128 KiB decoded for compressed ones), and
-//! for clone detection: in a full send without clone sources, the set of
-//! data extents already sent (at most 2^20 addresses, ~16 MiB; past that it
-//! is dropped and every shared extent's back references are walked
-//! instead), a per-leaf cache of the clone roots reaching a leaf (at most
-//! 2^14 leaves, then cleared), one tree root per referencing subvolume, and
-//! the back references of the one extent being looked at (at most
+//! Threads: the calling thread walks the tree, plans, and writes every
+//! command in order; [`SendOptions::threads`] worker threads (default 4)
+//! read, verify and decompress the file data of WRITE and ENCODED_WRITE
+//! commands in batches of jobs (at most 256 KiB or 64 jobs a batch),
+//! ahead of the writer. With 0 threads the data is read on the calling
+//! thread when its command is planned.
+//!
+//! Memory, whatever the snapshot's size: the queue between planner and
+//! writer holds at most 16 MiB of data and commands (each entry charged
+//! its data and encoded size plus 128 bytes) or 16384 entries, whichever
+//! comes first, plus up to 8 MiB (64 buffers) of spare data buffers kept
+//! for reuse; a data job reads at most 256 KiB, and a worker holds one
+//! compressed extent (≤ 128 KiB on disk, ≤ 128 KiB decoded) at a time.
+//! The planner holds one leaf path of the tree walk, the current inode's
+//! recorded references, at most 64 + a few deferred directory utimes, a
+//! first-reference cache of at most 65536 entries, and for clone
+//! detection: in a full send without clone sources, the set of data
+//! extents already sent (at most 2^20 addresses, ~16 MiB; past that it is
+//! dropped and every shared extent's back references are walked instead),
+//! a per-leaf cache of the clone roots reaching a leaf (at most 2^14
+//! leaves, then cleared), one tree root per referencing subvolume, and the
+//! back references of the one extent being looked at (at most
 //! `SEND_MAX_EXTENT_REFS` = 1024 references are walked).
+//! The block cache is bounded by [`ReadOptions`](crate::device::readahead::ReadOptions).
 
 pub mod error;
 pub mod full;
@@ -34,6 +50,7 @@ mod backref;
 mod compare;
 
 mod data;
+mod pipeline;
 mod view;
 
 use std::io::{BufWriter, Write};
@@ -63,6 +80,10 @@ pub struct SendOptions {
     /// Verify file data against the csum tree, reading another copy when
     /// one is bad (`--verify-data`).
     pub verify_data: bool,
+    /// Threads that read, verify and decompress file data ahead of the
+    /// writer; 0 reads it on the calling thread. `None` (default): 4, or
+    /// the `BTRSEND_SEND_THREADS` environment variable (for benchmarks).
+    pub threads: Option<usize>,
 }
 
 impl SendOptions {
@@ -73,6 +94,7 @@ impl SendOptions {
             compressed_data: false,
             no_data: false,
             verify_data: false,
+            threads: None,
         }
     }
 
@@ -91,6 +113,12 @@ impl SendOptions {
     /// Set [`SendOptions::verify_data`].
     pub const fn with_verify_data(mut self, on: bool) -> SendOptions {
         self.verify_data = on;
+        self
+    }
+
+    /// Set [`SendOptions::threads`].
+    pub const fn with_threads(mut self, threads: usize) -> SendOptions {
+        self.threads = Some(threads);
         self
     }
 }
@@ -239,11 +267,22 @@ fn send_stream<W: Write>(
             },
         ));
     }
-    let _verify = data::VerifyScope::enter(opts.verify_data.then(|| subvol.id()));
+    let threads = opts.threads.unwrap_or_else(|| {
+        std::env::var("BTRSEND_SEND_THREADS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(pipeline::DEFAULT_THREADS)
+    });
+    let tree = fs.fs_tree(subvol.id())?;
     let buffered = BufWriter::with_capacity(256 * 1024, out);
     let writer = StreamWriter::with_options(buffered, WriterOptions::new(opts.version))?;
-    let planner = full::FullSend::new(fs, subvol, parent, clone_sources, writer, opts, progress)?;
-    let (buffered, stats) = planner.run(&subvol.name)?;
+    let (buffered, stats) = std::thread::scope(|scope| {
+        let workers =
+            (threads > 0).then(|| pipeline::spawn_workers(scope, &tree, opts.verify_data, threads));
+        let out = pipeline::Pipeline::new(writer, &tree, opts.verify_data, workers);
+        let planner = full::FullSend::new(fs, subvol, parent, clone_sources, out, opts, progress)?;
+        planner.run(&subvol.name)
+    })?;
     let out = buffered.into_inner().map_err(|e| {
         SendError::Output(stream_format::EncodeError::Io {
             offset: stats.stream_bytes,

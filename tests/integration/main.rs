@@ -13,3 +13,4 @@ mod send;
 mod send_clone;
 mod send_incremental;
 mod send_live;
+mod send_pipeline;
