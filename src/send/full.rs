@@ -1817,10 +1817,20 @@ impl<'a, W: Write> FullSend<'a, W> {
         let use_clone = match clone {
             None => None,
             Some(c) if end.is_multiple_of(self.sectorsize) => Some(c),
-            // An unaligned end can only be cloned up to both files' EOF.
+            // An unaligned end can only be cloned up to both files' EOF;
+            // in an incremental send the file is first truncated to the
+            // clone's start, since the receiver's file may be longer.
             Some(c) if end == self.cur.size => {
                 let src_size = self.clone_src_size(&c)?;
-                (c.offset.saturating_add(num_bytes) == src_size).then_some(c)
+                let ok = c.offset.saturating_add(num_bytes) == src_size;
+                if ok && self.parent.is_some() {
+                    let path = self.cur_inode_path()?;
+                    self.emit(&Command::Truncate {
+                        path: path.as_slice().into(),
+                        size: offset,
+                    })?;
+                }
+                ok.then_some(c)
             }
             Some(_) => None,
         };
