@@ -11,7 +11,13 @@
 //!   [`super::copy`]) and checks the parent's ctransid too.
 //! * MKFILE uses `O_EXCL` and every creation refuses an existing entry; a
 //!   file is opened for I/O only after it was checked to be a regular file.
-//! * ENCODED_WRITE is always decoded and written (no `BTRFS_IOC_ENCODED_WRITE`).
+//! * ENCODED_WRITE of compressed data is written as it is with
+//!   `BTRFS_IOC_ENCODED_WRITE` ([`super::sys`]) where the target allows it
+//!   (btrfs, `CAP_SYS_ADMIN`), as `btrfs receive` does; elsewhere, for
+//!   extents the ioctl refuses, and with `--force-decompress`, it is decoded
+//!   and written ([`super::encoded`]). Its fields are checked either way; the
+//!   compressed bytes are not (the kernel stores them unchecked, as for
+//!   `btrfs receive`: corrupt data shows as a read error later).
 //! * FILEATTR is applied (btrfs-progs ignores it): the flags that map to
 //!   `FS_IOC_SETFLAGS` flags are set at the end of the subvolume (so an
 //!   immutable flag does not block the commands that follow); flags the
@@ -39,6 +45,7 @@ use stream_format::{Command, CommandInfo, CommandKind};
 
 use super::copy::{self, Notes};
 use super::encoded;
+use super::sys;
 use super::meta::{Record, Records, State, Uuid};
 use super::target::{self, ReceiveDir, Target, TargetError};
 use super::{ApplyError, ApplyErrorKind, Progress};
@@ -96,6 +103,9 @@ pub struct Receiver<'p> {
     /// existing name).
     wcache: Option<(Vec<u8>, File)>,
     seen_notes: BTreeMap<&'static str, ()>,
+    /// Try `BTRFS_IOC_ENCODED_WRITE` for compressed ENCODED_WRITE data
+    /// (cleared for good when the target refuses it, see [`sys::Refusal`]).
+    encoded_ioctl: bool,
     progress: &'p mut dyn Progress,
 }
 
@@ -134,8 +144,16 @@ impl<'p> Receiver<'p> {
             cur: None,
             wcache: None,
             seen_notes: BTreeMap::new(),
+            encoded_ioctl: true,
             progress,
         })
+    }
+
+    /// Always decode ENCODED_WRITE data and write it (`--force-decompress`);
+    /// by default compressed data is first offered to the target as it is
+    /// (`BTRFS_IOC_ENCODED_WRITE`, btrfs only, as root).
+    pub fn force_decompress(&mut self, yes: bool) {
+        self.encoded_ioctl = !yes;
     }
 
     fn note(&mut self, key: &'static str, msg: String) {
@@ -561,13 +579,41 @@ impl<'p> Receiver<'p> {
                 encryption,
                 data,
             } => {
-                let bytes = encoded::decode(
-                    compression.unwrap_or(0),
-                    encryption.unwrap_or(0),
+                let e = sys::Encoded {
+                    offset: *offset,
+                    unencoded_file_len: *unencoded_file_len,
+                    unencoded_len: *unencoded_len,
+                    unencoded_offset: *unencoded_offset,
+                    compression: compression.unwrap_or(0),
+                    encryption: encryption.unwrap_or(0),
                     data,
-                    *unencoded_len,
-                    *unencoded_offset,
-                    *unencoded_file_len,
+                };
+                encoded::check(
+                    e.compression,
+                    e.encryption,
+                    e.unencoded_len,
+                    e.unencoded_offset,
+                    e.unencoded_file_len,
+                )?;
+                // Uncompressed data cannot go through the ioctl: plain write.
+                if self.encoded_ioctl && e.compression != 0 {
+                    let f = self.file(path)?;
+                    match sys::encoded_write(f, &e) {
+                        Ok(()) => return Ok(()),
+                        Err(err) => match sys::refusal(err) {
+                            sys::Refusal::Never => self.encoded_ioctl = false,
+                            sys::Refusal::ThisOne => {}
+                            sys::Refusal::Fail => return Err(err.into()),
+                        },
+                    }
+                }
+                let bytes = encoded::decode(
+                    e.compression,
+                    e.encryption,
+                    data,
+                    e.unencoded_len,
+                    e.unencoded_offset,
+                    e.unencoded_file_len,
                 )?;
                 let f = self.file(path)?;
                 f.write_all_at(&bytes, *offset)?;
@@ -630,6 +676,41 @@ impl<'p> Receiver<'p> {
             }
             drop(l);
             self.renamed(path, to, false);
+        }
+        true
+    }
+
+    /// Write a run of WRITE commands to one file, each starting where the
+    /// one before ends, with `pwritev`. Returns `false` if anything failed
+    /// (nothing is reported: the caller then applies the commands one by
+    /// one, to report the error of the exact command).
+    pub fn write_run(&mut self, cmds: &[(CommandInfo, Command<'_>)]) -> bool {
+        let mut slices = Vec::with_capacity(cmds.len());
+        let mut first = None;
+        for (_, c) in cmds {
+            let Command::Write { path, offset, data } = c else {
+                return false;
+            };
+            if first.is_none() {
+                first = Some((path, *offset));
+            }
+            slices.push(io::IoSlice::new(data));
+        }
+        let Some((path, mut offset)) = first else {
+            return true;
+        };
+        let Ok(f) = self.file(path) else {
+            return false;
+        };
+        let mut bufs = &mut slices[..];
+        while !bufs.is_empty() {
+            match rustix::io::pwritev(f, bufs, offset) {
+                Ok(0) | Err(_) => return false,
+                Ok(n) => {
+                    offset += n as u64;
+                    io::IoSlice::advance_slices(&mut bufs, n);
+                }
+            }
         }
         true
     }

@@ -6,7 +6,9 @@
 //! subvolume (received UUID, ctransid, parent, completeness), the part of
 //! `btrfs receive`'s root-item bookkeeping that a plain directory cannot hold;
 //! [`copy`] makes a snapshot's starting point from its parent and copies
-//! CLONE ranges; [`encoded`] decodes `--compressed-data` extents.
+//! CLONE ranges; [`encoded`] decodes `--compressed-data` extents, which the
+//! private `sys` module (the crate's only unsafe code) writes as they are
+//! into a btrfs target.
 //! Semantics per command follow btrfs-progs `cmds/receive.c` (see
 //! `shared/docs/send-stream-format.md` §9, §10).
 //!
@@ -22,10 +24,12 @@ pub mod apply;
 pub mod copy;
 pub mod encoded;
 pub mod meta;
+mod sys;
 pub mod target;
 
 use std::fmt;
 use std::io::{self, BufReader, Read};
+
 use std::path::{Path, PathBuf};
 
 use stream_format::{Command, CommandInfo, DecodeError, ReaderOptions, StreamReader};
@@ -75,6 +79,9 @@ pub struct ReceiveOptions {
     pub max_errors: u64,
     /// Stop after the first END (`-e`).
     pub stop_at_end: bool,
+    /// Decode compressed ENCODED_WRITE data even where the target could take
+    /// it as it is (`--force-decompress`).
+    pub force_decompress: bool,
 }
 
 impl ReceiveOptions {
@@ -83,6 +90,7 @@ impl ReceiveOptions {
         ReceiveOptions {
             max_errors: 1,
             stop_at_end: false,
+            force_decompress: false,
         }
     }
 }
@@ -329,7 +337,119 @@ pub struct Summary {
     pub bytes: u64,
 }
 
+/// Commands the reader thread hands over at once: up to this many ...
+const BATCH_COMMANDS: usize = 256;
+/// ... or this many bytes of command payload, whichever comes first.
+const BATCH_BYTES: usize = 1 << 20;
+/// Batches read ahead and not yet applied (the bounded queue).
+const QUEUE_BATCHES: usize = 4;
+/// Largest run of consecutive WRITEs written with one `pwritev`.
+const COALESCE_BYTES: usize = 1 << 20;
+
+/// What the reader thread read: a command with the input position after
+/// it, or a stream error.
+enum Item {
+    Cmd(CommandInfo, Command<'static>, u64),
+    Err(DecodeError),
+}
+
+/// The reader thread: read, check (CRC-32C, attributes) and decode commands,
+/// and send them in batches. Stops at the end of the input, after an error
+/// that cannot be read past, after the first END with `stop_at_end` (so it
+/// does not read past it), or when the applier hangs up. Returns the input
+/// position where it stopped.
+fn read_ahead(
+    input: impl Read,
+    stop_at_end: bool,
+    tx: &std::sync::mpsc::SyncSender<Vec<Item>>,
+) -> u64 {
+    // Version 3 streams are accepted: ENABLE_VERITY is reported, not refused.
+    let ropts = ReaderOptions::new().with_max_version(3);
+    let mut reader = StreamReader::with_options(BufReader::with_capacity(1 << 18, input), ropts);
+    let mut batch = Vec::with_capacity(BATCH_COMMANDS);
+    let mut bytes = 0usize;
+    loop {
+        let (item, stop) = match reader.next_command() {
+            Ok(None) => break,
+            Ok(Some((info, cmd))) => {
+                let end = matches!(cmd, Command::End);
+                let cmd = cmd.into_owned();
+                bytes = bytes.saturating_add(info.len as usize);
+                (Item::Cmd(info, cmd, reader.position()), end && stop_at_end)
+            }
+            Err(e) => {
+                let stop = !e.is_recoverable();
+                (Item::Err(e), stop)
+            }
+        };
+        batch.push(item);
+        if stop || batch.len() >= BATCH_COMMANDS || bytes >= BATCH_BYTES {
+            let full = std::mem::replace(&mut batch, Vec::with_capacity(BATCH_COMMANDS));
+            bytes = 0;
+            if tx.send(full).is_err() {
+                return reader.position();
+            }
+        }
+        if stop {
+            return reader.position();
+        }
+    }
+    if !batch.is_empty() {
+        // The applier may have hung up: nothing left to do then.
+        let _ = tx.send(batch);
+    }
+    reader.position()
+}
+
+/// Consecutive WRITEs to one file, each starting where the one before it
+/// ends: written with one `pwritev`.
+#[derive(Default)]
+struct WriteRun {
+    cmds: Vec<(CommandInfo, Command<'static>)>,
+    bytes: usize,
+}
+
+impl WriteRun {
+    /// Whether `cmd` is a WRITE that continues this run (an empty run takes
+    /// no command: the caller starts runs).
+    fn continues(&self, cmd: &Command<'_>) -> bool {
+        let (Some((_, last)), Command::Write { path, offset, data }) = (self.cmds.last(), cmd)
+        else {
+            return false;
+        };
+        let Command::Write {
+            path: lp,
+            offset: lo,
+            data: ld,
+        } = last
+        else {
+            return false;
+        };
+        lp == path
+            && lo.checked_add(ld.len() as u64) == Some(*offset)
+            && self.bytes.saturating_add(data.len()) <= COALESCE_BYTES
+    }
+
+    fn push(&mut self, info: CommandInfo, cmd: Command<'static>) {
+        if let Command::Write { data, .. } = &cmd {
+            self.bytes = self.bytes.saturating_add(data.len());
+        }
+        self.cmds.push((info, cmd));
+    }
+}
+
 /// Receive every stream in `input` into `dir`.
+///
+/// A reader thread reads, checks and decodes the commands ahead of the
+/// applier (this thread), through a bounded queue: at most
+/// `QUEUE_BATCHES` (4) + 2 batches of `BATCH_COMMANDS` (256) commands or
+/// `BATCH_BYTES` (1 MiB) of payload, whichever comes first, are held at
+/// once; for kernel-made streams (commands of at most a few hundred KiB)
+/// that is about 6 MiB, for any stream at most 6 × (1 MiB +
+/// [`ReaderOptions::max_command_len`]). Consecutive WRITEs to one file that
+/// follow each other in it are written with one `pwritev` of up to 1 MiB;
+/// if that fails they are applied one by one, so the error names the exact
+/// command.
 ///
 /// # Errors
 ///
@@ -337,7 +457,7 @@ pub struct Summary {
 /// receive, or [`ReceiveError::Errors`] when errors below the limit
 /// happened.
 pub fn receive(
-    input: impl Read,
+    input: impl Read + Send,
     dir: &Path,
     opts: &ReceiveOptions,
     progress: &mut dyn Progress,
@@ -346,9 +466,29 @@ pub fn receive(
         dir: dir.to_path_buf(),
         error,
     })?;
-    // Version 3 streams are accepted: ENABLE_VERITY is reported, not refused.
-    let ropts = ReaderOptions::new().with_max_version(3);
-    let mut reader = StreamReader::with_options(BufReader::with_capacity(1 << 18, input), ropts);
+    rx.force_decompress(opts.force_decompress);
+    let (tx, rx_batches) = std::sync::mpsc::sync_channel::<Vec<Item>>(QUEUE_BATCHES);
+    std::thread::scope(|s| {
+        let stop_at_end = opts.stop_at_end;
+        let reader = s.spawn(move || read_ahead(input, stop_at_end, &tx));
+        let res = apply_all(&mut rx, &rx_batches, opts);
+        // Hang up first, so a reader blocked on a full queue returns.
+        drop(rx_batches);
+        // OK to unwrap: the reader thread does not panic (a panic there is
+        // a bug, passed on as one).
+        let end = reader.join().expect("reader thread");
+        let mut summary = res?;
+        summary.bytes = end;
+        Ok(summary)
+    })
+}
+
+/// The applier: take the reader thread's batches and apply them in order.
+fn apply_all(
+    rx: &mut Receiver<'_>,
+    batches: &std::sync::mpsc::Receiver<Vec<Item>>,
+    opts: &ReceiveOptions,
+) -> Result<Summary, ReceiveError> {
     let mut errors = 0u64;
     let mut summary = Summary::default();
     let max = opts.max_errors;
@@ -369,63 +509,81 @@ pub fn receive(
         }
         Ok(())
     };
+    // Write a run of WRITEs; if that fails, apply them one by one (each
+    // error then names its own command).
+    let flush = |rx: &mut Receiver<'_>, run: &mut WriteRun, errors: &mut u64| {
+        let cmds = std::mem::take(&mut run.cmds);
+        run.bytes = 0;
+        if cmds.len() > 1 && rx.write_run(&cmds) {
+            return Ok(());
+        }
+        for (info, cmd) in &cmds {
+            apply(rx, info, cmd, errors)?;
+        }
+        Ok::<(), ReceiveError>(())
+    };
     // A MKFILE or MKDIR held back for one command: if the next one renames
     // it, both become one creation ([`Receiver::create_renamed`]).
     let mut held: Option<(CommandInfo, Command<'static>)> = None;
-    loop {
-        let next = reader.next_command();
-        let (info, cmd) = match next {
-            Ok(Some(x)) => x,
-            Ok(None) => break,
-            Err(e) => {
-                if let Some((hi, hc)) = held.take() {
-                    apply(&mut rx, &hi, &hc, &mut errors)?;
+    let mut run = WriteRun::default();
+    'batches: for batch in batches {
+        for item in batch {
+            let (info, cmd, pos) = match item {
+                Item::Cmd(info, cmd, pos) => (info, cmd, pos),
+                Item::Err(e) => {
+                    flush(rx, &mut run, &mut errors)?;
+                    if let Some((hi, hc)) = held.take() {
+                        apply(rx, &hi, &hc, &mut errors)?;
+                    }
+                    let recoverable = e.is_recoverable();
+                    rx.count_error();
+                    errors += 1;
+                    let subvol = rx.current().map(|n| n.escape_ascii().to_string());
+                    let err = ReceiveError::Stream { error: e, subvol };
+                    if !recoverable || (max != 0 && errors >= max) {
+                        return Err(err);
+                    }
+                    rx.progress_error(&err);
+                    continue;
                 }
-                let recoverable = e.is_recoverable();
-                rx.count_error();
-                errors += 1;
-                let subvol = rx.current().map(|n| n.escape_ascii().to_string());
-                let err = ReceiveError::Stream { error: e, subvol };
-                if !recoverable || (max != 0 && errors >= max) {
-                    return Err(err);
-                }
-                rx.progress_error(&err);
+            };
+            summary.commands = info.index + 1;
+            let is_end = matches!(cmd, Command::End);
+            if run.continues(&cmd) {
+                run.push(info, cmd);
+                rx.position(pos, summary.commands);
                 continue;
             }
-        };
-        summary.commands = info.index + 1;
-        let is_end = matches!(cmd, Command::End);
-        let mut done = false;
-        if let Some((hi, hc)) = held.take() {
-            match &cmd {
-                Command::Rename { path, path_to } if hc.path() == Some(&path[..]) => {
-                    done = rx.create_renamed(&hc, path_to);
-                    if !done {
-                        apply(&mut rx, &hi, &hc, &mut errors)?;
+            flush(rx, &mut run, &mut errors)?;
+            let mut done = false;
+            if let Some((hi, hc)) = held.take() {
+                match &cmd {
+                    Command::Rename { path, path_to } if hc.path() == Some(&path[..]) => {
+                        done = rx.create_renamed(&hc, path_to);
+                        if !done {
+                            apply(rx, &hi, &hc, &mut errors)?;
+                        }
                     }
+                    _ => apply(rx, &hi, &hc, &mut errors)?,
                 }
-                _ => apply(&mut rx, &hi, &hc, &mut errors)?,
             }
-        }
-        if !done {
-            if matches!(cmd, Command::Mkfile { .. } | Command::Mkdir { .. }) {
-                held = Some((info, cmd.into_owned()));
-            } else {
-                apply(&mut rx, &info, &cmd, &mut errors)?;
-                drop(cmd);
+            if !done {
+                match cmd {
+                    Command::Mkfile { .. } | Command::Mkdir { .. } => held = Some((info, cmd)),
+                    Command::Write { .. } => run.push(info, cmd),
+                    cmd => apply(rx, &info, &cmd, &mut errors)?,
+                }
             }
-        } else {
-            drop(cmd);
-        }
-        rx.position(reader.position(), summary.commands);
-        if is_end && opts.stop_at_end {
-            break;
+            rx.position(pos, summary.commands);
+            if is_end && opts.stop_at_end {
+                break 'batches;
+            }
         }
     }
+    flush(rx, &mut run, &mut errors)?;
     if let Some((hi, hc)) = held.take() {
-        apply(&mut rx, &hi, &hc, &mut errors)?;
+        apply(rx, &hi, &hc, &mut errors)?;
     }
-    summary.bytes = reader.position();
     rx.finish_subvol()?;
     if errors > 0 {
         return Err(ReceiveError::Errors(errors));
