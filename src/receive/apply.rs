@@ -680,41 +680,6 @@ impl<'p> Receiver<'p> {
         true
     }
 
-    /// Write a run of WRITE commands to one file, each starting where the
-    /// one before ends, with `pwritev`. Returns `false` if anything failed
-    /// (nothing is reported: the caller then applies the commands one by
-    /// one, to report the error of the exact command).
-    pub fn write_run(&mut self, cmds: &[(CommandInfo, Command<'_>)]) -> bool {
-        let mut slices = Vec::with_capacity(cmds.len());
-        let mut first = None;
-        for (_, c) in cmds {
-            let Command::Write { path, offset, data } = c else {
-                return false;
-            };
-            if first.is_none() {
-                first = Some((path, *offset));
-            }
-            slices.push(io::IoSlice::new(data));
-        }
-        let Some((path, mut offset)) = first else {
-            return true;
-        };
-        let Ok(f) = self.file(path) else {
-            return false;
-        };
-        let mut bufs = &mut slices[..];
-        while !bufs.is_empty() {
-            match rustix::io::pwritev(f, bufs, offset) {
-                Ok(0) | Err(_) => return false,
-                Ok(n) => {
-                    offset += n as u64;
-                    io::IoSlice::advance_slices(&mut bufs, n);
-                }
-            }
-        }
-        true
-    }
-
     /// The cached open file, if `path` names it.
     fn cached_file(&self, path: &[u8]) -> Option<&File> {
         match &self.wcache {

@@ -28,7 +28,7 @@ mod sys;
 pub mod target;
 
 use std::fmt;
-use std::io::{self, BufReader, Read};
+use std::io::{self, Read};
 
 use std::path::{Path, PathBuf};
 
@@ -337,119 +337,107 @@ pub struct Summary {
     pub bytes: u64,
 }
 
-/// Commands the reader thread hands over at once: up to this many ...
-const BATCH_COMMANDS: usize = 256;
-/// ... or this many bytes of command payload, whichever comes first.
-const BATCH_BYTES: usize = 1 << 20;
-/// Batches read ahead and not yet applied (the bounded queue).
-const QUEUE_BATCHES: usize = 4;
-/// Largest run of consecutive WRITEs written with one `pwritev`.
-const COALESCE_BYTES: usize = 1 << 20;
+/// Bytes the reader thread asks for with one `read`.
+const BLOCK: usize = 1 << 20;
+/// Blocks read ahead and not yet decoded (the bounded queue).
+const QUEUE_BLOCKS: usize = 4;
 
-/// What the reader thread read: a command with the input position after
-/// it, or a stream error.
-enum Item {
-    Cmd(CommandInfo, Command<'static>, u64),
-    Err(DecodeError),
-}
+/// A block of input read by the reader thread: a buffer of [`BLOCK`] bytes
+/// and how many of them were read.
+type Block = (Vec<u8>, usize);
 
-/// The reader thread: read, check (CRC-32C, attributes) and decode commands,
-/// and send them in batches. Stops at the end of the input, after an error
-/// that cannot be read past, after the first END with `stop_at_end` (so it
-/// does not read past it), or when the applier hangs up. Returns the input
-/// position where it stopped.
-fn read_ahead(
-    input: impl Read,
-    stop_at_end: bool,
-    tx: &std::sync::mpsc::SyncSender<Vec<Item>>,
-) -> u64 {
-    // Version 3 streams are accepted: ENABLE_VERITY is reported, not refused.
-    let ropts = ReaderOptions::new().with_max_version(3);
-    let mut reader = StreamReader::with_options(BufReader::with_capacity(1 << 18, input), ropts);
-    let mut batch = Vec::with_capacity(BATCH_COMMANDS);
-    let mut bytes = 0usize;
+/// The reader thread: read the input in blocks of up to [`BLOCK`] bytes and
+/// send them in order; stop at the end of the input, after a read error
+/// (sent), or when the decoder hangs up. Buffers come back through `empty`
+/// to be reused (no allocation, no page faults per block).
+fn read_blocks(
+    mut input: impl Read,
+    full: &std::sync::mpsc::SyncSender<io::Result<Block>>,
+    empty: &std::sync::mpsc::Receiver<Vec<u8>>,
+) {
     loop {
-        let (item, stop) = match reader.next_command() {
-            Ok(None) => break,
-            Ok(Some((info, cmd))) => {
-                let end = matches!(cmd, Command::End);
-                let cmd = cmd.into_owned();
-                bytes = bytes.saturating_add(info.len as usize);
-                (Item::Cmd(info, cmd, reader.position()), end && stop_at_end)
-            }
-            Err(e) => {
-                let stop = !e.is_recoverable();
-                (Item::Err(e), stop)
+        let mut buf = empty
+            .try_recv()
+            .ok()
+            .filter(|b| b.len() == BLOCK)
+            .unwrap_or_else(|| vec![0; BLOCK]);
+        let r = loop {
+            match input.read(&mut buf) {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                r => break r,
             }
         };
-        batch.push(item);
-        if stop || batch.len() >= BATCH_COMMANDS || bytes >= BATCH_BYTES {
-            let full = std::mem::replace(&mut batch, Vec::with_capacity(BATCH_COMMANDS));
-            bytes = 0;
-            if tx.send(full).is_err() {
-                return reader.position();
+        let stop = !matches!(r, Ok(n) if n > 0);
+        match r {
+            Ok(0) => return,
+            Ok(n) => {
+                if full.send(Ok((buf, n))).is_err() {
+                    return;
+                }
+            }
+            Err(e) => {
+                let _ = full.send(Err(e));
             }
         }
         if stop {
-            return reader.position();
+            return;
         }
     }
-    if !batch.is_empty() {
-        // The applier may have hung up: nothing left to do then.
-        let _ = tx.send(batch);
-    }
-    reader.position()
 }
 
-/// Consecutive WRITEs to one file, each starting where the one before it
-/// ends: written with one `pwritev`.
-#[derive(Default)]
-struct WriteRun {
-    cmds: Vec<(CommandInfo, Command<'static>)>,
-    bytes: usize,
+/// The decoder's end of the reader thread: the blocks, read in order.
+/// It owns the channels' ends: dropping it is what tells the reader thread
+/// to stop.
+struct Blocks {
+    full: std::sync::mpsc::Receiver<io::Result<Block>>,
+    empty: std::sync::mpsc::SyncSender<Vec<u8>>,
+    cur: Block,
+    pos: usize,
+    done: bool,
 }
 
-impl WriteRun {
-    /// Whether `cmd` is a WRITE that continues this run (an empty run takes
-    /// no command: the caller starts runs).
-    fn continues(&self, cmd: &Command<'_>) -> bool {
-        let (Some((_, last)), Command::Write { path, offset, data }) = (self.cmds.last(), cmd)
-        else {
-            return false;
-        };
-        let Command::Write {
-            path: lp,
-            offset: lo,
-            data: ld,
-        } = last
-        else {
-            return false;
-        };
-        lp == path
-            && lo.checked_add(ld.len() as u64) == Some(*offset)
-            && self.bytes.saturating_add(data.len()) <= COALESCE_BYTES
-    }
-
-    fn push(&mut self, info: CommandInfo, cmd: Command<'static>) {
-        if let Command::Write { data, .. } = &cmd {
-            self.bytes = self.bytes.saturating_add(data.len());
+impl Read for Blocks {
+    fn read(&mut self, dst: &mut [u8]) -> io::Result<usize> {
+        while self.pos == self.cur.1 {
+            if self.done || dst.is_empty() {
+                return Ok(0);
+            }
+            match self.full.recv() {
+                Ok(Ok(b)) => {
+                    let (old, _) = std::mem::replace(&mut self.cur, b);
+                    self.pos = 0;
+                    // The pool may be full: then the buffer is freed (and
+                    // the first, empty, one is never a block's).
+                    if old.len() == BLOCK {
+                        let _ = self.empty.try_send(old);
+                    }
+                }
+                Ok(Err(e)) => {
+                    self.done = true;
+                    return Err(e);
+                }
+                // The reader thread is done: end of input.
+                Err(_) => {
+                    self.done = true;
+                    return Ok(0);
+                }
+            }
         }
-        self.cmds.push((info, cmd));
+        let src = self.cur.0.get(self.pos..self.cur.1).unwrap_or_default();
+        let n = dst.len().min(src.len());
+        dst[..n].copy_from_slice(&src[..n]);
+        self.pos += n;
+        Ok(n)
     }
 }
 
 /// Receive every stream in `input` into `dir`.
 ///
-/// A reader thread reads, checks and decodes the commands ahead of the
-/// applier (this thread), through a bounded queue: at most
-/// `QUEUE_BATCHES` (4) + 2 batches of `BATCH_COMMANDS` (256) commands or
-/// `BATCH_BYTES` (1 MiB) of payload, whichever comes first, are held at
-/// once; for kernel-made streams (commands of at most a few hundred KiB)
-/// that is about 6 MiB, for any stream at most 6 × (1 MiB +
-/// [`ReaderOptions::max_command_len`]). Consecutive WRITEs to one file that
-/// follow each other in it are written with one `pwritev` of up to 1 MiB;
-/// if that fails they are applied one by one, so the error names the exact
-/// command.
+/// The input is read on a thread of its own, in blocks of 1 MiB, up to 4
+/// blocks ahead of the decoder (bounded: at most 7 blocks, 7 MiB, exist at
+/// once, reused), so the `read` system calls overlap the decoding (CRC-32C)
+/// and the applying; the bytes are copied once, into the stream reader's
+/// command buffer, as with a `BufReader`.
 ///
 /// # Errors
 ///
@@ -467,28 +455,39 @@ pub fn receive(
         error,
     })?;
     rx.force_decompress(opts.force_decompress);
-    let (tx, rx_batches) = std::sync::mpsc::sync_channel::<Vec<Item>>(QUEUE_BATCHES);
+    with_read_ahead(input, |blocks| decode_and_apply(&mut rx, blocks, opts))
+}
+
+/// Run `f` with `input` read ahead on a thread of its own (see
+/// [`receive`]).
+fn with_read_ahead<T>(input: impl Read + Send, f: impl FnOnce(Blocks) -> T) -> T {
+    let (full_tx, full_rx) = std::sync::mpsc::sync_channel(QUEUE_BLOCKS);
+    let (empty_tx, empty_rx) = std::sync::mpsc::sync_channel(QUEUE_BLOCKS + 2);
     std::thread::scope(|s| {
-        let stop_at_end = opts.stop_at_end;
-        let reader = s.spawn(move || read_ahead(input, stop_at_end, &tx));
-        let res = apply_all(&mut rx, &rx_batches, opts);
-        // Hang up first, so a reader blocked on a full queue returns.
-        drop(rx_batches);
-        // OK to unwrap: the reader thread does not panic (a panic there is
-        // a bug, passed on as one).
-        let end = reader.join().expect("reader thread");
-        let mut summary = res?;
-        summary.bytes = end;
-        Ok(summary)
+        s.spawn(move || read_blocks(input, &full_tx, &empty_rx));
+        let blocks = Blocks {
+            full: full_rx,
+            empty: empty_tx,
+            cur: (Vec::new(), 0),
+            pos: 0,
+            done: false,
+        };
+        // `f` drops `blocks` (also when it stops early, on an error): the
+        // reader thread's next send fails and it ends; the scope waits for
+        // it.
+        f(blocks)
     })
 }
 
-/// The applier: take the reader thread's batches and apply them in order.
-fn apply_all(
+/// Read the commands from `input` and apply them (the body of [`receive`]).
+fn decode_and_apply(
     rx: &mut Receiver<'_>,
-    batches: &std::sync::mpsc::Receiver<Vec<Item>>,
+    input: impl Read,
     opts: &ReceiveOptions,
 ) -> Result<Summary, ReceiveError> {
+    // Version 3 streams are accepted: ENABLE_VERITY is reported, not refused.
+    let ropts = ReaderOptions::new().with_max_version(3);
+    let mut reader = StreamReader::with_options(input, ropts);
     let mut errors = 0u64;
     let mut summary = Summary::default();
     let max = opts.max_errors;
@@ -509,84 +508,153 @@ fn apply_all(
         }
         Ok(())
     };
-    // Write a run of WRITEs; if that fails, apply them one by one (each
-    // error then names its own command).
-    let flush = |rx: &mut Receiver<'_>, run: &mut WriteRun, errors: &mut u64| {
-        let cmds = std::mem::take(&mut run.cmds);
-        run.bytes = 0;
-        if cmds.len() > 1 && rx.write_run(&cmds) {
-            return Ok(());
-        }
-        for (info, cmd) in &cmds {
-            apply(rx, info, cmd, errors)?;
-        }
-        Ok::<(), ReceiveError>(())
-    };
     // A MKFILE or MKDIR held back for one command: if the next one renames
     // it, both become one creation ([`Receiver::create_renamed`]).
     let mut held: Option<(CommandInfo, Command<'static>)> = None;
-    let mut run = WriteRun::default();
-    'batches: for batch in batches {
-        for item in batch {
-            let (info, cmd, pos) = match item {
-                Item::Cmd(info, cmd, pos) => (info, cmd, pos),
-                Item::Err(e) => {
-                    flush(rx, &mut run, &mut errors)?;
-                    if let Some((hi, hc)) = held.take() {
-                        apply(rx, &hi, &hc, &mut errors)?;
-                    }
-                    let recoverable = e.is_recoverable();
-                    rx.count_error();
-                    errors += 1;
-                    let subvol = rx.current().map(|n| n.escape_ascii().to_string());
-                    let err = ReceiveError::Stream { error: e, subvol };
-                    if !recoverable || (max != 0 && errors >= max) {
-                        return Err(err);
-                    }
-                    rx.progress_error(&err);
-                    continue;
+    loop {
+        let next = reader.next_command();
+        let (info, cmd) = match next {
+            Ok(Some(x)) => x,
+            Ok(None) => break,
+            Err(e) => {
+                if let Some((hi, hc)) = held.take() {
+                    apply(rx, &hi, &hc, &mut errors)?;
                 }
-            };
-            summary.commands = info.index + 1;
-            let is_end = matches!(cmd, Command::End);
-            if run.continues(&cmd) {
-                run.push(info, cmd);
-                rx.position(pos, summary.commands);
+                let recoverable = e.is_recoverable();
+                rx.count_error();
+                errors += 1;
+                let subvol = rx.current().map(|n| n.escape_ascii().to_string());
+                let err = ReceiveError::Stream { error: e, subvol };
+                if !recoverable || (max != 0 && errors >= max) {
+                    return Err(err);
+                }
+                rx.progress_error(&err);
                 continue;
             }
-            flush(rx, &mut run, &mut errors)?;
-            let mut done = false;
-            if let Some((hi, hc)) = held.take() {
-                match &cmd {
-                    Command::Rename { path, path_to } if hc.path() == Some(&path[..]) => {
-                        done = rx.create_renamed(&hc, path_to);
-                        if !done {
-                            apply(rx, &hi, &hc, &mut errors)?;
-                        }
+        };
+        summary.commands = info.index + 1;
+        let is_end = matches!(cmd, Command::End);
+        let mut done = false;
+        if let Some((hi, hc)) = held.take() {
+            match &cmd {
+                Command::Rename { path, path_to } if hc.path() == Some(&path[..]) => {
+                    done = rx.create_renamed(&hc, path_to);
+                    if !done {
+                        apply(rx, &hi, &hc, &mut errors)?;
                     }
-                    _ => apply(rx, &hi, &hc, &mut errors)?,
                 }
-            }
-            if !done {
-                match cmd {
-                    Command::Mkfile { .. } | Command::Mkdir { .. } => held = Some((info, cmd)),
-                    Command::Write { .. } => run.push(info, cmd),
-                    cmd => apply(rx, &info, &cmd, &mut errors)?,
-                }
-            }
-            rx.position(pos, summary.commands);
-            if is_end && opts.stop_at_end {
-                break 'batches;
+                _ => apply(rx, &hi, &hc, &mut errors)?,
             }
         }
+        if !done {
+            if matches!(cmd, Command::Mkfile { .. } | Command::Mkdir { .. }) {
+                held = Some((info, cmd.into_owned()));
+            } else {
+                apply(rx, &info, &cmd, &mut errors)?;
+                drop(cmd);
+            }
+        } else {
+            drop(cmd);
+        }
+        rx.position(reader.position(), summary.commands);
+        if is_end && opts.stop_at_end {
+            break;
+        }
     }
-    flush(rx, &mut run, &mut errors)?;
     if let Some((hi, hc)) = held.take() {
         apply(rx, &hi, &hc, &mut errors)?;
     }
+    summary.bytes = reader.position();
     rx.finish_subvol()?;
     if errors > 0 {
         return Err(ReceiveError::Errors(errors));
     }
     Ok(summary)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A reader that returns at most `step` bytes per read, then `err` (if
+    /// any) instead of the end.
+    struct Choppy {
+        data: Vec<u8>,
+        pos: usize,
+        step: usize,
+        err: bool,
+    }
+
+    impl Read for Choppy {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            let left = self.data.len() - self.pos;
+            if left == 0 && self.err {
+                return Err(io::Error::other("broken input"));
+            }
+            let n = buf.len().min(self.step).min(left);
+            buf[..n].copy_from_slice(&self.data[self.pos..self.pos + n]);
+            self.pos += n;
+            Ok(n)
+        }
+    }
+
+    fn data(len: usize) -> Vec<u8> {
+        (0..len).map(|i| (i * 7 + i / 4099) as u8).collect()
+    }
+
+    #[test]
+    fn read_ahead_passes_every_byte_in_order() {
+        // Over several blocks, with buffers reused: full-block reads, short
+        // (pipe-like) reads, and readers asking for odd sizes.
+        let want = data(3 * BLOCK + 12345);
+        for (step, ask) in [(usize::MAX, 10), (65536, 131_094), (1000, 3 * BLOCK)] {
+            let input = Choppy {
+                data: want.clone(),
+                pos: 0,
+                step,
+                err: false,
+            };
+            let got = with_read_ahead(input, |mut b| {
+                let mut got = Vec::new();
+                let mut buf = vec![0; ask];
+                loop {
+                    let n = b.read(&mut buf).unwrap();
+                    if n == 0 {
+                        break got;
+                    }
+                    got.extend_from_slice(&buf[..n]);
+                }
+            });
+            assert!(got == want, "step {step} ask {ask}: {} bytes", got.len());
+        }
+    }
+
+    #[test]
+    fn read_ahead_passes_errors_and_stops_early() {
+        let input = Choppy {
+            data: data(BLOCK + 5),
+            pos: 0,
+            step: usize::MAX,
+            err: true,
+        };
+        let e = with_read_ahead(input, |mut b| {
+            let mut v = Vec::new();
+            b.read_to_end(&mut v).unwrap_err()
+        });
+        assert_eq!(e.to_string(), "broken input");
+        // The decoder stops after a few bytes of a long input: the reader
+        // thread ends (this returns) without reading it all.
+        let input = Choppy {
+            data: data(64 * BLOCK),
+            pos: 0,
+            step: usize::MAX,
+            err: false,
+        };
+        let first = with_read_ahead(input, |mut b| {
+            let mut x = [0u8; 4];
+            b.read_exact(&mut x).unwrap();
+            x
+        });
+        assert_eq!(first.to_vec(), data(4));
+    }
 }
