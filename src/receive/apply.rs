@@ -30,6 +30,11 @@
 //!   of two, and the orphan's directory keeps its time where the stream
 //!   sends no UTIMES for it ([`Receiver::create_renamed`]).
 //! * ENABLE_VERITY is reported, not applied.
+//! * As an ordinary user, owners and privileged xattrs cannot be set: that
+//!   is reported once, not an error. A character or block device node
+//!   cannot be made at all: that is an error that says so
+//!   ([`super::ApplyErrorKind::DeviceNeedsRoot`]); with `--max-errors 0` the rest
+//!   is received (and the subvolume marked incomplete).
 //! * A `--no-data` stream (UPDATE_EXTENT) is refused: it has no file data.
 
 use std::collections::BTreeMap;
@@ -361,8 +366,19 @@ impl<'p> Receiver<'p> {
                     return Err(ApplyErrorKind::BadMode(*mode));
                 }
                 let l = self.cur()?.target.locate_entry(path)?;
-                rustix::fs::mknodat(&l.parent, l.name(), ft, Mode::from_raw_mode(0o600), *rdev)?;
-                Ok(())
+                match rustix::fs::mknodat(&l.parent, l.name(), ft, Mode::from_raw_mode(0o600), *rdev)
+                {
+                    // Device nodes need CAP_MKNOD: as an ordinary user this is
+                    // an error (the subvolume would lack the node, and the
+                    // commands on it would fail), with what to do about it.
+                    Err(rustix::io::Errno::PERM)
+                        if matches!(ft, FileType::CharacterDevice | FileType::BlockDevice)
+                            && !rustix::process::geteuid().is_root() =>
+                    {
+                        Err(ApplyErrorKind::DeviceNeedsRoot)
+                    }
+                    r => Ok(r?),
+                }
             }
             C::Mkfifo { path, .. } | C::Mksock { path, .. } => {
                 let ft = if matches!(cmd, C::Mkfifo { .. }) {

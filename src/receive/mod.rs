@@ -157,6 +157,9 @@ pub enum ApplyErrorKind {
     Decode(encoded::DecodeDataError),
     /// A MKNOD / CHMOD mode that makes no sense.
     BadMode(u64),
+    /// MKNOD of a character or block device as an ordinary user (it needs
+    /// `CAP_MKNOD`).
+    DeviceNeedsRoot,
     /// Another invalid value.
     Invalid(String),
 }
@@ -199,6 +202,9 @@ impl fmt::Display for ApplyErrorKind {
             ),
             ApplyErrorKind::Decode(e) => e.fmt(f),
             ApplyErrorKind::BadMode(m) => write!(f, "invalid mode {m:o}"),
+            ApplyErrorKind::DeviceNeedsRoot => f.write_str(
+                "creating a device node needs root (CAP_MKNOD) and btrsend is not running as root: receive as root, or with --max-errors 0 to receive everything else (the subvolume is then marked incomplete)",
+            ),
             ApplyErrorKind::Invalid(m) => f.write_str(m),
         }
     }
@@ -340,7 +346,7 @@ pub struct Summary {
 /// Bytes the reader thread asks for with one `read`.
 const BLOCK: usize = 1 << 20;
 /// Blocks read ahead and not yet decoded (the bounded queue).
-const QUEUE_BLOCKS: usize = 4;
+const QUEUE_BLOCKS: usize = 8;
 
 /// A block of input read by the reader thread: a buffer of [`BLOCK`] bytes
 /// and how many of them were read.
@@ -433,9 +439,9 @@ impl Read for Blocks {
 
 /// Receive every stream in `input` into `dir`.
 ///
-/// The input is read on a thread of its own, in blocks of 1 MiB, up to 4
-/// blocks ahead of the decoder (bounded: at most 7 blocks, 7 MiB, exist at
-/// once, reused), so the `read` system calls overlap the decoding (CRC-32C)
+/// The input is read on a thread of its own, in blocks of 1 MiB, up to 8
+/// blocks ahead of the decoder (bounded: at most 11 blocks, 11 MiB, exist
+/// at once, reused), so the `read` system calls overlap the decoding (CRC-32C)
 /// and the applying; the bytes are copied once, into the stream reader's
 /// command buffer, as with a `BufReader`.
 ///
