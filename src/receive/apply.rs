@@ -50,8 +50,8 @@ use stream_format::{Command, CommandInfo, CommandKind};
 
 use super::copy::{self, Notes};
 use super::encoded;
-use super::sys;
 use super::meta::{Record, Records, State, Uuid};
+use super::sys;
 use super::target::{self, ReceiveDir, Target, TargetError};
 use super::{ApplyError, ApplyErrorKind, Progress};
 
@@ -366,8 +366,13 @@ impl<'p> Receiver<'p> {
                     return Err(ApplyErrorKind::BadMode(*mode));
                 }
                 let l = self.cur()?.target.locate_entry(path)?;
-                match rustix::fs::mknodat(&l.parent, l.name(), ft, Mode::from_raw_mode(0o600), *rdev)
-                {
+                match rustix::fs::mknodat(
+                    &l.parent,
+                    l.name(),
+                    ft,
+                    Mode::from_raw_mode(0o600),
+                    *rdev,
+                ) {
                     // Device nodes need CAP_MKNOD: as an ordinary user this is
                     // an error (the subvolume would lack the node, and the
                     // commands on it would fail), with what to do about it.

@@ -132,7 +132,12 @@ pub fn encoded_write(fd: impl AsFd, e: &Encoded<'_>) -> Result<(), Errno> {
     // requires. Its `iov` points to one valid `IoVec` whose `base`/`len`
     // describe `e.data`; `iov` and `e.data` both outlive this call, which
     // is synchronous, and the kernel only reads through them.
-    unsafe { ioctl(fd, Setter::<BTRFS_IOC_ENCODED_WRITE, EncodedIoArgs>::new(args)) }
+    unsafe {
+        ioctl(
+            fd,
+            Setter::<BTRFS_IOC_ENCODED_WRITE, EncodedIoArgs>::new(args),
+        )
+    }
 }
 
 #[cfg(test)]

@@ -1350,7 +1350,10 @@ fn compressed_data_is_written_encoded_on_btrfs() {
     // The received subvolumes are trees 256 and 257.
     let want_count = compressed_extents(&kernel, &[256, 257]);
     drop(kernel);
-    assert!(want_count > 10, "kernel receive: {want_count} compressed extents");
+    assert!(
+        want_count > 10,
+        "kernel receive: {want_count} compressed extents"
+    );
     let want: String = strip_btrfs_xattrs(&meta.manifest(&pair.child).unwrap())
         .lines()
         .filter(|l| l.split(' ').nth(1) != Some("subvol"))
