@@ -12,7 +12,7 @@
 //! * MKFILE uses `O_EXCL` and every creation refuses an existing entry; a
 //!   file is opened for I/O only after it was checked to be a regular file.
 //! * ENCODED_WRITE of compressed data is written as it is with
-//!   `BTRFS_IOC_ENCODED_WRITE` ([`super::sys`]) where the target allows it
+//!   `BTRFS_IOC_ENCODED_WRITE` (`receive::sys`, private) where the target allows it
 //!   (btrfs, `CAP_SYS_ADMIN`), as `btrfs receive` does; elsewhere, for
 //!   extents the ioctl refuses, and with `--force-decompress`, it is decoded
 //!   and written ([`super::encoded`]). Its fields are checked either way; the
