@@ -12,3 +12,4 @@ mod receive;
 mod send;
 mod send_incremental;
 mod send_live;
+mod send_random;
