@@ -2085,7 +2085,18 @@ impl<'a, W: Write> FullSend<'a, W> {
             // An unaligned end can only be cloned up to both files' EOF.
             Some(c) if end == self.cur.size => {
                 let src_size = self.clone_src_size(&c)?;
-                (c.offset.saturating_add(num_bytes) == src_size).then_some(c)
+                let fits = c.offset.saturating_add(num_bytes) == src_size;
+                if fits && self.parent.is_some() {
+                    // The receiver's copy may still be longer (an existing
+                    // file, or one cloned into before): cut it at the
+                    // range's start so the clone ends at its EOF.
+                    let path = self.cur_inode_path()?;
+                    self.emit(&Command::Truncate {
+                        path: path.into(),
+                        size: offset,
+                    })?;
+                }
+                fits.then_some(c)
             }
             Some(_) => None,
         };

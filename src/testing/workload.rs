@@ -119,6 +119,7 @@ pub struct Workload {
     rng: Rng,
     log: Vec<String>,
     xfs_io: bool,
+    rename_heavy: bool,
 }
 
 impl Workload {
@@ -133,7 +134,17 @@ impl Workload {
             rng: Rng::new(seed),
             log: Vec::new(),
             xfs_io,
+            rename_heavy: false,
         }
+    }
+
+    /// Favour directory operations (mkdir, renames, exchanges, swaps,
+    /// inversions) over data operations: deep reorganisations of the tree,
+    /// where delayed directory moves and orphans come from.
+    #[must_use]
+    pub fn rename_heavy(mut self, on: bool) -> Workload {
+        self.rename_heavy = on;
+        self
     }
 
     /// The operations applied so far, one line each, refused ones marked.
@@ -179,7 +190,7 @@ impl Workload {
     /// As [`populate`](Self::populate).
     pub fn run(&mut self, n: usize) -> io::Result<()> {
         for _ in 0..n {
-            let op = Op::random(&mut self.rng);
+            let op = Op::random(&mut self.rng, self.rename_heavy);
             self.apply(op)?;
         }
         Ok(())
@@ -737,8 +748,9 @@ enum Op {
 }
 
 impl Op {
-    /// Weighted choice: renames and data changes dominate.
-    fn random(rng: &mut Rng) -> Op {
+    /// Weighted choice: renames and data changes dominate (directory
+    /// operations dominate more with `rename_heavy`).
+    fn random(rng: &mut Rng, rename_heavy: bool) -> Op {
         const TABLE: &[(Op, u64)] = &[
             (Op::Create, 8),
             (Op::Mkdir, 6),
@@ -763,9 +775,21 @@ impl Op {
             (Op::Chown, 3),
             (Op::Utimes, 3),
         ];
-        let total: u64 = TABLE.iter().map(|(_, w)| w).sum();
+        let weight = |op: Op, w: u64| -> u64 {
+            if !rename_heavy {
+                return w;
+            }
+            match op {
+                Op::Rename | Op::Exchange | Op::Swap | Op::Invert => w * 4,
+                Op::Mkdir | Op::Link | Op::Rmdir => w * 2,
+                Op::Write | Op::Append | Op::Truncate | Op::Punch | Op::Fallocate => 1,
+                _ => w,
+            }
+        };
+        let total: u64 = TABLE.iter().map(|&(op, w)| weight(op, w)).sum();
         let mut x = rng.below(total);
         for &(op, w) in TABLE {
+            let w = weight(op, w);
             if x < w {
                 return op;
             }

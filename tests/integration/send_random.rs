@@ -8,9 +8,10 @@
 //! 1. a subvolume `s<seed>` gets a random starting tree
 //!    (`btrsend::testing::workload`), then the read-only snapshot `P`;
 //! 2. random operations (renames over existing names, swaps, inversions,
-//!    hard links, reflinks, holes, xattrs, …; some seeds remount halfway so
-//!    that freed inode numbers are reused), then the snapshot `C`; one seed
-//!    in four continues with more operations and a snapshot `D`;
+//!    hard links, reflinks, holes, xattrs, …; seeds from [`RENAME_HEAVY`]
+//!    on mostly reorganise directories; one seed in five remounts halfway
+//!    so that freed inode numbers are reused), then the snapshot `C`; one
+//!    seed in four continues with more operations and a snapshot `D`;
 //! 3. the receiver gets `P` from the kernel's full stream, then **our**
 //!    incremental stream `P→C` (and `C→D`), made by reading the image, all
 //!    received by the stock `btrfs receive`;
@@ -19,13 +20,18 @@
 //!    the kernel's own incremental stream creates orphans without sending
 //!    their UTIMES (`testing::compare::orphan_dirs_without_utimes`), and hole
 //!    maps (`data=`), which are compared and counted but not required equal
-//!    (v1 sends punched holes as zeros; prealloc ranges arrive as holes);
+//!    (v1 sends punched holes as zeros; prealloc ranges arrive as zeros);
 //!    file contents (`b3=`) and sizes always are.
 //!
-//! One seed in five also receives the kernel's own incremental stream the
-//! same way (a sanity check of the harness), and every seed compares our
-//! stream's dump with the kernel's; identity is reported, not required.
-//! The protocol rotates with the seed: v1, v2, v2 `--compressed-data`.
+//! The kernel's own incremental stream is received the same way into a
+//! second copy (a check of the harness and the reference for hole maps):
+//! where it fails to reproduce the snapshot *and* our stream makes exactly
+//! the same tree, the fault is the kernel's or the receiver's (seen with
+//! v2 `--compressed-data`, identical streams), reported but not failed.
+//! Trees that differ from the kernel stream's (hole maps) are reported.
+//! Every seed compares our stream's dump with the kernel's; identity is
+//! counted, not required. The protocol rotates with the seed: v1, v2, v2
+//! `--compressed-data`.
 //!
 //! CI runs [`CI_SEEDS`] and the [`REGRESSION_SEEDS`]. More seeds:
 //!
@@ -38,7 +44,9 @@
 //! works too; `BTRSEND_RANDOM_OPS=N` changes the number of operations
 //! between snapshots, `BTRSEND_RANDOM_SECONDS=S` stops starting seeds after
 //! S seconds, `BTRSEND_RANDOM_VERBOSE=1` prints every hole-map note,
-//! `BTRSEND_RANDOM_KEEP=DIR` keeps the streams of failing seeds there.) A failing seed prints the seed, the operation log,
+//! `BTRSEND_RANDOM_KEEP=DIR` keeps the streams of failing seeds there,
+//! `BTRSEND_RANDOM_DUMPDIFF=1` prints how every non-identical dump
+//! differs.) A failing seed prints the seed, the operation log,
 //! the diff of our stream's dump against the kernel's and the manifest
 //! diff; rerun it alone with `BTRSEND_RANDOM_SEEDS=<seed>`.
 
@@ -69,10 +77,28 @@ fn dump_text(stream: &[u8]) -> String {
 }
 
 /// The seeds CI runs.
-const CI_SEEDS: std::ops::Range<u64> = 1..51;
+const CI_SEEDS: [std::ops::Range<u64>; 2] = [1..61, RENAME_HEAVY..RENAME_HEAVY + 40];
 
-/// Seeds that once failed (each fixed), run in CI as well.
-const REGRESSION_SEEDS: &[u64] = &[];
+/// Seeds from this one on use the rename-heavy workload
+/// (`Workload::rename_heavy`).
+const RENAME_HEAVY: u64 = 1_000_000;
+
+/// Seeds that once failed (each fixed), run in CI as well, with what the
+/// receiver said. Before the kernel's delayed-move rules were complete
+/// (`will_overwrite_ref` seeing waiting moves, `wait_for_dest_dir_move`,
+/// `can_rmdir` with waiting children and the rmdir retried after the
+/// move, `path_loop`, paths of waiting directories from the parent):
+/// * 73: `link h -> c/c/a failed: File exists`;
+/// * 97: `rmdir o265-1337-0 failed: Directory not empty`;
+/// * 260: `link o269-3600-0/e -> f failed: No such file or directory`;
+/// * 1000093: `link i2/i -> c failed: File exists`;
+/// * 1000104: `utimes a/b failed: No such file or directory`;
+/// * 1000111: `link j -> o258-5628-0/i1 failed: No such file or directory`.
+///
+/// And 1952 (v2c): `failed to clone extents to e0: Invalid argument`, a
+/// clone up to an unaligned EOF without the TRUNCATE the kernel sends
+/// before it in incremental streams (`send_write_or_clone`).
+const REGRESSION_SEEDS: &[u64] = &[73, 97, 260, 1952, 1_000_093, 1_000_104, 1_000_111];
 
 /// Operations on the starting tree and between two snapshots (default).
 const POPULATE_OPS: usize = 40;
@@ -97,8 +123,12 @@ fn variant(seed: u64) -> (&'static str, SendOptions, &'static [&'static str]) {
 /// the CI set and the regressions.
 fn seeds() -> Vec<u64> {
     let Ok(spec) = std::env::var("BTRSEND_RANDOM_SEEDS") else {
-        let mut all: Vec<u64> = CI_SEEDS.collect();
-        all.extend(REGRESSION_SEEDS.iter().filter(|s| !CI_SEEDS.contains(s)));
+        let mut all: Vec<u64> = CI_SEEDS.into_iter().flatten().collect();
+        for s in REGRESSION_SEEDS {
+            if !all.contains(s) {
+                all.push(*s);
+            }
+        }
         return all;
     };
     let mut out = Vec::new();
@@ -234,7 +264,10 @@ fn run_seed(live: &mut LiveBtrfs, seed: u64, ops: usize) -> Result<SeedResult, S
     std::fs::create_dir_all(&snaps).map_err(|e| e.to_string())?;
     let snap = |tag: &str| snaps.join(format!("s{seed}.{tag}"));
     btrfs(&["-q", "subvolume", "create"], &[&sub])?;
-    let mut w = Workload::new(&sub, seed);
+    // Seeds from RENAME_HEAVY on reorganise directories more than they
+    // write data.
+    let heavy = seed >= RENAME_HEAVY;
+    let mut w = Workload::new(&sub, seed).rename_heavy(heavy);
     let chain = seed % 4 == 3;
     let remount = seed % 5 == 2;
     // The kernel's own stream is received too (a check of the harness, and
@@ -245,7 +278,7 @@ fn run_seed(live: &mut LiveBtrfs, seed: u64, ops: usize) -> Result<SeedResult, S
         "# seed {seed}: {vname}{}{}{}",
         if chain { ", chain P->C->D" } else { "" },
         if remount { ", remount" } else { "" },
-        if sanity { "" } else { "" }
+        if heavy { ", rename-heavy" } else { "" }
     ));
     let mut tags = vec!["P", "C"];
     if chain {
@@ -365,6 +398,11 @@ fn run_seed(live: &mut LiveBtrfs, seed: u64, ops: usize) -> Result<SeedResult, S
         let same_dump = odump == kdump;
         if same_dump {
             result.identical += 1;
+        } else if std::env::var_os("BTRSEND_RANDOM_DUMPDIFF").is_some() {
+            eprintln!(
+                "send_random: {what}: dump differs from the kernel's (- kernel, + ours):\n{}",
+                line_diff(&kdump, &odump, 40)
+            );
         }
         let ofile = scratch.join(format!("ours.{p}{c}.stream"));
         std::fs::write(&ofile, &ours).map_err(|e| e.to_string())?;
