@@ -2,8 +2,10 @@
 //! kernel-made fixture image (002-many-files, a pair whose stream is
 //! command-identical to the kernel's) writes an incremental stream whose
 //! `btrsend dump` equals the kernel's stored `btrfs receive --dump` of its
-//! own `btrfs send -p` stream; `-c` without `-p` and an unknown parent fail
-//! with exit status 1 and a clear message.
+//! own `btrfs send -p` stream; so does `-c` with and without `-p`
+//! (015-clone-sources; without `-p` the parent is picked as btrfs-progs
+//! does); `-c` with no suitable parent and an unknown parent fail with exit
+//! status 1 and a clear message.
 
 mod common;
 use common::btrsend;
@@ -52,12 +54,66 @@ fn incremental_send_matches_the_kernel_dump() {
 }
 
 #[test]
+fn clone_source_send_matches_the_kernel_dump() {
+    let fixture = "015-clone-sources";
+    let tmp = tempfile::tempdir().unwrap();
+    let img = common::unpack(tmp.path(), fixture, "dev1.img");
+    for (stem, args) in [
+        ("a2.c-a1+b1", &["-c", "snaps/a1", "-c", "snaps/b1"][..]),
+        ("a2.p-a1.c-b1", &["-p", "snaps/a1", "-c", "snaps/b1"][..]),
+    ] {
+        let stream = tmp.path().join(format!("{stem}.stream"));
+        let out = btrsend()
+            .arg("send")
+            .arg("--device")
+            .arg(&img)
+            .args(args)
+            .arg("-f")
+            .arg(&stream)
+            .arg("snaps/a2")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let dump = btrsend()
+            .args(["dump", "-f"])
+            .arg(&stream)
+            .output()
+            .unwrap();
+        assert!(dump.status.success());
+        let expected =
+            std::fs::read_to_string(common::fixture_dir(fixture).join(format!("{stem}.v1.dump")))
+                .unwrap();
+        assert!(
+            String::from_utf8(dump.stdout).unwrap() == expected,
+            "{stem}: dump differs from the kernel's"
+        );
+    }
+    // b1 is no snapshot of a2's source: no parent to pick (as btrfs-progs).
+    let out = btrsend()
+        .arg("send")
+        .arg("--device")
+        .arg(&img)
+        .args(["-c", "snaps/b1", "-f"])
+        .arg(tmp.path().join("x"))
+        .arg("snaps/a2")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("parent determination failed"), "{stderr}");
+}
+
+#[test]
 fn bad_parent_arguments_fail_with_status_1() {
     let tmp = tempfile::tempdir().unwrap();
     let img = common::unpack(tmp.path(), FIXTURE, "dev1.img");
     let f = tmp.path().join("s");
     for (args, want) in [
-        (&["-c", "snaps/m1"][..], "-c without -p"),
+        (&["-c", "snaps/nope"][..], "snaps/nope"),
         (&["-p", "snaps/nope"][..], "snaps/nope"),
     ] {
         let out = btrsend()

@@ -25,7 +25,7 @@ use crate::tree::key::Key;
 use crate::types::Logical;
 
 use super::compress::{self, decompress};
-use super::items::{Compression, ExtentData, FileExtent, Inode};
+use super::items::{Compression, DiskExtent, ExtentData, FileExtent, Inode};
 use super::tree::{Extents, FsTree, search_le};
 
 /// Largest read done in one step of [`FileReader::read`] (bounds memory).
@@ -279,7 +279,7 @@ struct Ahead<'fs> {
     exhausted: bool,
 }
 
-impl FileReader<'_, '_> {
+impl<'t, 'fs> FileReader<'t, 'fs> {
     /// The inode being read.
     pub fn inode(&self) -> &Inode {
         &self.inode
@@ -451,11 +451,58 @@ impl FileReader<'_, '_> {
         Ok(())
     }
 
+    /// The reader of this inode's extent items.
+    fn extent_reader(&self) -> ExtentReader<'t, 'fs> {
+        self.tree
+            .extent_reader(self.inode.ino, self.verify && !self.inode.nodatasum())
+    }
+
+    /// Fill `out` with the bytes of data extent `e` at `self.pos`, keeping
+    /// a decoded extent for the next reads.
+    fn read_extent(&mut self, e: &FileExtent, out: &mut [u8]) -> Result<()> {
+        let ext = self.extent_reader();
+        ext.read_cached(e, self.pos, out, &mut self.decoded)
+    }
+}
+
+/// Reads the bytes of one inode's file extent items — the one data path of
+/// the filesystem model, used by [`FileReader`] and by send (which reads
+/// extent by extent, from several threads: it is `Copy` and `Sync`).
+///
+/// An uncompressed extent is read only where asked; a compressed or inline
+/// one is decoded whole. With verification, every sector read is checked
+/// against the csum tree and a bad one is read from the next copy.
+#[derive(Debug, Clone, Copy)]
+pub struct ExtentReader<'t, 'fs> {
+    tree: &'t FsTree<'fs>,
+    ino: u64,
+    verify: bool,
+}
+
+impl<'fs> FsTree<'fs> {
+    /// A reader of the extent items of inode `ino`; with `verify`, data
+    /// checksums are checked (sectors without a stored checksum, as in
+    /// NODATASUM files and prealloc ranges, are not).
+    pub fn extent_reader(&self, ino: u64, verify: bool) -> ExtentReader<'_, 'fs> {
+        ExtentReader {
+            tree: self,
+            ino,
+            verify,
+        }
+    }
+}
+
+impl ExtentReader<'_, '_> {
+    /// The inode whose extents are read.
+    pub fn ino(&self) -> u64 {
+        self.ino
+    }
+
     fn data_error(&self, file_offset: u64, logical: Logical, kind: CorruptKind) -> Error {
         Error::corrupt(
             Location::FileData {
                 tree: self.tree.id(),
-                ino: self.inode.ino,
+                ino: self.ino,
                 file_offset,
                 logical,
                 mirror: (1, 1),
@@ -464,9 +511,34 @@ impl FileReader<'_, '_> {
         )
     }
 
-    /// Fill `out` with the bytes of data extent `e` at `self.pos`.
-    fn read_extent(&mut self, e: &FileExtent, out: &mut [u8]) -> Result<()> {
-        let within = self.pos.saturating_sub(e.file_offset);
+    /// Fill `out` with the file bytes of extent `e` from file offset
+    /// `offset` (inside the extent's range); bytes past the extent's data
+    /// (an inline extent's sector tail) and holes and prealloc ranges read
+    /// as zeros.
+    ///
+    /// # Errors
+    ///
+    /// Device read errors, corrupt extents, data that does not decompress,
+    /// and (when verifying) checksum mismatches on every mirror, naming the
+    /// inode, file offset, logical address and mirror.
+    pub fn read_at(&self, e: &FileExtent, offset: u64, out: &mut [u8]) -> Result<()> {
+        self.read_cached(e, offset, out, &mut None)
+    }
+
+    /// [`read_at`](Self::read_at), keeping the decoded extent in `cache`
+    /// (and using it when it is `e`'s).
+    fn read_cached(
+        &self,
+        e: &FileExtent,
+        offset: u64,
+        out: &mut [u8],
+        cache: &mut Option<Decoded>,
+    ) -> Result<()> {
+        if e.is_hole_or_prealloc() {
+            out.fill(0);
+            return Ok(());
+        }
+        let within = offset.saturating_sub(e.file_offset);
         match (&e.data, e.compression) {
             (ExtentData::Regular(d), Compression::None) => {
                 let at = d
@@ -475,7 +547,7 @@ impl FileReader<'_, '_> {
                     .and_then(|l| l.checked_add(within))
                     .ok_or_else(|| {
                         self.data_error(
-                            self.pos,
+                            offset,
                             d.disk_bytenr,
                             CorruptKind::BadField {
                                 field: "disk_bytenr",
@@ -484,18 +556,18 @@ impl FileReader<'_, '_> {
                             },
                         )
                     })?;
-                self.read_disk(at, out, self.pos).map(|_| ())
+                self.read_disk(at, out, offset).map(|_| ())
             }
             _ => {
                 let id = match &e.data {
                     ExtentData::Regular(d) => (d.disk_bytenr.get(), d.disk_num_bytes),
                     _ => (0, 0),
                 };
-                if self.decoded.as_ref().is_none_or(|c| c.id != id) {
-                    let bytes = self.decode_extent(e)?;
-                    self.decoded = Some(Decoded { id, bytes });
+                if cache.as_ref().is_none_or(|c| c.id != id) {
+                    let bytes = self.decoded(e)?;
+                    *cache = Some(Decoded { id, bytes });
                 }
-                let bytes = self.decoded.as_ref().map(|d| &d.bytes[..]).unwrap_or(&[]);
+                let bytes = cache.as_ref().map(|d| &d.bytes[..]).unwrap_or(&[]);
                 let skip = match &e.data {
                     ExtentData::Regular(d) => d.offset,
                     _ => 0,
@@ -513,10 +585,58 @@ impl FileReader<'_, '_> {
         }
     }
 
-    /// Decode an inline or compressed extent whole (ram_bytes bytes). When
-    /// the bytes read were not checked against checksums and do not
-    /// decompress, the other copies are tried in turn.
-    fn decode_extent(&self, e: &FileExtent) -> Result<Vec<u8>> {
+    /// The encoded bytes of extent `e` as stored: an inline extent's
+    /// payload, or a regular extent's whole on-disk extent
+    /// (`disk_num_bytes`, verified when asked; at most 128 KiB when
+    /// compressed). Empty for holes and prealloc extents.
+    ///
+    /// # Errors
+    ///
+    /// As [`read_at`](Self::read_at).
+    pub fn raw(&self, e: &FileExtent) -> Result<Vec<u8>> {
+        match &e.data {
+            ExtentData::Inline(bytes) => Ok(bytes.clone()),
+            ExtentData::Regular(d) if d.disk_bytenr.get() != 0 => {
+                let mut buf = vec![0u8; self.disk_len(e, d)?];
+                self.read_disk(d.disk_bytenr, &mut buf, e.file_offset)?;
+                Ok(buf)
+            }
+            ExtentData::Regular(_) | ExtentData::Prealloc(_) => Ok(Vec::new()),
+        }
+    }
+
+    /// The on-disk length of regular extent `d` of `e`, as a buffer size.
+    fn disk_len(&self, e: &FileExtent, d: &DiskExtent) -> Result<usize> {
+        let max = if e.compression == Compression::None {
+            usize::MAX
+        } else {
+            compress::MAX_UNCOMPRESSED
+        };
+        usize::try_from(d.disk_num_bytes)
+            .ok()
+            .filter(|&n| n <= max)
+            .ok_or_else(|| {
+                self.data_error(
+                    e.file_offset,
+                    d.disk_bytenr,
+                    CorruptKind::BadField {
+                        field: "disk_num_bytes",
+                        value: d.disk_num_bytes,
+                        why: "a compressed extent is at most 128 KiB on disk",
+                    },
+                )
+            })
+    }
+
+    /// The whole decoded content of an inline or compressed extent
+    /// (`ram_bytes` long, at most 128 KiB). When the bytes read were not
+    /// checked against checksums and do not decompress, the other copies
+    /// are tried in turn.
+    ///
+    /// # Errors
+    ///
+    /// As [`read_at`](Self::read_at).
+    pub fn decoded(&self, e: &FileExtent) -> Result<Vec<u8>> {
         let ram = usize::try_from(e.ram_bytes).unwrap_or(usize::MAX);
         let ram = ram.min(compress::MAX_UNCOMPRESSED);
         let Some(alg) = e.compression.algorithm(self.tree.sectorsize()) else {
@@ -546,21 +666,7 @@ impl FileReader<'_, '_> {
         match &e.data {
             ExtentData::Inline(bytes) => decode(bytes, Logical(0)),
             ExtentData::Regular(d) => {
-                let len = usize::try_from(d.disk_num_bytes)
-                    .ok()
-                    .filter(|&n| n <= compress::MAX_UNCOMPRESSED)
-                    .ok_or_else(|| {
-                        self.data_error(
-                            e.file_offset,
-                            d.disk_bytenr,
-                            CorruptKind::BadField {
-                                field: "disk_num_bytes",
-                                value: d.disk_num_bytes,
-                                why: "a compressed extent is at most 128 KiB on disk",
-                            },
-                        )
-                    })?;
-                let mut buf = vec![0u8; len];
+                let mut buf = vec![0u8; self.disk_len(e, d)?];
                 let checked = self.read_disk(d.disk_bytenr, &mut buf, e.file_offset)?;
                 let first = match decode(&buf, d.disk_bytenr) {
                     Ok(out) => return Ok(out),
@@ -593,7 +699,7 @@ impl FileReader<'_, '_> {
     /// plain read, each piece from the first copy that can be read).
     fn read_disk(&self, logical: Logical, out: &mut [u8], file_offset: u64) -> Result<bool> {
         let vol = self.tree.volume();
-        if !self.verify || self.inode.nodatasum() {
+        if !self.verify {
             vol.read_logical(logical, out)?;
             return Ok(false);
         }
@@ -670,7 +776,7 @@ impl FileReader<'_, '_> {
         Err(Error::corrupt(
             Location::FileData {
                 tree: self.tree.id(),
-                ino: self.inode.ino,
+                ino: self.ino,
                 file_offset: off,
                 logical: Logical(sector_logical.max(logical.get())),
                 mirror: (copy.saturating_add(1), copies),

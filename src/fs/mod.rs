@@ -27,7 +27,7 @@ use crate::tree::walk::{Cursor, TreeRoot};
 use crate::types::TreeId;
 use crate::volume::Volume;
 
-pub use data::{FileReader, Segment, SegmentKind, Segments};
+pub use data::{ExtentReader, FileReader, Segment, SegmentKind, Segments};
 pub use items::{
     Compression, DirEntry, DiskExtent, ExtentData, FileExtent, FileType, Inode, InodeName, Target,
     Timespec, Xattr,

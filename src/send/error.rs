@@ -47,6 +47,14 @@ pub enum SendError {
     /// The subvolume asked for does not exist.
     #[error("no subvolume {0}")]
     NoSubvolume(String),
+    /// `-c` without `-p`: no clone source is the snapshot's source
+    /// subvolume or another snapshot of it (btrfs-progs
+    /// `find_good_parent`).
+    #[error(
+        "parent determination failed for subvolume {0}: no clone source is the subvolume it \
+         was snapshotted from or another snapshot of that; give the parent with -p"
+    )]
+    NoGoodParent(u64),
     /// Writing the stream failed (a closed pipe: the receiver went away).
     #[error("cannot write the send stream: {0}")]
     Output(#[from] EncodeError),

@@ -22,13 +22,15 @@
 //! directory moves as the kernel orders them: `wait_for_dest_dir_move`,
 //! `wait_for_parent_move`, `apply_children_dir_moves` with the `path_loop`
 //! re-queueing, and deleted directories that wait for a delayed move of a
-//! child before their rmdir (`can_rmdir` with `orphan_dir_info`). Not yet:
-//! `-c` clone roots, and the kernel's exact choice among clone sources
-//! outside the extents this send wrote: those come from the extent's
-//! EXTENT_DATA_REFs, looked up in the parent and in the snapshot's inodes
-//! already on the receiver (shared backrefs are not followed; their data is
-//! written). Paths are computed afresh where the kernel consults its
-//! 128-entry name cache.
+//! child before their rmdir (`can_rmdir` with `orphan_dir_info`). Paths
+//! are computed afresh where the kernel consults its 128-entry name cache.
+//!
+//! Clone sources: the send root, the parent and the `-c` roots (sorted by
+//! id, as the kernel keeps `clone_roots`); `find_extent_clone` walks the
+//! extent's back references in the kernel's order (`backref`) and picks
+//! the reference `iterate_backrefs` would. Not modelled: the kernel's
+//! backref cache calling the iterator early for leaves seen before (it can
+//! only change which of several whole-extent candidates is taken).
 //!
 //! Common to both:
 //!
@@ -40,13 +42,13 @@
 //! * the directory-utimes LRU cache of Linux ≥ 6.3 (64 entries, trimmed
 //!   after every `finish_inode_if_needed`, flushed most recently used first);
 //! * file data: writes in `max_send_read_size` chunks, encoded writes, and
-//!   clones of extents shared within the snapshot (`find_extent_clone`,
+//!   clones of extents shared with the clone roots (`find_extent_clone`,
 //!   `clone_range`).
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::io::Write;
 
-use stream_format::{Command, StreamWriter};
+use stream_format::Command;
 
 use crate::fs::Filesystem;
 use crate::fs::subvol::Subvolume;
@@ -54,9 +56,11 @@ use crate::ondisk;
 use crate::tree::key::Key;
 use crate::tree::walk::ItemRef;
 
+use super::backref::Backrefs;
 use super::compare::{Change, compare_trees};
-use super::data::{self, ExtentReader};
+use super::data;
 use super::error::SendError;
+use super::pipeline::Pipeline;
 use super::view::{
     self, ExtentKind, FileExtent, InodeInfo, S_IFBLK, S_IFCHR, S_IFDIR, S_IFIFO, S_IFLNK, S_IFMT,
     S_IFREG, S_IFSOCK, TreeView,
@@ -70,6 +74,10 @@ const SEND_MAX_EXTENT_REFS: u64 = 1024;
 const DIR_UTIMES_CACHE_SIZE: usize = 64;
 /// Entries kept in the first-ref cache before it is dropped (memory bound).
 const NAME_CACHE_MAX: usize = 1 << 16;
+/// Data extents remembered as sent (for the full-send shortcut of clone
+/// detection) before the index is dropped and every shared extent is
+/// walked (memory bound: ~16 MiB).
+const CLONE_INDEX_MAX: usize = 1 << 20;
 /// The xattr the kernel sends only at the end of an inode.
 const XATTR_NAME_CAPS: &[u8] = b"security.capability";
 const XATTR_ACL_ACCESS: &[u8] = b"system.posix_acl_access";
@@ -107,25 +115,41 @@ struct NewRef {
     full_path: Vec<u8>,
 }
 
-/// A file extent item of the snapshot already passed: a clone source
-/// candidate (what the kernel's backref walk finds, restricted to the send
-/// root and to inodes ≤ the current one).
+/// A root data may be cloned from (`struct clone_root`): the send root,
+/// the parent and the `-c` roots.
 #[derive(Debug, Clone, Copy)]
-struct CloneCand {
-    leaf: u64,
-    ino: u64,
-    file_offset: u64,
-    extent_offset: u64,
-    num_bytes: u64,
+pub(crate) struct CloneRoot<'a> {
+    id: u64,
+    view: TreeView<'a>,
+    /// Its UUID (received_uuid preferred) and ctransid, for CLONE.
+    uuid: [u8; 16],
+    ctransid: u64,
 }
 
-/// The chosen clone source (`struct clone_root`).
+impl<'a> CloneRoot<'a> {
+    pub(crate) fn new(fs: &'a Filesystem, subvol: &Subvolume) -> Result<CloneRoot<'a>, SendError> {
+        let r = &subvol.root;
+        let uuid = if r.received_uuid.is_nil() {
+            r.uuid.0
+        } else {
+            r.received_uuid.0
+        };
+        Ok(CloneRoot {
+            id: subvol.id().get(),
+            view: TreeView::new(fs, subvol.id())?,
+            uuid,
+            ctransid: r.ctransid.get(),
+        })
+    }
+}
+
+/// The chosen clone source (`struct clone_root`'s found reference).
 #[derive(Debug, Clone, Copy)]
 struct CloneSrc {
     ino: u64,
     offset: u64,
-    /// In the parent snapshot (else in the snapshot being sent).
-    in_parent: bool,
+    /// Index into the clone roots.
+    root: usize,
 }
 
 /// A directory rename delayed until another directory has moved
@@ -181,11 +205,10 @@ pub(crate) struct FullSend<'a, W: Write> {
     /// Its UUID (received_uuid preferred) and ctransid.
     parent_uuid: [u8; 16],
     parent_ctransid: u64,
-    out: StreamWriter<W>,
+    out: Pipeline<'a, W>,
     opts: SendOptions,
     progress: &'a dyn Progress,
     sectorsize: u64,
-    max_read: u64,
     /// UUID and ctransid of the send root, for CLONE.
     uuid: [u8; 16],
     ctransid: u64,
@@ -204,7 +227,15 @@ pub(crate) struct FullSend<'a, W: Write> {
     /// LRU first, MRU last.
     dir_utimes: VecDeque<(u64, u64)>,
     names: HashMap<u64, (u64, Vec<u8>)>,
-    clone_index: HashMap<u64, Vec<CloneCand>>,
+    /// The clone roots sorted by id (the send root included) and the send
+    /// root's index among them.
+    clone_roots: Vec<CloneRoot<'a>>,
+    send_root: usize,
+    backrefs: Backrefs<'a>,
+    /// The data extents this send already wrote (full send without clone
+    /// sources: no other extent can be a clone source); at most
+    /// `CLONE_INDEX_MAX` entries, then `None` and the backref walk decides.
+    clone_index: Option<HashSet<u64>>,
     stats: SendStats,
 }
 
@@ -213,11 +244,25 @@ impl<'a, W: Write> FullSend<'a, W> {
         fs: &'a Filesystem,
         subvol: &Subvolume,
         parent: Option<&Subvolume>,
-        out: StreamWriter<W>,
+        clone_sources: &[Subvolume],
+        out: Pipeline<'a, W>,
         opts: SendOptions,
         progress: &'a dyn Progress,
     ) -> Result<FullSend<'a, W>, SendError> {
         let view = TreeView::new(fs, subvol.id())?;
+        // The kernel adds the send root to the roots btrfs-progs passes (the
+        // parent and every -c root) and sorts them by id.
+        let mut clone_roots = vec![CloneRoot::new(fs, subvol)?];
+        for s in parent.into_iter().chain(clone_sources) {
+            if clone_roots.iter().all(|r| r.id != s.id().get()) {
+                clone_roots.push(CloneRoot::new(fs, s)?);
+            }
+        }
+        clone_roots.sort_by_key(|r| r.id);
+        let send_root = clone_roots
+            .iter()
+            .position(|r| r.id == subvol.id().get())
+            .unwrap_or(0);
         let (parent_view, parent_uuid, parent_ctransid) = match parent {
             Some(p) => {
                 let r = &p.root;
@@ -231,7 +276,6 @@ impl<'a, W: Write> FullSend<'a, W> {
             None => (None, [0; 16], 0),
         };
         let sectorsize = u64::from(fs.volume().superblock().sectorsize);
-        let buf = u64::from(stream_format::default_max_command_size(opts.version));
         let root = &subvol.root;
         let uuid = if root.received_uuid.is_nil() {
             root.uuid.0
@@ -248,8 +292,6 @@ impl<'a, W: Write> FullSend<'a, W> {
             opts,
             progress,
             sectorsize,
-            // max_send_read_size: the send buffer less 16 KiB.
-            max_read: buf.saturating_sub(16 * 1024),
             uuid,
             ctransid: root.ctransid.get(),
             cur: Cur::default(),
@@ -262,19 +304,34 @@ impl<'a, W: Write> FullSend<'a, W> {
             created_dirs: HashSet::new(),
             dir_utimes: VecDeque::new(),
             names: HashMap::new(),
-            clone_index: HashMap::new(),
+            backrefs: Backrefs::new(fs, view.extent_root),
+            clone_index: (clone_roots.len() == 1).then(HashSet::new),
+            clone_roots,
+            send_root,
             stats: SendStats::default(),
         })
     }
 
     fn emit(&mut self, cmd: &Command<'_>) -> Result<(), SendError> {
-        self.out.write(cmd)?;
-        Ok(())
+        self.out.emit(cmd)
     }
 
     /// Run the whole send: SUBVOL, every inode, the deferred directory
-    /// utimes, END.
+    /// utimes, END. An error of the planner comes after what it queued
+    /// before it is written (or the first error among that).
     pub(crate) fn run(mut self, name: &[u8]) -> Result<(W, SendStats), SendError> {
+        match self.plan(name) {
+            Ok(()) => {
+                let (w, len) = self.out.finish()?;
+                self.stats.stream_bytes = len;
+                Ok((w, self.stats))
+            }
+            Err(e) => Err(self.out.drain().err().unwrap_or(e)),
+        }
+    }
+
+    /// Every command but END.
+    fn plan(&mut self, name: &[u8]) -> Result<(), SendError> {
         let uuid = self.uuid;
         let ctransid = self.ctransid;
         if let Some(parent) = self.parent {
@@ -311,11 +368,7 @@ impl<'a, W: Write> FullSend<'a, W> {
         while let Some((ino, generation)) = self.dir_utimes.pop_back() {
             self.send_utimes(ino, generation)?;
         }
-        // END: written by `finish`, which also flushes.
-        let before = self.out.bytes_written();
-        let w = self.out.finish()?;
-        self.stats.stream_bytes = before.saturating_add(10);
-        Ok((w, self.stats))
+        Ok(())
     }
 
     /// Add the current inode (and its path when cheap) to a read error.
@@ -1700,24 +1753,15 @@ impl<'a, W: Write> FullSend<'a, W> {
         let clone = self.find_extent_clone(&ext)?;
         self.send_write_or_clone(&ext, clone)?;
         self.maybe_send_hole(&ext, slot)?;
-        if let ExtentKind::Regular {
-            disk_bytenr,
-            offset,
-            num_bytes,
-            ..
-        } = ext.kind
+        if let ExtentKind::Regular { disk_bytenr, .. } = ext.kind
             && disk_bytenr != 0
+            && let Some(index) = &mut self.clone_index
         {
-            self.clone_index
-                .entry(disk_bytenr)
-                .or_default()
-                .push(CloneCand {
-                    leaf: ext.leaf,
-                    ino: ext.ino,
-                    file_offset: ext.file_offset,
-                    extent_offset: offset,
-                    num_bytes,
-                });
+            if index.len() >= CLONE_INDEX_MAX {
+                self.clone_index = None;
+            } else {
+                index.insert(disk_bytenr);
+            }
         }
         Ok(())
     }
@@ -1810,17 +1854,8 @@ impl<'a, W: Write> FullSend<'a, W> {
                 size: end - offset,
             });
         }
-        let mut at = offset;
-        while at < end {
-            let n = (end - at).min(self.max_read);
-            let zeros = vec![0u8; usize::try_from(n).unwrap_or(0)];
-            self.emit(&Command::Write {
-                path: path.as_slice().into(),
-                offset: at,
-                data: zeros.into(),
-            })?;
-            at += n;
-        }
+        self.out
+            .write_data(self.cur.ino, &path, offset, end - offset, None)?;
         self.cur.next_write_offset = end;
         Ok(())
     }
@@ -1899,7 +1934,9 @@ impl<'a, W: Write> FullSend<'a, W> {
         Ok(key_off >= end)
     }
 
-    /// `find_extent_clone`, with the send root as the only clone root.
+    /// `find_extent_clone`: the clone root and reference to clone `ext`
+    /// from, chosen as the kernel chooses (`iterate_backrefs`, then the
+    /// root with the most bytes, lowest id first).
     fn find_extent_clone(&mut self, ext: &FileExtent) -> Result<Option<CloneSrc>, SendError> {
         let data_offset = ext.file_offset;
         let ino_size = self.cur.size;
@@ -1918,7 +1955,13 @@ impl<'a, W: Write> FullSend<'a, W> {
         if disk_bytenr == 0 {
             return Ok(None);
         }
-        if self.parent.is_none() && !self.clone_index.contains_key(&disk_bytenr) {
+        // Only the send root as clone root and this extent not sent yet:
+        // no inode before this one references it.
+        if self
+            .clone_index
+            .as_ref()
+            .is_some_and(|index| !index.contains(&disk_bytenr))
+        {
             return Ok(None);
         }
         // check_extent_item: one reference is our own; the kernel gives up
@@ -1926,138 +1969,75 @@ impl<'a, W: Write> FullSend<'a, W> {
         let Some(refs) = self.view.extent_refs(disk_bytenr)? else {
             return Ok(None);
         };
-        if refs.refs <= 1 || refs.refs > SEND_MAX_EXTENT_REFS {
+        let only_send_root = self.clone_roots.len() == 1;
+        if (refs.refs <= 1 && only_send_root) || refs.refs > SEND_MAX_EXTENT_REFS {
             return Ok(None);
         }
-        let cands = self
-            .clone_index
-            .get(&disk_bytenr)
-            .map(Vec::as_slice)
-            .unwrap_or_default();
         let extent_len = if data_offset.saturating_add(num_bytes) >= ino_size {
             ino_size - data_offset
         } else {
             num_bytes
         };
         let compressed = ext.compression != ondisk::BTRFS_COMPRESS_NONE;
-        let mut best: Option<(CloneSrc, u64)> = None;
-        for c in backref_order(cands, &refs.shared) {
-            let offset = if compressed {
-                c.file_offset
-            } else {
-                // Only references covering the same position in the extent.
-                if ext_off < c.extent_offset
-                    || ext_off >= c.extent_offset.saturating_add(c.num_bytes)
-                {
+        let pos = (!compressed).then_some(ext_off);
+        let (cur_ino, backref_offset) = (self.cur.ino, data_offset.wrapping_sub(ext_off));
+        // skip_self_data_ref: with the send root as the only clone root, our
+        // own data reference is not resolved at all.
+        let leaves = self
+            .backrefs
+            .leaves(&refs, disk_bytenr, pos, |_, ino, base| {
+                only_send_root && ino == cur_ino && base == backref_offset
+            })?;
+        let roots: Vec<(u64, crate::tree::walk::TreeRoot)> = self
+            .clone_roots
+            .iter()
+            .map(|r| (r.id, r.view.root))
+            .collect();
+        // Per clone root: (ino, offset, num_bytes) of the best reference.
+        let mut found: Vec<Option<(u64, u64, u64)>> = vec![None; roots.len()];
+        'walk: for leaf in &leaves {
+            for root_id in self.backrefs.roots_of(leaf, &roots)? {
+                let Some(i) = roots.iter().position(|r| r.0 == root_id) else {
                     continue;
-                }
-                c.file_offset.saturating_add(ext_off - c.extent_offset)
-            };
-            if c.ino == self.cur.ino
-                && (offset == data_offset
-                    || offset.saturating_add(extent_len) > self.cur.next_write_offset)
-            {
-                continue;
-            }
-            if best.is_none_or(|(_, n)| c.num_bytes > n) {
-                best = Some((
-                    CloneSrc {
-                        ino: c.ino,
-                        offset,
-                        in_parent: false,
-                    },
-                    c.num_bytes,
-                ));
-                if c.num_bytes >= extent_len {
-                    break;
-                }
-            }
-        }
-        if best.is_none()
-            && let Some(parent) = self.parent
-        {
-            // Incremental: the extent's data references, looked up in the
-            // parent and in the snapshot's inodes already on the receiver.
-            let span = match ext.kind {
-                ExtentKind::Regular { disk_num_bytes, .. } => disk_num_bytes,
-                ExtentKind::Inline(_) => 0,
-            };
-            // The kernel's backref walk reports indirect references in
-            // descending (inode, file offset − extent offset) order.
-            let mut data_refs = refs.data_refs.clone();
-            data_refs.sort_by_key(|r| std::cmp::Reverse((r.1, r.2)));
-            data_refs.dedup_by_key(|r| (r.1, r.2));
-            for &(_, cino, base) in &data_refs {
-                for (in_parent, tree) in [(false, self.view), (true, parent)] {
-                    if !in_parent && cino > self.cur.ino {
-                        continue;
-                    }
-                    // A reference whose file offset is below its extent
-                    // offset (a clone to a lower position) has an offset
-                    // that wrapped below zero: like the kernel's backref
-                    // walk, search such a one from the inode's first extent.
-                    let search_from = if base >= i64::MAX as u64 { 0 } else { base };
-                    let mut it = tree.extents_from_iter(cino, search_from)?;
-                    while let Some(c) = it.next_extent()? {
-                        if c.file_offset >= base.saturating_add(span) {
-                            break;
-                        }
-                        let ExtentKind::Regular {
-                            disk_bytenr: cb,
-                            offset: coff,
-                            num_bytes: cn,
-                            ..
-                        } = c.kind
-                        else {
-                            continue;
-                        };
-                        if cb != disk_bytenr || c.file_offset.wrapping_sub(coff) != base {
+                };
+                for e in &leaf.elems {
+                    if i == self.send_root {
+                        if e.ino == cur_ino && e.offset == data_offset {
                             continue;
                         }
-                        let offset = if compressed {
-                            c.file_offset
-                        } else {
-                            if ext_off < coff || ext_off >= coff.saturating_add(cn) {
-                                continue;
-                            }
-                            c.file_offset.saturating_add(ext_off - coff)
-                        };
-                        if !in_parent
-                            && cino == self.cur.ino
-                            && (offset == data_offset
-                                || offset.saturating_add(extent_len) > self.cur.next_write_offset)
+                        if e.ino > cur_ino
+                            || (e.ino == cur_ino
+                                && e.offset.saturating_add(extent_len) > self.cur.next_write_offset)
                         {
                             continue;
                         }
-                        if best.is_none_or(|(_, n)| cn > n) {
-                            best = Some((
-                                CloneSrc {
-                                    ino: cino,
-                                    offset,
-                                    in_parent,
-                                },
-                                cn,
-                            ));
+                    }
+                    let best = &mut found[i];
+                    if best.is_none_or(|(_, _, n)| e.num_bytes > n) {
+                        *best = Some((e.ino, e.offset, e.num_bytes));
+                        if e.num_bytes >= extent_len {
+                            break 'walk;
                         }
                     }
-                    if best.is_some_and(|(_, n)| n >= extent_len) {
-                        break;
-                    }
                 }
-                if best.is_some_and(|(_, n)| n >= extent_len) {
+            }
+        }
+        let mut chosen: Option<(usize, (u64, u64, u64))> = None;
+        for (i, f) in found.iter().enumerate() {
+            let Some(f) = *f else { continue };
+            if chosen.is_none_or(|(_, c)| f.2 > c.2) {
+                chosen = Some((i, f));
+                if f.2 >= extent_len {
                     break;
                 }
             }
         }
-        Ok(best.map(|(src, _)| src))
+        Ok(chosen.map(|(root, (ino, offset, _))| CloneSrc { ino, offset, root }))
     }
 
     /// The tree a clone source lives in.
     fn clone_tree(&self, src: &CloneSrc) -> TreeView<'a> {
-        match self.parent {
-            Some(p) if src.in_parent => p,
-            _ => self.view,
-        }
+        self.clone_roots.get(src.root).map_or(self.view, |r| r.view)
     }
 
     fn clone_src_size(&self, src: &CloneSrc) -> Result<u64, SendError> {
@@ -2196,7 +2176,9 @@ impl<'a, W: Write> FullSend<'a, W> {
             }
             offset += clone_len;
             src.offset += clone_len;
-            if !src.in_parent && src.ino == self.cur.ino && src.offset >= self.cur.next_write_offset
+            if src.root == self.send_root
+                && src.ino == self.cur.ino
+                && src.offset >= self.cur.next_write_offset
             {
                 break;
             }
@@ -2210,15 +2192,14 @@ impl<'a, W: Write> FullSend<'a, W> {
 
     fn send_clone(&mut self, offset: u64, len: u64, src: CloneSrc) -> Result<(), SendError> {
         let path = self.cur_inode_path()?;
-        let (clone_path, clone_uuid, clone_ctransid) = if src.in_parent {
-            (
-                self.parent_inode_path(src.ino)?,
-                self.parent_uuid,
-                self.parent_ctransid,
-            )
-        } else {
-            let src_gen = self.inode(src.ino)?.generation;
-            (self.cur_path(src.ino, src_gen)?, self.uuid, self.ctransid)
+        let (clone_path, clone_uuid, clone_ctransid) = match self.clone_roots.get(src.root) {
+            Some(r) if src.root != self.send_root => {
+                (inode_path(r.view, src.ino)?, r.uuid, r.ctransid)
+            }
+            _ => {
+                let src_gen = self.inode(src.ino)?.generation;
+                (self.cur_path(src.ino, src_gen)?, self.uuid, self.ctransid)
+            }
         };
         self.stats.cloned_bytes = self.stats.cloned_bytes.saturating_add(len);
         self.emit(&Command::Clone {
@@ -2230,20 +2211,6 @@ impl<'a, W: Write> FullSend<'a, W> {
             clone_path: clone_path.into(),
             clone_offset: src.offset,
         })
-    }
-
-    /// `get_inode_path` in the parent: the first-ref path from its top.
-    fn parent_inode_path(&self, mut ino: u64) -> Result<Vec<u8>, SendError> {
-        let mut parts = Vec::new();
-        while ino != FIRST_FREE && parts.len() < 4096 {
-            let (dir, name) = self
-                .parent_first_ref(ino)?
-                .ok_or_else(|| SendError::corrupt(ino, "clone source has no reference"))?;
-            parts.push(name);
-            ino = dir;
-        }
-        parts.reverse();
-        Ok(parts.join(&b'/'))
     }
 
     /// `send_extent_data`: UPDATE_EXTENT, ENCODED_WRITE or WRITEs of
@@ -2276,24 +2243,15 @@ impl<'a, W: Write> FullSend<'a, W> {
             ext.kind,
             ExtentKind::Regular { prealloc: true, .. } | ExtentKind::Regular { disk_bytenr: 0, .. }
         );
-        let mut reader = ExtentReader::new(self.fs, ext, self.fs.volume().superblock().sectorsize);
-        let mut sent = 0u64;
-        while sent < len {
-            let size = (len - sent).min(self.max_read);
-            let data = if zeros {
-                vec![0u8; usize::try_from(size).unwrap_or(0)]
-            } else {
-                reader.read(offset + sent, size)?
-            };
-            self.emit(&Command::Write {
-                path: path.as_slice().into(),
-                offset: offset + sent,
-                data: data.into(),
-            })?;
-            self.progress.data(size);
-            self.stats.data_bytes = self.stats.data_bytes.saturating_add(size);
-            sent += size;
-        }
+        let source = if zeros {
+            None
+        } else {
+            Some(data::fs_extent(ext)?)
+        };
+        self.out
+            .write_data(self.cur.ino, &path, offset, len, source.as_ref())?;
+        self.progress.data(len);
+        self.stats.data_bytes = self.stats.data_bytes.saturating_add(len);
         Ok(())
     }
 
@@ -2308,8 +2266,13 @@ impl<'a, W: Write> FullSend<'a, W> {
         let compression =
             data::encoded_compression(ext.compression, self.fs.volume().superblock().sectorsize)
                 .ok_or_else(|| SendError::corrupt(ext.ino, "unknown compression type"))?;
-        let bytes = data::encoded_bytes(self.fs, ext)?;
-        let n = u64::try_from(bytes.len()).unwrap_or(u64::MAX);
+        let source = data::fs_extent(ext)?;
+        let n = match &ext.kind {
+            ExtentKind::Inline(data) => u64::try_from(data.len()).unwrap_or(u64::MAX),
+            ExtentKind::Regular { disk_num_bytes, .. } => *disk_num_bytes,
+        };
+        // The data is read by a job of the pipeline.
+        let bytes: &[u8] = &[];
         let cmd = match &ext.kind {
             ExtentKind::Inline(_) => Command::EncodedWrite {
                 path: path.into(),
@@ -2336,45 +2299,27 @@ impl<'a, W: Write> FullSend<'a, W> {
                 data: bytes.into(),
             },
         };
-        self.emit(&cmd)?;
+        self.out
+            .write_encoded(self.cur.ino, cmd.into_owned(), &source)?;
         self.progress.data(len);
         self.stats.encoded_bytes = self.stats.encoded_bytes.saturating_add(n);
         Ok(())
     }
 }
 
-/// The candidates in the order the kernel's backref walk
-/// (`iterate_extent_inodes`, fs/btrfs/backref.c) reports them on Linux
-/// 6.18, as the fixtures show: the preliminary references come out of its
-/// rb-tree in *descending* (inode, key offset − extent offset) order, the
-/// items of one reference in slot order; shared (full) backrefs, whose root
-/// id is 0, come after them, by descending leaf address, each leaf's items
-/// in reverse slot order (a leaf scan that prepends); the lists of one leaf
-/// are concatenated at the leaf's first position.
-fn backref_order(cands: &[CloneCand], shared: &[u64]) -> Vec<CloneCand> {
-    let is_shared = |c: &CloneCand| shared.binary_search(&c.leaf).is_ok();
-    let mut indirect: Vec<CloneCand> = cands.iter().copied().filter(|c| !is_shared(c)).collect();
-    indirect.sort_by(|a, b| {
-        let ka = (a.ino, a.file_offset.wrapping_sub(a.extent_offset));
-        let kb = (b.ino, b.file_offset.wrapping_sub(b.extent_offset));
-        kb.cmp(&ka)
-            .then(b.leaf.cmp(&a.leaf))
-            .then(a.file_offset.cmp(&b.file_offset))
-    });
-    let mut direct: Vec<CloneCand> = cands.iter().copied().filter(is_shared).collect();
-    direct.sort_by(|a, b| {
-        b.leaf
-            .cmp(&a.leaf)
-            .then((b.ino, b.file_offset).cmp(&(a.ino, a.file_offset)))
-    });
-    let mut groups: Vec<(u64, Vec<CloneCand>)> = Vec::new();
-    for c in indirect.into_iter().chain(direct) {
-        match groups.iter_mut().find(|(leaf, _)| *leaf == c.leaf) {
-            Some((_, list)) => list.push(c),
-            None => groups.push((c.leaf, vec![c])),
-        }
+/// `get_inode_path` in a clone root other than the send root: the
+/// first-ref path from its top.
+fn inode_path(view: TreeView<'_>, mut ino: u64) -> Result<Vec<u8>, SendError> {
+    let mut parts = Vec::new();
+    while ino != FIRST_FREE && parts.len() < 4096 {
+        let (dir, name) = view
+            .first_ref(ino)?
+            .ok_or_else(|| SendError::corrupt(ino, "clone source has no reference"))?;
+        parts.push(name);
+        ino = dir;
     }
-    groups.into_iter().flat_map(|(_, list)| list).collect()
+    parts.reverse();
+    Ok(parts.join(&b'/'))
 }
 
 /// Linux `new_encode_dev` of the kernel-internal `dev_t` stored in the

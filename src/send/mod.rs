@@ -7,27 +7,50 @@
 //!
 //! * [`full`]: the send planner, full and incremental (with a parent
 //!   snapshot: [`send_incremental`]);
+//! * `backref`: the back-reference walk of clone detection;
 //! * `compare`: the tree comparison of an incremental send, which skips
 //!   subtrees both snapshots share;
 //! * `view`: point lookups and item decoding in the snapshot's tree;
-//! * `data`: file data (decompression, encoded extents).
+//! * `data`: the planner's extent items handed to the filesystem model's
+//!   data path ([`crate::fs::ExtentReader`]: reads, `--verify-data`
+//!   checksums with mirror fallback, decompression);
+//! * `pipeline`: the planner's commands in order to one writer, with the
+//!   file data read ahead by worker threads.
 //!
-//! Memory: the planner holds one leaf path of the tree walk, the current
-//! inode's recorded references, at most 64 + a few deferred directory
-//! utimes, a first-reference cache of at most 65536 entries, one extent's
-//! data (≤ 128 MiB for an uncompressed extent item split in
-//! `max_send_read_size` reads; ≤ 128 KiB decoded for compressed ones), and
-//! an index of the data extents already sent that may be clone sources
-//! (one small entry per regular extent item; bounded by the snapshot's
-//! number of extents).
+//! Threads: the calling thread walks the tree, plans, and writes every
+//! command in order; [`SendOptions::threads`] worker threads (default 4)
+//! read, verify and decompress the file data of WRITE and ENCODED_WRITE
+//! commands in batches of jobs (at most 256 KiB or 64 jobs a batch),
+//! ahead of the writer. With 0 threads the data is read on the calling
+//! thread when its command is planned.
+//!
+//! Memory, whatever the snapshot's size: the queue between planner and
+//! writer holds at most 16 MiB of data and commands (each entry charged
+//! its data and encoded size plus 128 bytes) or 16384 entries, whichever
+//! comes first, plus up to 8 MiB (64 buffers) of spare data buffers kept
+//! for reuse; a data job reads at most 256 KiB, and a worker holds one
+//! compressed extent (≤ 128 KiB on disk, ≤ 128 KiB decoded) at a time.
+//! The planner holds one leaf path of the tree walk, the current inode's
+//! recorded references, at most 64 + a few deferred directory utimes, a
+//! first-reference cache of at most 65536 entries, and for clone
+//! detection: in a full send without clone sources, the set of data
+//! extents already sent (at most 2^20 addresses, ~16 MiB; past that it is
+//! dropped and every shared extent's back references are walked instead),
+//! a per-leaf cache of the clone roots reaching a leaf (at most 2^14
+//! leaves, then cleared), one tree root per referencing subvolume, and the
+//! back references of the one extent being looked at (at most
+//! `SEND_MAX_EXTENT_REFS` = 1024 references are walked).
+//! The block cache is bounded by [`ReadOptions`](crate::device::readahead::ReadOptions).
 
 pub mod error;
 pub mod full;
 pub mod total;
 
+mod backref;
 mod compare;
 
 mod data;
+mod pipeline;
 mod view;
 
 use std::io::{BufWriter, Write};
@@ -57,6 +80,10 @@ pub struct SendOptions {
     /// Verify file data against the csum tree, reading another copy when
     /// one is bad (`--verify-data`).
     pub verify_data: bool,
+    /// Threads that read, verify and decompress file data ahead of the
+    /// writer; 0 reads it on the calling thread. `None` (default): 4, or
+    /// the `BTRSEND_SEND_THREADS` environment variable (for benchmarks).
+    pub threads: Option<usize>,
 }
 
 impl SendOptions {
@@ -67,6 +94,7 @@ impl SendOptions {
             compressed_data: false,
             no_data: false,
             verify_data: false,
+            threads: None,
         }
     }
 
@@ -85,6 +113,12 @@ impl SendOptions {
     /// Set [`SendOptions::verify_data`].
     pub const fn with_verify_data(mut self, on: bool) -> SendOptions {
         self.verify_data = on;
+        self
+    }
+
+    /// Set [`SendOptions::threads`].
+    pub const fn with_threads(mut self, threads: usize) -> SendOptions {
+        self.threads = Some(threads);
         self
     }
 }
@@ -123,6 +157,46 @@ pub fn find_subvolume(fs: &Filesystem, spec: &str) -> Result<Subvolume, SendErro
     found.ok_or_else(|| SendError::NoSubvolume(spec.to_owned()))
 }
 
+/// The parent btrfs-progs picks for `btrfs send -c SRC… SUBVOL` without
+/// `-p` (`find_good_parent` in `cmds/send.c`): the subvolume `subvol` was
+/// snapshotted from, if it is a clone source; else the clone source that is
+/// another snapshot of that subvolume with the ctransid closest to its
+/// ctransid (the first of equals).
+///
+/// # Errors
+///
+/// [`SendError::NoGoodParent`] when there is none; read errors.
+pub fn find_good_parent(
+    fs: &Filesystem,
+    subvol: &Subvolume,
+    clone_sources: &[Subvolume],
+) -> Result<Subvolume, SendError> {
+    let none = || SendError::NoGoodParent(subvol.id().get());
+    let all = list_subvolumes(fs)?;
+    let source_of = |s: &Subvolume| {
+        let uuid = s.root.parent_uuid;
+        if uuid.is_nil() {
+            return None;
+        }
+        all.iter().find(|o| o.root.uuid == uuid)
+    };
+    let parent = source_of(subvol).ok_or_else(none)?;
+    if let Some(c) = clone_sources.iter().find(|c| c.id() == parent.id()) {
+        return Ok(c.clone());
+    }
+    let mut best: Option<(&Subvolume, u64)> = None;
+    for c in clone_sources {
+        if source_of(c).is_none_or(|p| p.id() != parent.id()) {
+            continue;
+        }
+        let diff = c.root.ctransid.get().abs_diff(parent.root.ctransid.get());
+        if best.is_none_or(|(_, d)| diff < d) {
+            best = Some((c, diff));
+        }
+    }
+    best.map(|(c, _)| c.clone()).ok_or_else(none)
+}
+
 /// Write a full send stream of `subvol` to `out`.
 ///
 /// # Errors
@@ -136,7 +210,7 @@ pub fn send_full<W: Write>(
     opts: SendOptions,
     progress: &dyn Progress,
 ) -> Result<(W, SendStats), SendError> {
-    send_stream(fs, subvol, None, out, opts, progress)
+    send_stream(fs, subvol, None, &[], out, opts, progress)
 }
 
 /// Write an incremental send stream of `subvol` against `parent` (which
@@ -153,13 +227,34 @@ pub fn send_incremental<W: Write>(
     opts: SendOptions,
     progress: &dyn Progress,
 ) -> Result<(W, SendStats), SendError> {
-    send_stream(fs, subvol, Some(parent), out, opts, progress)
+    send_stream(fs, subvol, Some(parent), &[], out, opts, progress)
+}
+
+/// Write a send stream of `subvol` to `out` with clone sources: full, or
+/// incremental against `parent`; data shared with `parent` or any of
+/// `clone_sources` (snapshots the receiver has) is sent as CLONE commands,
+/// as `btrfs send [-p PARENT] -c SRC…` does.
+///
+/// # Errors
+///
+/// As [`send_full`].
+pub fn send_with_clone_sources<W: Write>(
+    fs: &Filesystem,
+    subvol: &Subvolume,
+    parent: Option<&Subvolume>,
+    clone_sources: &[Subvolume],
+    out: W,
+    opts: SendOptions,
+    progress: &dyn Progress,
+) -> Result<(W, SendStats), SendError> {
+    send_stream(fs, subvol, parent, clone_sources, out, opts, progress)
 }
 
 fn send_stream<W: Write>(
     fs: &Filesystem,
     subvol: &Subvolume,
     parent: Option<&Subvolume>,
+    clone_sources: &[Subvolume],
     out: W,
     opts: SendOptions,
     progress: &dyn Progress,
@@ -172,11 +267,22 @@ fn send_stream<W: Write>(
             },
         ));
     }
-    let _verify = data::VerifyScope::enter(opts.verify_data.then(|| subvol.id()));
+    let threads = opts.threads.unwrap_or_else(|| {
+        std::env::var("BTRSEND_SEND_THREADS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(pipeline::DEFAULT_THREADS)
+    });
+    let tree = fs.fs_tree(subvol.id())?;
     let buffered = BufWriter::with_capacity(256 * 1024, out);
     let writer = StreamWriter::with_options(buffered, WriterOptions::new(opts.version))?;
-    let planner = full::FullSend::new(fs, subvol, parent, writer, opts, progress)?;
-    let (buffered, stats) = planner.run(&subvol.name)?;
+    let (buffered, stats) = std::thread::scope(|scope| {
+        let workers =
+            (threads > 0).then(|| pipeline::spawn_workers(scope, &tree, opts.verify_data, threads));
+        let out = pipeline::Pipeline::new(writer, &tree, opts.verify_data, workers);
+        let planner = full::FullSend::new(fs, subvol, parent, clone_sources, out, opts, progress)?;
+        planner.run(&subvol.name)
+    })?;
     let out = buffered.into_inner().map_err(|e| {
         SendError::Output(stream_format::EncodeError::Io {
             offset: stats.stream_bytes,

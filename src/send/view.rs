@@ -286,9 +286,9 @@ pub(crate) struct ExtentRefs {
     pub refs: u64,
     /// Parent leaves of SHARED_DATA_REFs, sorted.
     pub shared: Vec<u64>,
-    /// The (root, inode, file offset − extent offset) of its
+    /// The (root, inode, file offset − extent offset, count) of its
     /// EXTENT_DATA_REFs, inline then keyed.
-    pub data_refs: Vec<(u64, u64, u64)>,
+    pub data_refs: Vec<(u64, u64, u64, u64)>,
 }
 
 /// Point lookups in one subvolume tree (and the extent tree).
@@ -436,7 +436,12 @@ impl<'a> TreeView<'a> {
             if ty == ondisk::BTRFS_EXTENT_DATA_REF_KEY
                 && let Ok((r, _)) = ExtentDataRef::read_from_prefix(payload)
             {
-                data_refs.push((r.root.get(), r.objectid.get(), r.offset.get()));
+                data_refs.push((
+                    r.root.get(),
+                    r.objectid.get(),
+                    r.offset.get(),
+                    u64::from(r.count.get()),
+                ));
             }
 
             rest = tail.get(len..).unwrap_or_default();
@@ -453,7 +458,12 @@ impl<'a> TreeView<'a> {
             if item.key.item_type == ondisk::BTRFS_EXTENT_DATA_REF_KEY
                 && let Ok((r, _)) = ExtentDataRef::read_from_prefix(item.data)
             {
-                data_refs.push((r.root.get(), r.objectid.get(), r.offset.get()));
+                data_refs.push((
+                    r.root.get(),
+                    r.objectid.get(),
+                    r.offset.get(),
+                    u64::from(r.count.get()),
+                ));
             }
         }
         shared.sort_unstable();

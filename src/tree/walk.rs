@@ -310,6 +310,11 @@ impl<S: BlockSource> Cursor<S> {
             .is_none_or(|(leaf, slot)| *slot >= leaf.node().nritems())
     }
 
+    /// The leaf under the cursor.
+    pub fn leaf(&self) -> Option<&TreeBlock> {
+        self.path.last().map(|(leaf, _)| leaf)
+    }
+
     /// The item under the cursor.
     pub fn current(&self) -> Option<ItemRef<'_>> {
         let (leaf, slot) = self.path.last()?;

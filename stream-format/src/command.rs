@@ -763,6 +763,29 @@ impl<'a> Command<'a> {
         }
     }
 
+    /// The bytes this command takes in a v1 stream: the command header and
+    /// every attribute's type-length header and value (in v2+, DATA has no
+    /// length field: two bytes fewer).
+    pub fn encoded_len(&self) -> u64 {
+        let mut n = u64::try_from(crate::CMD_HEADER_SIZE).unwrap_or(u64::MAX);
+        if let Command::Unknown { payload, .. } = self {
+            return n.saturating_add(u64::try_from(payload.len()).unwrap_or(u64::MAX));
+        }
+        let _ = self.visit_attrs(|_, value| {
+            let len = match value {
+                Value::U8(_) => 1,
+                Value::U32(_) => 4,
+                Value::U64(_) => 8,
+                Value::Uuid(_) => 16,
+                Value::Timespec(_) => 12,
+                Value::Bytes(b) => b.len(),
+            };
+            n = n.saturating_add(u64::try_from(len).unwrap_or(u64::MAX).saturating_add(4));
+            Ok::<(), std::convert::Infallible>(())
+        });
+        n
+    }
+
     /// Call `f` for every attribute present, in the kernel's order.
     ///
     /// [`Command::Unknown`] has no typed attributes (its payload is raw).

@@ -394,6 +394,43 @@ mod tests {
     }
 
     #[test]
+    fn encoded_len_is_what_a_v1_writer_writes() {
+        let t = Timespec::default();
+        let cmds = [
+            Command::Utimes {
+                path: Cow::Borrowed(b"a/b"),
+                atime: t,
+                mtime: t,
+                ctime: t,
+                otime: None,
+            },
+            Command::Write {
+                path: Cow::Borrowed(b"f"),
+                offset: 4096,
+                data: Cow::Owned(vec![7; 1000]),
+            },
+            Command::SetXattr {
+                path: Cow::Borrowed(b"x"),
+                name: Cow::Borrowed(b"user.k"),
+                data: Cow::Borrowed(b"value"),
+            },
+            Command::End,
+        ];
+        for cmd in cmds {
+            let mut w = StreamWriter::with_options(
+                Vec::new(),
+                WriterOptions {
+                    write_header: false,
+                    ..WriterOptions::new(1)
+                },
+            )
+            .unwrap();
+            w.write(&cmd).unwrap();
+            assert_eq!(cmd.encoded_len(), w.bytes_written(), "{cmd:?}");
+        }
+    }
+
+    #[test]
     fn version_rules() {
         let mut w = StreamWriter::new(Vec::new(), 1).unwrap();
         let fa = Command::Fileattr {

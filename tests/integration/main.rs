@@ -10,6 +10,8 @@ mod readahead;
 mod reader;
 mod receive;
 mod send;
+mod send_clone;
 mod send_incremental;
 mod send_live;
+mod send_pipeline;
 mod send_random;

@@ -61,8 +61,11 @@ pub struct SendArgs {
     #[arg(short = 'p', long = "parent", value_name = "PARENT")]
     pub parent: Option<String>,
     /// A further snapshot the receiver has whose data may be cloned
-    /// (repeatable; given like SUBVOL). Needs -p for now; its data is sent
-    /// instead of cloned.
+    /// (repeatable; given like SUBVOL): extents shared with it are sent as
+    /// clones, as with `btrfs send -c`. Without -p, the parent is chosen
+    /// among the clone sources as btrfs-progs does: the snapshot SUBVOL was
+    /// taken of, else the other snapshot of the same subvolume whose
+    /// ctransid is closest.
     #[arg(short = 'c', long = "clone-src", value_name = "CLONE_SRC")]
     pub clone_src: Vec<String>,
     /// The subvolume: with --device, its path from the top level as
@@ -309,21 +312,39 @@ pub fn run(args: &SendArgs) -> anyhow::Result<()> {
         eprintln!("btrsend: warning: {notice}");
     }
     let mut subvol = src.subvolume()?;
-    if args.parent.is_none() && !args.clone_src.is_empty() {
-        bail!("-c without -p is not supported yet: give the parent snapshot with -p");
-    }
-    let parent_spec = match &args.parent {
-        None => None,
-        Some(p) if !args.devices.is_empty() || p.starts_with("id:") => Some(p.clone()),
-        Some(p) => Some(mount::resolve(Path::new(p))?.subvol_path.clone()),
-    };
-    let find_parent = |fs: &btrsend::fs::Filesystem| -> anyhow::Result<Option<Subvolume>> {
-        match &parent_spec {
-            None => Ok(None),
-            Some(spec) => Ok(Some(send::find_subvolume(fs, spec)?)),
+    let spec_of = |p: &String| -> anyhow::Result<String> {
+        if !args.devices.is_empty() || p.starts_with("id:") {
+            Ok(p.clone())
+        } else {
+            Ok(mount::resolve(Path::new(p))?.subvol_path.clone())
         }
     };
-    let mut parent = find_parent(&src.fs)?;
+    let parent_spec = args.parent.as_ref().map(spec_of).transpose()?;
+    let clone_specs = args
+        .clone_src
+        .iter()
+        .map(spec_of)
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let mounted = src.mounted.is_some();
+    let find_roots = |fs: &btrsend::fs::Filesystem,
+                      subvol: &Subvolume|
+     -> anyhow::Result<(Option<Subvolume>, Vec<Subvolume>)> {
+        let mut clones = Vec::new();
+        for (spec, given) in clone_specs.iter().zip(&args.clone_src) {
+            let c = send::find_subvolume(fs, spec)?;
+            if mounted && !c.root.is_readonly() {
+                bail!("clone source {given} is not a read-only subvolume (as with btrfs send)");
+            }
+            clones.push(c);
+        }
+        let parent = match &parent_spec {
+            Some(spec) => Some(send::find_subvolume(fs, spec)?),
+            None if !clones.is_empty() => Some(send::find_good_parent(fs, subvol, &clones)?),
+            None => None,
+        };
+        Ok((parent, clones))
+    };
+    let (mut parent, mut clones) = find_roots(&src.fs, &subvol)?;
     let out: Box<dyn Write> = match &args.file {
         Some(f) => {
             Box::new(File::create(f).with_context(|| format!("cannot create {}", f.display()))?)
@@ -350,14 +371,12 @@ pub fn run(args: &SendArgs) -> anyhow::Result<()> {
     let send_one = |fs: &btrsend::fs::Filesystem,
                     subvol: &Subvolume,
                     parent: Option<&Subvolume>,
+                    clones: &[Subvolume],
                     out: &mut Held<Box<dyn Write>>| {
-        match parent {
-            Some(p) => send::send_incremental(fs, subvol, p, out, opts, &progress),
-            None => send::send_full(fs, subvol, out, opts, &progress),
-        }
-        .map(|(_, stats)| stats)
+        send::send_with_clone_sources(fs, subvol, parent, clones, out, opts, &progress)
+            .map(|(_, stats)| stats)
     };
-    let mut res = send_one(&src.fs, &subvol, parent.as_ref(), &mut out);
+    let mut res = send_one(&src.fs, &subvol, parent.as_ref(), &clones, &mut out);
     if let (Err(e), Some(m)) = (&res, &src.mounted)
         && is_read_error(e)
     {
@@ -379,8 +398,8 @@ pub fn run(args: &SendArgs) -> anyhow::Result<()> {
         out.discard();
         src.fs = fresh;
         subvol = src.subvolume()?;
-        parent = find_parent(&src.fs)?;
-        res = send_one(&src.fs, &subvol, parent.as_ref(), &mut out);
+        (parent, clones) = find_roots(&src.fs, &subvol)?;
+        res = send_one(&src.fs, &subvol, parent.as_ref(), &clones, &mut out);
     }
     progress.finish(res.as_ref().ok().map(|stats| stats.stream_bytes));
     match res {

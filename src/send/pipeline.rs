@@ -1,0 +1,636 @@
+//! The send pipeline: the planner hands every command to a [`Pipeline`] in
+//! stream order; the file data of WRITE and ENCODED_WRITE commands is read
+//! (verified, decompressed) by data jobs on a small pool of worker threads,
+//! ahead of the one ordered writer, which writes every command in the
+//! planner's order as soon as the commands and data before it are out.
+//!
+//! ```text
+//! tree walk → planner ──commands──────────────→ queue → writer → stream
+//!                     └─jobs→ workers (read, verify, decompress) ↗
+//! ```
+//!
+//! The writer runs on the planner's thread (the output need not be `Send`):
+//! whenever the planner queues something, the writer first writes what is
+//! ready at the head of the queue, without waiting; it waits for a job only
+//! when the queue is full. A full queue holds [`MAX_QUEUED_BYTES`] of data
+//! and commands (each entry charged its data buffer or encoded size plus
+//! [`ENTRY_OVERHEAD`]) or [`MAX_QUEUED_ENTRIES`] entries; one job reads at
+//! most [`JOB_BYTES`] (a compressed extent is decoded whole: at most 128
+//! KiB). So memory stays bounded whatever the snapshot's size.
+//!
+//! Errors keep the stream's order: a job's read error is reported when the
+//! writer reaches its command (with the inode, path and file offset), after
+//! everything before it was written; a planner error comes after the queued
+//! commands before it were written (or the first error among them).
+//!
+//! With no worker threads the jobs run on the planner's thread when queued
+//! (the single-threaded send).
+
+use std::collections::VecDeque;
+use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, Receiver, Sender, SyncSender, TryRecvError};
+use std::sync::{Arc, Mutex};
+
+use stream_format::{Command, StreamWriter};
+
+use crate::fs::{Compression, ExtentData, FileExtent, FsTree};
+
+use super::error::SendError;
+
+/// Bytes of queued data and commands before the writer waits for the
+/// oldest job.
+pub(crate) const MAX_QUEUED_BYTES: u64 = 16 << 20;
+/// Entries queued before the writer waits for the oldest job.
+pub(crate) const MAX_QUEUED_ENTRIES: usize = 16384;
+/// Bytes charged to each queued entry besides its data.
+pub(crate) const ENTRY_OVERHEAD: u64 = 128;
+/// Largest read of one data job (rounded down to whole WRITE commands).
+pub(crate) const JOB_BYTES: u64 = 256 << 10;
+/// Jobs go to the workers in batches of this many bytes or
+/// [`BATCH_JOBS`] jobs (small reads from the page cache cost less than
+/// handing them to another thread one by one).
+pub(crate) const BATCH_BYTES: u64 = 256 << 10;
+/// See [`BATCH_BYTES`].
+pub(crate) const BATCH_JOBS: usize = 64;
+/// Bytes of spare data buffers kept for reuse.
+pub(crate) const POOL_BYTES: u64 = 8 << 20;
+/// Spare data buffers kept for reuse.
+pub(crate) const POOL_BUFFERS: usize = 64;
+/// Worker threads when the options do not say
+/// (`BTRSEND_SEND_THREADS` changes it, for benchmarks).
+pub(crate) const DEFAULT_THREADS: usize = 4;
+
+/// What a job produces: the bytes, or the read error.
+type Reply = crate::Result<Vec<u8>>;
+
+/// What a data job reads.
+#[derive(Debug)]
+enum Read {
+    /// File bytes `[offset, offset + len)` of the extent.
+    Range { offset: u64, len: u64 },
+    /// The extent's encoded bytes as stored.
+    Raw,
+}
+
+/// One data job: read (verify, decompress) part of an extent of an inode
+/// into `buf` (a reused buffer).
+#[derive(Debug)]
+struct Job {
+    ino: u64,
+    ext: FileExtent,
+    read: Read,
+    buf: Vec<u8>,
+}
+
+impl Job {
+    fn run(self, tree: &FsTree<'_>, verify: bool) -> Reply {
+        let r = tree.extent_reader(self.ino, verify);
+        match self.read {
+            Read::Range { offset, len } => {
+                let mut buf = self.buf;
+                buf.clear();
+                buf.resize(usize::try_from(len).unwrap_or(usize::MAX), 0);
+                r.read_at(&self.ext, offset, &mut buf)?;
+                Ok(buf)
+            }
+            Read::Raw => r.raw(&self.ext),
+        }
+    }
+}
+
+/// A batch of jobs for one worker, and where to send their replies (in
+/// order).
+#[derive(Debug)]
+struct Task {
+    jobs: Vec<Job>,
+    reply: SyncSender<Vec<Reply>>,
+}
+
+/// The worker threads' side: the tasks to run. Dropping it lets the
+/// workers end (they skip the tasks still queued).
+pub(crate) struct Workers {
+    tasks: Sender<Task>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Drop for Workers {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Start `threads` workers in `scope` reading `tree`'s data (verified
+/// with `verify`).
+pub(crate) fn spawn_workers<'scope, 'env>(
+    scope: &'scope std::thread::Scope<'scope, 'env>,
+    tree: &'env FsTree<'env>,
+    verify: bool,
+    threads: usize,
+) -> Workers {
+    let (tx, rx) = mpsc::channel::<Task>();
+    let rx = Arc::new(Mutex::new(rx));
+    let stop = Arc::new(AtomicBool::new(false));
+    for _ in 0..threads {
+        let rx = Arc::clone(&rx);
+        let stop = Arc::clone(&stop);
+        scope.spawn(move || {
+            loop {
+                // The lock is held only to take one task.
+                let task = rx.lock().unwrap_or_else(|p| p.into_inner()).recv();
+                let Ok(task) = task else { break };
+                if stop.load(Ordering::Relaxed) {
+                    continue;
+                }
+                let replies = task.jobs.into_iter().map(|j| j.run(tree, verify));
+                // The writer may have gone (an earlier error): nobody waits.
+                let _ = task.reply.send(replies.collect());
+            }
+        });
+    }
+    Workers { tasks: tx, stop }
+}
+
+/// Where a queued entry's data comes from.
+enum Pending {
+    /// Zeros (holes and prealloc ranges of v1 and incremental streams).
+    Zeros,
+    /// Read already.
+    Ready(Reply),
+    /// The next reply of the batches, in order.
+    Batched,
+}
+
+/// What the writer makes of an entry's data.
+enum Shape {
+    /// WRITE commands of `[offset, offset + len)`, at most `max_read`
+    /// bytes each.
+    Writes {
+        path: Vec<u8>,
+        offset: u64,
+        len: u64,
+    },
+    /// This ENCODED_WRITE with the data filled in.
+    Encoded(Command<'static>),
+}
+
+enum Entry {
+    Cmd(Command<'static>),
+    Data {
+        ino: u64,
+        shape: Shape,
+        data: Pending,
+    },
+}
+
+/// The planner's output: commands in stream order, data read ahead in
+/// parallel, one ordered writer (see the module doc).
+pub(crate) struct Pipeline<'t, W: Write> {
+    out: StreamWriter<W>,
+    tree: &'t FsTree<'t>,
+    verify: bool,
+    /// Largest WRITE (`max_send_read_size`).
+    max_read: u64,
+    workers: Option<Workers>,
+    queue: VecDeque<(Entry, u64)>,
+    /// Bytes charged to the queued entries.
+    queued: u64,
+    /// Jobs not yet handed to the workers, and their bytes.
+    open: Vec<Job>,
+    open_bytes: u64,
+    /// The batches handed to the workers, oldest first.
+    sent: VecDeque<Receiver<Vec<Reply>>>,
+    /// The replies of the oldest batch not yet written.
+    replies: VecDeque<Reply>,
+    /// Spare data buffers, and their bytes.
+    pool: Vec<Vec<u8>>,
+    pool_bytes: u64,
+    /// One WRITE's worth of zeros.
+    zeros: Vec<u8>,
+    /// An error was returned: nothing more is written.
+    failed: bool,
+}
+
+impl<'t, W: Write> Pipeline<'t, W> {
+    pub(crate) fn new(
+        out: StreamWriter<W>,
+        tree: &'t FsTree<'t>,
+        verify: bool,
+        workers: Option<Workers>,
+    ) -> Pipeline<'t, W> {
+        // max_send_read_size: the send buffer less 16 KiB.
+        let max_read = u64::from(stream_format::default_max_command_size(out.version()))
+            .saturating_sub(16 * 1024);
+        Pipeline {
+            out,
+            tree,
+            verify,
+            max_read: max_read.max(1),
+            workers,
+            queue: VecDeque::new(),
+            queued: 0,
+            open: Vec::new(),
+            open_bytes: 0,
+            sent: VecDeque::new(),
+            replies: VecDeque::new(),
+            pool: Vec::new(),
+            pool_bytes: 0,
+            zeros: Vec::new(),
+            failed: false,
+        }
+    }
+
+    /// Queue a command without data.
+    pub(crate) fn emit(&mut self, cmd: &Command<'_>) -> Result<(), SendError> {
+        if self.queue.is_empty() {
+            return self.write(cmd);
+        }
+        let charge = cmd.encoded_len().saturating_add(ENTRY_OVERHEAD);
+        self.make_room(charge)?;
+        self.push(Entry::Cmd(cmd.clone().into_owned()), charge)
+    }
+
+    /// Queue the WRITEs of `[offset, offset + len)` of inode `ino` at
+    /// `path`: the bytes of `ext` (which covers the range), or zeros when
+    /// `ext` is `None`.
+    pub(crate) fn write_data(
+        &mut self,
+        ino: u64,
+        path: &[u8],
+        offset: u64,
+        len: u64,
+        ext: Option<&FileExtent>,
+    ) -> Result<(), SendError> {
+        let shape = |offset, len| Shape::Writes {
+            path: path.to_vec(),
+            offset,
+            len,
+        };
+        let path_len = u64::try_from(path.len()).unwrap_or(u64::MAX);
+        let Some(ext) = ext else {
+            let entry = Entry::Data {
+                ino,
+                shape: shape(offset, len),
+                data: Pending::Zeros,
+            };
+            let charge = path_len.saturating_add(ENTRY_OVERHEAD);
+            self.make_room(charge)?;
+            return self.push(entry, charge);
+        };
+        // A compressed or inline extent is decoded whole: one job.
+        let whole =
+            ext.compression != Compression::None || matches!(ext.data, ExtentData::Inline(_));
+        let step = if whole {
+            len.max(1)
+        } else {
+            (JOB_BYTES / self.max_read).max(1) * self.max_read
+        };
+        let mut done = 0u64;
+        while done < len {
+            let n = (len - done).min(step);
+            let at = offset + done;
+            let read = Read::Range { offset: at, len: n };
+            let entry = |data| Entry::Data {
+                ino,
+                shape: shape(at, n),
+                data,
+            };
+            self.job(ino, ext, read, n, path_len, entry)?;
+            done += n;
+        }
+        Ok(())
+    }
+
+    /// Queue ENCODED_WRITE `cmd` (its data is ignored) with the encoded
+    /// bytes of `ext`.
+    pub(crate) fn write_encoded(
+        &mut self,
+        ino: u64,
+        cmd: Command<'static>,
+        ext: &FileExtent,
+    ) -> Result<(), SendError> {
+        let len = match &ext.data {
+            ExtentData::Inline(b) => u64::try_from(b.len()).unwrap_or(u64::MAX),
+            ExtentData::Regular(d) | ExtentData::Prealloc(d) => d.disk_num_bytes,
+        };
+        let other = cmd.encoded_len();
+        let entry = |data| Entry::Data {
+            ino,
+            shape: Shape::Encoded(cmd),
+            data,
+        };
+        if let ExtentData::Inline(b) = &ext.data {
+            let e = entry(Pending::Ready(Ok(b.clone())));
+            let charge = other.saturating_add(len).saturating_add(ENTRY_OVERHEAD);
+            self.make_room(charge)?;
+            return self.push(e, charge);
+        }
+        self.job(ino, ext, Read::Raw, len, other, entry)
+    }
+
+    /// Queue entry `entry(data)` whose `len` bytes of data a job reads
+    /// (charged with `other` more bytes).
+    fn job(
+        &mut self,
+        ino: u64,
+        ext: &FileExtent,
+        read: Read,
+        len: u64,
+        other: u64,
+        entry: impl FnOnce(Pending) -> Entry,
+    ) -> Result<(), SendError> {
+        let buf = match read {
+            Read::Range { .. } => self.buffer(len),
+            Read::Raw => Vec::new(),
+        };
+        let data_len = len.max(u64::try_from(buf.capacity()).unwrap_or(u64::MAX));
+        let charge = data_len
+            .saturating_add(other)
+            .saturating_add(ENTRY_OVERHEAD);
+        self.make_room(charge)?;
+        let job = Job {
+            ino,
+            ext: ext.clone(),
+            read,
+            buf,
+        };
+        let data = if self.workers.is_some() {
+            self.open.push(job);
+            self.open_bytes = self.open_bytes.saturating_add(len);
+            if self.open_bytes >= BATCH_BYTES || self.open.len() >= BATCH_JOBS {
+                self.submit();
+            }
+            Pending::Batched
+        } else {
+            Pending::Ready(job.run(self.tree, self.verify))
+        };
+        self.push(entry(data), charge)
+    }
+
+    /// A spare buffer for `len` bytes: the smallest that holds them, or
+    /// none (a new one is made by the job).
+    fn buffer(&mut self, len: u64) -> Vec<u8> {
+        let need = usize::try_from(len).unwrap_or(usize::MAX);
+        let best = self
+            .pool
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| b.capacity() >= need)
+            .min_by_key(|(_, b)| b.capacity())
+            .map(|(i, _)| i);
+        match best {
+            Some(i) => {
+                let b = self.pool.swap_remove(i);
+                let cap = u64::try_from(b.capacity()).unwrap_or(u64::MAX);
+                self.pool_bytes = self.pool_bytes.saturating_sub(cap);
+                b
+            }
+            None => Vec::new(),
+        }
+    }
+
+    /// Keep `buf` for another job, if the pool has room.
+    fn recycle(&mut self, buf: Vec<u8>) {
+        let cap = u64::try_from(buf.capacity()).unwrap_or(u64::MAX);
+        if cap > 0
+            && self.pool.len() < POOL_BUFFERS
+            && self.pool_bytes.saturating_add(cap) <= POOL_BYTES
+        {
+            self.pool_bytes += cap;
+            self.pool.push(buf);
+        }
+    }
+
+    /// Hand the open batch to the workers.
+    fn submit(&mut self) {
+        if self.open.is_empty() {
+            return;
+        }
+        let jobs = std::mem::take(&mut self.open);
+        self.open_bytes = 0;
+        let (reply, rx) = mpsc::sync_channel(1);
+        let task = Task { jobs, reply };
+        if let Some(w) = &self.workers
+            && let Err(mpsc::SendError(task)) = w.tasks.send(task)
+        {
+            // No worker left (cannot happen while the scope runs): read
+            // here.
+            let replies = task.jobs.into_iter().map(|j| j.run(self.tree, self.verify));
+            let _ = task.reply.send(replies.collect());
+        }
+        self.sent.push_back(rx);
+    }
+
+    /// The reply for the oldest batched entry: `None` when it is not there
+    /// yet and `block` is off.
+    fn next_reply(&mut self, block: bool) -> Option<Reply> {
+        loop {
+            if let Some(r) = self.replies.pop_front() {
+                return Some(r);
+            }
+            let Some(rx) = self.sent.front() else {
+                if !block || self.open.is_empty() {
+                    return None;
+                }
+                self.submit();
+                continue;
+            };
+            let got = if block {
+                rx.recv().map_err(|_| TryRecvError::Disconnected)
+            } else {
+                rx.try_recv()
+            };
+            match got {
+                Ok(replies) => {
+                    self.sent.pop_front();
+                    self.replies.extend(replies);
+                }
+                Err(TryRecvError::Empty) => return None,
+                Err(TryRecvError::Disconnected) => {
+                    // A worker went away without an answer (it panicked).
+                    self.sent.pop_front();
+                    return Some(Err(crate::Error::corrupt(
+                        crate::error::Location::Tree(self.tree.id()),
+                        crate::error::CorruptKind::BadField {
+                            field: "data job",
+                            value: 0,
+                            why: "a data reader thread stopped",
+                        },
+                    )));
+                }
+            }
+        }
+    }
+
+    fn push(&mut self, entry: Entry, charge: u64) -> Result<(), SendError> {
+        self.queue.push_back((entry, charge));
+        self.queued = self.queued.saturating_add(charge);
+        self.pump(false)
+    }
+
+    /// Write what is ready at the head of the queue; then, while the queue
+    /// has no room for `charge` more bytes or one more entry, wait for its
+    /// head.
+    fn make_room(&mut self, charge: u64) -> Result<(), SendError> {
+        self.pump(false)?;
+        while !self.queue.is_empty()
+            && (self.queued.saturating_add(charge) > MAX_QUEUED_BYTES
+                || self.queue.len() >= MAX_QUEUED_ENTRIES)
+        {
+            self.write_head(true)?;
+        }
+        Ok(())
+    }
+
+    /// Write the head entries that are ready (all of them with `block`).
+    fn pump(&mut self, block: bool) -> Result<(), SendError> {
+        while !self.queue.is_empty() {
+            if !self.write_head(block)? {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// Write the head entry if it is ready (or, with `block`, once it is);
+    /// returns whether it was written.
+    fn write_head(&mut self, block: bool) -> Result<bool, SendError> {
+        let batched = matches!(
+            self.queue.front(),
+            Some((
+                Entry::Data {
+                    data: Pending::Batched,
+                    ..
+                },
+                _
+            ))
+        );
+        let reply = if batched {
+            match self.next_reply(block) {
+                Some(r) => Some(r),
+                None => return Ok(false),
+            }
+        } else {
+            None
+        };
+        let Some((mut entry, charge)) = self.queue.pop_front() else {
+            return Ok(false);
+        };
+        if let (Some(r), Entry::Data { data, .. }) = (reply, &mut entry) {
+            *data = Pending::Ready(r);
+        }
+        self.queued = self.queued.saturating_sub(charge);
+        self.write_entry(entry)?;
+        Ok(true)
+    }
+
+    fn write_entry(&mut self, entry: Entry) -> Result<(), SendError> {
+        let (ino, shape, data) = match entry {
+            Entry::Cmd(cmd) => return self.write(&cmd),
+            Entry::Data { ino, shape, data } => (ino, shape, data),
+        };
+        let bytes = match data {
+            Pending::Ready(Ok(b)) => Some(b),
+            Pending::Ready(Err(source)) => {
+                let path = match &shape {
+                    Shape::Writes { path, .. } => Some(path.clone()),
+                    Shape::Encoded(cmd) => cmd.path().map(<[u8]>::to_vec),
+                };
+                return Err(self.fail(SendError::Fs { ino, path, source }));
+            }
+            Pending::Zeros | Pending::Batched => None,
+        };
+        match shape {
+            Shape::Encoded(mut cmd) => {
+                if let Command::EncodedWrite { data, .. } = &mut cmd {
+                    *data = bytes.unwrap_or_default().into();
+                }
+                self.write(&cmd)
+            }
+            Shape::Writes { path, offset, len } => {
+                let res = self.write_chunks(&path, offset, len, bytes.as_deref());
+                if let Some(b) = bytes {
+                    self.recycle(b);
+                }
+                res
+            }
+        }
+    }
+
+    /// The WRITEs of `[offset, offset + len)`, `max_read` bytes each, with
+    /// `data` (zeros when `None`).
+    fn write_chunks(
+        &mut self,
+        path: &[u8],
+        offset: u64,
+        len: u64,
+        data: Option<&[u8]>,
+    ) -> Result<(), SendError> {
+        let mut zeros = std::mem::take(&mut self.zeros);
+        let want = usize::try_from(self.max_read.min(len)).unwrap_or(0);
+        if data.is_none() && zeros.len() < want {
+            zeros.resize(want, 0);
+        }
+        let mut done = 0u64;
+        let mut res = Ok(());
+        while done < len && res.is_ok() {
+            let n = (len - done).min(self.max_read);
+            let (a, b) = (
+                usize::try_from(done).unwrap_or(usize::MAX),
+                usize::try_from(n).unwrap_or(usize::MAX),
+            );
+            let chunk = match data {
+                Some(d) => d.get(a..a.saturating_add(b)).unwrap_or_default(),
+                None => zeros.get(..b).unwrap_or_default(),
+            };
+            res = self.write(&Command::Write {
+                path: path.into(),
+                offset: offset + done,
+                data: chunk.into(),
+            });
+            done += n;
+        }
+        self.zeros = zeros;
+        res
+    }
+
+    fn write(&mut self, cmd: &Command<'_>) -> Result<(), SendError> {
+        if self.failed {
+            return Ok(());
+        }
+        self.out.write(cmd).map_err(|e| self.fail(e.into()))
+    }
+
+    /// Stop: drop the queue and the jobs, tell the workers, pass `e` on.
+    fn fail(&mut self, e: SendError) -> SendError {
+        self.failed = true;
+        self.queue.clear();
+        self.queued = 0;
+        self.open.clear();
+        self.sent.clear();
+        self.replies.clear();
+        if let Some(w) = &self.workers {
+            w.stop.store(true, Ordering::Relaxed);
+        }
+        e
+    }
+
+    /// Write everything queued; the first error among it, if any (none
+    /// after an error was returned already).
+    pub(crate) fn drain(&mut self) -> Result<(), SendError> {
+        if self.failed {
+            return Ok(());
+        }
+        self.pump(true)
+    }
+
+    /// Write everything queued and END, flush; the output and the stream's
+    /// length.
+    pub(crate) fn finish(mut self) -> Result<(W, u64), SendError> {
+        self.pump(true)?;
+        let len = self.out.bytes_written().saturating_add(10);
+        self.workers = None;
+        let w = self.out.finish()?;
+        Ok((w, len))
+    }
+}

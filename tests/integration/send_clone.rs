@@ -1,0 +1,256 @@
+//! Sends with clone sources (`-c`) against the kernel, for every
+//! `clonesend STEM CHILD [-p PARENT] -c SRC…` line of a fixture's
+//! `meta.txt` (015-clone-sources), v1 and v2 `--compressed-data`:
+//!
+//! * `clone_source_send_matches_kernel`: the parent is the `-p` one, or,
+//!   without `-p`, the one btrfs-progs picks (`send::find_good_parent`);
+//!   our stream dumps to exactly the kernel's stored `STEM.V.dump` and
+//!   decodes to the same commands and bytes as the kernel's stored stream.
+//!   Normalisations: none.
+//! * `clone_source_send_receives_to_stored_manifest` (live, root): the
+//!   stock `btrfs receive` of the kernel's full streams of the parent and
+//!   of every clone source, then of our stream, reproduces the child's
+//!   stored manifest.
+
+use btrsend::fs::Filesystem;
+use btrsend::fs::subvol::Subvolume;
+use btrsend::send::{self, NoProgress, SendOptions};
+
+use crate::reader::{Fixture, fixtures};
+use crate::send::{commands, dump_text, first_difference, read_zst, short, stored_dump};
+
+const VARIANTS: [(&str, SendOptions); 2] = [
+    ("v1", SendOptions::new(1)),
+    ("v2c", SendOptions::new(2).with_compressed_data(true)),
+];
+
+/// One `clonesend` line.
+struct CloneSend {
+    stem: String,
+    child: String,
+    parent: Option<String>,
+    sources: Vec<String>,
+}
+
+fn clone_sends(dir: &std::path::Path) -> Vec<CloneSend> {
+    let meta = std::fs::read_to_string(dir.join("meta.txt")).unwrap();
+    meta.lines()
+        .filter_map(|l| l.strip_prefix("clonesend "))
+        .map(|l| {
+            let mut words = l.split_whitespace();
+            let stem = words.next().unwrap().to_owned();
+            let child = words.next().unwrap().to_owned();
+            let (mut parent, mut sources) = (None, Vec::new());
+            while let Some(flag) = words.next() {
+                let arg = words.next().unwrap().to_owned();
+                match flag {
+                    "-p" => parent = Some(arg),
+                    "-c" => sources.push(arg),
+                    f => panic!("clonesend: unknown flag {f}"),
+                }
+            }
+            CloneSend {
+                stem,
+                child,
+                parent,
+                sources,
+            }
+        })
+        .collect()
+}
+
+/// The child, its parent (given or found) and the clone sources.
+fn roots(fs: &Filesystem, cs: &CloneSend) -> (Subvolume, Subvolume, Vec<Subvolume>) {
+    let child = send::find_subvolume(fs, &cs.child).unwrap();
+    let sources: Vec<Subvolume> = cs
+        .sources
+        .iter()
+        .map(|s| send::find_subvolume(fs, s).unwrap())
+        .collect();
+    let parent = match &cs.parent {
+        Some(p) => send::find_subvolume(fs, p).unwrap(),
+        None => send::find_good_parent(fs, &child, &sources).unwrap(),
+    };
+    (child, parent, sources)
+}
+
+fn ours(fs: &Filesystem, cs: &CloneSend, opts: SendOptions) -> Result<Vec<u8>, String> {
+    let (child, parent, sources) = roots(fs, cs);
+    send::send_with_clone_sources(
+        fs,
+        &child,
+        Some(&parent),
+        &sources,
+        Vec::new(),
+        opts,
+        &NoProgress,
+    )
+    .map(|(out, _)| out)
+    .map_err(|e| format!("send: {e}"))
+}
+
+fn check(fx: &Fixture, cs: &CloneSend, v: &str, opts: SendOptions) -> Result<(), String> {
+    let stem = format!("{}.{v}", cs.stem);
+    let kernel = read_zst(&fx.dir.join(format!("{stem}.stream.zst")));
+    let fs = Filesystem::open(&fx.devices).unwrap();
+    let ours = ours(&fs, cs, opts)?;
+    let expected = stored_dump(&fx.dir, &stem);
+    if let Some(d) = first_difference(&dump_text(&ours), &expected) {
+        return Err(format!("dump differs from the stored kernel dump\n{d}"));
+    }
+    let (a, b) = (commands(&ours), commands(&kernel));
+    if a.len() != b.len() {
+        return Err(format!("{} commands, kernel {}", a.len(), b.len()));
+    }
+    if let Some(i) = (0..a.len()).find(|&i| a[i] != b[i]) {
+        return Err(format!(
+            "command {i} differs: ours {:?}, kernel {:?}",
+            short(&a[i]),
+            short(&b[i])
+        ));
+    }
+    if ours != kernel {
+        return Err(format!(
+            "bytes differ ({} bytes, kernel {})",
+            ours.len(),
+            kernel.len()
+        ));
+    }
+    Ok(())
+}
+
+#[test]
+fn clone_source_send_matches_kernel() {
+    let mut passed = Vec::new();
+    let mut failures = Vec::new();
+    for fx in fixtures() {
+        for cs in clone_sends(&fx.dir) {
+            for (v, opts) in VARIANTS {
+                let what = format!("{} {}.{v}", fx.name(), cs.stem);
+                match check(&fx, &cs, v, opts) {
+                    Ok(()) => passed.push(what),
+                    Err(e) => failures.push(format!("{what}: {e}")),
+                }
+            }
+        }
+    }
+    eprintln!(
+        "clone-source sends equal to the kernel: {}",
+        passed.join(", ")
+    );
+    assert!(
+        failures.is_empty(),
+        "{} clone-source sends differ:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+    assert!(
+        passed.len() >= 10,
+        "too few clone-source sends checked: {passed:?}"
+    );
+}
+
+#[test]
+fn find_good_parent_picks_as_btrfs_progs() {
+    // The kernel's streams name the parent btrfs-progs picked in their
+    // SNAPSHOT command (parent uuid).
+    let mut checked = 0;
+    for fx in fixtures() {
+        let fs = Filesystem::open(&fx.devices).unwrap();
+        for cs in clone_sends(&fx.dir)
+            .into_iter()
+            .filter(|c| c.parent.is_none())
+        {
+            let (_, parent, _) = roots(&fs, &cs);
+            let dump = stored_dump(&fx.dir, &format!("{}.v1", cs.stem));
+            let uuid = parent.root.uuid.to_string();
+            assert!(
+                dump.lines()
+                    .next()
+                    .is_some_and(|l| l.contains(&format!("parent_uuid={uuid}"))),
+                "{}: we pick {} ({uuid}), the kernel's stream says {:?}",
+                cs.stem,
+                String::from_utf8_lossy(&parent.path),
+                dump.lines().next()
+            );
+            checked += 1;
+        }
+        // A subvolume that is no snapshot has no parent to find.
+        if let Some(cs) = clone_sends(&fx.dir).first() {
+            let (_, _, sources) = roots(&fs, cs);
+            let top = send::find_subvolume(&fs, "a").unwrap();
+            let e = send::find_good_parent(&fs, &top, &sources).unwrap_err();
+            assert!(e.to_string().contains("parent determination failed"), "{e}");
+        }
+    }
+    assert!(checked >= 2, "too few -c sends without -p: {checked}");
+}
+
+#[test]
+fn clone_source_send_receives_to_stored_manifest() {
+    use btrsend::testing::{self, FixtureMeta, LiveBtrfs};
+
+    let test = "clone_source_send_receives_to_stored_manifest";
+    if !testing::require_live(test) {
+        return;
+    }
+    let mut failures = Vec::new();
+    let mut passed = 0;
+    for meta in FixtureMeta::all().expect("fixtures' meta.txt") {
+        let sends = clone_sends(&meta.dir);
+        if sends.is_empty() {
+            continue;
+        }
+        let fx = fixtures().into_iter().find(|f| f.dir == meta.dir).unwrap();
+        let fs = Filesystem::open(&fx.devices).unwrap();
+        let stored_of = |s: &str| meta.manifest(s).expect("stored manifest");
+        for (version, opts) in VARIANTS {
+            for (i, cs) in sends.iter().enumerate() {
+                let what = format!("{} {}.{version}", meta.name(), cs.stem);
+                let live = LiveBtrfs::new().expect("scratch btrfs");
+                let (_, parent, sources) = roots(&fs, cs);
+                let mut needed = vec![String::from_utf8_lossy(&parent.path).into_owned()];
+                for s in &sources {
+                    let p = String::from_utf8_lossy(&s.path).into_owned();
+                    if !needed.contains(&p) {
+                        needed.push(p);
+                    }
+                }
+                let mut streams: Vec<std::path::PathBuf> = needed
+                    .iter()
+                    .map(|s| meta.full_stream(s, version))
+                    .collect();
+                let f = live.scratch_dir().join("ours.stream");
+                match ours(&fs, cs, opts) {
+                    Ok(bytes) => std::fs::write(&f, bytes).unwrap(),
+                    Err(e) => {
+                        failures.push(format!("{what}: {e}"));
+                        continue;
+                    }
+                }
+                streams.push(f);
+                let refs: Vec<&std::path::Path> = streams.iter().map(|p| p.as_path()).collect();
+                let dest = format!("c-{i}");
+                let child_name = FixtureMeta::snap_name(&cs.child);
+                let stored = stored_of(&cs.child);
+                let result = live
+                    .receive(&dest, &refs)
+                    .map_err(|e| e.to_string())
+                    .and_then(|()| {
+                        live.manifest(&format!("{dest}/{child_name}"), crate::send_live::HOLES)
+                            .map_err(|e| e.to_string())
+                    })
+                    .and_then(|got| crate::send_live::compare(&meta, &stored, &got).map(|_| ()));
+                match result {
+                    Ok(()) => passed += 1,
+                    Err(e) => failures.push(format!("{what}: {e}")),
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    assert!(
+        passed >= 10 || !testing::in_ci(),
+        "too few received: {passed}"
+    );
+}
