@@ -1613,7 +1613,10 @@ impl<'a, W: Write> FullSend<'a, W> {
             && !still_in_refs
             && (!self.new_refs.is_empty() || !self.deleted_refs.is_empty())
         {
-            if !self.process_recorded_refs()? {
+            // A delayed rename leaves the inode at its old place: paths
+            // keep resolving it from the parent until it moves.
+            let pending_move = self.process_recorded_refs()?;
+            if !pending_move {
                 self.send_progress = ino.saturating_add(1);
             }
         }

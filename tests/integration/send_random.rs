@@ -367,16 +367,13 @@ fn run_seed(live: &mut LiveBtrfs, seed: u64, ops: usize) -> Result<SeedResult, S
             k.clone()
                 .and_then(|got| compare(&got).map_err(|d| format!("manifest differs:\n{d}")))
         });
-        match &kernel_result {
-            Some(Ok(note)) => {
-                result.kernel_checked += 1;
-                if let Some(n) = note {
-                    result
-                        .hole_notes
-                        .push(format!("{what} (kernel's stream): {n}"));
-                }
+        if let Some(Ok(note)) = &kernel_result {
+            result.kernel_checked += 1;
+            if let Some(n) = note {
+                result
+                    .hole_notes
+                    .push(format!("{what} (kernel's stream): {n}"));
             }
-            Some(Err(_)) | None => {}
         }
         let sent = (|| {
             let ps = send::find_subvolume(&fs, &format!("snaps/s{seed}.{p}"))?;
@@ -476,21 +473,21 @@ fn run_seed(live: &mut LiveBtrfs, seed: u64, ops: usize) -> Result<SeedResult, S
         }
     }
     drop(fs);
-    if !report.is_empty() || !result.kernel_failures.is_empty() {
-        if let Some(keep) = std::env::var_os("BTRSEND_RANDOM_KEEP") {
-            let dir = PathBuf::from(keep).join(format!("seed-{seed}"));
-            let _ = std::fs::create_dir_all(&dir);
-            for e in std::fs::read_dir(&scratch).into_iter().flatten().flatten() {
-                if e.path().extension().is_some_and(|x| x == "stream") {
-                    let _ = std::fs::copy(e.path(), dir.join(e.file_name()));
-                }
+    if (!report.is_empty() || !result.kernel_failures.is_empty())
+        && let Some(keep) = std::env::var_os("BTRSEND_RANDOM_KEEP")
+    {
+        let dir = PathBuf::from(keep).join(format!("seed-{seed}"));
+        let _ = std::fs::create_dir_all(&dir);
+        for e in std::fs::read_dir(&scratch).into_iter().flatten().flatten() {
+            if e.path().extension().is_some_and(|x| x == "stream") {
+                let _ = std::fs::copy(e.path(), dir.join(e.file_name()));
             }
-            let _ = std::fs::write(dir.join("ops.txt"), log(&w));
-            eprintln!(
-                "send_random: seed {seed}: streams kept in {}",
-                dir.display()
-            );
         }
+        let _ = std::fs::write(dir.join("ops.txt"), log(&w));
+        eprintln!(
+            "send_random: seed {seed}: streams kept in {}",
+            dir.display()
+        );
     }
     if !report.is_empty() {
         return Err(format!("{report}op log:\n{}\n", log(&w)));
