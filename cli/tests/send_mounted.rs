@@ -163,6 +163,86 @@ fn mounted_paths() {
 }
 
 #[test]
+fn mounted_clone_sources() {
+    let test = "mounted_clone_sources";
+    if !testing::require_live(test) {
+        return;
+    }
+    let live = LiveBtrfs::new().expect("scratch btrfs");
+    let mnt = live.path().to_path_buf();
+    for sv in ["src", "other", "snaps"] {
+        sh(Command::new("btrfs")
+            .args(["subvolume", "create"])
+            .arg(mnt.join(sv)));
+    }
+    let (src, other) = (mnt.join("src"), mnt.join("other"));
+    let data = |seed: u32, n: u32| -> Vec<u8> {
+        (0..n).map(|i| (i.wrapping_mul(seed) >> 3) as u8).collect()
+    };
+    std::fs::write(src.join("a"), data(7, 200_000)).unwrap();
+    std::fs::write(other.join("own"), data(13, 300_000)).unwrap();
+    let snap = |from: &Path, name: &str| {
+        sh(Command::new("btrfs")
+            .args(["subvolume", "snapshot", "-r"])
+            .arg(from)
+            .arg(mnt.join("snaps").join(name)));
+    };
+    snap(&src, "s1");
+    snap(&other, "o1");
+    sh(Command::new("cp")
+        .arg("--reflink=always")
+        .arg(other.join("own"))
+        .arg(src.join("from-other")));
+    std::fs::write(src.join("b"), data(17, 50_000)).unwrap();
+    snap(&src, "s2");
+    let s = |n: &str| mnt.join("snaps").join(n);
+    for args in [
+        vec!["-c".into(), s("s1"), "-c".into(), s("o1")],
+        vec!["-p".into(), s("s1"), "-c".into(), s("o1")],
+    ] {
+        let ours = live.scratch_dir().join("ours.stream");
+        let o = btrsend()
+            .arg("send")
+            .args(&args)
+            .arg("-f")
+            .arg(&ours)
+            .arg(s("s2"))
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{args:?}: {}", stderr(&o));
+        let kernel = live.scratch_dir().join("kernel.stream");
+        sh(Command::new("btrfs")
+            .args(["send", "-q"])
+            .args(&args)
+            .arg("-f")
+            .arg(&kernel)
+            .arg(s("s2")));
+        let dump = kernel_dump(&kernel);
+        assert!(
+            dump.contains("clone "),
+            "{args:?}: the kernel's stream has no clone"
+        );
+        assert_eq!(kernel_dump(&ours), dump, "{args:?}");
+    }
+    // A writable clone source is refused, as by btrfs send.
+    let o = btrsend()
+        .arg("send")
+        .arg("-c")
+        .arg(&other)
+        .arg("-p")
+        .arg(s("s1"))
+        .arg(s("s2"))
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("not a read-only subvolume"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
 fn path_not_on_btrfs_is_a_clear_error() {
     let o = btrsend().args(["send", "/proc"]).output().unwrap();
     assert_eq!(o.status.code(), Some(1));

@@ -304,7 +304,8 @@ impl<'a> Backrefs<'a> {
     }
 
     /// The clone roots (ids, ascending in `clone_roots`) whose tree holds
-    /// `leaf`, in descending id.
+    /// `leaf` (searched by `leaf.first_key`, or any other key in the leaf),
+    /// in descending id.
     pub fn roots_of(
         &mut self,
         leaf: &LeafRefs,

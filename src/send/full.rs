@@ -56,7 +56,7 @@ use crate::ondisk;
 use crate::tree::key::Key;
 use crate::tree::walk::ItemRef;
 
-use super::backref::Backrefs;
+use super::backref::{Backrefs, Elem, LeafRefs};
 use super::compare::{Change, compare_trees};
 use super::data;
 use super::error::SendError;
@@ -1984,13 +1984,36 @@ impl<'a, W: Write> FullSend<'a, W> {
         let compressed = ext.compression != ondisk::BTRFS_COMPRESS_NONE;
         let pos = (!compressed).then_some(ext_off);
         let (cur_ino, backref_offset) = (self.cur.ino, data_offset.wrapping_sub(ext_off));
-        // skip_self_data_ref: with the send root as the only clone root, our
-        // own data reference is not resolved at all.
-        let leaves = self
-            .backrefs
-            .leaves(&refs, disk_bytenr, pos, |_, ino, base| {
-                only_send_root && ino == cur_ino && base == backref_offset
-            })?;
+        // The shared-leaf shortcut: the extent's one reference is our own
+        // item's (a data ref naming our inode and position, or a shared ref
+        // naming our leaf), so the walk could only find our item, in our
+        // leaf: skip resolving it and ask only which clone roots share the
+        // leaf (the same candidates, in the same order).
+        let own_only = refs.refs == 1
+            && match (&refs.data_refs[..], &refs.shared[..]) {
+                ([(_, ino, base, 1)], []) => *ino == cur_ino && *base == backref_offset,
+                ([], [leaf]) => *leaf == ext.leaf,
+                _ => false,
+            };
+        let leaves = if own_only {
+            vec![LeafRefs {
+                leaf: ext.leaf,
+                // Any key in the leaf finds it.
+                first_key: Key::new(cur_ino, ondisk::BTRFS_EXTENT_DATA_KEY, data_offset),
+                elems: vec![Elem {
+                    ino: cur_ino,
+                    offset: data_offset,
+                    num_bytes,
+                }],
+            }]
+        } else {
+            // skip_self_data_ref: with the send root as the only clone root,
+            // our own data reference is not resolved at all.
+            self.backrefs
+                .leaves(&refs, disk_bytenr, pos, |_, ino, base| {
+                    only_send_root && ino == cur_ino && base == backref_offset
+                })?
+        };
         let roots: Vec<(u64, crate::tree::walk::TreeRoot)> = self
             .clone_roots
             .iter()
@@ -2065,21 +2088,20 @@ impl<'a, W: Write> FullSend<'a, W> {
         let use_clone = match clone {
             None => None,
             Some(c) if end.is_multiple_of(self.sectorsize) => Some(c),
-            // An unaligned end can only be cloned up to both files' EOF.
+            // An unaligned end can only be cloned up to both files' EOF;
+            // in an incremental send the file is first truncated to the
+            // clone's start, since the receiver's file may be longer.
             Some(c) if end == self.cur.size => {
                 let src_size = self.clone_src_size(&c)?;
-                let fits = c.offset.saturating_add(num_bytes) == src_size;
-                if fits && self.parent.is_some() {
-                    // The receiver's copy may still be longer (an existing
-                    // file, or one cloned into before): cut it at the
-                    // range's start so the clone ends at its EOF.
+                let ok = c.offset.saturating_add(num_bytes) == src_size;
+                if ok && self.parent.is_some() {
                     let path = self.cur_inode_path()?;
                     self.emit(&Command::Truncate {
-                        path: path.into(),
+                        path: path.as_slice().into(),
                         size: offset,
                     })?;
                 }
-                fits.then_some(c)
+                ok.then_some(c)
             }
             Some(_) => None,
         };

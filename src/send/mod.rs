@@ -27,9 +27,10 @@
 //! Memory, whatever the snapshot's size: the queue between planner and
 //! writer holds at most 16 MiB of data and commands (each entry charged
 //! its data and encoded size plus 128 bytes) or 16384 entries, whichever
-//! comes first, plus up to 8 MiB (64 buffers) of spare data buffers kept
-//! for reuse; a data job reads at most 256 KiB, and a worker holds one
-//! compressed extent (≤ 128 KiB on disk, ≤ 128 KiB decoded) at a time.
+//! comes first; written data buffers are kept for reuse only while the
+//! queue and the kept buffers hold at most 16 MiB together (so at most
+//! 32 MiB of both). A data job reads at most 256 KiB, and a worker holds
+//! one compressed extent (≤ 128 KiB on disk, ≤ 128 KiB decoded) at a time.
 //! The planner holds one leaf path of the tree walk, the current inode's
 //! recorded references, at most 64 + a few deferred directory utimes, a
 //! first-reference cache of at most 65536 entries, and for clone

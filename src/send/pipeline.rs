@@ -16,7 +16,10 @@
 //! and commands (each entry charged its data buffer or encoded size plus
 //! [`ENTRY_OVERHEAD`]) or [`MAX_QUEUED_ENTRIES`] entries; one job reads at
 //! most [`JOB_BYTES`] (a compressed extent is decoded whole: at most 128
-//! KiB). So memory stays bounded whatever the snapshot's size.
+//! KiB). Written data buffers are kept for the next jobs while the queue
+//! and the kept buffers stay within [`MAX_QUEUED_BYTES`] together (fresh
+//! buffers cost page faults). So memory stays bounded whatever the
+//! snapshot's size.
 //!
 //! Errors keep the stream's order: a job's read error is reported when the
 //! writer reaches its command (with the inode, path and file offset), after
@@ -53,10 +56,9 @@ pub(crate) const JOB_BYTES: u64 = 256 << 10;
 pub(crate) const BATCH_BYTES: u64 = 256 << 10;
 /// See [`BATCH_BYTES`].
 pub(crate) const BATCH_JOBS: usize = 64;
-/// Bytes of spare data buffers kept for reuse.
-pub(crate) const POOL_BYTES: u64 = 8 << 20;
-/// Spare data buffers kept for reuse.
-pub(crate) const POOL_BUFFERS: usize = 64;
+/// Spare data buffers kept for reuse (they count in
+/// [`MAX_QUEUED_BYTES`] with the queue).
+pub(crate) const POOL_BUFFERS: usize = 256;
 /// Worker threads when the options do not say
 /// (`BTRSEND_SEND_THREADS` changes it, for benchmarks).
 pub(crate) const DEFAULT_THREADS: usize = 4;
@@ -88,8 +90,9 @@ impl Job {
         let r = tree.extent_reader(self.ino, verify);
         match self.read {
             Read::Range { offset, len } => {
+                // Every byte is written by the read: a reused buffer needs
+                // no clearing.
                 let mut buf = self.buf;
-                buf.clear();
                 buf.resize(usize::try_from(len).unwrap_or(usize::MAX), 0);
                 r.read_at(&self.ext, offset, &mut buf)?;
                 Ok(buf)
@@ -111,7 +114,17 @@ struct Task {
 /// workers end (they skip the tasks still queued).
 pub(crate) struct Workers {
     tasks: Sender<Task>,
+    /// The workers' end of `tasks`, for the writer to take a task itself
+    /// rather than sleep while all workers are busy.
+    queue: Arc<Mutex<Receiver<Task>>>,
     stop: Arc<AtomicBool>,
+}
+
+impl Workers {
+    /// The oldest task no worker took yet, unless a worker is taking one.
+    fn steal(&self) -> Option<Task> {
+        self.queue.try_lock().ok()?.try_recv().ok()
+    }
 }
 
 impl Drop for Workers {
@@ -148,7 +161,11 @@ pub(crate) fn spawn_workers<'scope, 'env>(
             }
         });
     }
-    Workers { tasks: tx, stop }
+    Workers {
+        tasks: tx,
+        queue: rx,
+        stop,
+    }
 }
 
 /// Where a queued entry's data comes from.
@@ -389,12 +406,14 @@ impl<'t, W: Write> Pipeline<'t, W> {
         }
     }
 
-    /// Keep `buf` for another job, if the pool has room.
+    /// Keep `buf` for another job, if the pool has room: the queue and
+    /// the pool together hold at most [`MAX_QUEUED_BYTES`].
     fn recycle(&mut self, buf: Vec<u8>) {
         let cap = u64::try_from(buf.capacity()).unwrap_or(u64::MAX);
+        let total = self.pool_bytes.saturating_add(self.queued);
         if cap > 0
             && self.pool.len() < POOL_BUFFERS
-            && self.pool_bytes.saturating_add(cap) <= POOL_BYTES
+            && total.saturating_add(cap) <= MAX_QUEUED_BYTES
         {
             self.pool_bytes += cap;
             self.pool.push(buf);
@@ -435,11 +454,27 @@ impl<'t, W: Write> Pipeline<'t, W> {
                 self.submit();
                 continue;
             };
-            let got = if block {
-                rx.recv().map_err(|_| TryRecvError::Disconnected)
-            } else {
-                rx.try_recv()
-            };
+            let mut got = rx.try_recv();
+            if block && matches!(got, Err(TryRecvError::Empty)) {
+                // Run queued tasks here while the reply is not there
+                // (all workers busy, or not scheduled yet), then wait.
+                while let Some(task) = self.workers.as_ref().and_then(Workers::steal) {
+                    let replies = task.jobs.into_iter().map(|j| j.run(self.tree, self.verify));
+                    let _ = task.reply.send(replies.collect());
+                    got = match self.sent.front() {
+                        Some(rx) => rx.try_recv(),
+                        None => break,
+                    };
+                    if !matches!(got, Err(TryRecvError::Empty)) {
+                        break;
+                    }
+                }
+                if matches!(got, Err(TryRecvError::Empty))
+                    && let Some(rx) = self.sent.front()
+                {
+                    got = rx.recv().map_err(|_| TryRecvError::Disconnected);
+                }
+            }
             match got {
                 Ok(replies) => {
                     self.sent.pop_front();

@@ -3,20 +3,20 @@
 //! kernel's send does (first ref, dir item by name, xattr by name, extent
 //! items of an inode from an offset, extent reference counts).
 //!
-//! Layouts: `struct btrfs_inode_item`, `btrfs_inode_ref`,
-//! `btrfs_inode_extref`, `btrfs_dir_item`, `btrfs_file_extent_item`,
-//! `btrfs_extent_item` (btrfs_tree.h). This is an adapter until the
-//! filesystem model (`crate::fs`) offers the same; it reads items only
-//! through [`Cursor`], so every block is validated by the tree layer.
+//! Inode items, references and dir/xattr items are decoded by the
+//! filesystem model's parsers (`crate::fs::items`); file extent items
+//! (`btrfs_file_extent_item`, with the leaf and slot the kernel's
+//! backref walk needs) and extent items (`btrfs_extent_item`) here. This
+//! is an adapter until the filesystem model offers the same lookups; it
+//! reads items only through [`Cursor`], so every block is validated by the
+//! tree layer.
 
 use zerocopy::FromBytes;
 
 use crate::error::{CorruptKind, Error, Location, Result};
 use crate::fs::Filesystem;
-use crate::ondisk::{
-    self, DirItem, ExtentDataRef, ExtentItem, FileExtentItem, FileExtentItemHeader, InodeExtref,
-    InodeItem, InodeRef, Timespec,
-};
+use crate::fs::items::{self, name_hash};
+use crate::ondisk::{self, ExtentDataRef, ExtentItem, FileExtentItem, FileExtentItemHeader};
 use crate::tree::key::Key;
 use crate::tree::walk::{Cursor, ItemRef, TreeRoot};
 use crate::types::TreeId;
@@ -54,13 +54,6 @@ impl InodeInfo {
     }
 }
 
-fn ts(t: &Timespec) -> stream_format::Timespec {
-    stream_format::Timespec {
-        sec: t.sec.get(),
-        nsec: t.nsec.get(),
-    }
-}
-
 fn bad_size(item: &ItemRef<'_>, what: &'static str, expected: usize) -> Error {
     Error::corrupt(
         item.location(),
@@ -83,50 +76,39 @@ fn truncated(item: &ItemRef<'_>, what: &'static str, needed: usize) -> Error {
     )
 }
 
-/// Decode an INODE_ITEM.
+/// Decode an INODE_ITEM (through the filesystem model's parser).
 pub(crate) fn parse_inode(item: &ItemRef<'_>) -> Result<InodeInfo> {
-    let ii = InodeItem::ref_from_prefix(item.data)
-        .map_err(|_| bad_size(item, "inode item", size_of::<InodeItem>()))?
-        .0;
+    let i = crate::fs::Inode::parse(item)?;
+    let ts = |t: crate::fs::Timespec| stream_format::Timespec {
+        sec: t.sec.cast_unsigned(),
+        nsec: t.nsec,
+    };
     Ok(InodeInfo {
-        generation: ii.generation.get(),
-        size: ii.size.get(),
-        nlink: ii.nlink.get(),
-        uid: ii.uid.get(),
-        gid: ii.gid.get(),
-        mode: ii.mode.get(),
-        rdev: ii.rdev.get(),
-        flags: ii.flags.get(),
-        atime: ts(&ii.atime),
-        mtime: ts(&ii.mtime),
-        ctime: ts(&ii.ctime),
-        otime: ts(&ii.otime),
+        generation: i.generation.get(),
+        size: i.size,
+        nlink: i.nlink,
+        uid: i.uid,
+        gid: i.gid,
+        mode: i.mode,
+        rdev: i.rdev,
+        flags: i.flags,
+        atime: ts(i.atime),
+        mtime: ts(i.mtime),
+        ctime: ts(i.ctime),
+        otime: ts(i.otime),
     })
 }
 
 /// The (parent dir, name) entries of an INODE_REF or INODE_EXTREF item, in
-/// item order.
+/// item order (through the filesystem model's parsers).
 pub(crate) fn parse_refs(item: &ItemRef<'_>) -> Result<Vec<(u64, Vec<u8>)>> {
-    let mut out = Vec::new();
-    let mut rest = item.data;
-    let extended = item.key.item_type == ondisk::BTRFS_INODE_EXTREF_KEY;
-    while !rest.is_empty() {
-        let (parent, name_len, tail) = if extended {
-            let (r, tail) = InodeExtref::ref_from_prefix(rest)
-                .map_err(|_| truncated(item, "inode extref", size_of::<InodeExtref>()))?;
-            (r.parent_objectid.get(), usize::from(r.name_len.get()), tail)
-        } else {
-            let (r, tail) = InodeRef::ref_from_prefix(rest)
-                .map_err(|_| truncated(item, "inode ref", size_of::<InodeRef>()))?;
-            (item.key.offset, usize::from(r.name_len.get()), tail)
-        };
-        let name = tail
-            .get(..name_len)
-            .ok_or_else(|| truncated(item, "inode ref name", name_len))?;
-        out.push((parent, name.to_vec()));
-        rest = tail.get(name_len..).unwrap_or_default();
+    let mut names = Vec::new();
+    if item.key.item_type == ondisk::BTRFS_INODE_EXTREF_KEY {
+        items::parse_inode_extrefs(item, &mut names)?;
+    } else {
+        items::parse_inode_refs(item, &mut names)?;
     }
-    Ok(out)
+    Ok(names.into_iter().map(|n| (n.parent, n.name)).collect())
 }
 
 /// One entry of a DIR_ITEM / XATTR_ITEM.
@@ -137,28 +119,18 @@ pub(crate) struct DirEntry<'a> {
     pub data: &'a [u8],
 }
 
-/// The entries of a DIR_ITEM, DIR_INDEX or XATTR_ITEM, in item order.
+/// The entries of a DIR_ITEM, DIR_INDEX or XATTR_ITEM, in item order
+/// (through the filesystem model's parser).
 pub(crate) fn parse_dir_items<'a>(item: &ItemRef<'a>) -> Result<Vec<DirEntry<'a>>> {
-    let mut out = Vec::new();
-    let mut rest = item.data;
-    while !rest.is_empty() {
-        let (di, tail) = DirItem::ref_from_prefix(rest)
-            .map_err(|_| truncated(item, "dir item", size_of::<DirItem>()))?;
-        let name_len = usize::from(di.name_len.get());
-        let data_len = usize::from(di.data_len.get());
-        let total = name_len.saturating_add(data_len);
-        let body = tail
-            .get(..total)
-            .ok_or_else(|| truncated(item, "dir item name and data", total))?;
-        let (name, data) = body.split_at(name_len);
-        out.push(DirEntry {
-            location: Key::from(&di.location),
-            name,
-            data,
-        });
-        rest = tail.get(total..).unwrap_or_default();
-    }
-    Ok(out)
+    items::dir_records(item)
+        .map(|r| {
+            r.map(|r| DirEntry {
+                location: r.location,
+                name: r.name,
+                data: r.data,
+            })
+        })
+        .collect()
 }
 
 /// What a file extent item describes.
@@ -272,12 +244,6 @@ pub(crate) fn parse_file_extent(item: &ItemRef<'_>) -> Result<FileExtent> {
         location: item.location(),
         leaf: item.leaf.get(),
     })
-}
-
-/// `btrfs_name_hash`: raw CRC-32C seeded with `~1`.
-pub(crate) fn name_hash(name: &[u8]) -> u64 {
-    // crc32c_append(c, d) == !raw(!c, d); raw seed 0xFFFF_FFFE ⇒ !seed == 1.
-    u64::from(!crc32c::crc32c_append(1, name))
 }
 
 /// The back references of a data extent (see [`TreeView::extent_refs`]).
@@ -516,17 +482,5 @@ impl ExtentIter<'_> {
             return Ok(None);
         }
         parse_file_extent(&item).map(Some)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn name_hash_matches_btrfs() {
-        // btrfs_name_hash("default") as stored in the root tree's DIR_ITEM
-        // of the default subvolume: key (6 DIR_ITEM 2378154706).
-        assert_eq!(name_hash(b"default"), 2_378_154_706);
     }
 }
