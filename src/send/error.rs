@@ -1,11 +1,11 @@
 //! Errors of the send planner: a filesystem read error with the inode (and
-//! path, when known) it happened for, bad file data, or the output failing.
+//! path, when known) it happened for (bad file data included: checksum
+//! mismatches and extents that do not decompress name the file offset and
+//! logical address), or the output failing.
 
 use std::fmt;
 
 use stream_format::EncodeError;
-
-use crate::receive::encoded::DecodeDataError;
 
 /// Why a send failed.
 #[derive(Debug, thiserror::Error)]
@@ -20,21 +20,6 @@ pub enum SendError {
         path: Option<Vec<u8>>,
         /// The read error (names device, address, tree, key).
         source: crate::Error,
-    },
-    /// A compressed extent could not be decompressed.
-    #[error(
-        "{}cannot decompress the extent at file offset {file_offset} (logical {logical}): {source}",
-        InodeCtx(*ino, None)
-    )]
-    Decompress {
-        /// The inode.
-        ino: u64,
-        /// The extent's file offset.
-        file_offset: u64,
-        /// Its disk address (0 for inline extents).
-        logical: u64,
-        /// The decoder's complaint.
-        source: DecodeDataError,
     },
     /// The snapshot has something inconsistent or that send cannot express.
     #[error("{}{what}", InodeCtx(*ino, None))]

@@ -8,7 +8,10 @@
 //! * a corrupt data block deep in a large file, sent with verification,
 //!   fails the same way whatever the thread count: the same error (inode,
 //!   path, file offset, logical address), after the same bytes, which are
-//!   a prefix of the kernel's stream — errors come in stream order.
+//!   a prefix of the kernel's stream — errors come in stream order;
+//! * so does a compressed extent that no longer decompresses (no
+//!   verification: the decoder notices), naming inode, path, file offset
+//!   and algorithm.
 
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
@@ -148,5 +151,76 @@ fn a_bad_data_block_fails_in_order_whatever_the_thread_count() {
             out == out0,
             "{threads} threads: other bytes before the error"
         );
+    }
+}
+
+#[test]
+fn a_compressed_extent_that_does_not_decompress_fails_in_order() {
+    let (dir, devices) = fixture_devices("006-compression");
+    let tmp = tempfile::tempdir().unwrap();
+    let img = tmp.path().join("dev1.img");
+    std::fs::copy(&devices[0], &img).unwrap();
+    let snap = "snaps/c1";
+    // The first compressed regular extent of the snapshot (the send reads
+    // inodes in this order): its first sector overwritten.
+    let (ino, file_offset) = {
+        let fs = Filesystem::open(&[&img]).unwrap();
+        let sv = send::find_subvolume(&fs, snap).unwrap();
+        let t = fs.fs_tree(sv.id()).unwrap();
+        let mut found = None;
+        for g in t.inodes(WalkOptions::default()) {
+            let g = g.unwrap();
+            for e in &g.extents {
+                if let ExtentData::Regular(d) = &e.data
+                    && d.disk_bytenr.get() != 0
+                    && e.compression != Compression::None
+                    && found.is_none()
+                {
+                    found = Some((g.inode.ino, e.file_offset, d.disk_bytenr));
+                }
+            }
+        }
+        let (ino, off, bytenr) = found.expect("a compressed extent");
+        let m = fs.volume().chunk_map().map(bytenr, 4096).unwrap();
+        let loc = m.copies().next().expect("a copy");
+        let dev = std::fs::OpenOptions::new().write(true).open(&img).unwrap();
+        dev.write_all_at(&[0x5a; 4096], loc.physical.get()).unwrap();
+        (ino, off)
+    };
+    let kernel = read_zst(&dir.join("c1.full.v1.stream.zst"));
+    let fs = Filesystem::open(&[&img]).unwrap();
+    let sv = send::find_subvolume(&fs, snap).unwrap();
+    let mut first: Option<(String, Vec<u8>)> = None;
+    for threads in [0, 3] {
+        let mut out = Vec::new();
+        let opts = SendOptions::new(1).with_threads(threads);
+        let err = match send::send_full(&fs, &sv, &mut out, opts, &NoProgress) {
+            Ok(_) => panic!("{threads} threads: the corrupt extent went unnoticed"),
+            Err(e) => e.to_string(),
+        };
+        for want in [
+            format!("inode {ino} ("),
+            format!("data of inode {ino} at file offset {file_offset} "),
+            " data: ".to_owned(),
+        ] {
+            assert!(
+                err.contains(&want),
+                "{threads} threads: {want:?} not in {err}"
+            );
+        }
+        assert!(
+            out.len() > 17 && kernel.starts_with(&out),
+            "{threads} threads: what was written before the error is not the kernel's"
+        );
+        match &first {
+            None => first = Some((err, out)),
+            Some((e0, o0)) => {
+                assert_eq!(&err, e0);
+                assert!(
+                    &out == o0,
+                    "{threads} threads: other bytes before the error"
+                );
+            }
+        }
     }
 }

@@ -293,10 +293,7 @@ impl<W: Write> Write for Held<W> {
 /// Whether a send error is a failed read of the filesystem (which, on a
 /// mounted one, a concurrent balance may explain).
 fn is_read_error(e: &SendError) -> bool {
-    matches!(
-        e,
-        SendError::Fs { .. } | SendError::Decompress { .. } | SendError::Corrupt { .. }
-    )
+    matches!(e, SendError::Fs { .. } | SendError::Corrupt { .. })
 }
 
 /// Send.
