@@ -5,9 +5,10 @@
 //! validated block described by a [`BlockExpect`] (address, generation and
 //! level from the parent pointer, the first key).
 //!
-//! Readahead is forward-always: once a cursor scans (its first
-//! [`advance`](Cursor::advance) after a [`seek`](Cursor::seek); a lone
-//! seek or [`find`](Cursor::find) asks for nothing more), every step to a
+//! Readahead is forward-always: once a cursor scans (it steps out of the
+//! leaf a [`seek`](Cursor::seek) found; a lone seek or [`find`](Cursor::find),
+//! or a short range within one leaf — the many small lookups of an
+//! incremental send — asks for nothing more), every step to a
 //! new leaf tells the source, through [`BlockSource::will_need`], the next
 //! [`readahead_window`](BlockSource::readahead_window) children after the
 //! path's slot at every level of the path — the leaves that follow, then
@@ -341,11 +342,6 @@ impl<S: BlockSource> Cursor<S> {
         if self.leaf_exhausted() {
             return self.next_leaf();
         }
-        if !self.scanning {
-            // The first step after a seek: from here on, read ahead.
-            self.scanning = true;
-            self.readahead();
-        }
         Ok(true)
     }
 
@@ -356,6 +352,12 @@ impl<S: BlockSource> Cursor<S> {
     ///
     /// Block read errors.
     pub fn next_leaf(&mut self) -> Result<bool> {
+        if !self.scanning {
+            // The first step out of the leaf a seek found: from here on,
+            // read ahead, starting with the leaf about to be read.
+            self.scanning = true;
+            self.readahead();
+        }
         // Climb until a node has a next pointer.
         loop {
             self.path.pop();
