@@ -167,3 +167,85 @@ fn receive_as_ordinary_user_reports_owners_once() {
     assert!(rec.ends_with("state=complete\n"), "{rec}");
     assert_eq!(fs::metadata(dir.join("g.1")).unwrap().uid(), 65534);
 }
+
+#[test]
+fn receive_device_node_as_ordinary_user_says_it_needs_root() {
+    use btrsend::stream_format::{Command as Cmd, StreamWriter};
+    use std::borrow::Cow;
+    use std::os::unix::fs::PermissionsExt;
+    let have_setpriv = Command::new("setpriv")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    let is_root = Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| o.stdout == b"0\n");
+    if !is_root || !have_setpriv {
+        eprintln!(
+            "SKIPPED: receive_device_node_as_ordinary_user_says_it_needs_root needs root and setpriv (to drop to nobody)"
+        );
+        return;
+    }
+    let mut w = StreamWriter::new(Vec::new(), 1).unwrap();
+    let b = |s: &'static str| Cow::Borrowed(s.as_bytes());
+    for c in [
+        Cmd::Subvol {
+            path: b("sv"),
+            uuid: [9; 16],
+            ctransid: 1,
+        },
+        // /dev/null's numbers, then a file after it.
+        Cmd::Mknod {
+            path: b("null"),
+            ino: 257,
+            rdev: (1 << 8) | 3,
+            mode: 0o20644,
+        },
+        Cmd::Mkfile {
+            path: b("f"),
+            ino: 258,
+        },
+    ] {
+        w.write(&c).unwrap();
+    }
+    let bytes = w.finish().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    fs::set_permissions(tmp.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let stream = tmp.path().join("s");
+    fs::write(&stream, bytes).unwrap();
+    fs::set_permissions(&stream, fs::Permissions::from_mode(0o644)).unwrap();
+    let recv = |dir: &str, extra: &[&str]| {
+        let dir = tmp.path().join(dir);
+        fs::create_dir(&dir).unwrap();
+        fs::set_permissions(&dir, fs::Permissions::from_mode(0o777)).unwrap();
+        let out = Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(env!("CARGO_BIN_EXE_btrsend"))
+            .args(["receive", "--no-progress"])
+            .args(extra)
+            .arg("-f")
+            .arg(&stream)
+            .arg(&dir)
+            .output()
+            .unwrap();
+        (out, dir)
+    };
+    let (out, _) = recv("d1", &[]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("MKNOD \"null\"")
+            && err.contains("creating a device node needs root (CAP_MKNOD)")
+            && err.contains("--max-errors 0"),
+        "{err}"
+    );
+    // With -E 0 the rest is received, the subvolume marked incomplete.
+    let (out, dir) = recv("d2", &["-E", "0"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(dir.join("sv/f").is_file(), "{err}");
+    assert!(!dir.join("sv/null").exists());
+    let rec = fs::read_to_string(dir.join(".btrsend/sv.subvol")).unwrap();
+    assert!(rec.contains("state=incomplete"), "{rec}");
+}

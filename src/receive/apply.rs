@@ -11,7 +11,13 @@
 //!   [`super::copy`]) and checks the parent's ctransid too.
 //! * MKFILE uses `O_EXCL` and every creation refuses an existing entry; a
 //!   file is opened for I/O only after it was checked to be a regular file.
-//! * ENCODED_WRITE is always decoded and written (no `BTRFS_IOC_ENCODED_WRITE`).
+//! * ENCODED_WRITE of compressed data is written as it is with
+//!   `BTRFS_IOC_ENCODED_WRITE` (`receive::sys`, private) where the target allows it
+//!   (btrfs, `CAP_SYS_ADMIN`), as `btrfs receive` does; elsewhere, for
+//!   extents the ioctl refuses, and with `--force-decompress`, it is decoded
+//!   and written ([`super::encoded`]). Its fields are checked either way; the
+//!   compressed bytes are not (the kernel stores them unchecked, as for
+//!   `btrfs receive`: corrupt data shows as a read error later).
 //! * FILEATTR is applied (btrfs-progs ignores it): the flags that map to
 //!   `FS_IOC_SETFLAGS` flags are set at the end of the subvolume (so an
 //!   immutable flag does not block the commands that follow); flags the
@@ -24,6 +30,11 @@
 //!   of two, and the orphan's directory keeps its time where the stream
 //!   sends no UTIMES for it ([`Receiver::create_renamed`]).
 //! * ENABLE_VERITY is reported, not applied.
+//! * As an ordinary user, owners and privileged xattrs cannot be set: that
+//!   is reported once, not an error. A character or block device node
+//!   cannot be made at all: that is an error that says so
+//!   ([`super::ApplyErrorKind::DeviceNeedsRoot`]); with `--max-errors 0` the rest
+//!   is received (and the subvolume marked incomplete).
 //! * A `--no-data` stream (UPDATE_EXTENT) is refused: it has no file data.
 
 use std::collections::BTreeMap;
@@ -40,6 +51,7 @@ use stream_format::{Command, CommandInfo, CommandKind};
 use super::copy::{self, Notes};
 use super::encoded;
 use super::meta::{Record, Records, State, Uuid};
+use super::sys;
 use super::target::{self, ReceiveDir, Target, TargetError};
 use super::{ApplyError, ApplyErrorKind, Progress};
 
@@ -96,6 +108,9 @@ pub struct Receiver<'p> {
     /// existing name).
     wcache: Option<(Vec<u8>, File)>,
     seen_notes: BTreeMap<&'static str, ()>,
+    /// Try `BTRFS_IOC_ENCODED_WRITE` for compressed ENCODED_WRITE data
+    /// (cleared for good when the target refuses it, see [`sys::Refusal`]).
+    encoded_ioctl: bool,
     progress: &'p mut dyn Progress,
 }
 
@@ -134,8 +149,16 @@ impl<'p> Receiver<'p> {
             cur: None,
             wcache: None,
             seen_notes: BTreeMap::new(),
+            encoded_ioctl: true,
             progress,
         })
+    }
+
+    /// Always decode ENCODED_WRITE data and write it (`--force-decompress`);
+    /// by default compressed data is first offered to the target as it is
+    /// (`BTRFS_IOC_ENCODED_WRITE`, btrfs only, as root).
+    pub fn force_decompress(&mut self, yes: bool) {
+        self.encoded_ioctl = !yes;
     }
 
     fn note(&mut self, key: &'static str, msg: String) {
@@ -343,8 +366,24 @@ impl<'p> Receiver<'p> {
                     return Err(ApplyErrorKind::BadMode(*mode));
                 }
                 let l = self.cur()?.target.locate_entry(path)?;
-                rustix::fs::mknodat(&l.parent, l.name(), ft, Mode::from_raw_mode(0o600), *rdev)?;
-                Ok(())
+                match rustix::fs::mknodat(
+                    &l.parent,
+                    l.name(),
+                    ft,
+                    Mode::from_raw_mode(0o600),
+                    *rdev,
+                ) {
+                    // Device nodes need CAP_MKNOD: as an ordinary user this is
+                    // an error (the subvolume would lack the node, and the
+                    // commands on it would fail), with what to do about it.
+                    Err(rustix::io::Errno::PERM)
+                        if matches!(ft, FileType::CharacterDevice | FileType::BlockDevice)
+                            && !rustix::process::geteuid().is_root() =>
+                    {
+                        Err(ApplyErrorKind::DeviceNeedsRoot)
+                    }
+                    r => Ok(r?),
+                }
             }
             C::Mkfifo { path, .. } | C::Mksock { path, .. } => {
                 let ft = if matches!(cmd, C::Mkfifo { .. }) {
@@ -561,13 +600,41 @@ impl<'p> Receiver<'p> {
                 encryption,
                 data,
             } => {
-                let bytes = encoded::decode(
-                    compression.unwrap_or(0),
-                    encryption.unwrap_or(0),
+                let e = sys::Encoded {
+                    offset: *offset,
+                    unencoded_file_len: *unencoded_file_len,
+                    unencoded_len: *unencoded_len,
+                    unencoded_offset: *unencoded_offset,
+                    compression: compression.unwrap_or(0),
+                    encryption: encryption.unwrap_or(0),
                     data,
-                    *unencoded_len,
-                    *unencoded_offset,
-                    *unencoded_file_len,
+                };
+                encoded::check(
+                    e.compression,
+                    e.encryption,
+                    e.unencoded_len,
+                    e.unencoded_offset,
+                    e.unencoded_file_len,
+                )?;
+                // Uncompressed data cannot go through the ioctl: plain write.
+                if self.encoded_ioctl && e.compression != 0 {
+                    let f = self.file(path)?;
+                    match sys::encoded_write(f, &e) {
+                        Ok(()) => return Ok(()),
+                        Err(err) => match sys::refusal(err) {
+                            sys::Refusal::Never => self.encoded_ioctl = false,
+                            sys::Refusal::ThisOne => {}
+                            sys::Refusal::Fail => return Err(err.into()),
+                        },
+                    }
+                }
+                let bytes = encoded::decode(
+                    e.compression,
+                    e.encryption,
+                    data,
+                    e.unencoded_len,
+                    e.unencoded_offset,
+                    e.unencoded_file_len,
                 )?;
                 let f = self.file(path)?;
                 f.write_all_at(&bytes, *offset)?;

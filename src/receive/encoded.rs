@@ -76,6 +76,42 @@ pub fn compression_name(c: u32) -> &'static str {
     }
 }
 
+/// Check an ENCODED_WRITE's fields without decoding its data: a known
+/// compression, no encryption, `unencoded_len` within [`MAX_UNENCODED`] and
+/// the file's range within the extent. [`decode`] does these checks too;
+/// they come first when the data is written encoded, unchecked (as the
+/// kernel does: corrupt compressed bytes show only when read).
+///
+/// # Errors
+///
+/// See [`DecodeDataError`] (never `Corrupt`).
+pub fn check(
+    compression: u32,
+    encryption: u32,
+    unencoded_len: u64,
+    unencoded_offset: u64,
+    unencoded_file_len: u64,
+) -> Result<(), DecodeDataError> {
+    if encryption != 0 {
+        return Err(DecodeDataError::Encrypted(encryption));
+    }
+    if compression > 7 {
+        return Err(DecodeDataError::UnknownCompression(compression));
+    }
+    if unencoded_len > MAX_UNENCODED {
+        return Err(DecodeDataError::TooLarge(unencoded_len));
+    }
+    let end = unencoded_offset.checked_add(unencoded_file_len);
+    if end.is_none_or(|e| e > unencoded_len) {
+        return Err(DecodeDataError::BadRange {
+            offset: unencoded_offset,
+            len: unencoded_file_len,
+            total: unencoded_len,
+        });
+    }
+    Ok(())
+}
+
 /// Decode an ENCODED_WRITE's data and return the `unencoded_file_len` bytes
 /// that go into the file (from `unencoded_offset` of the decoded extent).
 ///
@@ -90,20 +126,13 @@ pub fn decode(
     unencoded_offset: u64,
     unencoded_file_len: u64,
 ) -> Result<Vec<u8>, DecodeDataError> {
-    if encryption != 0 {
-        return Err(DecodeDataError::Encrypted(encryption));
-    }
-    if unencoded_len > MAX_UNENCODED {
-        return Err(DecodeDataError::TooLarge(unencoded_len));
-    }
-    let end = unencoded_offset.checked_add(unencoded_file_len);
-    if end.is_none_or(|e| e > unencoded_len) {
-        return Err(DecodeDataError::BadRange {
-            offset: unencoded_offset,
-            len: unencoded_file_len,
-            total: unencoded_len,
-        });
-    }
+    check(
+        compression,
+        encryption,
+        unencoded_len,
+        unencoded_offset,
+        unencoded_file_len,
+    )?;
     // OK to convert: bounded by MAX_UNENCODED above.
     let total = usize::try_from(unencoded_len).expect("bounded");
     let corrupt = |e: DecompressError| DecodeDataError::Corrupt(e.0);

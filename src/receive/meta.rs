@@ -230,7 +230,8 @@ impl Records {
         Ok(self.fd.as_ref().expect("records dir open"))
     }
 
-    /// Write (atomically replace) a record.
+    /// Write (atomically replace) a record; a complete one is synced to
+    /// disk first.
     ///
     /// # Errors
     ///
@@ -253,7 +254,15 @@ impl Records {
             )?;
             let mut f = std::fs::File::from(f);
             f.write_all(rec.to_text().as_bytes())?;
-            f.sync_data()?;
+            // A complete record replaces the incomplete one: its bytes must
+            // be on disk before the rename, or a crash could leave a
+            // complete subvolume with an empty (unusable) record. The first,
+            // incomplete, record is not synced: lost or empty after a
+            // crash, it says the same (not usable as a parent), and the
+            // sync costs a log commit per subvolume.
+            if rec.state == State::Complete {
+                f.sync_data()?;
+            }
             rustix::fs::renameat(
                 fd,
                 OsStr::from_bytes(&tmp),

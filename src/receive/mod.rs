@@ -6,7 +6,9 @@
 //! subvolume (received UUID, ctransid, parent, completeness), the part of
 //! `btrfs receive`'s root-item bookkeeping that a plain directory cannot hold;
 //! [`copy`] makes a snapshot's starting point from its parent and copies
-//! CLONE ranges; [`encoded`] decodes `--compressed-data` extents.
+//! CLONE ranges; [`encoded`] decodes `--compressed-data` extents, which the
+//! private `sys` module (the crate's only unsafe code) writes as they are
+//! into a btrfs target.
 //! Semantics per command follow btrfs-progs `cmds/receive.c` (see
 //! `shared/docs/send-stream-format.md` §9, §10).
 //!
@@ -22,10 +24,12 @@ pub mod apply;
 pub mod copy;
 pub mod encoded;
 pub mod meta;
+mod sys;
 pub mod target;
 
 use std::fmt;
-use std::io::{self, BufReader, Read};
+use std::io::{self, Read};
+
 use std::path::{Path, PathBuf};
 
 use stream_format::{Command, CommandInfo, DecodeError, ReaderOptions, StreamReader};
@@ -75,6 +79,9 @@ pub struct ReceiveOptions {
     pub max_errors: u64,
     /// Stop after the first END (`-e`).
     pub stop_at_end: bool,
+    /// Decode compressed ENCODED_WRITE data even where the target could take
+    /// it as it is (`--force-decompress`).
+    pub force_decompress: bool,
 }
 
 impl ReceiveOptions {
@@ -83,6 +90,7 @@ impl ReceiveOptions {
         ReceiveOptions {
             max_errors: 1,
             stop_at_end: false,
+            force_decompress: false,
         }
     }
 }
@@ -149,6 +157,9 @@ pub enum ApplyErrorKind {
     Decode(encoded::DecodeDataError),
     /// A MKNOD / CHMOD mode that makes no sense.
     BadMode(u64),
+    /// MKNOD of a character or block device as an ordinary user (it needs
+    /// `CAP_MKNOD`).
+    DeviceNeedsRoot,
     /// Another invalid value.
     Invalid(String),
 }
@@ -191,6 +202,9 @@ impl fmt::Display for ApplyErrorKind {
             ),
             ApplyErrorKind::Decode(e) => e.fmt(f),
             ApplyErrorKind::BadMode(m) => write!(f, "invalid mode {m:o}"),
+            ApplyErrorKind::DeviceNeedsRoot => f.write_str(
+                "creating a device node needs root (CAP_MKNOD) and btrsend is not running as root: receive as root, or with --max-errors 0 to receive everything else (the subvolume is then marked incomplete)",
+            ),
             ApplyErrorKind::Invalid(m) => f.write_str(m),
         }
     }
@@ -329,7 +343,107 @@ pub struct Summary {
     pub bytes: u64,
 }
 
+/// Bytes the reader thread asks for with one `read`.
+const BLOCK: usize = 1 << 20;
+/// Blocks read ahead and not yet decoded (the bounded queue).
+const QUEUE_BLOCKS: usize = 8;
+
+/// A block of input read by the reader thread: a buffer of [`BLOCK`] bytes
+/// and how many of them were read.
+type Block = (Vec<u8>, usize);
+
+/// The reader thread: read the input in blocks of up to [`BLOCK`] bytes and
+/// send them in order; stop at the end of the input, after a read error
+/// (sent), or when the decoder hangs up. Buffers come back through `empty`
+/// to be reused (no allocation, no page faults per block).
+fn read_blocks(
+    mut input: impl Read,
+    full: &std::sync::mpsc::SyncSender<io::Result<Block>>,
+    empty: &std::sync::mpsc::Receiver<Vec<u8>>,
+) {
+    loop {
+        let mut buf = empty
+            .try_recv()
+            .ok()
+            .filter(|b| b.len() == BLOCK)
+            .unwrap_or_else(|| vec![0; BLOCK]);
+        let r = loop {
+            match input.read(&mut buf) {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                r => break r,
+            }
+        };
+        let stop = !matches!(r, Ok(n) if n > 0);
+        match r {
+            Ok(0) => return,
+            Ok(n) => {
+                if full.send(Ok((buf, n))).is_err() {
+                    return;
+                }
+            }
+            Err(e) => {
+                let _ = full.send(Err(e));
+            }
+        }
+        if stop {
+            return;
+        }
+    }
+}
+
+/// The decoder's end of the reader thread: the blocks, read in order.
+/// It owns the channels' ends: dropping it is what tells the reader thread
+/// to stop.
+struct Blocks {
+    full: std::sync::mpsc::Receiver<io::Result<Block>>,
+    empty: std::sync::mpsc::SyncSender<Vec<u8>>,
+    cur: Block,
+    pos: usize,
+    done: bool,
+}
+
+impl Read for Blocks {
+    fn read(&mut self, dst: &mut [u8]) -> io::Result<usize> {
+        while self.pos == self.cur.1 {
+            if self.done || dst.is_empty() {
+                return Ok(0);
+            }
+            match self.full.recv() {
+                Ok(Ok(b)) => {
+                    let (old, _) = std::mem::replace(&mut self.cur, b);
+                    self.pos = 0;
+                    // The pool may be full: then the buffer is freed (and
+                    // the first, empty, one is never a block's).
+                    if old.len() == BLOCK {
+                        let _ = self.empty.try_send(old);
+                    }
+                }
+                Ok(Err(e)) => {
+                    self.done = true;
+                    return Err(e);
+                }
+                // The reader thread is done: end of input.
+                Err(_) => {
+                    self.done = true;
+                    return Ok(0);
+                }
+            }
+        }
+        let src = self.cur.0.get(self.pos..self.cur.1).unwrap_or_default();
+        let n = dst.len().min(src.len());
+        dst[..n].copy_from_slice(&src[..n]);
+        self.pos += n;
+        Ok(n)
+    }
+}
+
 /// Receive every stream in `input` into `dir`.
+///
+/// The input is read on a thread of its own, in blocks of 1 MiB, up to 8
+/// blocks ahead of the decoder (bounded: at most 11 blocks, 11 MiB, exist
+/// at once, reused), so the `read` system calls overlap the decoding (CRC-32C)
+/// and the applying; the bytes are copied once, into the stream reader's
+/// command buffer, as with a `BufReader`.
 ///
 /// # Errors
 ///
@@ -337,7 +451,7 @@ pub struct Summary {
 /// receive, or [`ReceiveError::Errors`] when errors below the limit
 /// happened.
 pub fn receive(
-    input: impl Read,
+    input: impl Read + Send,
     dir: &Path,
     opts: &ReceiveOptions,
     progress: &mut dyn Progress,
@@ -346,9 +460,40 @@ pub fn receive(
         dir: dir.to_path_buf(),
         error,
     })?;
+    rx.force_decompress(opts.force_decompress);
+    with_read_ahead(input, |blocks| decode_and_apply(&mut rx, blocks, opts))
+}
+
+/// Run `f` with `input` read ahead on a thread of its own (see
+/// [`receive`]).
+fn with_read_ahead<T>(input: impl Read + Send, f: impl FnOnce(Blocks) -> T) -> T {
+    let (full_tx, full_rx) = std::sync::mpsc::sync_channel(QUEUE_BLOCKS);
+    let (empty_tx, empty_rx) = std::sync::mpsc::sync_channel(QUEUE_BLOCKS + 2);
+    std::thread::scope(|s| {
+        s.spawn(move || read_blocks(input, &full_tx, &empty_rx));
+        let blocks = Blocks {
+            full: full_rx,
+            empty: empty_tx,
+            cur: (Vec::new(), 0),
+            pos: 0,
+            done: false,
+        };
+        // `f` drops `blocks` (also when it stops early, on an error): the
+        // reader thread's next send fails and it ends; the scope waits for
+        // it.
+        f(blocks)
+    })
+}
+
+/// Read the commands from `input` and apply them (the body of [`receive`]).
+fn decode_and_apply(
+    rx: &mut Receiver<'_>,
+    input: impl Read,
+    opts: &ReceiveOptions,
+) -> Result<Summary, ReceiveError> {
     // Version 3 streams are accepted: ENABLE_VERITY is reported, not refused.
     let ropts = ReaderOptions::new().with_max_version(3);
-    let mut reader = StreamReader::with_options(BufReader::with_capacity(1 << 18, input), ropts);
+    let mut reader = StreamReader::with_options(input, ropts);
     let mut errors = 0u64;
     let mut summary = Summary::default();
     let max = opts.max_errors;
@@ -379,7 +524,7 @@ pub fn receive(
             Ok(None) => break,
             Err(e) => {
                 if let Some((hi, hc)) = held.take() {
-                    apply(&mut rx, &hi, &hc, &mut errors)?;
+                    apply(rx, &hi, &hc, &mut errors)?;
                 }
                 let recoverable = e.is_recoverable();
                 rx.count_error();
@@ -401,17 +546,17 @@ pub fn receive(
                 Command::Rename { path, path_to } if hc.path() == Some(&path[..]) => {
                     done = rx.create_renamed(&hc, path_to);
                     if !done {
-                        apply(&mut rx, &hi, &hc, &mut errors)?;
+                        apply(rx, &hi, &hc, &mut errors)?;
                     }
                 }
-                _ => apply(&mut rx, &hi, &hc, &mut errors)?,
+                _ => apply(rx, &hi, &hc, &mut errors)?,
             }
         }
         if !done {
             if matches!(cmd, Command::Mkfile { .. } | Command::Mkdir { .. }) {
                 held = Some((info, cmd.into_owned()));
             } else {
-                apply(&mut rx, &info, &cmd, &mut errors)?;
+                apply(rx, &info, &cmd, &mut errors)?;
                 drop(cmd);
             }
         } else {
@@ -423,7 +568,7 @@ pub fn receive(
         }
     }
     if let Some((hi, hc)) = held.take() {
-        apply(&mut rx, &hi, &hc, &mut errors)?;
+        apply(rx, &hi, &hc, &mut errors)?;
     }
     summary.bytes = reader.position();
     rx.finish_subvol()?;
@@ -431,4 +576,91 @@ pub fn receive(
         return Err(ReceiveError::Errors(errors));
     }
     Ok(summary)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A reader that returns at most `step` bytes per read, then `err` (if
+    /// any) instead of the end.
+    struct Choppy {
+        data: Vec<u8>,
+        pos: usize,
+        step: usize,
+        err: bool,
+    }
+
+    impl Read for Choppy {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            let left = self.data.len() - self.pos;
+            if left == 0 && self.err {
+                return Err(io::Error::other("broken input"));
+            }
+            let n = buf.len().min(self.step).min(left);
+            buf[..n].copy_from_slice(&self.data[self.pos..self.pos + n]);
+            self.pos += n;
+            Ok(n)
+        }
+    }
+
+    fn data(len: usize) -> Vec<u8> {
+        (0..len).map(|i| (i * 7 + i / 4099) as u8).collect()
+    }
+
+    #[test]
+    fn read_ahead_passes_every_byte_in_order() {
+        // Over several blocks, with buffers reused: full-block reads, short
+        // (pipe-like) reads, and readers asking for odd sizes.
+        let want = data(3 * BLOCK + 12345);
+        for (step, ask) in [(usize::MAX, 10), (65536, 131_094), (1000, 3 * BLOCK)] {
+            let input = Choppy {
+                data: want.clone(),
+                pos: 0,
+                step,
+                err: false,
+            };
+            let got = with_read_ahead(input, |mut b| {
+                let mut got = Vec::new();
+                let mut buf = vec![0; ask];
+                loop {
+                    let n = b.read(&mut buf).unwrap();
+                    if n == 0 {
+                        break got;
+                    }
+                    got.extend_from_slice(&buf[..n]);
+                }
+            });
+            assert!(got == want, "step {step} ask {ask}: {} bytes", got.len());
+        }
+    }
+
+    #[test]
+    fn read_ahead_passes_errors_and_stops_early() {
+        let input = Choppy {
+            data: data(BLOCK + 5),
+            pos: 0,
+            step: usize::MAX,
+            err: true,
+        };
+        let e = with_read_ahead(input, |mut b| {
+            let mut v = Vec::new();
+            b.read_to_end(&mut v).unwrap_err()
+        });
+        assert_eq!(e.to_string(), "broken input");
+        // The decoder stops after a few bytes of a long input: the reader
+        // thread ends (this returns) without reading it all.
+        let input = Choppy {
+            data: data(64 * BLOCK),
+            pos: 0,
+            step: usize::MAX,
+            err: false,
+        };
+        let first = with_read_ahead(input, |mut b| {
+            let mut x = [0u8; 4];
+            b.read_exact(&mut x).unwrap();
+            x
+        });
+        assert_eq!(first.to_vec(), data(4));
+    }
 }

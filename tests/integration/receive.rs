@@ -13,6 +13,9 @@
 //! * Corrupt and truncated streams: the error names the byte offset and the
 //!   command; the partial subvolume is marked incomplete and refused as a
 //!   parent.
+//! * `--compressed-data` into a loop-mounted btrfs: compressed extents are
+//!   written as they are, as many as `btrfs receive` writes (into tmpfs, by
+//!   the fixture test, they are decoded: the fallback).
 
 use std::borrow::Cow;
 use std::fs;
@@ -1292,5 +1295,95 @@ fn kernel_fixtures_match_source_manifests() {
         failures.len(),
         cases.len(),
         failures.join("\n")
+    );
+}
+
+/// File extent items with compressed data in `tree` of the btrfs mounted at
+/// `fs`, from `btrfs inspect-internal dump-tree` (the kernel's on-disk
+/// record, read after a sync).
+fn compressed_extents(fs: &LiveBtrfs, trees: &[u64]) -> usize {
+    run(Proc::new("sync").arg("-f").arg(fs.path()));
+    let dev = fs.loop_devices().unwrap().remove(0);
+    trees
+        .iter()
+        .map(|t| {
+            let out = run(Proc::new("btrfs")
+                .args(["inspect-internal", "dump-tree", "-t", &t.to_string()])
+                .arg(&dev));
+            out.lines()
+                .filter(|l| {
+                    let l = l.trim_start();
+                    l.starts_with("extent compression ") && !l.starts_with("extent compression 0")
+                })
+                .count()
+        })
+        .sum()
+}
+
+/// `--compressed-data` streams into a btrfs as root: the compressed extents
+/// are written as they are (`BTRFS_IOC_ENCODED_WRITE`), as `btrfs receive`
+/// writes them, and the files are the source's. Fixture 006 (zlib, LZO,
+/// zstd, inline and partially referenced extents), c1 then the c1→c2
+/// incremental stream, received three times into fresh filesystems mounted
+/// without compression: by `btrfs receive` (the oracle), by btrsend, and by
+/// btrsend with `--force-decompress` (fewer compressed extents: only files
+/// with a `btrfs.compression` property are compressed again by the kernel).
+#[test]
+fn compressed_data_is_written_encoded_on_btrfs() {
+    let test = "compressed_data_is_written_encoded_on_btrfs";
+    if !testing::require_live(test) {
+        return;
+    }
+    let meta = FixtureMeta::all()
+        .expect("tests/fixtures/*/meta.txt")
+        .into_iter()
+        .find(|m| m.name().starts_with("006"))
+        .expect("fixture 006");
+    let pair = meta.pairs.first().expect("006 has a pair");
+    let streams = [
+        meta.full_stream(&pair.parent, "v2c"),
+        meta.inc_stream(pair, "v2c"),
+    ];
+    let kernel = LiveBtrfs::new().expect("scratch btrfs");
+    let refs: Vec<&Path> = streams.iter().map(PathBuf::as_path).collect();
+    kernel.receive("r", &refs).expect("btrfs receive of 006");
+    // The received subvolumes are trees 256 and 257.
+    let want_count = compressed_extents(&kernel, &[256, 257]);
+    drop(kernel);
+    assert!(
+        want_count > 10,
+        "kernel receive: {want_count} compressed extents"
+    );
+    let want: String = strip_btrfs_xattrs(&meta.manifest(&pair.child).unwrap())
+        .lines()
+        .filter(|l| l.split(' ').nth(1) != Some("subvol"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let mut counts = Vec::new();
+    for force in [false, true] {
+        let fs = LiveBtrfs::new().expect("scratch btrfs");
+        let mut opts = ReceiveOptions::new();
+        opts.force_decompress = force;
+        for s in &streams {
+            let input = testing::open_stream(s).expect("fixture stream");
+            receive::receive(input, fs.path(), &opts, &mut NoProgress)
+                .unwrap_or_else(|e| panic!("{} (force {force}): {e}", s.display()));
+        }
+        let got = manifest_of(&fs.path().join(FixtureMeta::snap_name(&pair.child)));
+        if let Some(d) = manifest::diff(&want, &got, 10) {
+            panic!("006 c1->c2 v2c into btrfs (force_decompress {force}):\n{d}");
+        }
+        // btrsend's directories are in the top-level tree (5).
+        counts.push(compressed_extents(&fs, &[5]));
+    }
+    assert_eq!(
+        counts[0], want_count,
+        "compressed extents: btrsend {} vs btrfs receive {want_count}",
+        counts[0]
+    );
+    assert!(
+        counts[1] < want_count,
+        "--force-decompress: {} compressed extents, not fewer than {want_count}",
+        counts[1]
     );
 }

@@ -34,6 +34,12 @@ pub struct ReceiveArgs {
         default_value_t = 1
     )]
     pub max_errors: u64,
+    /// Decompress the data of a --compressed-data stream and write it, as
+    /// `btrfs receive --force-decompress`. By default, when DIR is on btrfs
+    /// and btrsend runs as root, compressed extents are written as they are
+    /// (BTRFS_IOC_ENCODED_WRITE); elsewhere they are always decompressed.
+    #[arg(long)]
+    pub force_decompress: bool,
     /// Show a progress bar on standard error (default: when it is a terminal).
     #[arg(long, overrides_with = "no_progress")]
     pub progress: bool,
@@ -108,11 +114,12 @@ pub fn run(args: &ReceiveArgs) -> anyhow::Result<()> {
     } else {
         args.progress || std::io::stderr().is_terminal()
     };
-    let input: Box<dyn std::io::Read> = match &args.file {
+    let input: Box<dyn std::io::Read + Send> = match &args.file {
         Some(f) => Box::new(
             std::fs::File::open(f).with_context(|| format!("cannot open {}", f.display()))?,
         ),
-        None => Box::new(std::io::stdin().lock()),
+        // Not locked: the input is read on the receiver's reader thread.
+        None => Box::new(std::io::stdin()),
     };
     let bar = show.then(|| {
         let len = args
@@ -136,6 +143,7 @@ pub fn run(args: &ReceiveArgs) -> anyhow::Result<()> {
     let mut opts = ReceiveOptions::new();
     opts.max_errors = args.max_errors;
     opts.stop_at_end = args.stop_at_end;
+    opts.force_decompress = args.force_decompress;
     let res = receive::receive(input, dir, &opts, &mut progress);
     if let Some(b) = &progress.bar {
         b.finish_and_clear();
