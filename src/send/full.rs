@@ -19,10 +19,11 @@
 //! removal, attribute commands only for what changed (FILEATTR in v2),
 //! unchanged extents skipped (`is_extent_unchanged`), holes (`send_hole`:
 //! v1 zero writes, v2 punch), truncation of existing files, and delayed
-//! directory moves (`wait_for_parent_move`, `apply_children_dir_moves`).
-//! Not yet: `wait_for_dest_dir_move`, the `path_loop` re-queueing and the
-//! rmdir retried after a delayed move (a path that loops fails with an
-//! error instead of hanging).
+//! directory moves as the kernel orders them: `wait_for_dest_dir_move`,
+//! `wait_for_parent_move`, `apply_children_dir_moves` with the `path_loop`
+//! re-queueing, and deleted directories that wait for a delayed move of a
+//! child before their rmdir (`can_rmdir` with `orphan_dir_info`). Paths
+//! are computed afresh where the kernel consults its 128-entry name cache.
 //!
 //! Clone sources: the send root, the parent and the `-c` roots (sorted by
 //! id, as the kernel keeps `clone_roots`); `find_extent_clone` walks the
@@ -161,6 +162,26 @@ struct PendingMove {
     dirs: Vec<(u64, u64)>,
 }
 
+/// A directory whose rename is delayed (`struct waiting_dir_move`).
+#[derive(Debug, Clone, Copy, Default)]
+struct WaitingMove {
+    /// It sits at its orphan name.
+    orphanized: bool,
+    /// A deleted directory (ino, generation) whose rmdir is retried after
+    /// this move.
+    rmdir: Option<(u64, u64)>,
+}
+
+/// A deleted directory not removed yet (`struct orphan_dir_info`): where
+/// `can_rmdir` resumes.
+#[derive(Debug, Clone, Copy, Default)]
+struct OrphanDir {
+    /// Dir index offset of the last entry checked.
+    last_index: u64,
+    /// Highest inode seen among its entries: no retry before it.
+    high_ino: u64,
+}
+
 /// Statistics of a finished send.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SendStats {
@@ -195,13 +216,13 @@ pub(crate) struct FullSend<'a, W: Write> {
     send_progress: u64,
     new_refs: Vec<NewRef>,
     deleted_refs: Vec<NewRef>,
-    /// Deleted directories not removed yet (at their orphan names).
-    orphan_dirs: HashSet<u64>,
+    /// Deleted directories not removed yet (at their orphan names), by
+    /// (inode, generation).
+    orphan_dirs: HashMap<(u64, u64), OrphanDir>,
     /// Delayed directory moves by the directory they wait for.
     pending_moves: HashMap<u64, Vec<PendingMove>>,
-    /// Directories whose move is delayed: whether they sit at their orphan
-    /// name.
-    waiting_moves: HashMap<u64, bool>,
+    /// Directories whose move is delayed.
+    waiting_moves: HashMap<u64, WaitingMove>,
     created_dirs: HashSet<u64>,
     /// LRU first, MRU last.
     dir_utimes: VecDeque<(u64, u64)>,
@@ -277,7 +298,7 @@ impl<'a, W: Write> FullSend<'a, W> {
             send_progress: 0,
             new_refs: Vec::new(),
             deleted_refs: Vec::new(),
-            orphan_dirs: HashSet::new(),
+            orphan_dirs: HashMap::new(),
             pending_moves: HashMap::new(),
             waiting_moves: HashMap::new(),
             created_dirs: HashSet::new(),
@@ -613,7 +634,9 @@ impl<'a, W: Write> FullSend<'a, W> {
         for (dir, name) in all {
             self.record_ref(new, dir, &name)?;
         }
-        self.process_recorded_refs()
+        // A delayed rename of a re-created directory happens with its
+        // parent's; nothing else depends on it here.
+        self.process_recorded_refs().map(drop)
     }
 
     /// `process_all_extents` of a new-generation inode.
@@ -870,7 +893,9 @@ impl<'a, W: Write> FullSend<'a, W> {
             return Ok(None);
         }
         let other = loc.objectid;
-        if other > self.send_progress {
+        // Not processed yet, or processed but its move is delayed: its old
+        // dentry is still there.
+        if other > self.send_progress || self.waiting_moves.contains_key(&other) {
             let Some(info) = parent.inode(other)? else {
                 return Ok(None);
             };
@@ -887,12 +912,59 @@ impl<'a, W: Write> FullSend<'a, W> {
         }
     }
 
+    /// `get_inode_gen`: the generation of `ino` in the snapshot (`left`) or
+    /// the parent, whatever its link count.
+    fn inode_gen(&self, left: bool, ino: u64) -> Result<Option<u64>, SendError> {
+        let tree = if left { Some(self.view) } else { self.parent };
+        let Some(tree) = tree else {
+            return Ok(None);
+        };
+        Ok(tree.inode(ino)?.map(|i| i.generation))
+    }
+
+    /// `get_first_ref` with the parent directory's generation, in the
+    /// snapshot (`left`) or the parent.
+    fn first_ref_gen(
+        &mut self,
+        left: bool,
+        ino: u64,
+    ) -> Result<Option<(u64, u64, Vec<u8>)>, SendError> {
+        let r = if left {
+            Some(self.first_ref(ino)?)
+        } else {
+            self.parent_first_ref(ino)?
+        };
+        let Some((dir, name)) = r else {
+            return Ok(None);
+        };
+        let dir_gen = self.inode_gen(left, dir)?.unwrap_or(0);
+        Ok(Some((dir, dir_gen, name)))
+    }
+
+    /// `__get_cur_name_and_parent`: the name of `ino` on the receiver now
+    /// and its parent, or `None` when it sits at its orphan name.
+    fn cur_name_and_parent(
+        &mut self,
+        ino: u64,
+        generation: u64,
+    ) -> Result<Option<(u64, u64, Vec<u8>)>, SendError> {
+        if !self.is_inode_existent(ino, generation)? {
+            return Ok(None);
+        }
+        let left = ino < self.send_progress;
+        let Some((dir, dir_gen, name)) = self.first_ref_gen(left, ino)? else {
+            return Err(SendError::corrupt(ino, "inode has no reference"));
+        };
+        if self.did_overwrite_ref(dir, dir_gen, ino, generation, &name)? {
+            return Ok(None);
+        }
+        Ok(Some((dir, dir_gen, name)))
+    }
+
     /// `get_cur_path`: where `ino` is on the receiver right now.
     fn cur_path(&mut self, ino: u64, generation: u64) -> Result<Vec<u8>, SendError> {
-        if ino == self.cur.ino
-            && generation == self.cur.generation
-            && let Some(p) = &self.cur.path
-        {
+        let is_cur = ino == self.cur.ino && generation == self.cur.generation;
+        if is_cur && let Some(p) = &self.cur.path {
             return Ok(p.clone());
         }
         let mut parts: Vec<Vec<u8>> = Vec::new();
@@ -901,34 +973,28 @@ impl<'a, W: Write> FullSend<'a, W> {
             if parts.len() > 4096 {
                 return Err(SendError::corrupt(
                     start,
-                    "path resolution loops (delayed directory moves are not supported yet)",
+                    "path resolution loops through delayed directory moves",
                 ));
             }
-            if self.orphan_dirs.contains(&ino)
-                || self.waiting_moves.get(&ino) == Some(&true)
-                || !self.is_inode_existent(ino, generation)?
-            {
+            if self.orphan_dirs.contains_key(&(ino, generation)) {
                 parts.push(self.orphan_name(ino, generation)?);
                 break;
             }
-            let from_left = ino < self.send_progress && !self.waiting_moves.contains_key(&ino);
-            let r = if from_left {
-                Some(self.first_ref(ino)?)
-            } else {
-                self.parent_first_ref(ino)?
-            };
-            let Some((parent, name)) = r else {
+            let next =
+                match self.waiting_moves.get(&ino) {
+                    Some(w) if w.orphanized => None,
+                    Some(_) => Some(self.first_ref_gen(false, ino)?.ok_or_else(|| {
+                        SendError::corrupt(ino, "moved directory not in the parent")
+                    })?),
+                    None => self.cur_name_and_parent(ino, generation)?,
+                };
+            let Some((dir, dir_gen, name)) = next else {
                 parts.push(self.orphan_name(ino, generation)?);
                 break;
             };
-            let parent_gen = self.gen_in(from_left, parent)?.unwrap_or(0);
-            if self.did_overwrite_ref(parent, parent_gen, ino, generation, &name)? {
-                parts.push(self.orphan_name(ino, generation)?);
-                break;
-            }
             parts.push(name);
-            ino = parent;
-            generation = parent_gen;
+            ino = dir;
+            generation = dir_gen;
         }
         let mut out = Vec::new();
         for p in parts.iter().rev() {
@@ -937,16 +1003,14 @@ impl<'a, W: Write> FullSend<'a, W> {
             }
             out.extend_from_slice(p);
         }
+        if is_cur {
+            self.cur.path = Some(out.clone());
+        }
         Ok(out)
     }
 
     fn cur_inode_path(&mut self) -> Result<Vec<u8>, SendError> {
-        if let Some(p) = &self.cur.path {
-            return Ok(p.clone());
-        }
-        let p = self.cur_path(self.cur.ino, self.cur.generation)?;
-        self.cur.path = Some(p.clone());
-        Ok(p)
+        self.cur_path(self.cur.ino, self.cur.generation)
     }
 
     fn ref_path(&mut self, dir: u64, dir_gen: u64, name: &[u8]) -> Result<Vec<u8>, SendError> {
@@ -961,7 +1025,7 @@ impl<'a, W: Write> FullSend<'a, W> {
     /// `record_new_ref_if_needed` / `record_deleted_ref_if_needed`, with
     /// the cancellation of a name both added and removed.
     fn record_ref(&mut self, new: bool, dir: u64, name: &[u8]) -> Result<(), SendError> {
-        let dir_gen = self.gen_in(new, dir)?.unwrap_or(0);
+        let dir_gen = self.inode_gen(new, dir)?.unwrap_or(0);
         let other = if new {
             &mut self.deleted_refs
         } else {
@@ -997,14 +1061,23 @@ impl<'a, W: Write> FullSend<'a, W> {
     }
 
     /// `can_rmdir`: every entry the directory had in the parent belongs to
-    /// a processed inode.
-    fn can_rmdir(&self, dir: u64) -> Result<bool, SendError> {
+    /// a processed inode and none to a directory whose move is delayed
+    /// (that one then retries the rmdir after its move). A directory that
+    /// cannot be removed yet is remembered as an orphan directory, with
+    /// where to resume the check (`struct orphan_dir_info`).
+    fn can_rmdir(&mut self, dir: u64, dir_gen: u64) -> Result<bool, SendError> {
         if dir == FIRST_FREE {
             return Ok(false);
         }
         let Some(parent) = self.parent else {
             return Ok(false);
         };
+        let odi = self.orphan_dirs.get(&(dir, dir_gen)).copied();
+        if odi.is_some_and(|o| self.cur.ino < o.high_ino) {
+            return Ok(false);
+        }
+        // Every (dir index offset, inode) of the directory in the parent.
+        let mut entries: Vec<(u64, u64)> = Vec::new();
         let mut c = parent.cursor();
         c.seek(&Key::new(dir, ondisk::BTRFS_DIR_INDEX_KEY, 0))?;
         while let Some(item) = c.current() {
@@ -1012,17 +1085,47 @@ impl<'a, W: Write> FullSend<'a, W> {
                 break;
             }
             for e in view::parse_dir_items(&item)? {
-                if e.location.item_type == ondisk::BTRFS_INODE_ITEM_KEY
-                    && e.location.objectid > self.cur.ino
-                {
-                    return Ok(false);
-                }
+                entries.push((item.key.offset, e.location.objectid));
             }
             if !c.advance()? {
                 break;
             }
         }
-        Ok(true)
+        let mut high_ino = 0;
+        let mut last_index = 0;
+        let can = 'check: {
+            if odi.is_none() {
+                // The last entry very likely names the highest inode.
+                let Some(&(_, last_ino)) = entries.last() else {
+                    return Ok(true);
+                };
+                high_ino = last_ino;
+                if self.cur.ino < high_ino {
+                    break 'check false;
+                }
+            }
+            let from = odi.map_or(0, |o| o.last_index);
+            for &(index, ino) in entries.iter().filter(|(i, _)| *i >= from) {
+                high_ino = high_ino.max(ino);
+                last_index = index;
+                if let Some(w) = self.waiting_moves.get_mut(&ino) {
+                    w.rmdir = Some((dir, dir_gen));
+                    break 'check false;
+                }
+                if ino > self.cur.ino {
+                    break 'check false;
+                }
+            }
+            true
+        };
+        if can {
+            self.orphan_dirs.remove(&(dir, dir_gen));
+        } else {
+            let o = self.orphan_dirs.entry((dir, dir_gen)).or_default();
+            o.last_index = last_index;
+            o.high_ino = o.high_ino.max(high_ino);
+        }
+        Ok(can)
     }
 
     /// `orphanize_inode`: move `path` to the orphan name of (ino, gen).
@@ -1032,46 +1135,157 @@ impl<'a, W: Write> FullSend<'a, W> {
             path: path.into(),
             path_to: orphan.as_slice().into(),
         })?;
+        if ino == self.cur.ino && generation == self.cur.generation {
+            self.cur.path = Some(orphan.clone());
+        }
         Ok(orphan)
     }
 
-    /// Whether `ancestor` is an ancestor of `ino` in the parent.
-    fn is_ancestor_in_parent(&self, ancestor: u64, mut ino: u64) -> Result<bool, SendError> {
-        let mut steps = 0;
-        while ino != FIRST_FREE && steps < 4096 {
-            let Some((dir, _)) = self.parent_first_ref(ino)? else {
-                return Ok(false);
-            };
-            if dir == ancestor {
-                return Ok(true);
+    /// Every reference (parent directory) of `ino` in the parent.
+    fn parent_ref_dirs(&self, ino: u64) -> Result<Vec<u64>, SendError> {
+        let Some(tree) = self.parent else {
+            return Ok(Vec::new());
+        };
+        let mut all = Vec::new();
+        let mut c = tree.cursor();
+        c.seek(&Key::new(ino, ondisk::BTRFS_INODE_REF_KEY, 0))?;
+        while let Some(item) = c.current() {
+            if item.key.objectid != ino
+                || (item.key.item_type != ondisk::BTRFS_INODE_REF_KEY
+                    && item.key.item_type != ondisk::BTRFS_INODE_EXTREF_KEY)
+            {
+                break;
             }
-            ino = dir;
-            steps += 1;
+            all.extend(view::parse_refs(&item)?.into_iter().map(|(d, _)| d));
+            if !c.advance()? {
+                break;
+            }
+        }
+        Ok(all)
+    }
+
+    /// `is_ancestor` in the parent: whether (ino1, gen1) is an ancestor of
+    /// `ino2` through any of its references (`check_ino_in_path`).
+    fn is_ancestor(&mut self, ino1: u64, gen1: u64, ino2: u64) -> Result<bool, SendError> {
+        for dir in self.parent_ref_dirs(ino2)? {
+            let dir_gen = self.inode_gen(false, dir)?.unwrap_or(0);
+            if dir == ino1 {
+                if dir_gen == gen1 {
+                    return Ok(true);
+                }
+                continue;
+            }
+            let mut ino = dir;
+            let mut steps = 0;
+            while ino > FIRST_FREE && steps < 4096 {
+                steps += 1;
+                let Some((p, p_gen, _)) = self.first_ref_gen(false, ino)? else {
+                    break;
+                };
+                if p == ino1 {
+                    if p_gen == gen1 {
+                        return Ok(true);
+                    }
+                    break;
+                }
+                ino = p;
+            }
         }
         Ok(false)
     }
 
+    /// `add_pending_dir_move`: delay the rename of the current directory
+    /// until `under` has moved.
+    fn add_pending_move(
+        &mut self,
+        ino: u64,
+        generation: u64,
+        under: u64,
+        dirs: Vec<(u64, u64)>,
+        orphanized: bool,
+    ) {
+        self.pending_moves
+            .entry(under)
+            .or_default()
+            .push(PendingMove {
+                ino,
+                generation,
+                dirs,
+            });
+        self.waiting_moves.insert(
+            ino,
+            WaitingMove {
+                orphanized,
+                rmdir: None,
+            },
+        );
+    }
+
+    /// The directories of the current inode's deleted then new refs (the
+    /// `update_refs` of a pending move).
+    fn ref_dirs(&self, new: &[NewRef], deleted: &[NewRef]) -> Vec<(u64, u64)> {
+        deleted
+            .iter()
+            .chain(new)
+            .map(|r| (r.dir, r.dir_gen))
+            .collect()
+    }
+
+    /// `wait_for_dest_dir_move`: the name we take belonged, in the parent,
+    /// to a directory whose own move is delayed: ours must follow it.
+    fn wait_for_dest_dir_move(&mut self, r: &NewRef) -> Result<Option<u64>, SendError> {
+        if self.waiting_moves.is_empty() {
+            return Ok(None);
+        }
+        let Some(parent) = self.parent else {
+            return Ok(None);
+        };
+        let Some(loc) = parent.lookup_dir_item(r.dir, &r.name)? else {
+            return Ok(None);
+        };
+        if loc.item_type != ondisk::BTRFS_INODE_ITEM_KEY {
+            return Ok(None);
+        }
+        let other = loc.objectid;
+        let before = self.inode_gen(false, other)?;
+        let Some(after) = self.inode_gen(true, other)? else {
+            return Ok(None);
+        };
+        if before != Some(after) {
+            return Ok(None);
+        }
+        Ok(match self.waiting_moves.get(&other) {
+            Some(w) if !w.orphanized => Some(other),
+            _ => None,
+        })
+    }
+
     /// `wait_for_parent_move`: the unprocessed directory on the new path
     /// (in the snapshot) that moves and must do so before us.
-    fn wait_for_parent_move(&mut self, dir: u64, dir_gen: u64) -> Result<Option<u64>, SendError> {
-        let (mut ino, mut ino_gen) = (dir, dir_gen);
+    fn wait_for_parent_move(&mut self, r: &NewRef) -> Result<Option<u64>, SendError> {
+        let (mut ino, mut ino_gen) = (r.dir, r.dir_gen);
         let mut steps = 0;
         while ino > FIRST_FREE && steps < 4096 {
             steps += 1;
             if self.waiting_moves.contains_key(&ino)
-                && self.is_ancestor_in_parent(self.cur.ino, ino)?
+                && self.is_ancestor(self.cur.ino, self.cur.generation, ino)?
             {
                 return Ok(Some(ino));
             }
-            let after = self.first_ref(ino)?;
+            let Some((after_dir, after_gen, after_name)) = self.first_ref_gen(true, ino)? else {
+                return Err(SendError::corrupt(ino, "inode has no reference"));
+            };
             let Some(before) = self.parent_first_ref(ino)? else {
                 return Ok(None);
             };
-            if ino > self.cur.ino && before != after && self.gen_in(false, ino)? == Some(ino_gen) {
+            if ino > self.cur.ino
+                && (before.0 != after_dir || before.1 != after_name)
+                && self.inode_gen(false, ino)? == Some(ino_gen)
+            {
                 return Ok(Some(ino));
             }
-            ino = after.0;
-            ino_gen = self.gen_in(true, ino)?.unwrap_or(0);
+            ino = after_dir;
+            ino_gen = after_gen;
         }
         Ok(None)
     }
@@ -1092,52 +1306,111 @@ impl<'a, W: Write> FullSend<'a, W> {
         Ok(())
     }
 
+    /// `path_loop`: whether the would-be path of a delayed directory leads
+    /// back to itself; then the first directory on it that waits for its
+    /// own move (under which to delay again).
+    fn path_loop(&mut self, ino: u64, generation: u64) -> Result<Option<u64>, SendError> {
+        let start = ino;
+        let (mut ino, mut generation) = (ino, generation);
+        let mut ancestor = None;
+        let mut steps = 0;
+        while ino != FIRST_FREE && steps < 4096 {
+            steps += 1;
+            if self.orphan_dirs.contains_key(&(ino, generation)) {
+                break;
+            }
+            let next = if self.waiting_moves.contains_key(&ino) {
+                ancestor.get_or_insert(ino);
+                self.first_ref_gen(false, ino)?
+            } else {
+                self.cur_name_and_parent(ino, generation)?
+            };
+            let Some((dir, dir_gen, _)) = next else {
+                break;
+            };
+            if dir == start {
+                return Ok(Some(*ancestor.get_or_insert(ino)));
+            }
+            ino = dir;
+            generation = dir_gen;
+        }
+        Ok(None)
+    }
+
     /// `apply_dir_move`.
     fn apply_dir_move(&mut self, pm: &PendingMove) -> Result<(), SendError> {
-        let orphanized = self.waiting_moves.remove(&pm.ino).unwrap_or(false);
-        let from = if orphanized {
+        let w = self.waiting_moves.remove(&pm.ino).unwrap_or_default();
+        let from = if w.orphanized {
             self.orphan_name(pm.ino, pm.generation)?
         } else {
-            let (pdir, pname) = self
-                .parent_first_ref(pm.ino)?
+            let (pdir, pgen, pname) = self
+                .first_ref_gen(false, pm.ino)?
                 .ok_or_else(|| SendError::corrupt(pm.ino, "moved directory not in the parent"))?;
-            let pgen = self.gen_in(false, pdir)?.unwrap_or(0);
             self.ref_path(pdir, pgen, &pname)?
         };
         let saved = self.send_progress;
         self.send_progress = self.cur.ino.saturating_add(1);
-        let saved_path = self.cur.path.take();
+        let result = self.apply_dir_move_at(pm, w, &from);
+        self.send_progress = saved;
+        result
+    }
+
+    fn apply_dir_move_at(
+        &mut self,
+        pm: &PendingMove,
+        w: WaitingMove,
+        from: &[u8],
+    ) -> Result<(), SendError> {
+        if let Some(ancestor) = self.path_loop(pm.ino, pm.generation)? {
+            // Its new path would go through itself: wait for that ancestor.
+            self.add_pending_move(
+                pm.ino,
+                pm.generation,
+                ancestor,
+                pm.dirs.clone(),
+                w.orphanized,
+            );
+            if let Some(wm) = self.waiting_moves.get_mut(&pm.ino) {
+                wm.rmdir = w.rmdir;
+            }
+            return Ok(());
+        }
         let to = self.cur_path(pm.ino, pm.generation)?;
         self.emit(&Command::Rename {
             path: from.into(),
             path_to: to.into(),
         })?;
+        if let Some((dir, dir_gen)) = w.rmdir
+            && self.orphan_dirs.contains_key(&(dir, dir_gen))
+            && self.can_rmdir(dir, dir_gen)?
+        {
+            let path = self.cur_path(dir, dir_gen)?;
+            self.emit(&Command::Rmdir { path: path.into() })?;
+        }
         self.cache_dir_utimes(pm.ino, pm.generation);
         for &(dir, dir_gen) in &pm.dirs {
-            if dir == FIRST_FREE || self.gen_in(true, dir)? == Some(dir_gen) {
+            // The parent may be gone from the snapshot.
+            if self.view.inode(dir)?.is_some() {
                 self.cache_dir_utimes(dir, dir_gen);
             }
         }
-        self.send_progress = saved;
-        self.cur.path = saved_path;
         Ok(())
     }
 
-    /// `process_recorded_refs`.
-    fn process_recorded_refs(&mut self) -> Result<(), SendError> {
+    /// `process_recorded_refs`; returns whether the current directory's
+    /// rename was delayed (`pending_move`).
+    fn process_recorded_refs(&mut self) -> Result<bool, SendError> {
         let mut refs = std::mem::take(&mut self.new_refs);
-        let deleted = std::mem::take(&mut self.deleted_refs);
+        let mut deleted = std::mem::take(&mut self.deleted_refs);
         let ino = self.cur.ino;
         let generation = self.cur.generation;
         let is_dir = self.cur.mode & S_IFMT == S_IFDIR;
+        let mut pending = false;
         let first_overwritten = if self.cur.new {
             false
         } else {
-            match self.parent_first_ref(ino)? {
-                Some((d, n)) => {
-                    let dg = self.gen_in(false, d)?.unwrap_or(0);
-                    self.did_overwrite_ref(d, dg, ino, generation, &n)?
-                }
+            match self.first_ref_gen(false, ino)? {
+                Some((d, dg, n)) => self.did_overwrite_ref(d, dg, ino, generation, &n)?,
                 None => false,
             }
         };
@@ -1149,6 +1422,7 @@ impl<'a, W: Write> FullSend<'a, W> {
         };
         let mut check_dirs: Vec<(u64, u64)> = Vec::new();
         let mut orphanized_dir = false;
+        let mut orphanized_ancestor = false;
         // Pass 1: move unprocessed inodes out of the names we take.
         for rec in &mut refs {
             let (dir, dir_gen, name) = (rec.dir, rec.dir_gen, rec.name.clone());
@@ -1156,93 +1430,91 @@ impl<'a, W: Write> FullSend<'a, W> {
             if dir != FIRST_FREE && l && !r && dir >= self.send_progress {
                 continue;
             }
+            let Some((ow, ow_gen, ow_dir)) = self.will_overwrite_ref(dir, dir_gen, &name)? else {
+                continue;
+            };
             if orphanized_dir {
                 rec.full_path = self.ref_path(dir, dir_gen, &name)?;
             }
-            if let Some((ow, ow_gen, ow_dir)) = self.will_overwrite_ref(dir, dir_gen, &name)? {
+            if self.is_first_ref_in_parent(ow, dir, &name)? {
                 let path = rec.full_path.clone();
-                if self.is_first_ref_in_parent(ow, dir, &name)? {
-                    self.orphanize(ow, ow_gen, &path)?;
-                    if ow_dir {
-                        orphanized_dir = true;
-                    }
-                    if self.is_ancestor_in_parent(ow, ino)? {
-                        self.cur.path = None;
-                        valid_path = self.cur_inode_path()?;
-                    }
-                } else {
-                    self.emit(&Command::Unlink {
-                        path: path.as_slice().into(),
-                    })?;
+                self.orphanize(ow, ow_gen, &path)?;
+                if ow_dir {
+                    orphanized_dir = true;
                 }
+                if let Some(w) = self.waiting_moves.get_mut(&ow) {
+                    w.orphanized = true;
+                }
+                if self.is_ancestor(ow, ow_gen, ino)? {
+                    orphanized_ancestor = true;
+                    self.cur.path = None;
+                    valid_path = self.cur_inode_path()?;
+                }
+            } else {
+                self.emit(&Command::Unlink {
+                    path: rec.full_path.as_slice().into(),
+                })?;
             }
         }
         // Pass 2: create, move, link.
+        let mut can_rename = true;
         for i in 0..refs.len() {
-            let r = refs[i].clone();
-            let (l, rr) = self.inode_state(r.dir, r.dir_gen)?;
-            let will_create = r.dir != FIRST_FREE && l && !rr && r.dir >= self.send_progress;
+            let (l, rr) = self.inode_state(refs[i].dir, refs[i].dir_gen)?;
+            let dir = refs[i].dir;
+            let will_create = dir != FIRST_FREE && l && !rr && dir >= self.send_progress;
             if will_create
-                && !refs.iter().take(i).any(|o| o.dir == r.dir)
-                && !self.created_dirs.contains(&r.dir)
+                && !refs.iter().take(i).any(|o| o.dir == dir)
+                && !self.created_dirs.contains(&dir)
             {
-                let info = self.inode(r.dir)?;
-                self.send_create_inode(r.dir, &info)?;
-                self.created_dirs.insert(r.dir);
+                let info = self.inode(dir)?;
+                self.send_create_inode(dir, &info)?;
+                self.created_dirs.insert(dir);
             }
-            if is_dir
-                && self.parent.is_some()
-                && let Some(under) = self.wait_for_parent_move(r.dir, r.dir_gen)?
-            {
-                let mut dirs: Vec<(u64, u64)> = refs.iter().map(|o| (o.dir, o.dir_gen)).collect();
-                dirs.extend(deleted.iter().map(|o| (o.dir, o.dir_gen)));
-                self.pending_moves
-                    .entry(under)
-                    .or_default()
-                    .push(PendingMove {
-                        ino,
-                        generation,
-                        dirs,
-                    });
-                self.waiting_moves.insert(ino, is_orphan);
-                self.cur.path = None;
-                if !check_dirs.contains(&(r.dir, r.dir_gen)) {
-                    check_dirs.push((r.dir, r.dir_gen));
+            if is_dir && self.parent.is_some() {
+                let r = refs[i].clone();
+                let mut under = self.wait_for_dest_dir_move(&r)?;
+                if under.is_none() && can_rename {
+                    under = self.wait_for_parent_move(&r)?;
                 }
-                continue;
+                if let Some(under) = under {
+                    let dirs = self.ref_dirs(&refs, &deleted);
+                    self.add_pending_move(ino, generation, under, dirs, is_orphan);
+                    can_rename = false;
+                    pending = true;
+                }
             }
-            if is_orphan || is_dir {
+            if can_rename && (is_orphan || is_dir) {
+                let to = refs[i].full_path.clone();
                 self.emit(&Command::Rename {
                     path: valid_path.as_slice().into(),
-                    path_to: r.full_path.as_slice().into(),
+                    path_to: to.as_slice().into(),
                 })?;
-                self.cur.path = Some(r.full_path.clone());
-                valid_path.clone_from(&r.full_path);
+                self.cur.path = Some(to.clone());
+                valid_path = to;
                 is_orphan = false;
-            } else {
-                let full_path = if orphanized_dir {
-                    self.ref_path(r.dir, r.dir_gen, &r.name)?
-                } else {
-                    r.full_path.clone()
-                };
+            } else if can_rename {
+                if orphanized_dir {
+                    let r = &refs[i];
+                    let p = self.ref_path(r.dir, r.dir_gen, &r.name.clone())?;
+                    refs[i].full_path = p;
+                }
                 self.emit(&Command::Link {
-                    path: full_path.as_slice().into(),
+                    path: refs[i].full_path.as_slice().into(),
                     path_link: valid_path.as_slice().into(),
                 })?;
             }
-            if !check_dirs.contains(&(r.dir, r.dir_gen)) {
-                check_dirs.push((r.dir, r.dir_gen));
+            let key = (refs[i].dir, refs[i].dir_gen);
+            if !check_dirs.contains(&key) {
+                check_dirs.push(key);
             }
         }
         if is_dir && self.cur.deleted {
-            if self.can_rmdir(ino)? {
+            if self.can_rmdir(ino, generation)? {
                 self.emit(&Command::Rmdir {
                     path: valid_path.as_slice().into(),
                 })?;
             } else if !is_orphan {
-                let orphan = self.orphanize(ino, generation, &valid_path)?;
-                self.orphan_dirs.insert(ino);
-                self.cur.path = Some(orphan);
+                self.orphanize(ino, generation, &valid_path)?;
             }
             for r in &deleted {
                 if !check_dirs.contains(&(r.dir, r.dir_gen)) {
@@ -1256,16 +1528,17 @@ impl<'a, W: Write> FullSend<'a, W> {
                 check_dirs.push((r.dir, r.dir_gen));
             }
         } else {
-            for r in &deleted {
+            for r in &mut deleted {
                 if !self.did_overwrite_ref(r.dir, r.dir_gen, ino, generation, &r.name)? {
-                    let path = if orphanized_dir {
-                        self.ref_path(r.dir, r.dir_gen, &r.name)?
-                    } else {
-                        r.full_path.clone()
-                    };
+                    if orphanized_ancestor {
+                        r.full_path = self.ref_path(r.dir, r.dir_gen, &r.name.clone())?;
+                    }
                     self.emit(&Command::Unlink {
-                        path: path.as_slice().into(),
+                        path: r.full_path.as_slice().into(),
                     })?;
+                    if self.cur.path.as_deref() == Some(r.full_path.as_slice()) {
+                        self.cur.path = None;
+                    }
                 }
                 if !check_dirs.contains(&(r.dir, r.dir_gen)) {
                     check_dirs.push((r.dir, r.dir_gen));
@@ -1286,18 +1559,14 @@ impl<'a, W: Write> FullSend<'a, W> {
             let exists_now = dir == FIRST_FREE || (l && (r || dir < self.send_progress));
             if exists_now {
                 self.cache_dir_utimes(dir, dir_gen);
-            } else if r && !l && dir < self.send_progress && self.can_rmdir(dir)? {
+            } else if r && !l && dir < self.send_progress && self.can_rmdir(dir, dir_gen)? {
                 let path = self.cur_path(dir, dir_gen)?;
                 self.emit(&Command::Rmdir {
                     path: path.as_slice().into(),
                 })?;
-                self.orphan_dirs.remove(&dir);
             }
         }
-        // Unlinks and renames may have moved the current inode: its path
-        // is recomputed when next needed (from the snapshot's first ref).
-        self.cur.path = None;
-        Ok(())
+        Ok(pending)
     }
 
     /// `cache_dir_utimes`: mark (or re-mark) a directory as most recently used.
@@ -1344,8 +1613,10 @@ impl<'a, W: Write> FullSend<'a, W> {
             && !still_in_refs
             && (!self.new_refs.is_empty() || !self.deleted_refs.is_empty())
         {
-            self.process_recorded_refs()?;
-            if !self.waiting_moves.contains_key(&ino) {
+            // A delayed rename leaves the inode at its old place: paths
+            // keep resolving it from the parent until it moves.
+            let pending_move = self.process_recorded_refs()?;
+            if !pending_move {
                 self.send_progress = ino.saturating_add(1);
             }
         }

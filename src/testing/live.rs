@@ -27,6 +27,8 @@ pub struct LiveBtrfs {
     image: PathBuf,
     mnt: PathBuf,
     mounted: bool,
+    /// The `-o` options of the mount (for [`remount`](Self::remount)).
+    opts: String,
     // Declared last: dropped (removed) after `Drop::drop` has unmounted.
     dir: tempfile::TempDir,
 }
@@ -63,6 +65,7 @@ impl LiveBtrfs {
             image,
             mnt,
             mounted: false,
+            opts: String::new(),
             dir,
         };
         File::create(&fs.image)
@@ -78,13 +81,39 @@ impl LiveBtrfs {
             opts.push(',');
             opts.push_str(mount_opts);
         }
+        fs.opts = opts;
+        fs.mount()?;
+        Ok(fs)
+    }
+
+    fn mount(&mut self) -> Result<()> {
         run(Command::new("mount")
             .arg("-o")
-            .arg(opts)
-            .arg(&fs.image)
-            .arg(&fs.mnt))?;
-        fs.mounted = true;
-        Ok(fs)
+            .arg(&self.opts)
+            .arg(&self.image)
+            .arg(&self.mnt))?;
+        self.mounted = true;
+        Ok(())
+    }
+
+    /// Unmount and mount again (same options): the kernel forgets its
+    /// in-memory state of every tree, e.g. the next free inode number of a
+    /// subvolume, which is then recomputed from the highest inode on disk
+    /// (so freed numbers get reused).
+    ///
+    /// # Errors
+    ///
+    /// umount or mount failed.
+    pub fn remount(&mut self) -> Result<()> {
+        run(Command::new("umount").arg(&self.mnt))?;
+        self.mounted = false;
+        self.mount()
+    }
+
+    /// The image file (the filesystem's only device, readable while
+    /// mounted: what btrsend reads after a `sync`).
+    pub fn image(&self) -> &Path {
+        &self.image
     }
 
     /// The mount point.

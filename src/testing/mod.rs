@@ -18,6 +18,7 @@ pub mod compare;
 mod fixtures;
 mod live;
 mod tmpfs;
+pub mod workload;
 
 use std::io;
 use std::path::{Path, PathBuf};

@@ -14,3 +14,4 @@ mod send_clone;
 mod send_incremental;
 mod send_live;
 mod send_pipeline;
+mod send_random;
