@@ -525,7 +525,7 @@ fn send_during_balance_is_exact_or_a_clear_error() {
         .args(["subvolume", "snapshot", "-r"])
         .arg(&src)
         .arg(&snap));
-    sh(Command::new("sync"));
+    sh(&mut Command::new("sync"));
     let opts = Options { holes: false };
     let expected = live.manifest("snaps/s", opts).unwrap();
 
@@ -566,6 +566,7 @@ fn send_during_balance_is_exact_or_a_clear_error() {
                 e.contains("run the send again") || e.contains("incomplete"),
                 "round {round}: unclear error: {e}"
             );
+            eprintln!("{test}: round {round} refused: {}", e.trim_end());
             refused += 1;
         }
     }
