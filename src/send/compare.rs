@@ -55,16 +55,9 @@ fn announce<S: BlockSource>(source: &S, node: &TreeBlock, others: &[TreeBlock]) 
     if window == 0 || n.is_leaf() || others.is_empty() {
         return;
     }
-    let shared: std::collections::HashSet<(u64, u64)> = others
-        .iter()
-        .flat_map(|o| {
-            let o = o.node();
-            (0..o.nritems()).filter_map(move |i| o.ptr(i))
-        })
-        .map(|p| (p.blockptr.get(), p.generation.get()))
-        .collect();
     // Children in the key range the other nodes cover and not shared with
-    // them are read by the comparison; outside it, nothing is known.
+    // them (the same key and block, as the comparison checks) are read by
+    // the comparison; outside that range, nothing is known.
     let ranges: Vec<(Key, Key)> = others
         .iter()
         .filter_map(|o| {
@@ -72,11 +65,20 @@ fn announce<S: BlockSource>(source: &S, node: &TreeBlock, others: &[TreeBlock]) 
             Some((o.key(0)?, o.key(o.nritems().checked_sub(1)?)?))
         })
         .collect();
+    let shared = |p: &NodePtr| {
+        others.iter().any(|o| {
+            let o = o.node();
+            o.search(&p.key)
+                .ok()
+                .and_then(|slot| o.ptr(slot))
+                .is_some_and(|q| q.blockptr == p.blockptr && q.generation == p.generation)
+        })
+    };
     let level = n.level().saturating_sub(1);
     let upcoming: Vec<BlockExpect> = (0..n.nritems())
         .filter_map(|i| n.ptr(i))
         .filter(|p| ranges.iter().any(|(a, b)| *a <= p.key && p.key <= *b))
-        .filter(|p| !shared.contains(&(p.blockptr.get(), p.generation.get())))
+        .filter(|p| !shared(p))
         .map(|p| BlockExpect {
             logical: p.blockptr,
             tree: node.tree(),
@@ -241,6 +243,8 @@ where
     };
     l.end = l.top().is_none_or(|(b, _)| b.node().nritems() == 0);
     r.end = r.top().is_none_or(|(b, _)| b.node().nritems() == 0);
+    // Node pairs whose children were announced lately.
+    let mut announced: Vec<(u64, u64)> = Vec::new();
     // 0: stay, 1: advance, 2: advance without descending.
     let (mut adv_l, mut adv_r) = (0u8, 0u8);
     loop {
@@ -261,8 +265,16 @@ where
         for level in entered.into_iter().flatten() {
             let (la, ra) = (l.around(level), r.around(level));
             if let (Some(ln), Some(rn)) = (la.first(), ra.first()) {
-                announce(source, ln, &ra);
-                announce(source, rn, &la);
+                // Once per pair of nodes.
+                let pair = (ln.logical().get(), rn.logical().get());
+                if !announced.contains(&pair) {
+                    announced.push(pair);
+                    if announced.len() > 64 {
+                        announced.remove(0);
+                    }
+                    announce(source, ln, &ra);
+                    announce(source, rn, &la);
+                }
             }
         }
         if l.end && r.end {

@@ -22,7 +22,8 @@
 //! read, verify and decompress the file data of WRITE and ENCODED_WRITE
 //! commands in batches of jobs (at most 256 KiB or 64 jobs a batch),
 //! ahead of the writer. With 0 threads the data is read on the calling
-//! thread when its command is planned.
+//! thread when its command is planned, and so are reads under 64 KiB
+//! with nothing to verify or decompress.
 //!
 //! Memory, whatever the snapshot's size: the queue between planner and
 //! writer holds at most 16 MiB of data and commands (each entry charged

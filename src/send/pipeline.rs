@@ -27,7 +27,8 @@
 //! commands before it were written (or the first error among them).
 //!
 //! With no worker threads the jobs run on the planner's thread when queued
-//! (the single-threaded send).
+//! (the single-threaded send); so do small plain reads
+//! ([`INLINE_BELOW`]), which cost less than a hand-over.
 
 use std::collections::VecDeque;
 use std::io::Write;
@@ -50,6 +51,9 @@ pub(crate) const MAX_QUEUED_ENTRIES: usize = 16384;
 pub(crate) const ENTRY_OVERHEAD: u64 = 128;
 /// Largest read of one data job (rounded down to whole WRITE commands).
 pub(crate) const JOB_BYTES: u64 = 256 << 10;
+/// Plain reads (no checksums to verify, nothing to decompress) shorter
+/// than this run on the writer's thread when queued.
+pub(crate) const INLINE_BELOW: u64 = 64 << 10;
 /// Jobs go to the workers in batches of this many bytes or
 /// [`BATCH_JOBS`] jobs (small reads from the page cache cost less than
 /// handing them to another thread one by one).
@@ -371,7 +375,13 @@ impl<'t, W: Write> Pipeline<'t, W> {
             read,
             buf,
         };
-        let data = if self.workers.is_some() {
+        // A small plain read without verification costs less here than
+        // handed to a worker (the OS reads ahead for both).
+        let light = matches!(job.read, Read::Range { .. })
+            && len < INLINE_BELOW
+            && ext.compression == Compression::None
+            && !self.verify;
+        let data = if self.workers.is_some() && !light {
             self.open.push(job);
             self.open_bytes = self.open_bytes.saturating_add(len);
             if self.open_bytes >= BATCH_BYTES || self.open.len() >= BATCH_JOBS {
