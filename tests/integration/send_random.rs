@@ -437,9 +437,10 @@ fn run_seed(live: &mut LiveBtrfs, seed: u64, ops: usize) -> Result<SeedResult, S
                         .push(format!("{what}: vs the kernel's stream: {d}"));
                 }
             }
-            (Err(e), Some(Err(_))) if same_tree.is_ok() => {
-                // The kernel's stream makes exactly the same tree: a bug of
-                // the kernel or of the receiver, not ours.
+            (Err(e), Some(Err(_))) if same_tree.is_ok() || same_dump => {
+                // The kernel's stream makes exactly the same tree, or is the
+                // same stream (then the receiver fails on it the same way):
+                // a bug of the kernel or of the receiver, not ours.
                 result.kernel_failures.push(format!(
                     "{what}: the kernel's stream fails the same way{}: {e}",
                     if same_dump {
