@@ -18,8 +18,8 @@
 //!   file data read ahead by worker threads.
 //!
 //! Threads: the calling thread walks the tree, plans, and writes every
-//! command in order; [`SendOptions::threads`] worker threads (default 4)
-//! read, verify and decompress the file data of WRITE and ENCODED_WRITE
+//! command in order; [`SendOptions::threads`] worker threads (default 4;
+//! a rayon pool of their own) read, verify and decompress the file data of WRITE and ENCODED_WRITE
 //! commands in batches of jobs (at most 256 KiB or 64 jobs a batch),
 //! ahead of the writer. With 0 threads the data is read on the calling
 //! thread when its command is planned, and so are reads under 64 KiB
@@ -278,13 +278,34 @@ fn send_stream<W: Write>(
     let tree = fs.fs_tree(subvol.id())?;
     let buffered = BufWriter::with_capacity(256 * 1024, out);
     let writer = StreamWriter::with_options(buffered, WriterOptions::new(opts.version))?;
-    let (buffered, stats) = std::thread::scope(|scope| {
-        let workers =
-            (threads > 0).then(|| pipeline::spawn_workers(scope, &tree, opts.verify_data, threads));
+    let run = |workers| {
         let out = pipeline::Pipeline::new(writer, &tree, opts.verify_data, workers);
         let planner = full::FullSend::new(fs, subvol, parent, clone_sources, out, opts, progress)?;
         planner.run(&subvol.name)
-    })?;
+    };
+    // The data workers run on a rayon pool of their own (without one — no
+    // threads asked for, or none could be started — the planner's thread
+    // reads the data itself).
+    let pool = (threads > 0)
+        .then(|| {
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .thread_name(|i| format!("btrsend-data-{i}"))
+                .build()
+                .ok()
+        })
+        .flatten();
+    let (buffered, stats) = match &pool {
+        Some(pool) => pool.in_place_scope(|scope| {
+            run(Some(pipeline::spawn_workers(
+                scope,
+                &tree,
+                opts.verify_data,
+                threads,
+            )))
+        }),
+        None => run(None),
+    }?;
     let out = buffered.into_inner().map_err(|e| {
         SendError::Output(stream_format::EncodeError::Io {
             offset: stats.stream_bytes,

@@ -1,7 +1,7 @@
 //! The send pipeline: the planner hands every command to a [`Pipeline`] in
 //! stream order; the file data of WRITE and ENCODED_WRITE commands is read
-//! (verified, decompressed) by data jobs on a small pool of worker threads,
-//! ahead of the one ordered writer, which writes every command in the
+//! (verified, decompressed) by data jobs on a small rayon pool of worker
+//! threads, ahead of the one ordered writer, which writes every command in the
 //! planner's order as soon as the commands and data before it are out.
 //!
 //! ```text
@@ -137,10 +137,10 @@ impl Drop for Workers {
     }
 }
 
-/// Start `threads` workers in `scope` reading `tree`'s data (verified
-/// with `verify`).
-pub(crate) fn spawn_workers<'scope, 'env>(
-    scope: &'scope std::thread::Scope<'scope, 'env>,
+/// Start `threads` workers in `scope` (of a rayon pool with as many
+/// threads) reading `tree`'s data (verified with `verify`).
+pub(crate) fn spawn_workers<'env>(
+    scope: &rayon::Scope<'env>,
     tree: &'env FsTree<'env>,
     verify: bool,
     threads: usize,
@@ -151,7 +151,7 @@ pub(crate) fn spawn_workers<'scope, 'env>(
     for _ in 0..threads {
         let rx = Arc::clone(&rx);
         let stop = Arc::clone(&stop);
-        scope.spawn(move || {
+        scope.spawn(move |_| {
             loop {
                 // The lock is held only to take one task.
                 let task = rx.lock().unwrap_or_else(|p| p.into_inner()).recv();
