@@ -17,7 +17,10 @@
 //! continues into the next sibling node if that one is already cached
 //! ([`BlockSource::cached`]), so a walk does not stall at node boundaries.
 //! Each level remembers how far it has asked, so a step announces only the
-//! blocks that entered the window.
+//! blocks that entered the window. The window of a scan starts at 2 and
+//! doubles at every leaf step up to the source's, as the kernel's page
+//! readahead ramps up: a short range that crosses a leaf boundary asks
+//! for a few blocks, a long scan soon for the whole window.
 
 #![warn(
     clippy::indexing_slicing,
@@ -138,6 +141,11 @@ pub struct Cursor<S> {
     path: Vec<(TreeBlock, usize)>,
     /// Whether the cursor scans forward (readahead on).
     scanning: bool,
+    /// The readahead window of this scan so far: it starts small and
+    /// doubles at every leaf step up to the source's window, so that a
+    /// short range crossing a leaf boundary does not announce a whole
+    /// window of blocks it never reads.
+    ramp: usize,
     /// Per path level: up to which slot of that node the children were
     /// announced.
     announced: Vec<Option<Announced>>,
@@ -145,6 +153,9 @@ pub struct Cursor<S> {
     /// entered when the window ran past its end.
     announced_next: Vec<Option<Announced>>,
 }
+
+/// The first readahead window of a scan (see `Cursor::ramp`).
+const RAMP_START: usize = 2;
 
 /// Children `..upto` of the node at `node` have been announced.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -173,6 +184,7 @@ impl<S: BlockSource> Cursor<S> {
             root,
             path: Vec::new(),
             scanning: false,
+            ramp: 0,
             announced: Vec::new(),
             announced_next: Vec::new(),
         }
@@ -187,11 +199,18 @@ impl<S: BlockSource> Cursor<S> {
     /// the path, the window of children after the path's slot, deepest
     /// level (the next leaves) first.
     fn readahead(&mut self) {
-        let window = self.source.readahead_window();
+        let max = self.source.readahead_window();
         let depth = self.path.len();
-        if window == 0 || depth < 2 {
+        if max == 0 || depth < 2 {
             return;
         }
+        self.ramp = if self.ramp == 0 {
+            RAMP_START
+        } else {
+            self.ramp.saturating_mul(2)
+        }
+        .min(max);
+        let window = self.ramp;
         self.announced.resize(depth, None);
         self.announced_next.resize(depth, None);
         let mut upcoming = Vec::new();
@@ -283,6 +302,7 @@ impl<S: BlockSource> Cursor<S> {
     pub fn seek(&mut self, key: &Key) -> Result<()> {
         self.path.clear();
         self.scanning = false;
+        self.ramp = 0;
         self.announced.clear();
         self.announced_next.clear();
         let root = self.source.read_block(&self.root.expect())?;

@@ -202,6 +202,13 @@ fn forward_scan_announces_every_block_before_reading_it_once() {
         assert!(cursor.advance().unwrap());
     }
     assert!(*rec.hint_calls.borrow() >= 1);
+    // The window ramps up (2, then doubling per leaf step): one leaf step
+    // asks for a few blocks per level, not the source's 64.
+    let asked = rec.announced.borrow().len();
+    assert!(
+        asked <= 8 * usize::from(root.level) && asked < 64,
+        "a short range crossing one leaf boundary announced {asked} blocks"
+    );
     let second_leaf = cursor.current().unwrap().leaf;
     let reads = rec.reads.borrow();
     let last = reads.last().unwrap();
