@@ -866,8 +866,12 @@ impl BlockSource for Volume {
         if fits(&block, expect) {
             return Ok(block);
         }
-        // Cached for another tree: check it again for this one (no I/O);
+        // Cached for another tree: a subvolume tree sharing it with this one
+        // needs no new checks; else check it again for this one (no I/O);
         // if it does not pass, the other copies may.
+        if let Some(shared) = block.shared_with(expect) {
+            return Ok(shared);
+        }
         TreeBlock::new(Arc::clone(block.bytes()), &self.io().check, expect)
             .or_else(|_| self.io().read_block(expect))
     }
@@ -888,6 +892,8 @@ impl BlockSource for Volume {
         let block = self.cache.peek(&(expect.logical, expect.generation))?;
         if fits(&block, expect) {
             Some(block)
+        } else if let Some(shared) = block.shared_with(expect) {
+            Some(shared)
         } else {
             TreeBlock::new(Arc::clone(block.bytes()), &self.io().check, expect).ok()
         }

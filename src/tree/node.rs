@@ -465,6 +465,28 @@ impl TreeBlock {
         })
     }
 
+    /// This block, validated for `expect.tree`, for `expect` naming
+    /// another subvolume tree that shares it (a snapshot and its parent):
+    /// without redoing the checksum and item checks, which do not depend on
+    /// the tree. `None` when that shortcut does not apply (then validate
+    /// anew with [`TreeBlock::new`]).
+    pub fn shared_with(&self, expect: &BlockExpect) -> Option<TreeBlock> {
+        let node = self.node();
+        let same_block = self.logical == expect.logical
+            && node.level() == expect.level
+            && Generation(node.header().generation.get()) == expect.generation
+            && node.nritems() > 0
+            && expect.first_key.is_none_or(|k| node.key(0) == Some(k));
+        // The owner rule gives the same answer for any two subvolume trees.
+        (same_block && is_subvol_tree(self.tree.get()) && is_subvol_tree(expect.tree.get())).then(
+            || TreeBlock {
+                data: Arc::clone(&self.data),
+                logical: self.logical,
+                tree: expect.tree,
+            },
+        )
+    }
+
     /// The view.
     pub fn node(&self) -> Node<'_> {
         // `new` validated the block, so `trusted` succeeds; an empty view is
@@ -621,6 +643,38 @@ mod tests {
             err(LEAF, &e),
             "corrupt leaf at logical 22036480 (tree 3): first key mismatch: expected (1 DEV_ITEM 2), found (1 DEV_ITEM 1)"
         );
+    }
+
+    #[test]
+    fn a_block_shared_by_subvolume_trees_is_not_checked_again() {
+        // The chunk leaf, owned by subvolume 256 instead.
+        let mut b = LEAF.to_vec();
+        b[88..96].copy_from_slice(&256u64.to_le_bytes());
+        let mut e = expect();
+        e.tree = TreeId(256);
+        let block = TreeBlock::new(Arc::from(reseal(b)), &check(), &e).unwrap();
+        let mut snap = e.clone();
+        snap.tree = TreeId(257);
+        snap.first_key = Some(Key::new(1, 216, 1));
+        let shared = block.shared_with(&snap).unwrap();
+        assert_eq!(shared.tree(), TreeId(257));
+        assert_eq!(shared.logical(), block.logical());
+        // Not for a tree of another kind, nor another block.
+        let mut x = snap.clone();
+        x.tree = TreeId::ROOT;
+        assert!(block.shared_with(&x).is_none());
+        let mut x = snap.clone();
+        x.generation = Generation(7);
+        assert!(block.shared_with(&x).is_none());
+        let mut x = snap.clone();
+        x.level = 1;
+        assert!(block.shared_with(&x).is_none());
+        let mut x = snap.clone();
+        x.first_key = Some(Key::new(1, 216, 2));
+        assert!(block.shared_with(&x).is_none());
+        let mut x = snap;
+        x.logical = Logical(22052864);
+        assert!(block.shared_with(&x).is_none());
     }
 
     #[test]
