@@ -615,23 +615,7 @@ impl<'a, W: Write> FullSend<'a, W> {
         let Some(tree) = tree else {
             return Ok(());
         };
-        let ino = self.cur.ino;
-        let mut all = Vec::new();
-        let mut c = tree.cursor();
-        c.seek(&Key::new(ino, ondisk::BTRFS_INODE_REF_KEY, 0))?;
-        while let Some(item) = c.current() {
-            if item.key.objectid != ino
-                || (item.key.item_type != ondisk::BTRFS_INODE_REF_KEY
-                    && item.key.item_type != ondisk::BTRFS_INODE_EXTREF_KEY)
-            {
-                break;
-            }
-            all.extend(view::parse_refs(&item)?);
-            if !c.advance()? {
-                break;
-            }
-        }
-        for (dir, name) in all {
+        for (dir, name) in tree.refs(self.cur.ino)? {
             self.record_ref(new, dir, &name)?;
         }
         // A delayed rename of a re-created directory happens with its
@@ -1146,22 +1130,7 @@ impl<'a, W: Write> FullSend<'a, W> {
         let Some(tree) = self.parent else {
             return Ok(Vec::new());
         };
-        let mut all = Vec::new();
-        let mut c = tree.cursor();
-        c.seek(&Key::new(ino, ondisk::BTRFS_INODE_REF_KEY, 0))?;
-        while let Some(item) = c.current() {
-            if item.key.objectid != ino
-                || (item.key.item_type != ondisk::BTRFS_INODE_REF_KEY
-                    && item.key.item_type != ondisk::BTRFS_INODE_EXTREF_KEY)
-            {
-                break;
-            }
-            all.extend(view::parse_refs(&item)?.into_iter().map(|(d, _)| d));
-            if !c.advance()? {
-                break;
-            }
-        }
-        Ok(all)
+        Ok(tree.refs(ino)?.into_iter().map(|(dir, _)| dir).collect())
     }
 
     /// `is_ancestor` in the parent: whether (ino1, gen1) is an ancestor of

@@ -212,7 +212,7 @@ pub fn send_full<W: Write>(
     opts: SendOptions,
     progress: &dyn Progress,
 ) -> Result<(W, SendStats), SendError> {
-    send_stream(fs, subvol, None, &[], out, opts, progress)
+    send_with_clone_sources(fs, subvol, None, &[], out, opts, progress)
 }
 
 /// Write an incremental send stream of `subvol` against `parent` (which
@@ -229,7 +229,7 @@ pub fn send_incremental<W: Write>(
     opts: SendOptions,
     progress: &dyn Progress,
 ) -> Result<(W, SendStats), SendError> {
-    send_stream(fs, subvol, Some(parent), &[], out, opts, progress)
+    send_with_clone_sources(fs, subvol, Some(parent), &[], out, opts, progress)
 }
 
 /// Write a send stream of `subvol` to `out` with clone sources: full, or
@@ -241,18 +241,6 @@ pub fn send_incremental<W: Write>(
 ///
 /// As [`send_full`].
 pub fn send_with_clone_sources<W: Write>(
-    fs: &Filesystem,
-    subvol: &Subvolume,
-    parent: Option<&Subvolume>,
-    clone_sources: &[Subvolume],
-    out: W,
-    opts: SendOptions,
-    progress: &dyn Progress,
-) -> Result<(W, SendStats), SendError> {
-    send_stream(fs, subvol, parent, clone_sources, out, opts, progress)
-}
-
-fn send_stream<W: Write>(
     fs: &Filesystem,
     subvol: &Subvolume,
     parent: Option<&Subvolume>,

@@ -308,6 +308,27 @@ impl<'a> TreeView<'a> {
         Ok(parse_refs(&item)?.into_iter().next())
     }
 
+    /// Every reference of `ino`: (parent directory, name) of its
+    /// INODE_REF items, then of its INODE_EXTREF items, in key order.
+    pub fn refs(&self, ino: u64) -> Result<Vec<(u64, Vec<u8>)>> {
+        let mut all = Vec::new();
+        let mut c = self.cursor();
+        c.seek(&Key::new(ino, ondisk::BTRFS_INODE_REF_KEY, 0))?;
+        while let Some(item) = c.current() {
+            if item.key.objectid != ino
+                || (item.key.item_type != ondisk::BTRFS_INODE_REF_KEY
+                    && item.key.item_type != ondisk::BTRFS_INODE_EXTREF_KEY)
+            {
+                break;
+            }
+            all.extend(parse_refs(&item)?);
+            if !c.advance()? {
+                break;
+            }
+        }
+        Ok(all)
+    }
+
     /// The DIR_ITEM entry `name` in directory `dir`: its location key.
     pub fn lookup_dir_item(&self, dir: u64, name: &[u8]) -> Result<Option<Key>> {
         self.lookup_named(dir, ondisk::BTRFS_DIR_ITEM_KEY, name)
