@@ -860,19 +860,27 @@ fn len64u(n: usize) -> u64 {
     u64::try_from(n).unwrap_or(u64::MAX)
 }
 
-impl BlockSource for Volume {
-    fn read_block(&self, expect: &BlockExpect) -> Result<TreeBlock> {
-        let block = self.cache.get(expect)?;
+impl Volume {
+    /// A cached block, for `expect`: as it is when it was validated for the
+    /// same tree; cached for another subvolume tree sharing it, without new
+    /// checks; else checked again for this tree (no I/O).
+    fn validated_for(&self, block: TreeBlock, expect: &BlockExpect) -> Result<TreeBlock> {
         if fits(&block, expect) {
             return Ok(block);
         }
-        // Cached for another tree: a subvolume tree sharing it with this one
-        // needs no new checks; else check it again for this one (no I/O);
-        // if it does not pass, the other copies may.
         if let Some(shared) = block.shared_with(expect) {
             return Ok(shared);
         }
         TreeBlock::new(Arc::clone(block.bytes()), &self.io().check, expect)
+    }
+}
+
+impl BlockSource for Volume {
+    fn read_block(&self, expect: &BlockExpect) -> Result<TreeBlock> {
+        let block = self.cache.get(expect)?;
+        // If the cached copy does not pass for this tree, the other copies
+        // may.
+        self.validated_for(block, expect)
             .or_else(|_| self.io().read_block(expect))
     }
 
@@ -890,12 +898,6 @@ impl BlockSource for Volume {
 
     fn cached(&self, expect: &BlockExpect) -> Option<TreeBlock> {
         let block = self.cache.peek(&(expect.logical, expect.generation))?;
-        if fits(&block, expect) {
-            Some(block)
-        } else if let Some(shared) = block.shared_with(expect) {
-            Some(shared)
-        } else {
-            TreeBlock::new(Arc::clone(block.bytes()), &self.io().check, expect).ok()
-        }
+        self.validated_for(block, expect).ok()
     }
 }
