@@ -23,6 +23,7 @@
 pub mod apply;
 pub mod copy;
 pub mod encoded;
+mod lanes;
 pub mod meta;
 mod sys;
 pub mod target;
@@ -82,6 +83,9 @@ pub struct ReceiveOptions {
     /// Decode compressed ENCODED_WRITE data even where the target could take
     /// it as it is (`--force-decompress`).
     pub force_decompress: bool,
+    /// Worker threads that write file data (`--threads`); 0 or 1: every
+    /// command is applied on the receiving thread. See [`receive`].
+    pub threads: usize,
 }
 
 impl ReceiveOptions {
@@ -91,9 +95,17 @@ impl ReceiveOptions {
             max_errors: 1,
             stop_at_end: false,
             force_decompress: false,
+            threads: DEFAULT_THREADS,
         }
     }
 }
+
+/// Default of [`ReceiveOptions::threads`].
+pub const DEFAULT_THREADS: usize = 2;
+
+/// Bytes of file data queued to the worker threads at most (the memory
+/// bound of a receive with threads, besides the read-ahead).
+pub const MAX_QUEUED_DATA: usize = lanes::MAX_IN_FLIGHT;
 
 impl Default for ReceiveOptions {
     fn default() -> ReceiveOptions {
@@ -443,7 +455,22 @@ impl Read for Blocks {
 /// blocks ahead of the decoder (bounded: at most 11 blocks, 11 MiB, exist
 /// at once, reused), so the `read` system calls overlap the decoding (CRC-32C)
 /// and the applying; the bytes are copied once, into the stream reader's
-/// command buffer, as with a `BufReader`.
+/// command buffer, as with a `BufReader`. [`receive_file`] reads a regular
+/// file straight into the command buffers instead.
+///
+/// Commands are decoded and checked in order on the calling thread. With
+/// [`ReceiveOptions::threads`] > 1, the data of WRITE (8 KiB and more) and
+/// ENCODED_WRITE commands is written by that many worker threads, one queue
+/// per file (so several files are written at once), from the command buffer
+/// it was read into (no copy), with the commands that follow on the same
+/// file (TRUNCATE, FALLOCATE, CHMOD, CHOWN, UTIMES) queued after it; every
+/// other command waits for the queued jobs it depends on, and SUBVOL,
+/// SNAPSHOT and END wait for all (the rules are in `apply`'s `Lanes`). At
+/// most [`MAX_QUEUED_DATA`] bytes of data are queued at once. An error in a
+/// queued job names its command, stream offset and path as any other; it is
+/// counted against `--max-errors` when the receiving thread sees it, so a
+/// few commands after it may have been applied already (the subvolume is
+/// marked incomplete all the same).
 ///
 /// # Errors
 ///
@@ -461,7 +488,52 @@ pub fn receive(
         error,
     })?;
     rx.force_decompress(opts.force_decompress);
+    rx.threads(opts.threads, MAX_QUEUED_DATA)
+        .map_err(|error| ReceiveError::Dir {
+            dir: dir.to_path_buf(),
+            error,
+        })?;
     with_read_ahead(input, |blocks| decode_and_apply(&mut rx, blocks, opts))
+}
+
+/// Bytes read at once from a regular file (commands longer than that are
+/// read straight into their buffer).
+const FILE_READ: usize = 32 << 10;
+
+/// Receive every stream in `input` into `dir`, as [`receive`]; a regular
+/// file is read on the calling thread straight into the command buffers
+/// (one copy of the data fewer; no read-ahead thread), anything else (a
+/// pipe, a terminal) as [`receive`] does. A file that shrinks while it is
+/// read is a truncated stream (read, not mapped: no `SIGBUS`).
+///
+/// # Errors
+///
+/// As [`receive`].
+pub fn receive_file(
+    input: std::fs::File,
+    dir: &Path,
+    opts: &ReceiveOptions,
+    progress: &mut dyn Progress,
+) -> Result<Summary, ReceiveError> {
+    let regular = input.metadata().is_ok_and(|m| m.file_type().is_file());
+    if !regular {
+        return receive(input, dir, opts, progress);
+    }
+    let mut rx = Receiver::new(dir, progress).map_err(|error| ReceiveError::Dir {
+        dir: dir.to_path_buf(),
+        error,
+    })?;
+    rx.force_decompress(opts.force_decompress);
+    rx.threads(opts.threads, MAX_QUEUED_DATA)
+        .map_err(|error| ReceiveError::Dir {
+            dir: dir.to_path_buf(),
+            error,
+        })?;
+    decode_and_apply(
+        &mut rx,
+        io::BufReader::with_capacity(FILE_READ, input),
+        opts,
+    )
 }
 
 /// Run `f` with `input` read ahead on a thread of its own (see
@@ -497,20 +569,36 @@ fn decode_and_apply(
     let mut errors = 0u64;
     let mut summary = Summary::default();
     let max = opts.max_errors;
-    // Apply one command, counting an error against the limit.
+    // Count an error (of a command applied on this thread, or of a lane
+    // job: `counted`, already counted against its subvolume).
+    let failed = |rx: &mut Receiver<'_>,
+                  e: Box<ApplyError>,
+                  counted: bool,
+                  errors: &mut u64|
+     -> Result<(), ReceiveError> {
+        if !counted {
+            rx.count_error();
+        }
+        *errors += 1;
+        let err = ReceiveError::from(e);
+        if max != 0 && *errors >= max {
+            return Err(err);
+        }
+        rx.progress_error(&err);
+        Ok(())
+    };
+    // Apply one command, counting an error against the limit; then the
+    // errors the lanes had meanwhile.
     let apply = |rx: &mut Receiver<'_>,
                  info: &CommandInfo,
                  cmd: &Command<'_>,
                  errors: &mut u64|
      -> Result<(), ReceiveError> {
         if let Err(e) = rx.apply(info, cmd) {
-            rx.count_error();
-            *errors += 1;
-            let err = ReceiveError::from(e);
-            if max != 0 && *errors >= max {
-                return Err(err);
-            }
-            rx.progress_error(&err);
+            failed(rx, e, false, errors)?;
+        }
+        for e in rx.take_lane_errors() {
+            failed(rx, e, true, errors)?;
         }
         Ok(())
     };
@@ -555,6 +643,13 @@ fn decode_and_apply(
         if !done {
             if matches!(cmd, Command::Mkfile { .. } | Command::Mkdir { .. }) {
                 held = Some((info, cmd.into_owned()));
+            } else if let Some(o) = rx.offload(&info, &cmd) {
+                // To a lane, with the buffer its data is in.
+                drop(cmd);
+                let buf = reader.swap_buffer(rx.buffer());
+                if let Err(e) = rx.submit(o, buf) {
+                    failed(rx, e, false, &mut errors)?;
+                }
             } else {
                 apply(rx, &info, &cmd, &mut errors)?;
                 drop(cmd);
@@ -572,6 +667,9 @@ fn decode_and_apply(
     }
     summary.bytes = reader.position();
     rx.finish_subvol()?;
+    for e in rx.take_lane_errors() {
+        failed(rx, e, true, &mut errors)?;
+    }
     if errors > 0 {
         return Err(ReceiveError::Errors(errors));
     }

@@ -330,6 +330,17 @@ impl<R: Read> StreamReader<R> {
         self.inner
     }
 
+    /// Take the buffer that holds the payload of the last command read and
+    /// give the reader `buf` to read the next one into (its contents do not
+    /// matter; its capacity is reused).
+    ///
+    /// A receiver that hands a WRITE's data to another thread takes the
+    /// buffer instead of copying the data out of it: the slices of the last
+    /// [`Command`] pointed into it, at the same addresses.
+    pub fn swap_buffer(&mut self, buf: Vec<u8>) -> Vec<u8> {
+        std::mem::replace(&mut self.buf, buf)
+    }
+
     /// The next command with its attributes split but not interpreted.
     ///
     /// Returns `Ok(None)` at a clean end: end of input right after an END command.
@@ -487,7 +498,9 @@ impl<R: Read> StreamReader<R> {
             }));
         }
         let len = usize::try_from(info.len).unwrap_or(usize::MAX);
-        self.buf.clear();
+        // Not cleared first: the bytes already there are overwritten by the
+        // read (or, if it comes short, never looked at), so a reused buffer
+        // is not zeroed again.
         self.buf.resize(len, 0);
         let got = match read_full(&mut self.inner, &mut self.buf) {
             Ok(n) => n,
