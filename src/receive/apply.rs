@@ -179,7 +179,7 @@ pub struct Receiver<'p> {
     /// Worker lanes for file data (none: everything on this thread).
     lanes: Option<Lanes>,
     /// Lane errors taken at a subvolume's end, for the driver.
-    lane_errors: Vec<Box<ApplyError>>,
+    lane_errors: Vec<ApplyError>,
     /// The command being applied (for the lane jobs it queues).
     info: Option<CommandInfo>,
     progress: &'p mut dyn Progress,
@@ -255,7 +255,7 @@ impl<'p> Receiver<'p> {
 
     /// Errors of commands applied by the lanes since the last call (each
     /// already counted against its subvolume), and their notes reported.
-    pub fn take_lane_errors(&mut self) -> Vec<Box<ApplyError>> {
+    pub fn take_lane_errors(&mut self) -> Vec<ApplyError> {
         let mut errs = std::mem::take(&mut self.lane_errors);
         if let Some(l) = &self.lanes {
             let (e, notes) = l.pool.take_reports();
@@ -634,7 +634,15 @@ impl<'p> Receiver<'p> {
                 if self.lanes.is_some() && self.queued(path) {
                     let buf = data.to_vec();
                     let len = buf.len();
-                    return self.to_lane(path, Op::Write { buf, start: 0, len, offset: *offset });
+                    return self.queue_on_lane(
+                        path,
+                        Op::Write {
+                            buf,
+                            start: 0,
+                            len,
+                            offset: *offset,
+                        },
+                    );
                 }
                 let f = self.file(path)?;
                 f.write_all_at(data, *offset)?;
@@ -664,7 +672,7 @@ impl<'p> Receiver<'p> {
             }
             C::Truncate { path, size } => {
                 if self.queued(path) {
-                    return self.to_lane(path, Op::Truncate(*size));
+                    return self.queue_on_lane(path, Op::Truncate(*size));
                 }
                 let f = self.file(path)?;
                 f.set_len(*size)?;
@@ -674,7 +682,7 @@ impl<'p> Receiver<'p> {
                 let mode =
                     u32::try_from(*mode & 0o7777).map_err(|_| ApplyErrorKind::BadMode(*mode))?;
                 if self.queued(path) {
-                    return self.to_lane(path, Op::Chmod(mode));
+                    return self.queue_on_lane(path, Op::Chmod(mode));
                 }
                 if let Some(f) = self.cached_file(path) {
                     // The open regular file that `path` names.
@@ -696,7 +704,7 @@ impl<'p> Receiver<'p> {
                     .filter(|&g| g != u32::MAX)
                     .ok_or_else(bad)?;
                 if self.queued(path) {
-                    return self.to_lane(path, Op::Chown(uid, gid));
+                    return self.queue_on_lane(path, Op::Chown(uid, gid));
                 }
                 let cur = self.cur.as_ref().ok_or(ApplyErrorKind::NoSubvol)?;
                 let l = cur.target.locate(path)?;
@@ -715,7 +723,7 @@ impl<'p> Receiver<'p> {
                     last_modification: ts(*mtime),
                 };
                 if self.queued(path) {
-                    return self.to_lane(path, Op::Utimes(t));
+                    return self.queue_on_lane(path, Op::Utimes(t));
                 }
                 let l = self.cur()?.target.locate(path)?;
                 rustix::fs::utimensat(&l.parent, l.name(), &t, AtFlags::SYMLINK_NOFOLLOW)?;
@@ -729,8 +737,15 @@ impl<'p> Receiver<'p> {
                 size,
             } => {
                 if self.queued(path) {
-                    let mode = u32::try_from(*mode).map_err(|_| ApplyErrorKind::BadMode((*mode).into()))?;
-                    return self.to_lane(path, Op::Fallocate { mode, offset: *offset, size: *size });
+                    let mode = *mode;
+                    return self.queue_on_lane(
+                        path,
+                        Op::Fallocate {
+                            mode,
+                            offset: *offset,
+                            size: *size,
+                        },
+                    );
                 }
                 let f = self.file(path)?;
                 rustix::fs::fallocate(f, FallocateFlags::from_bits_retain(*mode), *offset, *size)?;
@@ -783,7 +798,15 @@ impl<'p> Receiver<'p> {
                     let buf = data.to_vec();
                     let len = buf.len();
                     let fields = sys::Encoded { data: &[], ..e };
-                    return self.to_lane(path, Op::Encoded { buf, start: 0, len, fields });
+                    return self.queue_on_lane(
+                        path,
+                        Op::Encoded {
+                            buf,
+                            start: 0,
+                            len,
+                            fields,
+                        },
+                    );
                 }
                 // Uncompressed data cannot go through the ioctl: plain write.
                 if self.encoded_ioctl.load(Ordering::Relaxed) && e.compression != 0 {
@@ -791,7 +814,9 @@ impl<'p> Receiver<'p> {
                     match sys::encoded_write(f, &e) {
                         Ok(()) => return Ok(()),
                         Err(err) => match sys::refusal(err) {
-                            sys::Refusal::Never => self.encoded_ioctl.store(false, Ordering::Relaxed),
+                            sys::Refusal::Never => {
+                                self.encoded_ioctl.store(false, Ordering::Relaxed)
+                            }
                             sys::Refusal::ThisOne => {}
                             sys::Refusal::Fail => return Err(err.into()),
                         },
@@ -946,7 +971,9 @@ impl<'p> Receiver<'p> {
 
     /// `path` names a file with lane jobs (maybe) queued.
     fn queued(&self, path: &[u8]) -> bool {
-        self.lanes.as_ref().is_some_and(|l| l.files.contains_key(path))
+        self.lanes
+            .as_ref()
+            .is_some_and(|l| l.files.contains_key(path))
     }
 
     /// If `path` names a file with lane jobs queued, wait for them; the file
@@ -960,7 +987,7 @@ impl<'p> Receiver<'p> {
     }
 
     /// Queue `op` on the lane of `path`, a file that has jobs there.
-    fn to_lane(&mut self, path: &[u8], op: Op) -> Result<(), ApplyErrorKind> {
+    fn queue_on_lane(&mut self, path: &[u8], op: Op) -> Result<(), ApplyErrorKind> {
         let Some(l) = &mut self.lanes else {
             return Err(ApplyErrorKind::Invalid("no lanes".into()));
         };
@@ -1041,7 +1068,14 @@ impl<'p> Receiver<'p> {
                     .retain(|_, f| done.get(f.lane).is_some_and(|&d| d < f.last));
             }
             let lane = l.pool.pick();
-            l.files.insert(path.to_vec(), LaneFile { file, lane, last: 0 });
+            l.files.insert(
+                path.to_vec(),
+                LaneFile {
+                    file,
+                    lane,
+                    last: 0,
+                },
+            );
         }
         Some(Offload {
             info: *info,
@@ -1091,12 +1125,14 @@ impl<'p> Receiver<'p> {
                     path: o.path,
                     target: None,
                     path2: None,
-                    kind: ApplyErrorKind::Invalid("internal: data not in its payload buffer".into()),
+                    kind: ApplyErrorKind::Invalid(
+                        "internal: data not in its payload buffer".into(),
+                    ),
                 }));
             }
         };
         self.info = Some(o.info);
-        self.to_lane(&o.path, op).map_err(|kind| {
+        self.queue_on_lane(&o.path, op).map_err(|kind| {
             Box::new(ApplyError {
                 cmd: Some(o.info),
                 op: op_name,

@@ -129,7 +129,7 @@ struct State {
     queued: Vec<usize>,
     /// Bytes queued in all lanes.
     in_flight: usize,
-    errors: Vec<Box<ApplyError>>,
+    errors: Vec<ApplyError>,
     notes: Vec<(&'static str, String)>,
 }
 
@@ -146,7 +146,9 @@ impl Shared {
     fn lock(&self) -> MutexGuard<'_, State> {
         // A worker never panics while holding the lock; if one did, the
         // state is still consistent enough to stop with.
-        self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 
@@ -161,12 +163,11 @@ pub struct Pool {
     /// Emptied payload buffers coming back from the workers.
     free: mpsc::Receiver<Vec<u8>>,
     pool: Vec<Vec<u8>>,
+    /// Bytes in `pool`.
+    pooled: usize,
     cap: usize,
     next: usize,
 }
-
-/// Payload buffers kept for reuse.
-const POOL: usize = 64;
 
 impl Pool {
     /// Start `lanes` workers (at least 1); at most `cap` bytes of data
@@ -194,6 +195,7 @@ impl Pool {
             queued: vec![0; lanes],
             free,
             pool: Vec::new(),
+            pooled: 0,
             cap,
             next: 0,
         };
@@ -280,12 +282,15 @@ impl Pool {
 
     /// The errors (in the order they happened) and notes of the jobs run
     /// since the last call.
-    pub fn take_reports(&self) -> (Vec<Box<ApplyError>>, Vec<(&'static str, String)>) {
+    pub fn take_reports(&self) -> (Vec<ApplyError>, Vec<(&'static str, String)>) {
         let mut st = self.shared.lock();
         if st.errors.is_empty() && st.notes.is_empty() {
             return (Vec::new(), Vec::new());
         }
-        (std::mem::take(&mut st.errors), std::mem::take(&mut st.notes))
+        (
+            std::mem::take(&mut st.errors),
+            std::mem::take(&mut st.notes),
+        )
     }
 
     /// How many jobs each lane has run.
@@ -296,11 +301,16 @@ impl Pool {
     /// An empty payload buffer to read the next command into (reused).
     pub fn buffer(&mut self) -> Vec<u8> {
         while let Ok(b) = self.free.try_recv() {
-            if self.pool.len() < POOL {
+            // Kept up to the cap (so, with the queued ones, at most twice
+            // the cap exist): reused, not allocated and faulted in again.
+            if self.pooled + b.capacity() <= self.cap {
+                self.pooled += b.capacity();
                 self.pool.push(b);
             }
         }
-        self.pool.pop().unwrap_or_default()
+        let b = self.pool.pop().unwrap_or_default();
+        self.pooled -= b.capacity();
+        b
     }
 }
 
@@ -334,14 +344,14 @@ fn work(w: usize, rx: &mpsc::Receiver<Job>, shared: &Shared, free: &mpsc::Sender
         let mut st = shared.lock();
         if let Err(kind) = res {
             let target = Some(super::target::display_under(&base, &path));
-            st.errors.push(Box::new(ApplyError {
+            st.errors.push(ApplyError {
                 cmd: Some(info),
                 op: name,
                 path,
                 target,
                 path2: None,
                 kind,
-            }));
+            });
         }
         if let Some(n) = note {
             st.notes.push(n);
@@ -437,4 +447,3 @@ fn data_of(buf: &[u8], start: usize, len: usize) -> Result<&[u8], ApplyErrorKind
         .and_then(|end| buf.get(start..end))
         .ok_or_else(|| ApplyErrorKind::Invalid("data outside its command buffer".into()))
 }
-

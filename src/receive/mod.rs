@@ -598,7 +598,7 @@ fn decode_and_apply(
             failed(rx, e, false, errors)?;
         }
         for e in rx.take_lane_errors() {
-            failed(rx, e, true, errors)?;
+            failed(rx, Box::new(e), true, errors)?;
         }
         Ok(())
     };
@@ -668,7 +668,7 @@ fn decode_and_apply(
     summary.bytes = reader.position();
     rx.finish_subvol()?;
     for e in rx.take_lane_errors() {
-        failed(rx, e, true, &mut errors)?;
+        failed(rx, Box::new(e), true, &mut errors)?;
     }
     if errors > 0 {
         return Err(ReceiveError::Errors(errors));

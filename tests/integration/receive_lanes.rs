@@ -75,7 +75,10 @@ fn meta(path: &str, ids: (u32, u32), mode: u64, sec: u64) -> [Command<'_>; 3] {
             uid: ids.0.into(),
             gid: ids.1.into(),
         },
-        Command::Chmod { path: p(path), mode },
+        Command::Chmod {
+            path: p(path),
+            mode,
+        },
         utimes(path, sec),
     ]
 }
@@ -183,13 +186,8 @@ fn expected_tree(root: &Path) {
             last_access: ts,
             last_modification: ts,
         };
-        rustix::fs::utimensat(
-            rustix::fs::CWD,
-            &path,
-            &times,
-            rustix::fs::AtFlags::empty(),
-        )
-        .unwrap();
+        rustix::fs::utimensat(rustix::fs::CWD, &path, &times, rustix::fs::AtFlags::empty())
+            .unwrap();
     };
     fs::create_dir_all(root.join("e")).unwrap();
     let a = cat(&[
@@ -256,7 +254,10 @@ fn lanes_keep_the_stream_order() {
     fs::create_dir(&dir).unwrap();
     let f = fs::File::open(&file).unwrap();
     receive::receive_file(f, &dir, &ReceiveOptions::new(), &mut NoProgress).unwrap();
-    assert_eq!(manifest::diff(&want, &manifest_of(&dir.join("sv")), 20), None);
+    assert_eq!(
+        manifest::diff(&want, &manifest_of(&dir.join("sv")), 20),
+        None
+    );
 
     // The oracle: the real `btrfs receive` makes the same tree (as root).
     if !testing::require_live("lanes_keep_the_stream_order") {

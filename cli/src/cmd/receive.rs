@@ -160,7 +160,8 @@ pub fn run(args: &ReceiveArgs) -> anyhow::Result<()> {
     opts.stop_at_end = args.stop_at_end;
     opts.force_decompress = args.force_decompress;
     opts.threads = args.threads.unwrap_or_else(|| {
-        std::thread::available_parallelism().map_or(receive::DEFAULT_THREADS, |n| n.get().clamp(2, 4))
+        std::thread::available_parallelism()
+            .map_or(receive::DEFAULT_THREADS, |n| n.get().clamp(2, 4))
     });
     let res = receive::receive_file(input, dir, &opts, &mut progress);
     if let Some(b) = &progress.bar {
