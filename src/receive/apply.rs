@@ -1052,31 +1052,10 @@ impl<'p> Receiver<'p> {
             }
             _ => return None,
         };
-        if !self.queued(path) {
-            if encoded.is_none() && data.len() < LANE_MIN {
-                return None;
-            }
-            let (f, single) = self.file_arc(path).ok()?;
-            if !single {
-                return None;
-            }
-            let file = Arc::clone(f);
-            let l = self.lanes.as_mut()?;
-            if l.files.len() >= LANE_FILES {
-                let done = l.pool.done();
-                l.files
-                    .retain(|_, f| done.get(f.lane).is_some_and(|&d| d < f.last));
-            }
-            let lane = l.pool.pick();
-            l.files.insert(
-                path.to_vec(),
-                LaneFile {
-                    file,
-                    lane,
-                    last: 0,
-                },
-            );
+        if !self.queued(path) && encoded.is_none() && data.len() < LANE_MIN {
+            return None;
         }
+        self.lane_file(path)?;
         Some(Offload {
             info: *info,
             path: path.to_vec(),
@@ -1085,6 +1064,67 @@ impl<'p> Receiver<'p> {
             offset,
             encoded,
         })
+    }
+
+    /// Make sure `path` has a lane (it names a regular file with a single
+    /// link); `None`: it cannot have one (or cannot be opened: applying the
+    /// command here reports why).
+    fn lane_file(&mut self, path: &[u8]) -> Option<()> {
+        if self.queued(path) {
+            return Some(());
+        }
+        let (f, single) = self.file_arc(path).ok()?;
+        if !single {
+            return None;
+        }
+        let file = Arc::clone(f);
+        let l = self.lanes.as_mut()?;
+        if l.files.len() >= LANE_FILES {
+            let done = l.pool.done();
+            l.files
+                .retain(|_, f| done.get(f.lane).is_some_and(|&d| d < f.last));
+        }
+        let lane = l.pool.pick();
+        l.files.insert(
+            path.to_vec(),
+            LaneFile {
+                file,
+                lane,
+                last: 0,
+            },
+        );
+        Some(())
+    }
+
+    /// A WRITE or ENCODED_WRITE skimmed by the reader
+    /// ([`stream_format::Next::Skimmed`]: its header and the first bytes of
+    /// its payload, `prefix`): queue it on its file's lane, which reads the
+    /// payload from `input`, checks it and writes it. Returns `false` when it
+    /// cannot go to a lane (no lanes, no PATH in `prefix`, a file with
+    /// several links, or one that cannot be opened): the caller then reads it
+    /// whole and applies it here.
+    pub fn skimmed(
+        &mut self,
+        info: &CommandInfo,
+        crc: u32,
+        prefix: &[u8],
+        input: &Arc<File>,
+    ) -> bool {
+        if self.lanes.is_none() {
+            return false;
+        }
+        let Some(path) = prefix_path(prefix) else {
+            return false;
+        };
+        if self.lane_file(path).is_none() {
+            return false;
+        }
+        self.info = Some(*info);
+        let op = Op::Stream {
+            input: Arc::clone(input),
+            crc,
+        };
+        self.queue_on_lane(path, op).is_ok()
     }
 
     /// Send an [`Offload`]ed command to its lane, with `buf`, the payload
@@ -1277,6 +1317,31 @@ fn create_file(l: &target::Located<'_>) -> Result<File, ApplyErrorKind> {
 
 use std::os::unix::ffi::OsStrExt as _;
 use std::os::unix::fs::MetadataExt as _;
+
+/// The PATH attribute among the attributes in `prefix` (the start of a
+/// WRITE or ENCODED_WRITE payload) before DATA, if it is there whole (the
+/// lane checks it against the whole, checked, command).
+fn prefix_path(prefix: &[u8]) -> Option<&[u8]> {
+    let path_ty = stream_format::Attr::Path.number();
+    let data_ty = stream_format::Attr::Data.number();
+    let mut pos = 0usize;
+    let mut found = None;
+    loop {
+        let h = prefix.get(pos..pos.checked_add(4)?)?;
+        let ty = u16::from_le_bytes([*h.first()?, *h.get(1)?]);
+        if ty == data_ty {
+            return found;
+        }
+        let len = usize::from(u16::from_le_bytes([*h.get(2)?, *h.get(3)?]));
+        let start = pos.checked_add(4)?;
+        let end = start.checked_add(len)?;
+        let value = prefix.get(start..end)?;
+        if ty == path_ty {
+            found = Some(value);
+        }
+        pos = end;
+    }
+}
 
 /// Remove the entries at or under `path` from `files`; returns them.
 fn remove_under(files: &mut BTreeMap<Vec<u8>, LaneFile>, path: &[u8]) -> Vec<(Vec<u8>, LaneFile)> {

@@ -80,6 +80,17 @@ pub enum Op {
     Chown(u32, u32),
     /// UTIMES (atime, mtime).
     Utimes(Timestamps),
+    /// A skimmed WRITE or ENCODED_WRITE (the job's `info`, with this stored
+    /// CRC): its payload is read from the input here, checked
+    /// ([`stream_format::decode_payload`]) and written, so the data is
+    /// copied once, from the input's page cache into this buffer, and its
+    /// PATH must be the job's (what the receiver routed it by).
+    Stream {
+        /// The input (a regular file).
+        input: Arc<File>,
+        /// The stored CRC.
+        crc: u32,
+    },
 }
 
 impl Op {
@@ -93,6 +104,7 @@ impl Op {
             Op::Chmod(_) => "CHMOD",
             Op::Chown(..) => "CHOWN",
             Op::Utimes(_) => "UTIMES",
+            Op::Stream { .. } => "WRITE",
         }
     }
 
@@ -326,10 +338,11 @@ impl Drop for Pool {
 
 /// A worker: run lane `w`'s jobs in order until its queue is closed.
 fn work(w: usize, rx: &mpsc::Receiver<Job>, shared: &Shared, free: &mpsc::Sender<Vec<u8>>) {
+    let mut scratch = Scratch::default();
     while let Ok(job) = rx.recv() {
         let bytes = job.op.bytes();
         let mut note = None;
-        let res = run(&job, shared, &mut note);
+        let res = run(&job, shared, &mut note, &mut scratch);
         let Job {
             info,
             path,
@@ -337,7 +350,11 @@ fn work(w: usize, rx: &mpsc::Receiver<Job>, shared: &Shared, free: &mpsc::Sender
             op,
             ..
         } = job;
-        let name = op.name();
+        let name = match op {
+            Op::Stream { .. } => stream_format::CommandKind::from_u16(info.cmd)
+                .map_or("WRITE", stream_format::CommandKind::name),
+            _ => op.name(),
+        };
         if let Op::Write { buf, .. } | Op::Encoded { buf, .. } = op {
             let _ = free.send(buf);
         }
@@ -368,14 +385,133 @@ fn work(w: usize, rx: &mpsc::Receiver<Job>, shared: &Shared, free: &mpsc::Sender
     }
 }
 
+/// A worker's buffers for [`Op::Stream`] jobs, reused.
+#[derive(Default)]
+struct Scratch {
+    payload: Vec<u8>,
+    attrs: Vec<stream_format::RawAttr>,
+}
+
+/// Write an ENCODED_WRITE (fields checked): through the ioctl where the
+/// target takes it, else decoded.
+fn encoded_write(f: &File, e: &sys::Encoded<'_>, shared: &Shared) -> Result<(), ApplyErrorKind> {
+    if shared.encoded_ioctl.load(Ordering::Relaxed) && e.compression != 0 {
+        match sys::encoded_write(f, e) {
+            Ok(()) => return Ok(()),
+            Err(err) => match sys::refusal(err) {
+                sys::Refusal::Never => shared.encoded_ioctl.store(false, Ordering::Relaxed),
+                sys::Refusal::ThisOne => {}
+                sys::Refusal::Fail => return Err(err.into()),
+            },
+        }
+    }
+    let bytes = encoded::decode(
+        e.compression,
+        e.encryption,
+        e.data,
+        e.unencoded_len,
+        e.unencoded_offset,
+        e.unencoded_file_len,
+    )?;
+    f.write_all_at(&bytes, e.offset)?;
+    Ok(())
+}
+
+/// Read a skimmed command's payload from the input, check it, and write
+/// its data.
+fn run_stream(
+    job: &Job,
+    input: &File,
+    crc: u32,
+    shared: &Shared,
+    scratch: &mut Scratch,
+) -> Result<(), ApplyErrorKind> {
+    use stream_format::Command;
+    let info = &job.info;
+    let len = usize::try_from(info.len).unwrap_or(usize::MAX);
+    let buf = &mut scratch.payload;
+    buf.resize(len, 0);
+    // Read as much as is there: a short payload (the input shrank) is the
+    // decoder's "truncated command" error.
+    let at = info
+        .offset
+        .saturating_add(stream_format::CMD_HEADER_SIZE as u64);
+    let mut got = 0;
+    while let Some(rest) = buf.get_mut(got..).filter(|r| !r.is_empty()) {
+        match input.read_at(rest, at.saturating_add(got as u64)) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    buf.truncate(got);
+    let cmd = stream_format::decode_payload(info, crc, buf, &mut scratch.attrs)
+        .map_err(|e| ApplyErrorKind::Invalid(e.to_string()))?;
+    let f = &*job.file;
+    let moved = || {
+        ApplyErrorKind::Invalid(
+            "the command's PATH is not the one it was routed by (a PATH attribute after DATA)"
+                .into(),
+        )
+    };
+    match &cmd {
+        Command::Write { path, offset, data } => {
+            if **path != job.path[..] {
+                return Err(moved());
+            }
+            f.write_all_at(data, *offset)?;
+        }
+        Command::EncodedWrite {
+            path,
+            offset,
+            unencoded_file_len,
+            unencoded_len,
+            unencoded_offset,
+            compression,
+            encryption,
+            data,
+        } => {
+            if **path != job.path[..] {
+                return Err(moved());
+            }
+            let e = sys::Encoded {
+                offset: *offset,
+                unencoded_file_len: *unencoded_file_len,
+                unencoded_len: *unencoded_len,
+                unencoded_offset: *unencoded_offset,
+                compression: compression.unwrap_or(0),
+                encryption: encryption.unwrap_or(0),
+                data,
+            };
+            encoded::check(
+                e.compression,
+                e.encryption,
+                e.unencoded_len,
+                e.unencoded_offset,
+                e.unencoded_file_len,
+            )?;
+            encoded_write(f, &e, shared)?;
+        }
+        _ => {
+            return Err(ApplyErrorKind::Invalid(
+                "not a WRITE or ENCODED_WRITE".into(),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Run one job.
 fn run(
     job: &Job,
     shared: &Shared,
     note: &mut Option<(&'static str, String)>,
+    scratch: &mut Scratch,
 ) -> Result<(), ApplyErrorKind> {
     let f = &*job.file;
     match &job.op {
+        Op::Stream { input, crc } => run_stream(job, input, *crc, shared, scratch)?,
         Op::Write {
             buf,
             start,
@@ -391,26 +527,7 @@ fn run(
             fields,
         } => {
             let data = data_of(buf, *start, *len)?;
-            let e = sys::Encoded { data, ..*fields };
-            if shared.encoded_ioctl.load(Ordering::Relaxed) && e.compression != 0 {
-                match sys::encoded_write(f, &e) {
-                    Ok(()) => return Ok(()),
-                    Err(err) => match sys::refusal(err) {
-                        sys::Refusal::Never => shared.encoded_ioctl.store(false, Ordering::Relaxed),
-                        sys::Refusal::ThisOne => {}
-                        sys::Refusal::Fail => return Err(err.into()),
-                    },
-                }
-            }
-            let bytes = encoded::decode(
-                e.compression,
-                e.encryption,
-                data,
-                e.unencoded_len,
-                e.unencoded_offset,
-                e.unencoded_file_len,
-            )?;
-            f.write_all_at(&bytes, e.offset)?;
+            encoded_write(f, &sys::Encoded { data, ..*fields }, shared)?;
         }
         Op::Truncate(size) => f.set_len(*size)?,
         Op::Fallocate { mode, offset, size } => {

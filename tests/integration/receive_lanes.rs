@@ -307,3 +307,59 @@ fn lane_errors_name_offset_command_and_path() {
     let rec = fs::read_to_string(fs_.path().join(".btrsend/sv.subvol")).unwrap();
     assert!(rec.contains("state=incomplete\n"), "{rec}");
 }
+
+/// A WRITE whose data is corrupt, in a stream read from a regular file (so
+/// the worker reads and checks it, not the reader): the CRC error names the
+/// command and its stream offset, as the reader's would, the rest is
+/// received (`-E 0`) and the subvolume is incomplete; the same with every
+/// command read on one thread.
+#[test]
+fn corrupt_skimmed_write_is_a_crc_error_at_its_offset() {
+    let tmp = tempfile::tempdir().unwrap();
+    let md = fs::metadata(tmp.path()).unwrap();
+    let mut bytes = ordering_stream((md.uid(), md.gid()));
+    // The first WRITE (of "a"): flip its last data byte.
+    let mut r = stream_format::StreamReader::new(Cursor::new(&bytes));
+    let info = loop {
+        let (info, c) = r.next_command().unwrap().unwrap();
+        if matches!(c, Command::Write { .. }) {
+            break info;
+        }
+    };
+    let end = usize::try_from(info.offset).unwrap() + 10 + usize::try_from(info.len).unwrap();
+    bytes[end - 1] ^= 0x55;
+    let file = tmp.path().join("bad.stream");
+    fs::write(&file, &bytes).unwrap();
+    struct Collect(Vec<String>);
+    impl receive::Progress for Collect {
+        fn error(&mut self, e: &ReceiveError) {
+            self.0.push(e.to_string());
+        }
+    }
+    for threads in [1, 2] {
+        let dir = tmp.path().join(format!("t{threads}"));
+        fs::create_dir(&dir).unwrap();
+        let mut opts = ReceiveOptions::new();
+        opts.threads = threads;
+        opts.max_errors = 0;
+        let mut c = Collect(Vec::new());
+        let f = fs::File::open(&file).unwrap();
+        let e = receive::receive_file(f, &dir, &opts, &mut c).unwrap_err();
+        assert!(
+            matches!(e, ReceiveError::Errors(1)),
+            "threads {threads}: {e}"
+        );
+        assert_eq!(c.0.len(), 1, "threads {threads}: {:?}", c.0);
+        let want = format!("(WRITE) at stream offset {}", info.offset);
+        assert!(
+            c.0[0].contains(&want) && c.0[0].to_lowercase().contains("crc"),
+            "threads {threads}: {}",
+            c.0[0]
+        );
+        let rec = fs::read_to_string(dir.join(".btrsend/sv.subvol")).unwrap();
+        assert!(rec.contains("state=incomplete\n"), "{rec}");
+        // Everything else was received: e/c is whole.
+        let c_data = fs::read(dir.join("sv/e/c")).unwrap();
+        assert_eq!(c_data, cat(&[&fill(b'C', K16), &fill(b'c', K16)]));
+    }
+}
