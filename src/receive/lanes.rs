@@ -117,6 +117,16 @@ impl Op {
     }
 }
 
+impl Job {
+    /// The work the job is, in bytes of data (to balance the lanes).
+    fn load(&self) -> usize {
+        match self.op {
+            Op::Stream { .. } => usize::try_from(self.info.len).unwrap_or(usize::MAX),
+            _ => self.op.bytes(),
+        }
+    }
+}
+
 /// One command for a lane.
 #[derive(Debug)]
 pub struct Job {
@@ -137,7 +147,7 @@ pub struct Job {
 struct State {
     /// Jobs finished per lane.
     done: Vec<u64>,
-    /// Bytes queued per lane.
+    /// Bytes of data queued per lane (see [`Job::load`]).
     queued: Vec<usize>,
     /// Bytes queued in all lanes.
     in_flight: usize,
@@ -241,6 +251,7 @@ impl Pool {
     /// its number `k` in the lane.
     pub fn submit(&mut self, w: usize, job: Job) -> u64 {
         let bytes = job.op.bytes();
+        let load = job.load();
         {
             let mut st = self.shared.lock();
             // A job bigger than the cap waits for an empty queue.
@@ -253,7 +264,7 @@ impl Pool {
             }
             st.in_flight += bytes;
             if let Some(q) = st.queued.get_mut(w) {
-                *q += bytes;
+                *q = q.saturating_add(load);
             }
         }
         let (Some(tx), Some(k)) = (self.senders.get(w), self.queued.get_mut(w)) else {
@@ -269,6 +280,9 @@ impl Pool {
                 *d += 1;
             }
             st.in_flight = st.in_flight.saturating_sub(bytes);
+            if let Some(q) = st.queued.get_mut(w) {
+                *q = q.saturating_sub(load);
+            }
         }
         k
     }
@@ -341,6 +355,7 @@ fn work(w: usize, rx: &mpsc::Receiver<Job>, shared: &Shared, free: &mpsc::Sender
     let mut scratch = Scratch::default();
     while let Ok(job) = rx.recv() {
         let bytes = job.op.bytes();
+        let load = job.load();
         let mut note = None;
         let res = run(&job, shared, &mut note, &mut scratch);
         let Job {
@@ -377,7 +392,7 @@ fn work(w: usize, rx: &mpsc::Receiver<Job>, shared: &Shared, free: &mpsc::Sender
             *d += 1;
         }
         if let Some(q) = st.queued.get_mut(w) {
-            *q = q.saturating_sub(bytes);
+            *q = q.saturating_sub(load);
         }
         st.in_flight = st.in_flight.saturating_sub(bytes);
         drop(st);

@@ -8,7 +8,9 @@
 //! [`copy`] makes a snapshot's starting point from its parent and copies
 //! CLONE ranges; [`encoded`] decodes `--compressed-data` extents, which the
 //! private `sys` module (the crate's only unsafe code) writes as they are
-//! into a btrfs target.
+//! into a btrfs target. The private `lanes` module runs the worker threads
+//! that write file data (see [`receive`] for what they do and the memory
+//! bound, `apply`'s `Lanes` for the ordering rules).
 //! Semantics per command follow btrfs-progs `cmds/receive.c` (see
 //! `shared/docs/send-stream-format.md` §9, §10).
 //!
