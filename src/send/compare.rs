@@ -65,13 +65,18 @@ fn announce<S: BlockSource>(source: &S, node: &TreeBlock, others: &[TreeBlock]) 
             Some((o.key(0)?, o.key(o.nritems().checked_sub(1)?)?))
         })
         .collect();
-    let shared = |p: &NodePtr| {
-        others.iter().any(|o| {
+    // Shared = the same key and block in one of the other nodes; both
+    // sides' pointers are in key order, so one forward position per other
+    // node answers every child (a merge, not a search per child).
+    let mut next = vec![0; others.len()];
+    let mut shared = |p: &NodePtr| {
+        others.iter().zip(&mut next).any(|(o, i)| {
             let o = o.node();
-            o.search(&p.key)
-                .ok()
-                .and_then(|slot| o.ptr(slot))
-                .is_some_and(|q| q.blockptr == p.blockptr && q.generation == p.generation)
+            while o.key(*i).is_some_and(|k| k < p.key) {
+                *i += 1;
+            }
+            o.ptr(*i)
+                .is_some_and(|q| q.key == p.key && q.blockptr == p.blockptr && q.generation == p.generation)
         })
     };
     let level = n.level().saturating_sub(1);
@@ -262,7 +267,7 @@ where
             std::mem::take(&mut l.descended).then(|| l.level()),
             std::mem::take(&mut r.descended).then(|| r.level()),
         ];
-        for level in entered.into_iter().flatten() {
+        for level in entered.into_iter().flatten().filter(|&level| level > 0) {
             let (la, ra) = (l.around(level), r.around(level));
             if let (Some(ln), Some(rn)) = (la.first(), ra.first()) {
                 // Once per pair of nodes.

@@ -399,6 +399,9 @@ pub fn run(args: &SendArgs) -> anyhow::Result<()> {
         res = send_one(&src.fs, &subvol, parent.as_ref(), &clones, &mut out);
     }
     progress.finish(res.as_ref().ok().map(|stats| stats.stream_bytes));
+    if std::env::var_os("BTRSEND_DEBUG_CACHE").is_some() {
+        eprintln!("btrsend: block cache: {:?}", src.fs.volume().cache_stats());
+    }
     match res {
         Ok(_stats) => match out.flush() {
             Ok(()) => match &src.mounted {
