@@ -75,8 +75,9 @@ fn announce<S: BlockSource>(source: &S, node: &TreeBlock, others: &[TreeBlock]) 
             while o.key(*i).is_some_and(|k| k < p.key) {
                 *i += 1;
             }
-            o.ptr(*i)
-                .is_some_and(|q| q.key == p.key && q.blockptr == p.blockptr && q.generation == p.generation)
+            o.ptr(*i).is_some_and(|q| {
+                q.key == p.key && q.blockptr == p.blockptr && q.generation == p.generation
+            })
         })
     };
     let level = n.level().saturating_sub(1);

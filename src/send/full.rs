@@ -612,7 +612,11 @@ impl<'a, W: Write> FullSend<'a, W> {
     /// `process_all_refs`: record every reference of the current inode in
     /// the snapshot (`new`) or the parent, and process them.
     fn process_all_refs(&mut self, new: bool) -> Result<(), SendError> {
-        let tree = if new { Some(self.view.clone()) } else { self.parent.clone() };
+        let tree = if new {
+            Some(self.view.clone())
+        } else {
+            self.parent.clone()
+        };
         let Some(tree) = tree else {
             return Ok(());
         };
@@ -790,7 +794,11 @@ impl<'a, W: Write> FullSend<'a, W> {
     /// The generation of a linked inode in the snapshot (`left`) or the
     /// parent.
     fn gen_in(&self, left: bool, ino: u64) -> Result<Option<u64>, SendError> {
-        let tree = if left { Some(self.view.clone()) } else { self.parent.clone() };
+        let tree = if left {
+            Some(self.view.clone())
+        } else {
+            self.parent.clone()
+        };
         let Some(tree) = tree else {
             return Ok(None);
         };
@@ -900,7 +908,11 @@ impl<'a, W: Write> FullSend<'a, W> {
     /// `get_inode_gen`: the generation of `ino` in the snapshot (`left`) or
     /// the parent, whatever its link count.
     fn inode_gen(&self, left: bool, ino: u64) -> Result<Option<u64>, SendError> {
-        let tree = if left { Some(self.view.clone()) } else { self.parent.clone() };
+        let tree = if left {
+            Some(self.view.clone())
+        } else {
+            self.parent.clone()
+        };
         let Some(tree) = tree else {
             return Ok(None);
         };
@@ -2033,7 +2045,9 @@ impl<'a, W: Write> FullSend<'a, W> {
 
     /// The tree a clone source lives in.
     fn clone_tree(&self, src: &CloneSrc) -> TreeView<'a> {
-        self.clone_roots.get(src.root).map_or_else(|| self.view.clone(), |r| r.view.clone())
+        self.clone_roots
+            .get(src.root)
+            .map_or_else(|| self.view.clone(), |r| r.view.clone())
     }
 
     fn clone_src_size(&self, src: &CloneSrc) -> Result<u64, SendError> {

@@ -21,6 +21,7 @@ use zerocopy::FromBytes;
 use crate::csum::{Csum, CsumType};
 use crate::error::{CorruptKind, Error, Location, Result};
 use crate::ondisk::{self, Header, Item, KeyPtr};
+use crate::tree::buf::BlockBuf;
 use crate::tree::key::Key;
 use crate::types::{Generation, Logical, TreeId, Uuid};
 
@@ -445,7 +446,7 @@ fn len64u(n: usize) -> u64 {
 /// An owned tree block that passed validation.
 #[derive(Debug, Clone)]
 pub struct TreeBlock {
-    data: Arc<[u8]>,
+    data: Arc<BlockBuf>,
     logical: Logical,
     tree: TreeId,
 }
@@ -456,7 +457,7 @@ impl TreeBlock {
     /// # Errors
     ///
     /// As [`Node::new`].
-    pub fn new(data: Arc<[u8]>, check: &BlockCheck, expect: &BlockExpect) -> Result<TreeBlock> {
+    pub fn new(data: Arc<BlockBuf>, check: &BlockCheck, expect: &BlockExpect) -> Result<TreeBlock> {
         Node::new(&data, check, expect)?;
         Ok(TreeBlock {
             data,
@@ -505,7 +506,7 @@ impl TreeBlock {
     }
 
     /// The raw bytes.
-    pub fn bytes(&self) -> &Arc<[u8]> {
+    pub fn bytes(&self) -> &Arc<BlockBuf> {
         &self.data
     }
 }
@@ -652,7 +653,7 @@ mod tests {
         b[88..96].copy_from_slice(&256u64.to_le_bytes());
         let mut e = expect();
         e.tree = TreeId(256);
-        let block = TreeBlock::new(Arc::from(reseal(b)), &check(), &e).unwrap();
+        let block = TreeBlock::new(Arc::new(BlockBuf::copy_of(&reseal(b))), &check(), &e).unwrap();
         let mut snap = e.clone();
         snap.tree = TreeId(257);
         snap.first_key = Some(Key::new(1, 216, 1));
@@ -737,7 +738,8 @@ mod tests {
 
     #[test]
     fn tree_block_view() {
-        let block = TreeBlock::new(Arc::from(&LEAF[..]), &check(), &expect()).unwrap();
+        let block =
+            TreeBlock::new(Arc::new(BlockBuf::copy_of(&LEAF[..])), &check(), &expect()).unwrap();
         assert_eq!(block.node().nritems(), 4);
         assert_eq!(block.node().key(0), Some(Key::new(1, 216, 1)));
         assert_eq!(Node::empty().nritems(), 0);
