@@ -437,9 +437,9 @@ impl<'a> Node<'a> {
         }
     }
 
-    /// The item headers of a leaf (`None` for a node, or when they do not
-    /// fit the block).
-    fn items(&self) -> Option<&'a [Item]> {
+    /// The item headers of a leaf, in key order (`None` for a node, or
+    /// when they do not fit the block).
+    pub fn items(&self) -> Option<&'a [Item]> {
         if !self.is_leaf() {
             return None;
         }
@@ -447,9 +447,9 @@ impl<'a> Node<'a> {
         <[Item]>::ref_from_bytes(self.bytes.get(HEADER..end)?).ok()
     }
 
-    /// The pointers of a node (`None` for a leaf, or when they do not fit
-    /// the block).
-    fn ptrs(&self) -> Option<&'a [KeyPtr]> {
+    /// The pointers of a node, in key order (`None` for a leaf, or when
+    /// they do not fit the block).
+    pub fn ptrs(&self) -> Option<&'a [KeyPtr]> {
         if self.is_leaf() {
             return None;
         }
