@@ -11,6 +11,11 @@
 //! reads items only through [`Cursor`], so every block is validated by the
 //! tree layer.
 
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::ops::RangeInclusive;
+use std::rc::Rc;
+
 use zerocopy::FromBytes;
 
 use crate::error::{CorruptKind, Error, Location, Result};
@@ -257,12 +262,23 @@ pub(crate) struct ExtentRefs {
     pub data_refs: Vec<(u64, u64, u64, u64)>,
 }
 
-/// Point lookups in one subvolume tree (and the extent tree).
-#[derive(Debug, Clone, Copy)]
+/// Inode items looked up so far in one tree (a sent tree does not change
+/// during the send, so an answer holds for all of it), at most
+/// [`INODE_MEMO_MAX`] entries. The planner asks for the same directory's
+/// inode item once per entry in it (`compare_refs`, `get_inode_gen`).
+type InodeMemo = Rc<RefCell<HashMap<u64, Option<InodeInfo>>>>;
+
+/// Entries of an [`InodeMemo`] before it is emptied (≈ 100 bytes each).
+const INODE_MEMO_MAX: usize = 1 << 16;
+
+/// Point lookups in one subvolume tree (and the extent tree). Clones share
+/// the inode memo.
+#[derive(Debug, Clone)]
 pub(crate) struct TreeView<'a> {
     pub fs: &'a Filesystem,
     pub root: TreeRoot,
     pub extent_root: Option<TreeRoot>,
+    inodes: InodeMemo,
 }
 
 impl<'a> TreeView<'a> {
@@ -275,6 +291,7 @@ impl<'a> TreeView<'a> {
             fs,
             root,
             extent_root,
+            inodes: InodeMemo::default(),
         })
     }
 
@@ -284,11 +301,20 @@ impl<'a> TreeView<'a> {
 
     /// The inode item of `ino`.
     pub fn inode(&self, ino: u64) -> Result<Option<InodeInfo>> {
-        let mut c = self.cursor();
-        match c.find(&Key::new(ino, ondisk::BTRFS_INODE_ITEM_KEY, 0))? {
-            Some(item) => parse_inode(&item).map(Some),
-            None => Ok(None),
+        if let Some(known) = self.inodes.borrow().get(&ino) {
+            return Ok(*known);
         }
+        let mut c = self.cursor();
+        let info = match c.find(&Key::new(ino, ondisk::BTRFS_INODE_ITEM_KEY, 0))? {
+            Some(item) => Some(parse_inode(&item)?),
+            None => None,
+        };
+        let mut memo = self.inodes.borrow_mut();
+        if memo.len() >= INODE_MEMO_MAX {
+            memo.clear();
+        }
+        memo.insert(ino, info);
+        Ok(info)
     }
 
     /// The inode's first reference: first INODE_REF item's first name, else
@@ -312,21 +338,37 @@ impl<'a> TreeView<'a> {
     /// INODE_REF items, then of its INODE_EXTREF items, in key order.
     pub fn refs(&self, ino: u64) -> Result<Vec<(u64, Vec<u8>)>> {
         let mut all = Vec::new();
+        self.each_item(
+            ino,
+            ondisk::BTRFS_INODE_REF_KEY..=ondisk::BTRFS_INODE_EXTREF_KEY,
+            |item| {
+                all.extend(parse_refs(item)?);
+                Ok(())
+            },
+        )?;
+        Ok(all)
+    }
+
+    /// Call `f` with each item of `ino` whose type is in `types`, in key
+    /// order.
+    pub fn each_item(
+        &self,
+        ino: u64,
+        types: RangeInclusive<u8>,
+        mut f: impl FnMut(&ItemRef<'_>) -> Result<()>,
+    ) -> Result<()> {
         let mut c = self.cursor();
-        c.seek(&Key::new(ino, ondisk::BTRFS_INODE_REF_KEY, 0))?;
+        c.seek(&Key::new(ino, *types.start(), 0))?;
         while let Some(item) = c.current() {
-            if item.key.objectid != ino
-                || (item.key.item_type != ondisk::BTRFS_INODE_REF_KEY
-                    && item.key.item_type != ondisk::BTRFS_INODE_EXTREF_KEY)
-            {
+            if item.key.objectid != ino || !types.contains(&item.key.item_type) {
                 break;
             }
-            all.extend(parse_refs(&item)?);
+            f(&item)?;
             if !c.advance()? {
                 break;
             }
         }
-        Ok(all)
+        Ok(())
     }
 
     /// The DIR_ITEM entry `name` in directory `dir`: its location key.
