@@ -154,6 +154,19 @@ pub struct Cursor<S> {
     announced_next: Vec<Option<Announced>>,
 }
 
+/// How [`Cursor::seek_near`] reached its key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reposition {
+    /// The key is in the leaf under the cursor: a binary search in it.
+    InLeaf,
+    /// This many steps to the following leaves (with readahead), then a
+    /// binary search in the last.
+    Forward(usize),
+    /// A search from the root (the key is behind the cursor, far ahead,
+    /// or the cursor was not positioned).
+    Root,
+}
+
 /// The first readahead window of a scan (see `Cursor::ramp`).
 const RAMP_START: usize = 2;
 
@@ -193,6 +206,11 @@ impl<S: BlockSource> Cursor<S> {
     /// The tree's root.
     pub fn root(&self) -> &TreeRoot {
         &self.root
+    }
+
+    /// The block source.
+    pub fn source(&self) -> &S {
+        &self.source
     }
 
     /// Announce what a forward scan reads next: at every internal level of
@@ -323,6 +341,81 @@ impl<S: BlockSource> Cursor<S> {
             self.next_leaf()?;
         }
         Ok(())
+    }
+
+    /// Position at the first item with key ≥ `key`, as
+    /// [`seek`](Self::seek) does, but from where the cursor is: a key in
+    /// the current leaf is a binary search in it; a key at most
+    /// `max_leaves` leaves further on (as far as the leaf's parent node
+    /// tells) is reached by stepping forward leaf by leaf, as a scan does
+    /// (with its readahead); any other key — behind the leaf, farther
+    /// ahead, or past a step that did not reach it — is searched from the
+    /// root. For many lookups in mostly ascending key order.
+    ///
+    /// # Errors
+    ///
+    /// Block read errors.
+    pub fn seek_near(&mut self, key: &Key, max_leaves: usize) -> Result<Reposition> {
+        let mut steps = 0usize;
+        while let Some((leaf, _)) = self.path.last() {
+            let node = leaf.node();
+            let last = node.nritems().checked_sub(1).and_then(|i| node.key(i));
+            let (Some(first), Some(last)) = (node.key(0), last) else {
+                break;
+            };
+            let slot = if *key <= last && (steps > 0 || *key >= first) {
+                // After a step, a key in the gap before this leaf is at its
+                // slot 0: the previous leaf ended below it.
+                match node.search(key) {
+                    Ok(slot) | Err(slot) => Some(slot),
+                }
+            } else {
+                None
+            };
+            if let Some(slot) = slot {
+                if let Some((_, s)) = self.path.last_mut() {
+                    *s = slot;
+                }
+                return Ok(if steps == 0 {
+                    Reposition::InLeaf
+                } else {
+                    Reposition::Forward(steps)
+                });
+            }
+            if *key < first
+                || steps >= max_leaves
+                || !self.within(key, max_leaves.saturating_sub(steps))
+            {
+                break;
+            }
+            steps = steps.saturating_add(1);
+            if !self.next_leaf()? {
+                // Past the last leaf: no item ≥ `key`, as a seek finds.
+                return Ok(Reposition::Forward(steps));
+            }
+        }
+        self.seek(key)?;
+        Ok(Reposition::Root)
+    }
+
+    /// Whether the parent of the current leaf does not rule out that `key`
+    /// lies at most `leaves` leaves further on: the last child whose first
+    /// key is ≤ `key` is at most that far (a key past the parent's last
+    /// child may lie in the next node: only a step tells).
+    fn within(&self, key: &Key, leaves: usize) -> bool {
+        let Some((parent, slot)) = self
+            .path
+            .len()
+            .checked_sub(2)
+            .and_then(|i| self.path.get(i))
+        else {
+            return true;
+        };
+        let child = match parent.node().search(key) {
+            Ok(c) => c,
+            Err(c) => c.saturating_sub(1),
+        };
+        child <= slot.saturating_add(leaves)
     }
 
     fn leaf_exhausted(&self) -> bool {

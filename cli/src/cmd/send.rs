@@ -399,6 +399,22 @@ pub fn run(args: &SendArgs) -> anyhow::Result<()> {
         res = send_one(&src.fs, &subvol, parent.as_ref(), &clones, &mut out);
     }
     progress.finish(res.as_ref().ok().map(|stats| stats.stream_bytes));
+    if let Ok(stats) = &res
+        && std::env::var_os("BTRSEND_DEBUG_EXTENT_TREE").is_some()
+    {
+        let x = stats.extent_tree;
+        eprintln!(
+            "btrsend: extent tree: {} lookups, {} cached, {} in leaf, {} forward ({} leaves), \
+             {} descents, {} block reads",
+            x.lookups,
+            x.cache_hits,
+            x.in_leaf,
+            x.forward,
+            x.leaves_stepped,
+            x.descents,
+            x.block_reads
+        );
+    }
     match res {
         Ok(_stats) => match out.flush() {
             Ok(()) => match &src.mounted {
