@@ -152,6 +152,19 @@ pub struct Cursor<S> {
     /// Per path level: the same for the node after that level's node,
     /// entered when the window ran past its end.
     announced_next: Vec<Option<Announced>>,
+    /// What is known of the items before the current leaf (for
+    /// [`seek_near`](Self::seek_near)).
+    floor: Option<Floor>,
+}
+
+/// A bound on the keys of every item before the current leaf.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Floor {
+    /// All are smaller than this key (the cursor was sought with it).
+    Under(Key),
+    /// None is greater than this key (the last key of the leaf the cursor
+    /// stepped out of).
+    AtMost(Key),
 }
 
 /// How [`Cursor::seek_near`] reached its key.
@@ -200,6 +213,7 @@ impl<S: BlockSource> Cursor<S> {
             ramp: 0,
             announced: Vec::new(),
             announced_next: Vec::new(),
+            floor: None,
         }
     }
 
@@ -323,6 +337,7 @@ impl<S: BlockSource> Cursor<S> {
         self.ramp = 0;
         self.announced.clear();
         self.announced_next.clear();
+        self.floor = None;
         let root = self.source.read_block(&self.root.expect())?;
         let pick = |b: &TreeBlock| {
             let node = b.node();
@@ -337,6 +352,8 @@ impl<S: BlockSource> Cursor<S> {
         let slot = pick(&root);
         self.path.push((root, slot));
         self.descend(pick)?;
+        // Every item before the slot found, so before the leaf, is smaller.
+        self.floor = Some(Floor::Under(*key));
         if self.leaf_exhausted() {
             self.next_leaf()?;
         }
@@ -363,9 +380,14 @@ impl<S: BlockSource> Cursor<S> {
             let (Some(first), Some(last)) = (node.key(0), last) else {
                 break;
             };
-            let slot = if *key <= last && (steps > 0 || *key >= first) {
-                // After a step, a key in the gap before this leaf is at its
-                // slot 0: the previous leaf ended below it.
+            // A key before the leaf's first one is still answered here
+            // when every item before the leaf is known to be smaller.
+            let after_floor = match self.floor {
+                Some(Floor::Under(k)) => *key >= k,
+                Some(Floor::AtMost(k)) => *key > k,
+                None => false,
+            };
+            let slot = if *key <= last && (*key >= first || after_floor) {
                 match node.search(key) {
                     Ok(slot) | Err(slot) => Some(slot),
                 }
@@ -382,7 +404,8 @@ impl<S: BlockSource> Cursor<S> {
                     Reposition::Forward(steps)
                 });
             }
-            if *key < first
+            // Behind the leaf, or ahead and out of reach: from the root.
+            if *key <= last
                 || steps >= max_leaves
                 || !self.within(key, max_leaves.saturating_sub(steps))
             {
@@ -471,6 +494,11 @@ impl<S: BlockSource> Cursor<S> {
             self.scanning = true;
             self.readahead();
         }
+        let left = self.path.last().and_then(|(leaf, _)| {
+            let node = leaf.node();
+            node.nritems().checked_sub(1).and_then(|i| node.key(i))
+        });
+        self.floor = None;
         // Climb until a node has a next pointer.
         loop {
             self.path.pop();
@@ -489,6 +517,9 @@ impl<S: BlockSource> Cursor<S> {
             self.path.clear();
             return Ok(false);
         }
+        // The leaf stepped out of was empty only if it was the seek's
+        // (an empty root leaf): then the seek's bound still holds.
+        self.floor = left.map(Floor::AtMost);
         self.scanning = true;
         self.readahead();
         Ok(true)
