@@ -8,8 +8,9 @@
 //! One [`ExtentTreeReader`] serves a whole send. It keeps one [`Cursor`]
 //! and moves it with [`Cursor::seek_near`]: a lookup in the leaf under the
 //! cursor is a binary search there, one a few leaves further on steps
-//! forward (with the walk's readahead), and only one behind or far ahead
-//! searches from the root. The data extents of a file are mostly allocated
+//! forward (with the walk's readahead), and one behind or far ahead
+//! searches down from the lowest node of the cursor's path that holds it
+//! (the root only when none below it does). The data extents of a file are mostly allocated
 //! in ascending address order, so most lookups of a send stay in the leaf
 //! or the next one. The decoded references of recent extents are kept (an
 //! extent is looked up again by every file that shares it), bounded in
@@ -104,8 +105,11 @@ pub struct ExtentTreeStats {
     pub forward: u64,
     /// Leaves stepped to by those.
     pub leaves_stepped: u64,
-    /// Root-to-leaf searches.
+    /// Searches from the root.
     pub descents: u64,
+    /// Searches from a node of the cursor's path below the root whose
+    /// subtree holds the key (a key behind the leaf or far ahead).
+    pub subtree_descents: u64,
     /// Tree blocks the cursor read (from the block cache or the devices),
     /// keyed references that continue in the next leaf included.
     pub block_reads: u64,
@@ -256,6 +260,9 @@ impl<'a> ExtentTreeReader<'a> {
                     .stats
                     .leaves_stepped
                     .saturating_add(u64::try_from(n).unwrap_or(u64::MAX));
+            }
+            Reposition::Subtree(_) => {
+                self.stats.subtree_descents = self.stats.subtree_descents.saturating_add(1);
             }
             Reposition::Root => self.stats.descents = self.stats.descents.saturating_add(1),
         }

@@ -175,8 +175,12 @@ pub enum Reposition {
     /// This many steps to the following leaves (with readahead), then a
     /// binary search in the last.
     Forward(usize),
-    /// A search from the root (the key is behind the cursor, far ahead,
-    /// or the cursor was not positioned).
+    /// A search from the node at this depth of the path (0 is the root),
+    /// the deepest whose subtree holds the key: the key is behind the
+    /// current leaf or far ahead, in a part of the tree under that node.
+    Subtree(usize),
+    /// A search from the root (the key is outside every subtree of the
+    /// path below the root, or the cursor was not positioned).
     Root,
 }
 
@@ -333,12 +337,20 @@ impl<S: BlockSource> Cursor<S> {
     /// Block read errors.
     pub fn seek(&mut self, key: &Key) -> Result<()> {
         self.path.clear();
+        let root = self.source.read_block(&self.root.expect())?;
+        self.path.push((root, 0));
+        self.search_down(key)
+    }
+
+    /// Search `key` from the node on top of the path (the path above it
+    /// stays: its subtree must hold every item ≥ `key` that precedes the
+    /// next subtree of the path, as the root's does).
+    fn search_down(&mut self, key: &Key) -> Result<()> {
         self.scanning = false;
         self.ramp = 0;
         self.announced.clear();
         self.announced_next.clear();
         self.floor = None;
-        let root = self.source.read_block(&self.root.expect())?;
         let pick = |b: &TreeBlock| {
             let node = b.node();
             match node.search(key) {
@@ -349,8 +361,9 @@ impl<S: BlockSource> Cursor<S> {
                 Err(slot) => slot.saturating_sub(1),
             }
         };
-        let slot = pick(&root);
-        self.path.push((root, slot));
+        if let Some((top, slot)) = self.path.last_mut() {
+            *slot = pick(top);
+        }
         self.descend(pick)?;
         // Every item before the slot found, so before the leaf, is smaller.
         self.floor = Some(Floor::Under(*key));
@@ -360,6 +373,31 @@ impl<S: BlockSource> Cursor<S> {
         Ok(())
     }
 
+    /// The deepest internal node of the path whose subtree holds `key`'s
+    /// place: at or after the pointer that leads to it, before the pointer
+    /// after that one (or, for a last child, before its parent's bound).
+    /// Every item before the subtree is then smaller than `key`, and every
+    /// item after it larger. `None` below the root.
+    fn covering_level(&self, key: &Key) -> Option<usize> {
+        let internal = self.path.len().checked_sub(1)?;
+        let mut best = None;
+        // The upper bound of the subtree at the current level (None: none).
+        let mut high: Option<Key> = None;
+        for i in 1..internal {
+            let (parent, slot) = self.path.get(i.checked_sub(1)?)?;
+            let node = parent.node();
+            let low = node.key(*slot)?;
+            if let Some(next) = node.key(slot.saturating_add(1)) {
+                high = Some(next);
+            }
+            if *key < low || high.is_some_and(|h| *key >= h) {
+                break;
+            }
+            best = Some(i);
+        }
+        best
+    }
+
     /// Position at the first item with key ≥ `key`, as
     /// [`seek`](Self::seek) does, but from where the cursor is: a key in
     /// the current leaf is a binary search in it; a key at most
@@ -367,7 +405,9 @@ impl<S: BlockSource> Cursor<S> {
     /// tells) is reached by stepping forward leaf by leaf, as a scan does
     /// (with its readahead); any other key — behind the leaf, farther
     /// ahead, or past a step that did not reach it — is searched from the
-    /// root. For many lookups in mostly ascending key order.
+    /// deepest node of the path whose subtree holds it, else from the
+    /// root. For many lookups in mostly ascending key order, or within a
+    /// part of the tree.
     ///
     /// # Errors
     ///
@@ -417,8 +457,17 @@ impl<S: BlockSource> Cursor<S> {
                 return Ok(Reposition::Forward(steps));
             }
         }
-        self.seek(key)?;
-        Ok(Reposition::Root)
+        match self.covering_level(key) {
+            Some(level) => {
+                self.path.truncate(level.saturating_add(1));
+                self.search_down(key)?;
+                Ok(Reposition::Subtree(level))
+            }
+            None => {
+                self.seek(key)?;
+                Ok(Reposition::Root)
+            }
+        }
     }
 
     /// Whether the parent of the current leaf does not rule out that `key`

@@ -184,7 +184,9 @@ fn every_order(what: &str, fs: &Filesystem, max_refs: u64, failures: &mut Vec<St
     }
     // Ascending lookups go back to the root only after the first and
     // after the cursor ran off the end of the tree (past the last item).
-    if up.descents > 2 || up.lookups != u64::try_from(ascending.len()).unwrap() {
+    if up.descents + up.subtree_descents > 2
+        || up.lookups != u64::try_from(ascending.len()).unwrap()
+    {
         failures.push(format!(
             "{what}: ascending pass searched from the root more than once: {up:?}"
         ));

@@ -405,13 +405,14 @@ pub fn run(args: &SendArgs) -> anyhow::Result<()> {
         let x = stats.extent_tree;
         eprintln!(
             "btrsend: extent tree: {} lookups, {} cached, {} in leaf, {} forward ({} leaves), \
-             {} descents, {} block reads",
+             {} searches from the root, {} from a subtree, {} block reads",
             x.lookups,
             x.cache_hits,
             x.in_leaf,
             x.forward,
             x.leaves_stepped,
             x.descents,
+            x.subtree_descents,
             x.block_reads
         );
     }
