@@ -18,7 +18,8 @@
 //!   blocks as EXTENT_ITEMs with their tree_block_info), many extents and
 //!   reflinks (keyed references that continue in the next leaves), shared
 //!   references after a snapshot, and a reader that skips the lists of
-//!   extents with more than 8 references.
+//!   extents with more than 8 references; three tree levels, so that
+//!   lookups behind the cursor search from a node below the root.
 
 use std::collections::BTreeMap;
 use std::process::Command;
@@ -126,7 +127,12 @@ fn shuffled(mut v: Vec<u64>, seed: u64) -> Vec<u64> {
 }
 
 /// Every pass over `fs`; the ascending pass's counters.
-fn every_order(what: &str, fs: &Filesystem, max_refs: u64, failures: &mut Vec<String>) -> Walked {
+fn every_order(
+    what: &str,
+    fs: &Filesystem,
+    max_refs: u64,
+    failures: &mut Vec<String>,
+) -> (Walked, ExtentTreeStats) {
     let walked = walk(fs);
     // Each extent address, and the one after it (none there: the answer
     // is "absent", from a position between two items).
@@ -154,13 +160,15 @@ fn every_order(what: &str, fs: &Filesystem, max_refs: u64, failures: &mut Vec<St
         failures,
     );
     let random = shuffled(ascending.clone(), 1);
+    let mut r = uncached();
     check(
         &format!("{what} random"),
-        &mut uncached(),
+        &mut r,
         &random,
         &walked,
         failures,
     );
+    let random_stats = r.stats();
     // With the cache (small enough to evict): each run of 32 random
     // addresses is looked up again backwards (hits), and the whole list
     // once more in another order (mostly evicted by then).
@@ -193,13 +201,13 @@ fn every_order(what: &str, fs: &Filesystem, max_refs: u64, failures: &mut Vec<St
     }
     eprintln!(
         "{what}: {} extent items, {} leaves, {} keyed data refs ({} extents split over leaves); \
-         ascending {up:?}",
+         ascending {up:?}, random {random_stats:?}",
         walked.items.len(),
         walked.leaves,
         walked.keyed,
         walked.split
     );
-    walked
+    (walked, random_stats)
 }
 
 #[test]
@@ -208,7 +216,7 @@ fn extent_tree_cursor_answers_as_fresh_searches() {
     let mut compared = 0;
     for fx in fixtures() {
         let fs = Filesystem::open(&fx.devices).unwrap();
-        let w = every_order(&fx.name(), &fs, 1024, &mut failures);
+        let (w, _) = every_order(&fx.name(), &fs, 1024, &mut failures);
         compared += w.items.len();
     }
     eprintln!("{compared} extent items compared");
@@ -261,10 +269,12 @@ fn extent_tree_cursor_on_small_nodes_live() {
     sh("sync");
     let fs = Filesystem::open(&[live.scratch_dir().join("fs.img")]).expect("open image");
     let mut failures = Vec::new();
-    let w = every_order("4k-nodes", &fs, 1024, &mut failures);
+    let (w, random) = every_order("4k-nodes", &fs, 1024, &mut failures);
     every_order("4k-nodes, at most 8 refs", &fs, 8, &mut failures);
     assert!(failures.is_empty(), "{}", failures.join("\n"));
-    // The scenario exercises what it is for.
+    // The scenario exercises what it is for: random lookups search from
+    // nodes below the root (a tree of three levels or more).
+    assert!(random.subtree_descents > 0, "{random:?}");
     let mut reader = ExtentTreeReader::new(&fs, 1024).unwrap();
     let (mut tree_block_items, mut shared) = (0, 0);
     for &b in w.items.keys() {
