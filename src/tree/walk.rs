@@ -377,7 +377,7 @@ impl<S: BlockSource> Cursor<S> {
     /// place: at or after the pointer that leads to it, before the pointer
     /// after that one (or, for a last child, before its parent's bound).
     /// Every item before the subtree is then smaller than `key`, and every
-    /// item after it larger. `None` below the root.
+    /// item after it larger. `None` when only the root's does.
     fn covering_level(&self, key: &Key) -> Option<usize> {
         let internal = self.path.len().checked_sub(1)?;
         let mut best = None;
@@ -444,7 +444,7 @@ impl<S: BlockSource> Cursor<S> {
                     Reposition::Forward(steps)
                 });
             }
-            // Behind the leaf, or ahead and out of reach: from the root.
+            // Behind the leaf, or ahead and out of reach: search down.
             if *key <= last
                 || steps >= max_leaves
                 || !self.within(key, max_leaves.saturating_sub(steps))
@@ -566,8 +566,8 @@ impl<S: BlockSource> Cursor<S> {
             self.path.clear();
             return Ok(false);
         }
-        // The leaf stepped out of was empty only if it was the seek's
-        // (an empty root leaf): then the seek's bound still holds.
+        // Every item before the new leaf is at most the last one of the
+        // leaf stepped out of.
         self.floor = left.map(Floor::AtMost);
         self.scanning = true;
         self.readahead();
