@@ -22,6 +22,7 @@ use crate::device::{Device, FileDevice};
 use crate::error::{CorruptKind, DeviceSetError, Error, Location, Notice, Result, Unsupported};
 use crate::ondisk::{self, DevItem};
 use crate::superblock::{Superblock, read_superblock};
+use crate::tree::buf::BlockBuf;
 use crate::tree::key::Key;
 use crate::tree::node::{BlockCheck, BlockExpect, TreeBlock};
 use crate::tree::walk::{BlockSource, Cursor, TreeRoot};
@@ -791,12 +792,12 @@ impl Io {
         let nodesize = usize::try_from(self.check.nodesize).unwrap_or(usize::MAX);
         let mut first_err = None;
         for copy in 0..self.lookup(expect.logical)?.num_copies() {
-            let mut buf = vec![0u8; nodesize];
+            let mut buf = BlockBuf::new(nodesize);
             if let Err(e) = self.read_copy(expect.logical, &mut buf, copy) {
                 keep_most_telling(&mut first_err, e);
                 continue;
             }
-            match TreeBlock::new(Arc::from(buf), &self.check, expect) {
+            match TreeBlock::new(Arc::new(buf), &self.check, expect) {
                 Ok(block) => return Ok(block),
                 Err(e) => keep_most_telling(&mut first_err, e),
             }

@@ -63,6 +63,22 @@ fn send_to_stdout_and_file_match_the_kernel_dump() {
             .unwrap();
         assert!(st.success());
         assert_eq!(std::fs::read(&file).unwrap(), out.stdout, "{version}: -f");
+
+        // Any number of data threads writes the same (kernel-equal) stream.
+        for threads in ["0", "3"] {
+            let t = btrsend()
+                .args(["send", "--threads", threads, "-d"])
+                .arg(&img)
+                .args(args)
+                .arg("snaps/basic")
+                .output()
+                .unwrap();
+            assert!(t.status.success(), "{version} --threads {threads}");
+            assert!(
+                t.stdout == out.stdout,
+                "{version}: --threads {threads} changed the stream"
+            );
+        }
     }
 }
 

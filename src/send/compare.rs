@@ -19,9 +19,12 @@
 //! not be read.
 
 use crate::error::Result;
+use crate::ondisk::KeyPtr;
 use crate::tree::key::Key;
 use crate::tree::node::{BlockExpect, NodePtr, TreeBlock};
 use crate::tree::walk::{BlockSource, ItemRef, TreeRoot};
+use crate::types::{Generation, Logical};
+use zerocopy::IntoBytes;
 
 /// What happened to an item between the parent and the snapshot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,36 +60,48 @@ fn announce<S: BlockSource>(source: &S, node: &TreeBlock, others: &[TreeBlock]) 
     }
     // Children in the key range the other nodes cover and not shared with
     // them (the same key and block, as the comparison checks) are read by
-    // the comparison; outside that range, nothing is known.
-    let ranges: Vec<(Key, Key)> = others
+    // the comparison; outside that range, nothing is known. Both sides'
+    // pointers are in key order: one forward position per other node
+    // answers every child (a merge, not a search per child).
+    let theirs: Vec<&[KeyPtr]> = others
         .iter()
-        .filter_map(|o| {
-            let o = o.node();
-            Some((o.key(0)?, o.key(o.nritems().checked_sub(1)?)?))
-        })
+        .filter_map(|o| o.node().ptrs())
+        .filter(|t| !t.is_empty())
         .collect();
-    let shared = |p: &NodePtr| {
-        others.iter().any(|o| {
-            let o = o.node();
-            o.search(&p.key)
-                .ok()
-                .and_then(|slot| o.ptr(slot))
-                .is_some_and(|q| q.blockptr == p.blockptr && q.generation == p.generation)
-        })
-    };
+    let mut pos = vec![0usize; theirs.len()];
     let level = n.level().saturating_sub(1);
-    let upcoming: Vec<BlockExpect> = (0..n.nritems())
-        .filter_map(|i| n.ptr(i))
-        .filter(|p| ranges.iter().any(|(a, b)| *a <= p.key && p.key <= *b))
-        .filter(|p| !shared(p))
-        .map(|p| BlockExpect {
-            logical: p.blockptr,
-            tree: node.tree(),
-            generation: p.generation,
-            level,
-            first_key: Some(p.key),
-        })
-        .collect();
+    let mut upcoming = Vec::new();
+    for p in n.ptrs().unwrap_or_default() {
+        let key = Key::from(&p.key);
+        let mut in_range = false;
+        let mut shared = false;
+        for (t, i) in theirs.iter().zip(pos.iter_mut()) {
+            let (Some(first), Some(last)) = (t.first(), t.last()) else {
+                continue;
+            };
+            if key < Key::from(&first.key) || key > Key::from(&last.key) {
+                continue;
+            }
+            in_range = true;
+            while t.get(*i).is_some_and(|q| Key::from(&q.key) < key) {
+                *i = i.saturating_add(1);
+            }
+            // Same key, block and generation: the same 33 bytes.
+            if t.get(*i).is_some_and(|q| q.as_bytes() == p.as_bytes()) {
+                shared = true;
+                break;
+            }
+        }
+        if in_range && !shared {
+            upcoming.push(BlockExpect {
+                logical: Logical(p.blockptr.get()),
+                tree: node.tree(),
+                generation: Generation(p.generation.get()),
+                level,
+                first_key: Some(key),
+            });
+        }
+    }
     if !upcoming.is_empty() {
         source.will_need(&upcoming);
     }
@@ -262,7 +277,7 @@ where
             std::mem::take(&mut l.descended).then(|| l.level()),
             std::mem::take(&mut r.descended).then(|| r.level()),
         ];
-        for level in entered.into_iter().flatten() {
+        for level in entered.into_iter().flatten().filter(|&level| level > 0) {
             let (la, ra) = (l.around(level), r.around(level));
             if let (Some(ln), Some(rn)) = (la.first(), ra.first()) {
                 // Once per pair of nodes.

@@ -118,7 +118,7 @@ struct NewRef {
 
 /// A root data may be cloned from (`struct clone_root`): the send root,
 /// the parent and the `-c` roots.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) struct CloneRoot<'a> {
     id: u64,
     view: TreeView<'a>,
@@ -338,7 +338,7 @@ impl<'a, W: Write> FullSend<'a, W> {
     fn plan(&mut self, name: &[u8]) -> Result<(), SendError> {
         let uuid = self.uuid;
         let ctransid = self.ctransid;
-        if let Some(parent) = self.parent {
+        if let Some(parent) = self.parent.clone() {
             self.emit(&Command::Snapshot {
                 path: name.into(),
                 uuid,
@@ -505,7 +505,7 @@ impl<'a, W: Write> FullSend<'a, W> {
     /// `compare_refs` for a SAME ref item: whether some parent directory
     /// has another generation in the parent snapshot.
     fn compare_refs(&mut self, left: Option<&ItemRef<'_>>) -> Result<bool, SendError> {
-        let (Some(l), Some(parent)) = (left, self.parent) else {
+        let (Some(l), Some(parent)) = (left, self.parent.clone()) else {
             return Ok(false);
         };
         for (dir, _) in view::parse_refs(l)? {
@@ -615,7 +615,11 @@ impl<'a, W: Write> FullSend<'a, W> {
     /// `process_all_refs`: record every reference of the current inode in
     /// the snapshot (`new`) or the parent, and process them.
     fn process_all_refs(&mut self, new: bool) -> Result<(), SendError> {
-        let tree = if new { Some(self.view) } else { self.parent };
+        let tree = if new {
+            Some(self.view.clone())
+        } else {
+            self.parent.clone()
+        };
         let Some(tree) = tree else {
             return Ok(());
         };
@@ -691,7 +695,7 @@ impl<'a, W: Write> FullSend<'a, W> {
         let mut idx = 0u64;
         loop {
             let name = format!("o{ino}-{generation}-{idx}").into_bytes();
-            let in_parent = match self.parent {
+            let in_parent = match self.parent.clone() {
                 Some(p) => p.lookup_dir_item(FIRST_FREE, &name)?.is_some(),
                 None => false,
             };
@@ -793,7 +797,11 @@ impl<'a, W: Write> FullSend<'a, W> {
     /// The generation of a linked inode in the snapshot (`left`) or the
     /// parent.
     fn gen_in(&self, left: bool, ino: u64) -> Result<Option<u64>, SendError> {
-        let tree = if left { Some(self.view) } else { self.parent };
+        let tree = if left {
+            Some(self.view.clone())
+        } else {
+            self.parent.clone()
+        };
         let Some(tree) = tree else {
             return Ok(None);
         };
@@ -865,7 +873,7 @@ impl<'a, W: Write> FullSend<'a, W> {
         dir_gen: u64,
         name: &[u8],
     ) -> Result<Option<(u64, u64, bool)>, SendError> {
-        let Some(parent) = self.parent else {
+        let Some(parent) = self.parent.clone() else {
             return Ok(None);
         };
         if !self.is_inode_existent(dir, dir_gen)? {
@@ -894,7 +902,7 @@ impl<'a, W: Write> FullSend<'a, W> {
 
     /// The first reference of `ino` in the parent.
     fn parent_first_ref(&self, ino: u64) -> Result<Option<(u64, Vec<u8>)>, SendError> {
-        match self.parent {
+        match self.parent.clone() {
             Some(p) => Ok(p.first_ref(ino)?),
             None => Ok(None),
         }
@@ -903,7 +911,11 @@ impl<'a, W: Write> FullSend<'a, W> {
     /// `get_inode_gen`: the generation of `ino` in the snapshot (`left`) or
     /// the parent, whatever its link count.
     fn inode_gen(&self, left: bool, ino: u64) -> Result<Option<u64>, SendError> {
-        let tree = if left { Some(self.view) } else { self.parent };
+        let tree = if left {
+            Some(self.view.clone())
+        } else {
+            self.parent.clone()
+        };
         let Some(tree) = tree else {
             return Ok(None);
         };
@@ -1057,7 +1069,7 @@ impl<'a, W: Write> FullSend<'a, W> {
         if dir == FIRST_FREE {
             return Ok(false);
         }
-        let Some(parent) = self.parent else {
+        let Some(parent) = self.parent.clone() else {
             return Ok(false);
         };
         let odi = self.orphan_dirs.get(&(dir, dir_gen)).copied();
@@ -1131,7 +1143,7 @@ impl<'a, W: Write> FullSend<'a, W> {
 
     /// Every reference (parent directory) of `ino` in the parent.
     fn parent_ref_dirs(&self, ino: u64) -> Result<Vec<u64>, SendError> {
-        let Some(tree) = self.parent else {
+        let Some(tree) = self.parent.clone() else {
             return Ok(Vec::new());
         };
         Ok(tree.refs(ino)?.into_iter().map(|(dir, _)| dir).collect())
@@ -1210,7 +1222,7 @@ impl<'a, W: Write> FullSend<'a, W> {
         if self.waiting_moves.is_empty() {
             return Ok(None);
         }
-        let Some(parent) = self.parent else {
+        let Some(parent) = self.parent.clone() else {
             return Ok(None);
         };
         let Some(loc) = parent.lookup_dir_item(r.dir, &r.name)? else {
@@ -1604,7 +1616,7 @@ impl<'a, W: Write> FullSend<'a, W> {
     fn finish_inode(&mut self) -> Result<(), SendError> {
         let info = self.inode(self.cur.ino)?;
         let is_lnk = self.cur.mode & S_IFMT == S_IFLNK;
-        let old = match self.parent {
+        let old = match self.parent.clone() {
             Some(p) if !self.cur.new => p.inode(self.cur.ino)?,
             _ => None,
         };
@@ -1788,7 +1800,7 @@ impl<'a, W: Write> FullSend<'a, W> {
 
     /// `range_is_hole_in_parent`.
     fn range_is_hole_in_parent(&self, start: u64, end: u64) -> Result<bool, SendError> {
-        let Some(parent) = self.parent else {
+        let Some(parent) = self.parent.clone() else {
             return Ok(true);
         };
         let mut it = parent.extents_from_iter(self.cur.ino, start)?;
@@ -1839,7 +1851,7 @@ impl<'a, W: Write> FullSend<'a, W> {
     /// `is_extent_unchanged`: the parent's extents cover the same range
     /// with the same data.
     fn is_extent_unchanged(&self, ext: &FileExtent) -> Result<bool, SendError> {
-        let Some(parent) = self.parent else {
+        let Some(parent) = self.parent.clone() else {
             return Ok(false);
         };
         let ExtentKind::Regular {
@@ -2036,7 +2048,9 @@ impl<'a, W: Write> FullSend<'a, W> {
 
     /// The tree a clone source lives in.
     fn clone_tree(&self, src: &CloneSrc) -> TreeView<'a> {
-        self.clone_roots.get(src.root).map_or(self.view, |r| r.view)
+        self.clone_roots
+            .get(src.root)
+            .map_or_else(|| self.view.clone(), |r| r.view.clone())
     }
 
     fn clone_src_size(&self, src: &CloneSrc) -> Result<u64, SendError> {
@@ -2192,7 +2206,7 @@ impl<'a, W: Write> FullSend<'a, W> {
         let path = self.cur_inode_path()?;
         let (clone_path, clone_uuid, clone_ctransid) = match self.clone_roots.get(src.root) {
             Some(r) if src.root != self.send_root => {
-                (inode_path(r.view, src.ino)?, r.uuid, r.ctransid)
+                (inode_path(&r.view, src.ino)?, r.uuid, r.ctransid)
             }
             _ => {
                 let src_gen = self.inode(src.ino)?.generation;
@@ -2307,7 +2321,7 @@ impl<'a, W: Write> FullSend<'a, W> {
 
 /// `get_inode_path` in a clone root other than the send root: the
 /// first-ref path from its top.
-fn inode_path(view: TreeView<'_>, mut ino: u64) -> Result<Vec<u8>, SendError> {
+fn inode_path(view: &TreeView<'_>, mut ino: u64) -> Result<Vec<u8>, SendError> {
     let mut parts = Vec::new();
     while ino != FIRST_FREE && parts.len() < 4096 {
         let (dir, name) = view

@@ -12,6 +12,10 @@
 //! reads items only through [`Cursor`], so every block is validated by the
 //! tree layer.
 
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+
 use zerocopy::FromBytes;
 
 use crate::error::{CorruptKind, Error, Location, Result};
@@ -247,17 +251,31 @@ pub(crate) fn parse_file_extent(item: &ItemRef<'_>) -> Result<FileExtent> {
     })
 }
 
-/// Point lookups in one subvolume tree.
-#[derive(Debug, Clone, Copy)]
+/// Inode items looked up so far in one tree (a sent tree does not change
+/// during the send, so an answer holds for all of it), at most
+/// [`INODE_MEMO_MAX`] entries. The planner asks for the same directory's
+/// inode item once per entry in it (`compare_refs`, `get_inode_gen`).
+type InodeMemo = Rc<RefCell<HashMap<u64, Option<InodeInfo>>>>;
+
+/// Entries of an [`InodeMemo`] before it is emptied (≈ 100 bytes each).
+const INODE_MEMO_MAX: usize = 1 << 16;
+
+/// Point lookups in one subvolume tree. Clones share the inode memo.
+#[derive(Debug, Clone)]
 pub(crate) struct TreeView<'a> {
     pub fs: &'a Filesystem,
     pub root: TreeRoot,
+    inodes: InodeMemo,
 }
 
 impl<'a> TreeView<'a> {
     pub fn new(fs: &'a Filesystem, tree: TreeId) -> Result<TreeView<'a>> {
         let root = fs.tree_root(tree)?;
-        Ok(TreeView { fs, root })
+        Ok(TreeView {
+            fs,
+            root,
+            inodes: InodeMemo::default(),
+        })
     }
 
     pub fn cursor(&self) -> Cursor<&'a crate::volume::Volume> {
@@ -266,11 +284,20 @@ impl<'a> TreeView<'a> {
 
     /// The inode item of `ino`.
     pub fn inode(&self, ino: u64) -> Result<Option<InodeInfo>> {
-        let mut c = self.cursor();
-        match c.find(&Key::new(ino, ondisk::BTRFS_INODE_ITEM_KEY, 0))? {
-            Some(item) => parse_inode(&item).map(Some),
-            None => Ok(None),
+        if let Some(known) = self.inodes.borrow().get(&ino) {
+            return Ok(*known);
         }
+        let mut c = self.cursor();
+        let info = match c.find(&Key::new(ino, ondisk::BTRFS_INODE_ITEM_KEY, 0))? {
+            Some(item) => Some(parse_inode(&item)?),
+            None => None,
+        };
+        let mut memo = self.inodes.borrow_mut();
+        if memo.len() >= INODE_MEMO_MAX {
+            memo.clear();
+        }
+        memo.insert(ino, info);
+        Ok(info)
     }
 
     /// The inode's first reference: first INODE_REF item's first name, else

@@ -20,7 +20,8 @@ use zerocopy::FromBytes;
 
 use crate::csum::{Csum, CsumType};
 use crate::error::{CorruptKind, Error, Location, Result};
-use crate::ondisk::{self, Header, Item, KeyPtr};
+use crate::ondisk::{self, DiskKey, Header, Item, KeyPtr};
+use crate::tree::buf::BlockBuf;
 use crate::tree::key::Key;
 use crate::types::{Generation, Logical, TreeId, Uuid};
 
@@ -225,36 +226,37 @@ impl<'a> Node<'a> {
             header,
             nritems,
         };
-        let mut prev: Option<Key> = None;
         let headers_end = HEADER.saturating_add(nritems.saturating_mul(slot_size));
-        // Item data ends at the block end for item 0, then where the
-        // previous item's data begins.
-        let mut data_end = data_size;
-        for slot in 0..nritems {
-            let slot32 = u32::try_from(slot).unwrap_or(u32::MAX);
-            let key = node.key(slot).ok_or_else(|| {
-                at(CorruptKind::TooManyItems {
-                    nritems: nritems_raw,
-                    max: slot32,
-                })
-            })?;
-            if let Some(prev) = prev
-                && key <= prev
-            {
+        let too_many = |max: usize| {
+            at(CorruptKind::TooManyItems {
+                nritems: nritems_raw,
+                max: u32::try_from(max).unwrap_or(u32::MAX),
+            })
+        };
+        // Keys strictly ascending; checked on the raw slots (one pass, no
+        // per-slot decoding).
+        let key_order = |slot: usize, key: &DiskKey, prev: &DiskKey| {
+            if raw_key(key) <= raw_key(prev) {
                 return Err(at(CorruptKind::KeyOrder {
-                    slot: slot32,
-                    key,
-                    prev,
+                    slot: u32::try_from(slot).unwrap_or(u32::MAX),
+                    key: Key::from(key),
+                    prev: Key::from(prev),
                 }));
             }
-            prev = Some(key);
-            if level == 0 {
-                let item = node.item_header(slot).ok_or_else(|| {
-                    at(CorruptKind::TooManyItems {
-                        nritems: nritems_raw,
-                        max: slot32,
-                    })
-                })?;
+            Ok(())
+        };
+        if level == 0 {
+            let items = node.items().ok_or_else(|| too_many(0))?;
+            // Item data ends at the block end for item 0, then where the
+            // previous item's data begins.
+            let mut data_end = data_size;
+            let mut prev: Option<&DiskKey> = None;
+            for (slot, item) in items.iter().enumerate() {
+                if let Some(prev) = prev {
+                    key_order(slot, &item.key, prev)?;
+                }
+                prev = Some(&item.key);
+                let slot32 = u32::try_from(slot).unwrap_or(u32::MAX);
                 let offset = usize::try_from(item.offset.get()).unwrap_or(usize::MAX);
                 let size = usize::try_from(item.size.get()).unwrap_or(usize::MAX);
                 let end = offset.saturating_add(size);
@@ -281,19 +283,21 @@ impl<'a> Node<'a> {
                     }));
                 }
                 data_end = offset;
-            } else {
-                let ptr = node.ptr(slot).ok_or_else(|| {
-                    at(CorruptKind::TooManyItems {
-                        nritems: nritems_raw,
-                        max: slot32,
-                    })
-                })?;
-                if ptr.blockptr.get() == 0
-                    || !ptr.blockptr.get().is_multiple_of(check.sectorsize.into())
-                {
+            }
+        } else {
+            let ptrs = node.ptrs().ok_or_else(|| too_many(0))?;
+            let sector = u64::from(check.sectorsize);
+            let mut prev: Option<&DiskKey> = None;
+            for (slot, ptr) in ptrs.iter().enumerate() {
+                if let Some(prev) = prev {
+                    key_order(slot, &ptr.key, prev)?;
+                }
+                prev = Some(&ptr.key);
+                let at_ptr = ptr.blockptr.get();
+                if at_ptr == 0 || !at_ptr.is_multiple_of(sector) {
                     return Err(at(CorruptKind::BadBlockPtr {
-                        slot: slot32,
-                        ptr: ptr.blockptr.get(),
+                        slot: u32::try_from(slot).unwrap_or(u32::MAX),
+                        ptr: at_ptr,
                     }));
                 }
             }
@@ -421,17 +425,42 @@ impl<'a> Node<'a> {
     /// Binary search: `Ok(slot)` of `key`, or `Err(slot)` where it would be
     /// inserted.
     pub fn search(&self, key: &Key) -> std::result::Result<usize, usize> {
-        let (mut lo, mut hi) = (0usize, self.nritems);
-        while lo < hi {
-            let mid = lo.midpoint(hi);
-            match self.key(mid) {
-                Some(k) if k < *key => lo = mid.saturating_add(1),
-                Some(k) if k == *key => return Ok(mid),
-                _ => hi = mid,
-            }
+        let want = (key.objectid, key.item_type, key.offset);
+        if self.is_leaf() {
+            self.items()
+                .unwrap_or_default()
+                .binary_search_by(|i| raw_key(&i.key).cmp(&want))
+        } else {
+            self.ptrs()
+                .unwrap_or_default()
+                .binary_search_by(|p| raw_key(&p.key).cmp(&want))
         }
-        Err(lo)
     }
+
+    /// The item headers of a leaf, in key order (`None` for a node, or
+    /// when they do not fit the block).
+    pub fn items(&self) -> Option<&'a [Item]> {
+        if !self.is_leaf() {
+            return None;
+        }
+        let end = self.nritems.checked_mul(ITEM)?.checked_add(HEADER)?;
+        <[Item]>::ref_from_bytes(self.bytes.get(HEADER..end)?).ok()
+    }
+
+    /// The pointers of a node, in key order (`None` for a leaf, or when
+    /// they do not fit the block).
+    pub fn ptrs(&self) -> Option<&'a [KeyPtr]> {
+        if self.is_leaf() {
+            return None;
+        }
+        let end = self.nritems.checked_mul(KEY_PTR)?.checked_add(HEADER)?;
+        <[KeyPtr]>::ref_from_bytes(self.bytes.get(HEADER..end)?).ok()
+    }
+}
+
+/// A disk key as a tuple that orders as btrfs keys do.
+fn raw_key(k: &DiskKey) -> (u64, u8, u64) {
+    (k.objectid.get(), k.item_type, k.offset.get())
 }
 
 fn len64(b: &[u8]) -> u64 {
@@ -445,7 +474,7 @@ fn len64u(n: usize) -> u64 {
 /// An owned tree block that passed validation.
 #[derive(Debug, Clone)]
 pub struct TreeBlock {
-    data: Arc<[u8]>,
+    data: Arc<BlockBuf>,
     logical: Logical,
     tree: TreeId,
 }
@@ -456,7 +485,7 @@ impl TreeBlock {
     /// # Errors
     ///
     /// As [`Node::new`].
-    pub fn new(data: Arc<[u8]>, check: &BlockCheck, expect: &BlockExpect) -> Result<TreeBlock> {
+    pub fn new(data: Arc<BlockBuf>, check: &BlockCheck, expect: &BlockExpect) -> Result<TreeBlock> {
         Node::new(&data, check, expect)?;
         Ok(TreeBlock {
             data,
@@ -505,7 +534,7 @@ impl TreeBlock {
     }
 
     /// The raw bytes.
-    pub fn bytes(&self) -> &Arc<[u8]> {
+    pub fn bytes(&self) -> &Arc<BlockBuf> {
         &self.data
     }
 }
@@ -652,7 +681,7 @@ mod tests {
         b[88..96].copy_from_slice(&256u64.to_le_bytes());
         let mut e = expect();
         e.tree = TreeId(256);
-        let block = TreeBlock::new(Arc::from(reseal(b)), &check(), &e).unwrap();
+        let block = TreeBlock::new(Arc::new(BlockBuf::copy_of(&reseal(b))), &check(), &e).unwrap();
         let mut snap = e.clone();
         snap.tree = TreeId(257);
         snap.first_key = Some(Key::new(1, 216, 1));
@@ -737,7 +766,8 @@ mod tests {
 
     #[test]
     fn tree_block_view() {
-        let block = TreeBlock::new(Arc::from(&LEAF[..]), &check(), &expect()).unwrap();
+        let block =
+            TreeBlock::new(Arc::new(BlockBuf::copy_of(&LEAF[..])), &check(), &expect()).unwrap();
         assert_eq!(block.node().nritems(), 4);
         assert_eq!(block.node().key(0), Some(Key::new(1, 216, 1)));
         assert_eq!(Node::empty().nritems(), 0);

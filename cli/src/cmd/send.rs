@@ -48,6 +48,11 @@ pub struct SendArgs {
     /// address and mirror.
     #[arg(long = "verify-data")]
     pub verify_data: bool,
+    /// Threads that read, verify and decompress file data ahead of the
+    /// stream writer (default 4); 0 does all of it on one thread. The
+    /// stream is the same for every count.
+    #[arg(long = "threads", value_name = "N", value_parser = clap::value_parser!(u16).range(0..=256))]
+    pub threads: Option<u16>,
     /// Show progress on standard error: a bar on a terminal, otherwise a
     /// line every few seconds and a summary (default: a bar when standard
     /// error is a terminal, else nothing).
@@ -112,10 +117,14 @@ pub fn options(args: &SendArgs) -> anyhow::Result<SendOptions> {
     if args.compressed_data && version < 2 {
         bail!("--compressed-data needs protocol 2 or later (--proto {version} given)");
     }
-    Ok(SendOptions::new(version)
+    let opts = SendOptions::new(version)
         .with_compressed_data(args.compressed_data)
         .with_no_data(args.no_data)
-        .with_verify_data(args.verify_data))
+        .with_verify_data(args.verify_data);
+    Ok(match args.threads {
+        Some(n) => opts.with_threads(n.into()),
+        None => opts,
+    })
 }
 
 /// Where the filesystem comes from.
@@ -415,6 +424,9 @@ pub fn run(args: &SendArgs) -> anyhow::Result<()> {
             x.subtree_descents,
             x.block_reads
         );
+    }
+    if std::env::var_os("BTRSEND_DEBUG_CACHE").is_some() {
+        eprintln!("btrsend: block cache: {:?}", src.fs.volume().cache_stats());
     }
     match res {
         Ok(_stats) => match out.flush() {
