@@ -356,17 +356,8 @@ impl Volume {
     ) -> Result<bool> {
         let io = self.io();
         let sector = u64::from(self.sb.sectorsize.max(1));
-        let mut chunk = io.lookup(logical)?;
         let mut all = true;
-        let mut done = 0usize;
-        while done < buf.len() {
-            let pos = logical
-                .checked_add(len64u(done))
-                .ok_or_else(|| unmapped(logical))?;
-            if !chunk.contains(pos) {
-                chunk = io.lookup(pos)?;
-            }
-            let rest = buf.get_mut(done..).unwrap_or_default();
+        io.each_piece(logical, buf, |chunk, pos, done, rest| {
             let n = chunk
                 .mapping(pos, len64(rest))
                 .and_then(|m| usize::try_from(m.len).ok())
@@ -374,12 +365,11 @@ impl Volume {
                 .filter(|&n| n > 0)
                 .ok_or_else(|| unmapped(pos))?;
             let piece = rest.get_mut(..n).unwrap_or_default();
-            let ok = io.read_verified_piece(chunk, pos, piece, sector, |off, bytes, copy| {
+            all &= io.read_verified_piece(chunk, pos, piece, sector, |off, bytes, copy| {
                 verify(done.saturating_add(off), bytes, copy)
             })?;
-            all &= ok;
-            done = done.saturating_add(n);
-        }
+            Ok(n)
+        })?;
         Ok(all)
     }
 
@@ -733,41 +723,49 @@ impl Io {
         copy: usize,
         fallback: bool,
     ) -> Result<()> {
+        self.each_piece(logical, buf, |chunk, pos, _, rest| {
+            match self.read_piece(chunk, pos, rest, copy) {
+                Ok(n) => Ok(n),
+                Err(e) if fallback => {
+                    let mut first_err = Some(e);
+                    let others = (0..chunk.num_copies()).filter(|&c| c != copy);
+                    for other in others {
+                        match self.read_piece(chunk, pos, rest, other) {
+                            Ok(n) => return Ok(n),
+                            Err(e) => keep_most_telling(&mut first_err, e),
+                        }
+                    }
+                    Err(first_err.unwrap_or_else(|| unmapped(pos)))
+                }
+                Err(e) => Err(e),
+            }
+        })
+    }
+
+    /// Walk `buf` (the bytes at `logical`) piece by piece: `f(chunk, pos,
+    /// done, rest)` handles a piece at `pos` (`done` bytes in) within
+    /// `chunk` and returns its length (> 0). Pieces of one chunk reuse it;
+    /// only crossing into the next chunk looks up again.
+    fn each_piece(
+        &self,
+        logical: Logical,
+        buf: &mut [u8],
+        mut f: impl FnMut(&ChunkInfo, Logical, usize, &mut [u8]) -> Result<usize>,
+    ) -> Result<()> {
         let mut chunk = self.lookup(logical)?;
         let mut done = 0usize;
         while done < buf.len() {
             let pos = logical
                 .checked_add(len64u(done))
                 .ok_or_else(|| unmapped(logical))?;
-            // Pieces of one chunk reuse it; only crossing into the next
-            // chunk looks up again.
             if !chunk.contains(pos) {
                 chunk = self.lookup(pos)?;
             }
             let rest = buf.get_mut(done..).unwrap_or_default();
-            let n = match self.read_piece(chunk, pos, rest, copy) {
-                Ok(n) => n,
-                Err(e) if fallback => {
-                    let mut first_err = Some(e);
-                    let others = (0..chunk.num_copies()).filter(|&c| c != copy);
-                    let mut got = None;
-                    for other in others {
-                        match self.read_piece(chunk, pos, rest, other) {
-                            Ok(n) => {
-                                got = Some(n);
-                                break;
-                            }
-                            Err(e) => keep_most_telling(&mut first_err, e),
-                        }
-                    }
-                    match (got, first_err) {
-                        (Some(n), _) => n,
-                        (None, Some(e)) => return Err(e),
-                        (None, None) => return Err(unmapped(pos)),
-                    }
-                }
-                Err(e) => return Err(e),
-            };
+            let n = f(chunk, pos, done, rest)?;
+            if n == 0 {
+                return Err(unmapped(pos));
+            }
             done = done.saturating_add(n);
         }
         Ok(())

@@ -5,23 +5,12 @@
 //! clear message, never a panic; a terminal is refused.
 
 use std::io::Read;
-use std::path::Path;
 use std::process::{Command, Stdio};
 
 mod common;
-use common::btrsend;
+use common::{btrsend, dump};
 
 const FIXTURE: &str = "001-basic";
-
-fn dump(stream: &Path) -> String {
-    let out = btrsend().args(["dump", "-f"]).arg(stream).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
 
 #[test]
 fn send_to_stdout_and_file_match_the_kernel_dump() {

@@ -21,35 +21,13 @@ fn incremental_send_matches_the_kernel_dump() {
         ("v2c", &["--proto", "2", "--compressed-data"][..]),
     ] {
         let stream = tmp.path().join(format!("{v}.stream"));
-        let out = btrsend()
-            .arg("send")
-            .arg("--device")
-            .arg(&img)
-            .args(args)
-            .args(["-p", "snaps/m1", "-f"])
-            .arg(&stream)
-            .arg("snaps/m2")
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let dump = btrsend()
-            .args(["dump", "-f"])
-            .arg(&stream)
-            .output()
-            .unwrap();
-        assert!(dump.status.success());
+        let args = [args, &["-p", "snaps/m1"][..]].concat();
+        let dump = common::send_dump(&img, &args, &stream, "snaps/m2");
         let expected = std::fs::read_to_string(
             common::fixture_dir(FIXTURE).join(format!("m1--m2.inc.{v}.dump")),
         )
         .unwrap();
-        assert!(
-            String::from_utf8(dump.stdout).unwrap() == expected,
-            "{v}: dump differs from the kernel's"
-        );
+        assert!(dump == expected, "{v}: dump differs from the kernel's");
     }
 }
 
@@ -63,34 +41,11 @@ fn clone_source_send_matches_the_kernel_dump() {
         ("a2.p-a1.c-b1", &["-p", "snaps/a1", "-c", "snaps/b1"][..]),
     ] {
         let stream = tmp.path().join(format!("{stem}.stream"));
-        let out = btrsend()
-            .arg("send")
-            .arg("--device")
-            .arg(&img)
-            .args(args)
-            .arg("-f")
-            .arg(&stream)
-            .arg("snaps/a2")
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let dump = btrsend()
-            .args(["dump", "-f"])
-            .arg(&stream)
-            .output()
-            .unwrap();
-        assert!(dump.status.success());
+        let dump = common::send_dump(&img, args, &stream, "snaps/a2");
         let expected =
             std::fs::read_to_string(common::fixture_dir(fixture).join(format!("{stem}.v1.dump")))
                 .unwrap();
-        assert!(
-            String::from_utf8(dump.stdout).unwrap() == expected,
-            "{stem}: dump differs from the kernel's"
-        );
+        assert!(dump == expected, "{stem}: dump differs from the kernel's");
     }
     // b1 is no snapshot of a2's source: no parent to pick (as btrfs-progs).
     let out = btrsend()

@@ -634,18 +634,12 @@ impl<'a, W: Write> FullSend<'a, W> {
     /// `process_all_extents` of a new-generation inode.
     fn process_all_extents(&mut self) -> Result<(), SendError> {
         let ino = self.cur.ino;
-        let mut c = self.view.cursor();
-        c.seek(&Key::new(ino, ondisk::BTRFS_EXTENT_DATA_KEY, 0))?;
         let mut exts = Vec::new();
-        while let Some(item) = c.current() {
-            if item.key.objectid != ino || item.key.item_type != ondisk::BTRFS_EXTENT_DATA_KEY {
-                break;
-            }
-            exts.push((view::parse_file_extent(&item)?, item.slot));
-            if !c.advance()? {
-                break;
-            }
-        }
+        let data = ondisk::BTRFS_EXTENT_DATA_KEY;
+        self.view.each_item(ino, data..=data, |item| {
+            exts.push((view::parse_file_extent(item)?, item.slot));
+            Ok(())
+        })?;
         for (ext, slot) in exts {
             self.process_extent(ext, slot)?;
         }
@@ -655,20 +649,14 @@ impl<'a, W: Write> FullSend<'a, W> {
     /// `process_all_new_xattrs` of a new-generation inode.
     fn process_all_new_xattrs(&mut self) -> Result<(), SendError> {
         let ino = self.cur.ino;
-        let mut c = self.view.cursor();
-        c.seek(&Key::new(ino, ondisk::BTRFS_XATTR_ITEM_KEY, 0))?;
         let mut all = Vec::new();
-        while let Some(item) = c.current() {
-            if item.key.objectid != ino || item.key.item_type != ondisk::BTRFS_XATTR_ITEM_KEY {
-                break;
-            }
-            for e in view::parse_dir_items(&item)? {
+        let xattr = ondisk::BTRFS_XATTR_ITEM_KEY;
+        self.view.each_item(ino, xattr..=xattr, |item| {
+            for e in view::parse_dir_items(item)? {
                 all.push((e.name.to_vec(), e.data.to_vec()));
             }
-            if !c.advance()? {
-                break;
-            }
-        }
+            Ok(())
+        })?;
         for (n, d) in all {
             self.process_new_xattr(&n, &d)?;
         }

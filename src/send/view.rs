@@ -14,6 +14,7 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
+use std::ops::RangeInclusive;
 use std::rc::Rc;
 
 use zerocopy::FromBytes;
@@ -321,21 +322,37 @@ impl<'a> TreeView<'a> {
     /// INODE_REF items, then of its INODE_EXTREF items, in key order.
     pub fn refs(&self, ino: u64) -> Result<Vec<(u64, Vec<u8>)>> {
         let mut all = Vec::new();
+        self.each_item(
+            ino,
+            ondisk::BTRFS_INODE_REF_KEY..=ondisk::BTRFS_INODE_EXTREF_KEY,
+            |item| {
+                all.extend(parse_refs(item)?);
+                Ok(())
+            },
+        )?;
+        Ok(all)
+    }
+
+    /// Call `f` with each item of `ino` whose type is in `types`, in key
+    /// order.
+    pub fn each_item(
+        &self,
+        ino: u64,
+        types: RangeInclusive<u8>,
+        mut f: impl FnMut(&ItemRef<'_>) -> Result<()>,
+    ) -> Result<()> {
         let mut c = self.cursor();
-        c.seek(&Key::new(ino, ondisk::BTRFS_INODE_REF_KEY, 0))?;
+        c.seek(&Key::new(ino, *types.start(), 0))?;
         while let Some(item) = c.current() {
-            if item.key.objectid != ino
-                || (item.key.item_type != ondisk::BTRFS_INODE_REF_KEY
-                    && item.key.item_type != ondisk::BTRFS_INODE_EXTREF_KEY)
-            {
+            if item.key.objectid != ino || !types.contains(&item.key.item_type) {
                 break;
             }
-            all.extend(parse_refs(&item)?);
+            f(&item)?;
             if !c.advance()? {
                 break;
             }
         }
-        Ok(all)
+        Ok(())
     }
 
     /// The DIR_ITEM entry `name` in directory `dir`: its location key.

@@ -100,6 +100,36 @@ pub(crate) fn first_difference(ours: &str, theirs: &str) -> Option<String> {
     Some(s)
 }
 
+/// Our stream against the kernel's: (1) its dump text equals the stored
+/// kernel dump, (2) command by command every attribute (data bytes too)
+/// equals the kernel stream's, (3) the bytes are the same (equal commands
+/// give equal bytes unless something follows END). `Err` describes the
+/// first difference.
+pub(crate) fn same_as_kernel(ours: &[u8], kernel: &[u8], stored: &str) -> Result<(), String> {
+    if let Some(d) = first_difference(&dump_text(ours), stored) {
+        return Err(format!("dump differs from the stored kernel dump\n{d}"));
+    }
+    let (a, b) = (commands(ours), commands(kernel));
+    if a.len() != b.len() {
+        return Err(format!("{} commands, kernel {}", a.len(), b.len()));
+    }
+    if let Some(i) = (0..a.len()).find(|&i| a[i] != b[i]) {
+        return Err(format!(
+            "command {i} differs: ours {:?}, kernel {:?}",
+            short(&a[i]),
+            short(&b[i])
+        ));
+    }
+    if ours != kernel {
+        return Err(format!(
+            "bytes differ ({} bytes, kernel {})",
+            ours.len(),
+            kernel.len()
+        ));
+    }
+    Ok(())
+}
+
 /// Send `snapshot` of `fx` with `opts`.
 pub fn our_stream(devices: &[PathBuf], snapshot: &str, opts: SendOptions) -> Vec<u8> {
     let fs = Filesystem::open(devices).unwrap();
@@ -131,37 +161,8 @@ fn full_send_matches_kernel() {
                 let ours = our_stream(&fx.devices, &snap, opts);
                 let what = format!("{} {stem}", fx.name());
                 checked += 1;
-                // 1. The dump text equals the kernel's stored dump.
-                let expected = stored_dump(&fx.dir, &stem);
-                let got = dump_text(&ours);
-                if let Some(d) = first_difference(&got, &expected) {
-                    failures.push(format!(
-                        "{what}: dump differs from the stored kernel dump\n{d}"
-                    ));
-                    continue;
-                }
-                // 2. Command by command, every attribute (data bytes too).
-                let (a, b) = (commands(&ours), commands(&kernel));
-                if a.len() != b.len() {
-                    failures.push(format!("{what}: {} commands, kernel {}", a.len(), b.len()));
-                    continue;
-                }
-                if let Some(i) = (0..a.len()).find(|&i| a[i] != b[i]) {
-                    failures.push(format!(
-                        "{what}: command {i} differs: ours {:?}, kernel {:?}",
-                        short(&a[i]),
-                        short(&b[i])
-                    ));
-                    continue;
-                }
-                // 3. Size: equal commands must give an equal size; this also
-                //    catches bytes after END (the bound is 1 %).
-                if ours.len() != kernel.len() {
-                    failures.push(format!(
-                        "{what}: {} bytes, kernel {}",
-                        ours.len(),
-                        kernel.len()
-                    ));
+                if let Err(e) = same_as_kernel(&ours, &kernel, &stored_dump(&fx.dir, &stem)) {
+                    failures.push(format!("{what}: {e}"));
                 }
             }
         }

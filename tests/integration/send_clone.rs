@@ -17,7 +17,7 @@ use btrsend::fs::subvol::Subvolume;
 use btrsend::send::{self, NoProgress, SendOptions};
 
 use crate::reader::{Fixture, fixtures};
-use crate::send::{commands, dump_text, first_difference, read_zst, short, stored_dump};
+use crate::send::{commands, read_zst, same_as_kernel, short, stored_dump};
 
 const VARIANTS: [(&str, SendOptions); 2] = [
     ("v1", SendOptions::new(1)),
@@ -94,29 +94,7 @@ fn check(fx: &Fixture, cs: &CloneSend, v: &str, opts: SendOptions) -> Result<(),
     let kernel = read_zst(&fx.dir.join(format!("{stem}.stream.zst")));
     let fs = Filesystem::open(&fx.devices).unwrap();
     let ours = ours(&fs, cs, opts)?;
-    let expected = stored_dump(&fx.dir, &stem);
-    if let Some(d) = first_difference(&dump_text(&ours), &expected) {
-        return Err(format!("dump differs from the stored kernel dump\n{d}"));
-    }
-    let (a, b) = (commands(&ours), commands(&kernel));
-    if a.len() != b.len() {
-        return Err(format!("{} commands, kernel {}", a.len(), b.len()));
-    }
-    if let Some(i) = (0..a.len()).find(|&i| a[i] != b[i]) {
-        return Err(format!(
-            "command {i} differs: ours {:?}, kernel {:?}",
-            short(&a[i]),
-            short(&b[i])
-        ));
-    }
-    if ours != kernel {
-        return Err(format!(
-            "bytes differ ({} bytes, kernel {})",
-            ours.len(),
-            kernel.len()
-        ));
-    }
-    Ok(())
+    same_as_kernel(&ours, &kernel, &stored_dump(&fx.dir, &stem))
 }
 
 #[test]

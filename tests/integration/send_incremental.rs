@@ -21,7 +21,7 @@ use btrsend::fs::Filesystem;
 use btrsend::send::{self, NoProgress, SendOptions};
 
 use crate::reader::{Fixture, fixtures};
-use crate::send::{commands, dump_text, first_difference, read_zst, short, stored_dump};
+use crate::send::{read_zst, same_as_kernel, stored_dump};
 
 /// Pairs (`fixture stem`) whose stream is not command-identical to the
 /// kernel's yet, and why.
@@ -79,26 +79,7 @@ fn check_pair(
                 .cloned()
                 .unwrap_or_else(|| "send panicked".to_owned())
         })?;
-    let expected = stored_dump(&fx.dir, &stem);
-    let got = dump_text(&ours);
-    if let Some(d) = first_difference(&got, &expected) {
-        return Err(format!("dump differs from the stored kernel dump\n{d}"));
-    }
-    let (a, b) = (commands(&ours), commands(&kernel));
-    if a.len() != b.len() {
-        return Err(format!("{} commands, kernel {}", a.len(), b.len()));
-    }
-    if let Some(i) = (0..a.len()).find(|&i| a[i] != b[i]) {
-        return Err(format!(
-            "command {i} differs: ours {:?}, kernel {:?}",
-            short(&a[i]),
-            short(&b[i])
-        ));
-    }
-    if ours.len() != kernel.len() {
-        return Err(format!("{} bytes, kernel {}", ours.len(), kernel.len()));
-    }
-    Ok(())
+    same_as_kernel(&ours, &kernel, &stored_dump(&fx.dir, &stem))
 }
 
 #[test]

@@ -113,3 +113,36 @@ pub fn unpack(dir: &Path, fixture: &str, name: &str) -> PathBuf {
     assert!(st.success(), "zstd failed to unpack {fixture}/{name}.zst");
     dst
 }
+
+/// `btrsend dump -f STREAM`, which must succeed: its output.
+pub fn dump(stream: &Path) -> String {
+    let out = btrsend().args(["dump", "-f"]).arg(stream).output().unwrap();
+    assert!(
+        out.status.success(),
+        "dump {}: {}",
+        stream.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// `btrsend send --device IMG ARGS -f STREAM SUBVOL`, which must succeed:
+/// the dump of the stream it wrote.
+pub fn send_dump(img: &Path, args: &[&str], stream: &Path, subvol: &str) -> String {
+    let out = btrsend()
+        .arg("send")
+        .arg("--device")
+        .arg(img)
+        .args(args)
+        .arg("-f")
+        .arg(stream)
+        .arg(subvol)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "send {args:?} {subvol}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    dump(stream)
+}
