@@ -1,6 +1,7 @@
 //! The core library's integration tests: one binary, one module per area.
 
 mod dump_model;
+mod extent_tree;
 mod fs_model;
 mod list;
 mod live;
