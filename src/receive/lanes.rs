@@ -153,6 +153,9 @@ struct State {
     in_flight: usize,
     errors: Vec<ApplyError>,
     notes: Vec<(&'static str, String)>,
+    /// The receiver's thread waits on the condition variable (workers
+    /// signal only then: a wake-up is a system call).
+    waiting: bool,
 }
 
 #[derive(Debug)]
@@ -256,12 +259,14 @@ impl Pool {
             let mut st = self.shared.lock();
             // A job bigger than the cap waits for an empty queue.
             while st.in_flight > 0 && st.in_flight + bytes > self.cap {
+                st.waiting = true;
                 st = self
                     .shared
                     .cv
                     .wait(st)
                     .unwrap_or_else(std::sync::PoisonError::into_inner);
             }
+            st.waiting = false;
             st.in_flight += bytes;
             if let Some(q) = st.queued.get_mut(w) {
                 *q = q.saturating_add(load);
@@ -291,12 +296,14 @@ impl Pool {
     pub fn wait(&self, w: usize, k: u64) {
         let mut st = self.shared.lock();
         while st.done.get(w).is_some_and(|&d| d < k) {
+            st.waiting = true;
             st = self
                 .shared
                 .cv
                 .wait(st)
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
         }
+        st.waiting = false;
     }
 
     /// Wait until every queued job has run.
@@ -395,8 +402,11 @@ fn work(w: usize, rx: &mpsc::Receiver<Job>, shared: &Shared, free: &mpsc::Sender
             *q = q.saturating_sub(load);
         }
         st.in_flight = st.in_flight.saturating_sub(bytes);
+        let wake = st.waiting;
         drop(st);
-        shared.cv.notify_all();
+        if wake {
+            shared.cv.notify_all();
+        }
     }
 }
 
