@@ -10,6 +10,7 @@ mod raid56;
 mod readahead;
 mod reader;
 mod receive;
+mod receive_lanes;
 mod send;
 mod send_clone;
 mod send_incremental;
