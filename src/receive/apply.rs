@@ -37,11 +37,15 @@
 //!   is received (and the subvolume marked incomplete).
 //! * A `--no-data` stream (UPDATE_EXTENT) is refused: it has no file data.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use rustix::fs::{
     AtFlags, FallocateFlags, FileType, IFlags, Mode, OFlags, Timespec, Timestamps, XattrFlags,
@@ -50,6 +54,7 @@ use stream_format::{Command, CommandInfo, CommandKind};
 
 use super::copy::{self, Notes};
 use super::encoded;
+use super::lanes::{Job, Op, Pool};
 use super::meta::{Record, Records, State, Uuid};
 use super::sys;
 use super::target::{self, ReceiveDir, Target, TargetError};
@@ -79,6 +84,65 @@ struct Current {
     errors: u64,
     /// FILEATTR flags to set at its end: O_PATH fd, stream path, wanted flags.
     fileattrs: Vec<(OwnedFd, Vec<u8>, u32)>,
+    /// Its root as messages show it ([`Target::display`] of "").
+    base: Arc<PathBuf>,
+}
+
+/// WRITE data smaller than this is written on the receiver's thread (unless
+/// its file has jobs queued): a lane costs a wake-up and a lock per job.
+const LANE_MIN: usize = 8192;
+
+/// The worker lanes ([`super::lanes`]) and the files they have jobs for.
+///
+/// Why the result equals applying the stream in order:
+///
+/// * only regular files with one link go to a lane, named by an open fd, so
+///   a job reaches the inode its command meant whatever RENAME, UNLINK or
+///   creation happens later on the receiver's thread; no directory, entry
+///   or other file changes on a lane;
+/// * `files` maps the (single) stream path of every file that may have
+///   jobs queued to its lane; it follows RENAMEs (entries at or under the
+///   source move to the destination, entries at or under a replaced
+///   destination go) and UNLINKs; LINK waits for its file's lane first (then
+///   the file has two names and is never queued again: [`Receiver::file`]
+///   checks the link count when it opens a file);
+/// * a command on a path in `files` either goes to the same lane, after its
+///   jobs (WRITE, ENCODED_WRITE, TRUNCATE, FALLOCATE, CHMOD, CHOWN, UTIMES:
+///   all done through the fd, as the stream's order needs: a write after a
+///   CHOWN would clear set-uid bits, a write after UTIMES would change the
+///   mtime), or waits for the lane to run them and is applied here (xattrs,
+///   FILEATTR, CLONE to or from it, LINK to it, ENABLE_VERITY);
+/// * SUBVOL, SNAPSHOT, END and the end of the input wait for every lane
+///   (and collect the lanes' errors before a subvolume is marked complete).
+struct Lanes {
+    pool: Pool,
+    files: BTreeMap<Vec<u8>, LaneFile>,
+}
+
+/// A file with jobs (maybe) queued: its fd, its lane, its last job there.
+struct LaneFile {
+    file: Arc<File>,
+    lane: usize,
+    last: u64,
+}
+
+/// `files` entries kept before the finished ones are dropped.
+const LANE_FILES: usize = 256;
+
+/// A WRITE or ENCODED_WRITE that goes to a lane without copying its data
+/// ([`Receiver::offload`], then [`Receiver::submit`] with the command's
+/// payload buffer).
+#[derive(Debug)]
+pub struct Offload {
+    info: CommandInfo,
+    path: Vec<u8>,
+    /// The address of DATA in the payload buffer.
+    addr: usize,
+    len: usize,
+    /// WRITE's offset.
+    offset: u64,
+    /// ENCODED_WRITE's fields (its `data` empty), else WRITE.
+    encoded: Option<sys::Encoded<'static>>,
 }
 
 /// Notes reported once each, through the [`Progress`] sink.
@@ -101,16 +165,23 @@ pub struct Receiver<'p> {
     records: Records,
     cur: Option<Current>,
     /// The last file created or written to: a stream path and the regular
-    /// file it names, open for reading and writing. The name is kept true:
-    /// it follows the file through a RENAME and is dropped when a path it
-    /// depends on is renamed over or removed (see `renamed`, `removed`);
-    /// nothing else can change what a path names (creations refuse an
-    /// existing name).
-    wcache: Option<(Vec<u8>, File)>,
+    /// file it names, open for reading and writing, and whether it had a
+    /// single link when opened. The name is kept true: it follows the file
+    /// through a RENAME and is dropped when a path it depends on is renamed
+    /// over or removed (see `renamed`, `removed`), or linked to; nothing
+    /// else can change what a path names (creations refuse an existing
+    /// name).
+    wcache: Option<(Vec<u8>, Arc<File>, bool)>,
     seen_notes: BTreeMap<&'static str, ()>,
     /// Try `BTRFS_IOC_ENCODED_WRITE` for compressed ENCODED_WRITE data
     /// (cleared for good when the target refuses it, see [`sys::Refusal`]).
-    encoded_ioctl: bool,
+    encoded_ioctl: Arc<AtomicBool>,
+    /// Worker lanes for file data (none: everything on this thread).
+    lanes: Option<Lanes>,
+    /// Lane errors taken at a subvolume's end, for the driver.
+    lane_errors: Vec<ApplyError>,
+    /// The command being applied (for the lane jobs it queues).
+    info: Option<CommandInfo>,
     progress: &'p mut dyn Progress,
 }
 
@@ -149,7 +220,10 @@ impl<'p> Receiver<'p> {
             cur: None,
             wcache: None,
             seen_notes: BTreeMap::new(),
-            encoded_ioctl: true,
+            encoded_ioctl: Arc::new(AtomicBool::new(true)),
+            lanes: None,
+            lane_errors: Vec::new(),
+            info: None,
             progress,
         })
     }
@@ -158,7 +232,62 @@ impl<'p> Receiver<'p> {
     /// by default compressed data is first offered to the target as it is
     /// (`BTRFS_IOC_ENCODED_WRITE`, btrfs only, as root).
     pub fn force_decompress(&mut self, yes: bool) {
-        self.encoded_ioctl = !yes;
+        self.encoded_ioctl.store(!yes, Ordering::Relaxed);
+    }
+
+    /// Write file data on `threads` worker threads (0 or 1: on this thread
+    /// only), with at most `max_bytes` of data queued. Call before the
+    /// first command.
+    ///
+    /// # Errors
+    ///
+    /// A thread cannot be started.
+    pub fn threads(&mut self, threads: usize, max_bytes: usize) -> io::Result<()> {
+        self.lanes = None;
+        if threads > 1 {
+            self.lanes = Some(Lanes {
+                pool: Pool::new(threads, max_bytes, Arc::clone(&self.encoded_ioctl))?,
+                files: BTreeMap::new(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Errors of commands applied by the lanes since the last call (each
+    /// already counted against its subvolume), and their notes reported.
+    pub fn take_lane_errors(&mut self) -> Vec<ApplyError> {
+        let mut errs = std::mem::take(&mut self.lane_errors);
+        if let Some(l) = &self.lanes {
+            let (e, notes) = l.pool.take_reports();
+            for (key, msg) in notes {
+                self.note(key, msg);
+            }
+            if let Some(c) = &mut self.cur {
+                c.errors += e.len() as u64;
+            }
+            errs.extend(e);
+        }
+        errs
+    }
+
+    /// Wait until the lanes have run every job (their errors are then
+    /// counted, and returned by the next [`Receiver::take_lane_errors`]).
+    pub fn wait_lanes(&mut self) {
+        if let Some(l) = &mut self.lanes {
+            l.pool.wait_all();
+            l.files.clear();
+            let errs = self.take_lane_errors();
+            self.lane_errors.extend(errs);
+        }
+    }
+
+    /// A buffer for the stream reader to read the next command into, given
+    /// back by the lanes (see [`Receiver::submit`]).
+    pub fn buffer(&mut self) -> Vec<u8> {
+        self.lanes
+            .as_mut()
+            .map(|l| l.pool.buffer())
+            .unwrap_or_default()
     }
 
     fn note(&mut self, key: &'static str, msg: String) {
@@ -198,6 +327,7 @@ impl<'p> Receiver<'p> {
     ///
     /// The record cannot be written.
     pub fn finish_subvol(&mut self) -> Result<(), Box<ApplyError>> {
+        self.wait_lanes();
         self.wcache = None;
         let Some(mut cur) = self.cur.take() else {
             return Ok(());
@@ -280,6 +410,7 @@ impl<'p> Receiver<'p> {
     /// path(s) and the cause.
     pub fn apply(&mut self, info: &CommandInfo, cmd: &Command<'_>) -> Result<(), Box<ApplyError>> {
         let op = cmd.kind().map_or("unknown", CommandKind::name);
+        self.info = Some(*info);
         let path = cmd.path().map(<[u8]>::to_vec).unwrap_or_default();
         let mut path2: Option<Vec<u8>> = None;
         match self.apply_inner(cmd, &mut path2) {
@@ -342,7 +473,7 @@ impl<'p> Receiver<'p> {
                 let f = create_file(&l)?;
                 // The new, empty regular file is the one the next WRITEs go
                 // to: keep it open (see `wcache`).
-                self.wcache = Some((path.to_vec(), f));
+                self.wcache = Some((path.to_vec(), Arc::new(f), true));
                 Ok(())
             }
             C::Mkdir { path, .. } => {
@@ -407,6 +538,7 @@ impl<'p> Receiver<'p> {
             }
             C::Rename { path, path_to } => {
                 *path2 = Some(path_to.to_vec());
+                // Lanes need nothing: their jobs hold fds (see `Lanes`).
                 let t = &self.cur()?.target;
                 let from = t.locate_entry(path)?;
                 let to = t.locate_entry(path_to)?;
@@ -418,6 +550,11 @@ impl<'p> Receiver<'p> {
             }
             C::Link { path, path_link } => {
                 *path2 = Some(path_link.to_vec());
+                // Its file gets a second name: no more lane jobs for it.
+                self.settle(path_link);
+                if matches!(&self.wcache, Some((p, _, _)) if p.as_slice() == &path_link[..]) {
+                    self.wcache = None;
+                }
                 let t = &self.cur()?.target;
                 let new = t.locate_entry(path)?;
                 let old = t.locate_entry(path_link)?;
@@ -440,11 +577,12 @@ impl<'p> Receiver<'p> {
                 let l = t.locate_entry(path)?;
                 let r = rustix::fs::unlinkat(&l.parent, l.name(), flags);
                 drop(l);
-                self.removed(path);
+                self.removed(path, r.is_ok());
                 r?;
                 Ok(())
             }
             C::SetXattr { path, name, data } => {
+                self.settle(path);
                 let l = self.cur()?.target.locate(path)?;
                 let r = rustix::fs::lsetxattr(
                     l.proc_path(),
@@ -487,11 +625,25 @@ impl<'p> Receiver<'p> {
                 }
             }
             C::RemoveXattr { path, name } => {
+                self.settle(path);
                 let l = self.cur()?.target.locate(path)?;
                 rustix::fs::lremovexattr(l.proc_path(), std::ffi::OsStr::from_bytes(name))?;
                 Ok(())
             }
             C::Write { path, offset, data } => {
+                if self.lanes.is_some() && self.queued(path) {
+                    let buf = data.to_vec();
+                    let len = buf.len();
+                    return self.queue_on_lane(
+                        path,
+                        Op::Write {
+                            buf,
+                            start: 0,
+                            len,
+                            offset: *offset,
+                        },
+                    );
+                }
                 let f = self.file(path)?;
                 f.write_all_at(data, *offset)?;
                 Ok(())
@@ -506,6 +658,8 @@ impl<'p> Receiver<'p> {
                 clone_offset,
             } => {
                 *path2 = Some(clone_path.to_vec());
+                self.settle(path);
+                self.settle(clone_path);
                 self.clone_range(
                     path,
                     *offset,
@@ -517,6 +671,9 @@ impl<'p> Receiver<'p> {
                 )
             }
             C::Truncate { path, size } => {
+                if self.queued(path) {
+                    return self.queue_on_lane(path, Op::Truncate(*size));
+                }
                 let f = self.file(path)?;
                 f.set_len(*size)?;
                 Ok(())
@@ -524,6 +681,9 @@ impl<'p> Receiver<'p> {
             C::Chmod { path, mode } => {
                 let mode =
                     u32::try_from(*mode & 0o7777).map_err(|_| ApplyErrorKind::BadMode(*mode))?;
+                if self.queued(path) {
+                    return self.queue_on_lane(path, Op::Chmod(mode));
+                }
                 if let Some(f) = self.cached_file(path) {
                     // The open regular file that `path` names.
                     rustix::fs::fchmod(f, Mode::from_raw_mode(mode))?;
@@ -543,6 +703,9 @@ impl<'p> Receiver<'p> {
                     .ok()
                     .filter(|&g| g != u32::MAX)
                     .ok_or_else(bad)?;
+                if self.queued(path) {
+                    return self.queue_on_lane(path, Op::Chown(uid, gid));
+                }
                 let cur = self.cur.as_ref().ok_or(ApplyErrorKind::NoSubvol)?;
                 let l = cur.target.locate(path)?;
                 let mut sink = NoteSink {
@@ -555,11 +718,14 @@ impl<'p> Receiver<'p> {
             C::Utimes {
                 path, atime, mtime, ..
             } => {
-                let l = self.cur()?.target.locate(path)?;
                 let t = Timestamps {
                     last_access: ts(*atime),
                     last_modification: ts(*mtime),
                 };
+                if self.queued(path) {
+                    return self.queue_on_lane(path, Op::Utimes(t));
+                }
+                let l = self.cur()?.target.locate(path)?;
                 rustix::fs::utimensat(&l.parent, l.name(), &t, AtFlags::SYMLINK_NOFOLLOW)?;
                 Ok(())
             }
@@ -570,6 +736,17 @@ impl<'p> Receiver<'p> {
                 offset,
                 size,
             } => {
+                if self.queued(path) {
+                    let mode = *mode;
+                    return self.queue_on_lane(
+                        path,
+                        Op::Fallocate {
+                            mode,
+                            offset: *offset,
+                            size: *size,
+                        },
+                    );
+                }
                 let f = self.file(path)?;
                 rustix::fs::fallocate(f, FallocateFlags::from_bits_retain(*mode), *offset, *size)?;
                 Ok(())
@@ -584,6 +761,7 @@ impl<'p> Receiver<'p> {
                 } else {
                     want
                 };
+                self.settle(path);
                 let cur = self.cur.as_mut().ok_or(ApplyErrorKind::NoSubvol)?;
                 let l = cur.target.locate(path)?;
                 let fd = l.open_path()?;
@@ -616,13 +794,29 @@ impl<'p> Receiver<'p> {
                     e.unencoded_offset,
                     e.unencoded_file_len,
                 )?;
+                if self.lanes.is_some() && self.queued(path) {
+                    let buf = data.to_vec();
+                    let len = buf.len();
+                    let fields = sys::Encoded { data: &[], ..e };
+                    return self.queue_on_lane(
+                        path,
+                        Op::Encoded {
+                            buf,
+                            start: 0,
+                            len,
+                            fields,
+                        },
+                    );
+                }
                 // Uncompressed data cannot go through the ioctl: plain write.
-                if self.encoded_ioctl && e.compression != 0 {
+                if self.encoded_ioctl.load(Ordering::Relaxed) && e.compression != 0 {
                     let f = self.file(path)?;
                     match sys::encoded_write(f, &e) {
                         Ok(()) => return Ok(()),
                         Err(err) => match sys::refusal(err) {
-                            sys::Refusal::Never => self.encoded_ioctl = false,
+                            sys::Refusal::Never => {
+                                self.encoded_ioctl.store(false, Ordering::Relaxed)
+                            }
                             sys::Refusal::ThisOne => {}
                             sys::Refusal::Fail => return Err(err.into()),
                         },
@@ -641,6 +835,7 @@ impl<'p> Receiver<'p> {
                 Ok(())
             }
             C::EnableVerity { path, .. } => {
+                self.settle(path);
                 let t = self.cur()?.target.display(path);
                 self.note(
                     "verity",
@@ -690,7 +885,7 @@ impl<'p> Receiver<'p> {
             };
             drop(l);
             self.renamed(path, to, false);
-            self.wcache = Some((to.to_vec(), f));
+            self.wcache = Some((to.to_vec(), Arc::new(f), true));
         } else {
             if rustix::fs::mkdirat(&l.parent, l.name(), Mode::from_raw_mode(0o700)).is_err() {
                 return false;
@@ -704,7 +899,7 @@ impl<'p> Receiver<'p> {
     /// The cached open file, if `path` names it.
     fn cached_file(&self, path: &[u8]) -> Option<&File> {
         match &self.wcache {
-            Some((p, f)) if p.as_slice() == path => Some(f),
+            Some((p, f, _)) if p.as_slice() == path => Some(f),
             _ => None,
         }
     }
@@ -718,7 +913,7 @@ impl<'p> Receiver<'p> {
             cur.target.forget(from);
             cur.target.forget(to);
         }
-        if let Some((p, _)) = &mut self.wcache {
+        if let Some((p, _, _)) = &mut self.wcache {
             if ok && p.as_slice() == from {
                 p.clear();
                 p.extend_from_slice(to);
@@ -726,28 +921,267 @@ impl<'p> Receiver<'p> {
                 self.wcache = None;
             }
         }
+        if ok && let Some(l) = &mut self.lanes {
+            // The files replaced at `to` keep their jobs but lose their name;
+            // those under `from` are now under `to`.
+            remove_under(&mut l.files, to);
+            let moved = remove_under(&mut l.files, from);
+            for (p, f) in moved {
+                let mut q = to.to_vec();
+                // OK to index: `p` is at or under `from`.
+                q.extend_from_slice(&p[from.len()..]);
+                l.files.insert(q, f);
+            }
+        }
     }
 
-    /// After an UNLINK or RMDIR of `path` (tried).
-    fn removed(&mut self, path: &[u8]) {
+    /// After an UNLINK or RMDIR of `path` (tried; `ok`: it worked).
+    fn removed(&mut self, path: &[u8], ok: bool) {
         if let Some(cur) = &self.cur {
             cur.target.forget(path);
         }
-        if matches!(&self.wcache, Some((p, _)) if target::is_at_or_under(p, path)) {
+        if matches!(&self.wcache, Some((p, _, _)) if target::is_at_or_under(p, path)) {
             self.wcache = None;
+        }
+        if ok && let Some(l) = &mut self.lanes {
+            // Their jobs run on, on files without a name.
+            remove_under(&mut l.files, path);
         }
     }
 
     /// The open file for `path`, from the cache or opened now.
     fn file(&mut self, path: &[u8]) -> Result<&File, ApplyErrorKind> {
-        let hit = matches!(&self.wcache, Some((p, _)) if p.as_slice() == path);
+        Ok(self.file_arc(path)?.0)
+    }
+
+    /// The open file for `path` and whether it has a single link (checked
+    /// when it was opened).
+    fn file_arc(&mut self, path: &[u8]) -> Result<(&Arc<File>, bool), ApplyErrorKind> {
+        let hit = matches!(&self.wcache, Some((p, _, _)) if p.as_slice() == path);
         if !hit {
             self.wcache = None;
             let f = self.cur()?.target.open_regular(path, true)?;
-            self.wcache = Some((path.to_vec(), f));
+            let single = self.lanes.is_some() && f.metadata()?.nlink() == 1;
+            self.wcache = Some((path.to_vec(), Arc::new(f), single));
         }
         // OK to unwrap: filled just above.
-        Ok(&self.wcache.as_ref().expect("write cache").1)
+        let (_, f, single) = self.wcache.as_ref().expect("write cache");
+        Ok((f, *single))
+    }
+
+    /// `path` names a file with lane jobs (maybe) queued.
+    fn queued(&self, path: &[u8]) -> bool {
+        self.lanes
+            .as_ref()
+            .is_some_and(|l| l.files.contains_key(path))
+    }
+
+    /// If `path` names a file with lane jobs queued, wait for them; the file
+    /// is then the receiver thread's again.
+    fn settle(&mut self, path: &[u8]) {
+        if let Some(l) = &mut self.lanes
+            && let Some(f) = l.files.remove(path)
+        {
+            l.pool.wait(f.lane, f.last);
+        }
+    }
+
+    /// Queue `op` on the lane of `path`, a file that has jobs there.
+    fn queue_on_lane(&mut self, path: &[u8], op: Op) -> Result<(), ApplyErrorKind> {
+        let Some(l) = &mut self.lanes else {
+            return Err(ApplyErrorKind::Invalid("no lanes".into()));
+        };
+        let Some(base) = self.cur.as_ref().map(|c| Arc::clone(&c.base)) else {
+            return Err(ApplyErrorKind::NoSubvol);
+        };
+        let Some(f) = l.files.get_mut(path) else {
+            return Err(ApplyErrorKind::Invalid("no lane for the file".into()));
+        };
+        let job = Job {
+            info: self.info.ok_or(ApplyErrorKind::NoSubvol)?,
+            path: path.to_vec(),
+            base,
+            file: Arc::clone(&f.file),
+            op,
+        };
+        f.last = l.pool.submit(f.lane, job);
+        Ok(())
+    }
+
+    /// If `cmd` is a WRITE or ENCODED_WRITE to send to a lane with its data
+    /// where it is (in the stream reader's payload buffer), what to send:
+    /// the caller then takes the buffer from the reader and calls
+    /// [`Receiver::submit`]. `None`: apply it with [`Receiver::apply`]
+    /// (also whenever something is wrong: `apply` then reports it).
+    pub fn offload(&mut self, info: &CommandInfo, cmd: &Command<'_>) -> Option<Offload> {
+        self.lanes.as_ref()?;
+        let (path, data, offset, encoded) = match cmd {
+            Command::Write {
+                path,
+                offset,
+                data: Cow::Borrowed(data),
+            } => (path, *data, *offset, None),
+            Command::EncodedWrite {
+                path,
+                offset,
+                unencoded_file_len,
+                unencoded_len,
+                unencoded_offset,
+                compression,
+                encryption,
+                data: Cow::Borrowed(data),
+            } => {
+                let e = sys::Encoded {
+                    offset: *offset,
+                    unencoded_file_len: *unencoded_file_len,
+                    unencoded_len: *unencoded_len,
+                    unencoded_offset: *unencoded_offset,
+                    compression: compression.unwrap_or(0),
+                    encryption: encryption.unwrap_or(0),
+                    data: &[],
+                };
+                encoded::check(
+                    e.compression,
+                    e.encryption,
+                    e.unencoded_len,
+                    e.unencoded_offset,
+                    e.unencoded_file_len,
+                )
+                .ok()?;
+                (path, *data, *offset, Some(e))
+            }
+            _ => return None,
+        };
+        if !self.queued(path) && encoded.is_none() && data.len() < LANE_MIN {
+            return None;
+        }
+        self.lane_file(path)?;
+        Some(Offload {
+            info: *info,
+            path: path.to_vec(),
+            addr: data.as_ptr() as usize,
+            len: data.len(),
+            offset,
+            encoded,
+        })
+    }
+
+    /// Make sure `path` has a lane (it names a regular file with a single
+    /// link); `None`: it cannot have one (or cannot be opened: applying the
+    /// command here reports why).
+    fn lane_file(&mut self, path: &[u8]) -> Option<()> {
+        if self.queued(path) {
+            return Some(());
+        }
+        let (f, single) = self.file_arc(path).ok()?;
+        if !single {
+            return None;
+        }
+        let file = Arc::clone(f);
+        let l = self.lanes.as_mut()?;
+        if l.files.len() >= LANE_FILES {
+            let done = l.pool.done();
+            l.files
+                .retain(|_, f| done.get(f.lane).is_some_and(|&d| d < f.last));
+        }
+        let lane = l.pool.pick();
+        l.files.insert(
+            path.to_vec(),
+            LaneFile {
+                file,
+                lane,
+                last: 0,
+            },
+        );
+        Some(())
+    }
+
+    /// A WRITE or ENCODED_WRITE skimmed by the reader
+    /// ([`stream_format::Next::Skimmed`]: its header and the first bytes of
+    /// its payload, `prefix`): queue it on its file's lane, which reads the
+    /// payload from `input`, checks it and writes it. Returns `false` when it
+    /// cannot go to a lane (no lanes, no PATH in `prefix`, a file with
+    /// several links, or one that cannot be opened): the caller then reads it
+    /// whole and applies it here.
+    pub fn skimmed(
+        &mut self,
+        info: &CommandInfo,
+        crc: u32,
+        prefix: &[u8],
+        input: &Arc<File>,
+    ) -> bool {
+        if self.lanes.is_none() {
+            return false;
+        }
+        let Some(path) = prefix_path(prefix) else {
+            return false;
+        };
+        if self.lane_file(path).is_none() {
+            return false;
+        }
+        self.info = Some(*info);
+        let op = Op::Stream {
+            input: Arc::clone(input),
+            crc,
+        };
+        self.queue_on_lane(path, op).is_ok()
+    }
+
+    /// Send an [`Offload`]ed command to its lane, with `buf`, the payload
+    /// buffer its data is in.
+    ///
+    /// # Errors
+    ///
+    /// `buf` does not hold the data (a caller's mistake), or there is no
+    /// subvolume.
+    pub fn submit(&mut self, o: Offload, buf: Vec<u8>) -> Result<(), Box<ApplyError>> {
+        let start = o
+            .addr
+            .checked_sub(buf.as_ptr() as usize)
+            .filter(|s| s.checked_add(o.len).is_some_and(|e| e <= buf.len()));
+        let (op_name, op) = match (start, o.encoded) {
+            (Some(start), None) => (
+                "WRITE",
+                Op::Write {
+                    buf,
+                    start,
+                    len: o.len,
+                    offset: o.offset,
+                },
+            ),
+            (Some(start), Some(fields)) => (
+                "ENCODED_WRITE",
+                Op::Encoded {
+                    buf,
+                    start,
+                    len: o.len,
+                    fields,
+                },
+            ),
+            (None, _) => {
+                return Err(Box::new(ApplyError {
+                    cmd: Some(o.info),
+                    op: "WRITE",
+                    path: o.path,
+                    target: None,
+                    path2: None,
+                    kind: ApplyErrorKind::Invalid(
+                        "internal: data not in its payload buffer".into(),
+                    ),
+                }));
+            }
+        };
+        self.info = Some(o.info);
+        self.queue_on_lane(&o.path, op).map_err(|kind| {
+            Box::new(ApplyError {
+                cmd: Some(o.info),
+                op: op_name,
+                target: self.cur.as_ref().map(|c| c.target.display(&o.path)),
+                path: o.path,
+                path2: None,
+                kind,
+            })
+        })
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -850,11 +1284,13 @@ impl<'p> Receiver<'p> {
         self.progress.subvol_start(name, parent.is_some());
         // Current from here on, so a failed copy leaves it incomplete and
         // the commands that follow are counted against it.
+        let base = Arc::new(target.display(b""));
         let cur = self.cur.insert(Current {
             target,
             record,
             errors: 0,
             fileattrs: Vec::new(),
+            base,
         });
         if let Some(p) = parent_rec {
             let src = self.dir.target(&p.name)?;
@@ -880,3 +1316,49 @@ fn create_file(l: &target::Located<'_>) -> Result<File, ApplyErrorKind> {
 }
 
 use std::os::unix::ffi::OsStrExt as _;
+use std::os::unix::fs::MetadataExt as _;
+
+/// The PATH attribute among the attributes in `prefix` (the start of a
+/// WRITE or ENCODED_WRITE payload) before DATA, if it is there whole (the
+/// lane checks it against the whole, checked, command).
+fn prefix_path(prefix: &[u8]) -> Option<&[u8]> {
+    let path_ty = stream_format::Attr::Path.number();
+    let data_ty = stream_format::Attr::Data.number();
+    let mut pos = 0usize;
+    let mut found = None;
+    loop {
+        let h = prefix.get(pos..pos.checked_add(4)?)?;
+        let ty = u16::from_le_bytes([*h.first()?, *h.get(1)?]);
+        if ty == data_ty {
+            return found;
+        }
+        let len = usize::from(u16::from_le_bytes([*h.get(2)?, *h.get(3)?]));
+        let start = pos.checked_add(4)?;
+        let end = start.checked_add(len)?;
+        let value = prefix.get(start..end)?;
+        if ty == path_ty {
+            found = Some(value);
+        }
+        pos = end;
+    }
+}
+
+/// Remove the entries at or under `path` from `files`; returns them.
+fn remove_under(files: &mut BTreeMap<Vec<u8>, LaneFile>, path: &[u8]) -> Vec<(Vec<u8>, LaneFile)> {
+    let mut out = Vec::new();
+    if let Some(f) = files.remove(path) {
+        out.push((path.to_vec(), f));
+    }
+    // Entries under `path/` sort between `path/` and `path0` ('0' follows '/').
+    let mut lo = path.to_vec();
+    lo.push(b'/');
+    let mut hi = path.to_vec();
+    hi.push(b'0');
+    let keys: Vec<Vec<u8>> = files.range(lo..hi).map(|(k, _)| k.clone()).collect();
+    for k in keys {
+        if let Some(f) = files.remove(&k) {
+            out.push((k, f));
+        }
+    }
+    out
+}

@@ -8,7 +8,9 @@
 //! [`copy`] makes a snapshot's starting point from its parent and copies
 //! CLONE ranges; [`encoded`] decodes `--compressed-data` extents, which the
 //! private `sys` module (the crate's only unsafe code) writes as they are
-//! into a btrfs target.
+//! into a btrfs target. The private `lanes` module runs the worker threads
+//! that write file data (see [`receive`] for what they do and the memory
+//! bound, `apply`'s `Lanes` for the ordering rules).
 //! Semantics per command follow btrfs-progs `cmds/receive.c` (see
 //! `shared/docs/send-stream-format.md` §9, §10).
 //!
@@ -23,6 +25,7 @@
 pub mod apply;
 pub mod copy;
 pub mod encoded;
+mod lanes;
 pub mod meta;
 mod sys;
 pub mod target;
@@ -32,7 +35,9 @@ use std::io::{self, Read};
 
 use std::path::{Path, PathBuf};
 
-use stream_format::{Command, CommandInfo, DecodeError, ReaderOptions, StreamReader};
+use stream_format::{
+    Command, CommandInfo, CommandKind, DecodeError, Next, ReaderOptions, StreamReader,
+};
 
 pub use apply::Receiver;
 use meta::Uuid;
@@ -82,6 +87,9 @@ pub struct ReceiveOptions {
     /// Decode compressed ENCODED_WRITE data even where the target could take
     /// it as it is (`--force-decompress`).
     pub force_decompress: bool,
+    /// Worker threads that write file data (`--threads`); 0 or 1: every
+    /// command is applied on the receiving thread. See [`receive`].
+    pub threads: usize,
 }
 
 impl ReceiveOptions {
@@ -91,9 +99,17 @@ impl ReceiveOptions {
             max_errors: 1,
             stop_at_end: false,
             force_decompress: false,
+            threads: DEFAULT_THREADS,
         }
     }
 }
+
+/// Default of [`ReceiveOptions::threads`].
+pub const DEFAULT_THREADS: usize = 2;
+
+/// Bytes of file data queued to the worker threads at most (the memory
+/// bound of a receive with threads, besides the read-ahead).
+pub const MAX_QUEUED_DATA: usize = lanes::MAX_IN_FLIGHT;
 
 impl Default for ReceiveOptions {
     fn default() -> ReceiveOptions {
@@ -443,7 +459,22 @@ impl Read for Blocks {
 /// blocks ahead of the decoder (bounded: at most 11 blocks, 11 MiB, exist
 /// at once, reused), so the `read` system calls overlap the decoding (CRC-32C)
 /// and the applying; the bytes are copied once, into the stream reader's
-/// command buffer, as with a `BufReader`.
+/// command buffer, as with a `BufReader`. [`receive_file`] reads a regular
+/// file straight into the command buffers instead.
+///
+/// Commands are decoded and checked in order on the calling thread. With
+/// [`ReceiveOptions::threads`] > 1, the data of WRITE (8 KiB and more) and
+/// ENCODED_WRITE commands is written by that many worker threads, one queue
+/// per file, from the command buffer it was read into (no copy), with the
+/// commands that follow on the same file (TRUNCATE, FALLOCATE, CHMOD,
+/// CHOWN, UTIMES) queued after it; every
+/// other command waits for the queued jobs it depends on, and SUBVOL,
+/// SNAPSHOT and END wait for all (the rules are in `apply`'s `Lanes`). At
+/// most [`MAX_QUEUED_DATA`] bytes of data are queued at once. An error in a
+/// queued job names its command, stream offset and path as any other; it is
+/// counted against `--max-errors` when the receiving thread sees it, so a
+/// few commands after it may have been applied already (the subvolume is
+/// marked incomplete all the same).
 ///
 /// # Errors
 ///
@@ -461,7 +492,77 @@ pub fn receive(
         error,
     })?;
     rx.force_decompress(opts.force_decompress);
+    rx.threads(opts.threads, MAX_QUEUED_DATA)
+        .map_err(|error| ReceiveError::Dir {
+            dir: dir.to_path_buf(),
+            error,
+        })?;
     with_read_ahead(input, |blocks| decode_and_apply(&mut rx, blocks, opts))
+}
+
+/// Bytes read at once from a regular file (commands longer than that are
+/// read straight into their buffer).
+const FILE_READ: usize = 8 << 10;
+
+/// Receive every stream in `input` into `dir`, as [`receive`]; a regular
+/// file is read without a read-ahead thread, anything else (a pipe, a
+/// terminal) as [`receive`] does.
+///
+/// With worker threads ([`ReceiveOptions::threads`] > 1), the WRITE and
+/// ENCODED_WRITE commands of a regular file (8 KiB and longer) are
+/// *skimmed*: the receiving thread reads their header and PATH and skips
+/// the data; the worker that writes the file reads the command from the
+/// input (`pread`, into a buffer it reuses), checks its CRC-32C and
+/// attributes as the stream reader does and writes the data from that
+/// buffer: one copy of the data out of the input's page cache, made by the
+/// thread that writes it, and no limit on how far the receiving thread
+/// runs ahead (a queued job holds no data), so several files are written at
+/// once even though the stream sends them one after the other. A file that
+/// shrinks while it is read gives a "truncated" error (it is read, not
+/// mapped: no `SIGBUS`); an error found by a worker (CRC mismatch,
+/// truncation, a bad attribute) names the command, its stream offset and
+/// its path, and is counted as other errors. Commands whose file cannot be
+/// given to a worker (several links) are read whole and applied on the
+/// receiving thread.
+///
+/// # Errors
+///
+/// As [`receive`].
+pub fn receive_file(
+    input: std::fs::File,
+    dir: &Path,
+    opts: &ReceiveOptions,
+    progress: &mut dyn Progress,
+) -> Result<Summary, ReceiveError> {
+    let regular = input.metadata().is_ok_and(|m| m.file_type().is_file());
+    if !regular {
+        return receive(input, dir, opts, progress);
+    }
+    let mut rx = Receiver::new(dir, progress).map_err(|error| ReceiveError::Dir {
+        dir: dir.to_path_buf(),
+        error,
+    })?;
+    rx.force_decompress(opts.force_decompress);
+    rx.threads(opts.threads, MAX_QUEUED_DATA)
+        .map_err(|error| ReceiveError::Dir {
+            dir: dir.to_path_buf(),
+            error,
+        })?;
+    let len = input.metadata().map_or(0, |m| m.len());
+    let input = std::sync::Arc::new(input);
+    let file = input.try_clone().map_err(|error| ReceiveError::Dir {
+        dir: dir.to_path_buf(),
+        error,
+    })?;
+    let mut src = Skim {
+        reader: StreamReader::with_options(
+            io::BufReader::with_capacity(FILE_READ, file),
+            reader_options(),
+        ),
+        len,
+        on: opts.threads > 1,
+    };
+    decode_and_apply_from(&mut rx, &mut src, Some(&input), opts)
 }
 
 /// Run `f` with `input` read ahead on a thread of its own (see
@@ -491,50 +592,209 @@ fn decode_and_apply(
     input: impl Read,
     opts: &ReceiveOptions,
 ) -> Result<Summary, ReceiveError> {
-    // Version 3 streams are accepted: ENABLE_VERITY is reported, not refused.
-    let ropts = ReaderOptions::new().with_max_version(3);
-    let mut reader = StreamReader::with_options(input, ropts);
+    let mut src = Whole(StreamReader::with_options(input, reader_options()));
+    decode_and_apply_from(rx, &mut src, None, opts)
+}
+
+/// Version 3 streams are accepted: ENABLE_VERITY is reported, not refused.
+fn reader_options() -> ReaderOptions {
+    ReaderOptions::new().with_max_version(3)
+}
+
+/// Where [`decode_and_apply_from`] gets its commands.
+trait Source {
+    /// The next command, whole or skimmed.
+    fn next_item(&mut self) -> Result<Option<Next<'_>>, DecodeError>;
+    /// See [`StreamReader::position`].
+    fn position(&self) -> u64;
+    /// See [`StreamReader::swap_buffer`].
+    fn swap_buffer(&mut self, buf: Vec<u8>) -> Vec<u8>;
+}
+
+/// Every command read whole.
+struct Whole<R>(StreamReader<R>);
+
+impl<R: Read> Source for Whole<R> {
+    fn next_item(&mut self) -> Result<Option<Next<'_>>, DecodeError> {
+        Ok(self.0.next_command()?.map(|(i, c)| Next::Command(i, c)))
+    }
+    fn position(&self) -> u64 {
+        self.0.position()
+    }
+    fn swap_buffer(&mut self, buf: Vec<u8>) -> Vec<u8> {
+        self.0.swap_buffer(buf)
+    }
+}
+
+/// A regular file: WRITE and ENCODED_WRITE commands of at least
+/// [`SKIM_MIN`] bytes that lie within the file are skimmed (their data is
+/// read by the lane that writes it), when `on`.
+struct Skim {
+    reader: StreamReader<io::BufReader<std::fs::File>>,
+    /// The input's length when the receive started.
+    len: u64,
+    on: bool,
+}
+
+/// Commands at least this long are skimmed.
+const SKIM_MIN: u32 = 8192;
+/// Payload bytes read of a skimmed command: room for a PATH of `PATH_MAX`
+/// bytes and the attributes before it.
+const SKIM_PREFIX: usize = 4096 + 64;
+
+impl Source for Skim {
+    fn next_item(&mut self) -> Result<Option<Next<'_>>, DecodeError> {
+        let (on, len) = (self.on, self.len);
+        self.reader.next_skimmed(|info| {
+            let data = info.cmd == CommandKind::Write.number()
+                || info.cmd == CommandKind::EncodedWrite.number();
+            let end = info
+                .offset
+                .saturating_add(stream_format::CMD_HEADER_SIZE as u64)
+                .saturating_add(info.len.into());
+            (on && data && info.len >= SKIM_MIN && end <= len).then_some(SKIM_PREFIX)
+        })
+    }
+    fn position(&self) -> u64 {
+        self.reader.position()
+    }
+    fn swap_buffer(&mut self, buf: Vec<u8>) -> Vec<u8> {
+        self.reader.swap_buffer(buf)
+    }
+}
+
+/// The payload of the command `info` in `input`, read whole (or as much of
+/// it as there is).
+fn read_payload(input: &std::fs::File, info: &CommandInfo) -> io::Result<Vec<u8>> {
+    use std::os::unix::fs::FileExt;
+    let len = usize::try_from(info.len).unwrap_or(usize::MAX);
+    let mut buf = vec![0; len];
+    let at = info
+        .offset
+        .saturating_add(stream_format::CMD_HEADER_SIZE as u64);
+    let mut got = 0;
+    while let Some(rest) = buf.get_mut(got..).filter(|r| !r.is_empty()) {
+        match input.read_at(rest, at.saturating_add(got as u64)) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    buf.truncate(got);
+    Ok(buf)
+}
+
+/// The body of [`receive`] and [`receive_file`]: read the commands from
+/// `reader` and apply them; `input` is the input file when `reader` skims.
+fn decode_and_apply_from(
+    rx: &mut Receiver<'_>,
+    reader: &mut dyn Source,
+    input: Option<&std::sync::Arc<std::fs::File>>,
+    opts: &ReceiveOptions,
+) -> Result<Summary, ReceiveError> {
     let mut errors = 0u64;
     let mut summary = Summary::default();
     let max = opts.max_errors;
-    // Apply one command, counting an error against the limit.
+    // Count an error (of a command applied on this thread, or of a lane
+    // job: `counted`, already counted against its subvolume).
+    let failed = |rx: &mut Receiver<'_>,
+                  e: Box<ApplyError>,
+                  counted: bool,
+                  errors: &mut u64|
+     -> Result<(), ReceiveError> {
+        if !counted {
+            rx.count_error();
+        }
+        *errors += 1;
+        let err = ReceiveError::from(e);
+        if max != 0 && *errors >= max {
+            return Err(err);
+        }
+        rx.progress_error(&err);
+        Ok(())
+    };
+    // Apply one command, counting an error against the limit; then the
+    // errors the lanes had meanwhile.
     let apply = |rx: &mut Receiver<'_>,
                  info: &CommandInfo,
                  cmd: &Command<'_>,
                  errors: &mut u64|
      -> Result<(), ReceiveError> {
         if let Err(e) = rx.apply(info, cmd) {
-            rx.count_error();
-            *errors += 1;
-            let err = ReceiveError::from(e);
-            if max != 0 && *errors >= max {
-                return Err(err);
-            }
-            rx.progress_error(&err);
+            failed(rx, e, false, errors)?;
+        }
+        for e in rx.take_lane_errors() {
+            failed(rx, Box::new(e), true, errors)?;
         }
         Ok(())
     };
     // A MKFILE or MKDIR held back for one command: if the next one renames
     // it, both become one creation ([`Receiver::create_renamed`]).
     let mut held: Option<(CommandInfo, Command<'static>)> = None;
+    // A stream error: counted; `Err` if it stops the receive.
+    let stream_error =
+        |rx: &mut Receiver<'_>, e: DecodeError, errors: &mut u64| -> Result<(), ReceiveError> {
+            let recoverable = e.is_recoverable();
+            rx.count_error();
+            *errors += 1;
+            let subvol = rx.current().map(|n| n.escape_ascii().to_string());
+            let err = ReceiveError::Stream { error: e, subvol };
+            if !recoverable || (max != 0 && *errors >= max) {
+                return Err(err);
+            }
+            rx.progress_error(&err);
+            Ok(())
+        };
+    let mut attrs = Vec::new();
     loop {
-        let next = reader.next_command();
-        let (info, cmd) = match next {
+        let next = reader.next_item();
+        let item = match next {
             Ok(Some(x)) => x,
             Ok(None) => break,
             Err(e) => {
                 if let Some((hi, hc)) = held.take() {
                     apply(rx, &hi, &hc, &mut errors)?;
                 }
-                let recoverable = e.is_recoverable();
-                rx.count_error();
-                errors += 1;
-                let subvol = rx.current().map(|n| n.escape_ascii().to_string());
-                let err = ReceiveError::Stream { error: e, subvol };
-                if !recoverable || (max != 0 && errors >= max) {
-                    return Err(err);
+                stream_error(rx, e, &mut errors)?;
+                continue;
+            }
+        };
+        let (info, cmd) = match item {
+            Next::Command(info, cmd) => (info, cmd),
+            Next::Skimmed { info, crc, prefix } => {
+                summary.commands = info.index + 1;
+                if let Some((hi, hc)) = held.take() {
+                    apply(rx, &hi, &hc, &mut errors)?;
                 }
-                rx.progress_error(&err);
+                let Some(input) = input else {
+                    return Err(ReceiveError::Stream {
+                        error: DecodeError::Stopped {
+                            offset: info.offset,
+                        },
+                        subvol: None,
+                    });
+                };
+                if rx.skimmed(&info, crc, prefix, input) {
+                    for e in rx.take_lane_errors() {
+                        failed(rx, Box::new(e), true, &mut errors)?;
+                    }
+                } else {
+                    // Read whole, checked and applied here.
+                    let payload =
+                        read_payload(input, &info).map_err(|source| ReceiveError::Stream {
+                            error: DecodeError::Io {
+                                offset: info.offset,
+                                source,
+                            },
+                            subvol: rx.current().map(|n| n.escape_ascii().to_string()),
+                        })?;
+                    match stream_format::decode_payload(&info, crc, &payload, &mut attrs) {
+                        Ok(cmd) => apply(rx, &info, &cmd, &mut errors)?,
+                        Err(e) => stream_error(rx, e, &mut errors)?,
+                    }
+                }
+                rx.position(reader.position(), summary.commands);
                 continue;
             }
         };
@@ -555,6 +815,13 @@ fn decode_and_apply(
         if !done {
             if matches!(cmd, Command::Mkfile { .. } | Command::Mkdir { .. }) {
                 held = Some((info, cmd.into_owned()));
+            } else if let Some(o) = rx.offload(&info, &cmd) {
+                // To a lane, with the buffer its data is in.
+                drop(cmd);
+                let buf = reader.swap_buffer(rx.buffer());
+                if let Err(e) = rx.submit(o, buf) {
+                    failed(rx, e, false, &mut errors)?;
+                }
             } else {
                 apply(rx, &info, &cmd, &mut errors)?;
                 drop(cmd);
@@ -572,6 +839,9 @@ fn decode_and_apply(
     }
     summary.bytes = reader.position();
     rx.finish_subvol()?;
+    for e in rx.take_lane_errors() {
+        failed(rx, Box::new(e), true, &mut errors)?;
+    }
     if errors > 0 {
         return Err(ReceiveError::Errors(errors));
     }

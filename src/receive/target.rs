@@ -603,6 +603,13 @@ fn concat_display(base: &Path, parts: &[&[u8]]) -> PathBuf {
     PathBuf::from(OsString::from_vec(b))
 }
 
+/// The filesystem path of the stream path `rel` in the subvolume whose root
+/// is displayed as `base` ([`Target::display`] of the empty path), for
+/// messages only.
+pub fn display_under(base: &Path, rel: &[u8]) -> PathBuf {
+    concat_display(base, &[rel])
+}
+
 /// The raw bytes of a path (for messages and records).
 pub fn path_bytes(p: &Path) -> Vec<u8> {
     p.as_os_str().to_owned().into_vec()

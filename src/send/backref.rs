@@ -34,7 +34,8 @@ use crate::tree::walk::{BlockSource, Cursor, TreeRoot};
 use crate::types::{Generation, Logical, TreeId};
 
 use super::error::SendError;
-use super::view::{ExtentKind, ExtentRefs, parse_file_extent};
+use super::extent_tree::{ExtentRecord, ExtentTreeReader};
+use super::view::{ExtentKind, parse_file_extent};
 
 /// Leaves whose reaching clone roots are cached before the cache is dropped
 /// (memory bound; the kernel keeps 128).
@@ -72,7 +73,9 @@ struct Prelim {
 /// Resolves references to leaves and leaves to clone roots, with caches.
 pub(crate) struct Backrefs<'a> {
     fs: &'a Filesystem,
-    extent_root: Option<TreeRoot>,
+    /// The extent tree: the extents' references, and the generations of
+    /// the leaves shared references name.
+    pub extents: ExtentTreeReader<'a>,
     /// Tree roots by id (`None`: the root is gone).
     trees: HashMap<u64, Option<TreeRoot>>,
     /// Leaf → the clone roots reaching it, descending.
@@ -80,10 +83,10 @@ pub(crate) struct Backrefs<'a> {
 }
 
 impl<'a> Backrefs<'a> {
-    pub fn new(fs: &'a Filesystem, extent_root: Option<TreeRoot>) -> Backrefs<'a> {
+    pub fn new(fs: &'a Filesystem, extents: ExtentTreeReader<'a>) -> Backrefs<'a> {
         Backrefs {
             fs,
-            extent_root,
+            extents,
             trees: HashMap::new(),
             leaf_roots: HashMap::new(),
         }
@@ -104,13 +107,14 @@ impl<'a> Backrefs<'a> {
     /// drops a data reference (root, inode, base) unresolved.
     pub fn leaves(
         &mut self,
-        refs: &ExtentRefs,
+        refs: &ExtentRecord,
         disk_bytenr: u64,
         pos: Option<u64>,
         skip: impl Fn(u64, u64, u64) -> bool,
     ) -> Result<Vec<LeafRefs>, SendError> {
         let mut prelims = Vec::new();
-        for &(root, ino, base, count) in &refs.data_refs {
+        for r in &refs.data_refs {
+            let (root, ino, base, count) = (r.root, r.objectid, r.offset, r.count);
             if skip(root, ino, base) {
                 continue;
             }
@@ -167,7 +171,7 @@ impl<'a> Backrefs<'a> {
         count: u64,
         disk_bytenr: u64,
         pos: Option<u64>,
-        refs: &ExtentRefs,
+        refs: &ExtentRecord,
         prelims: &mut Vec<Prelim>,
     ) -> Result<(), SendError> {
         // An offset that wrapped below zero is searched from the start.
@@ -237,7 +241,7 @@ impl<'a> Backrefs<'a> {
         disk_bytenr: u64,
         pos: Option<u64>,
     ) -> Result<Option<(Key, Vec<Elem>)>, SendError> {
-        let Some(generation) = self.tree_block_generation(leaf)? else {
+        let Some(generation) = self.extents.tree_block_generation(leaf)? else {
             return Ok(None);
         };
         let block = self.fs.volume().read_block(&BlockExpect {
@@ -278,29 +282,6 @@ impl<'a> Backrefs<'a> {
             }
         }
         Ok(Some((first_key, elems)))
-    }
-
-    /// The generation of the tree block at `bytenr`, from its extent item.
-    fn tree_block_generation(&self, bytenr: u64) -> Result<Option<u64>, SendError> {
-        let Some(root) = self.extent_root else {
-            return Ok(None);
-        };
-        let mut c = Cursor::new(self.fs.volume(), root);
-        c.seek(&Key::new(bytenr, ondisk::BTRFS_EXTENT_ITEM_KEY, 0))?;
-        let Some(item) = c.current() else {
-            return Ok(None);
-        };
-        if item.key.objectid != bytenr
-            || (item.key.item_type != ondisk::BTRFS_EXTENT_ITEM_KEY
-                && item.key.item_type != ondisk::BTRFS_METADATA_ITEM_KEY)
-        {
-            return Ok(None);
-        }
-        Ok(item
-            .data
-            .get(8..16)
-            .and_then(|b| <[u8; 8]>::try_from(b).ok())
-            .map(u64::from_le_bytes))
     }
 
     /// The clone roots (ids, ascending in `clone_roots`) whose tree holds

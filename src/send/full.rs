@@ -60,6 +60,7 @@ use super::backref::{Backrefs, Elem, LeafRefs};
 use super::compare::{Change, compare_trees};
 use super::data;
 use super::error::SendError;
+use super::extent_tree::{ExtentTreeReader, ExtentTreeStats};
 use super::pipeline::Pipeline;
 use super::view::{
     self, ExtentKind, FileExtent, InodeInfo, S_IFBLK, S_IFCHR, S_IFDIR, S_IFIFO, S_IFLNK, S_IFMT,
@@ -195,6 +196,8 @@ pub struct SendStats {
     pub encoded_bytes: u64,
     /// Bytes covered by CLONE commands.
     pub cloned_bytes: u64,
+    /// The extent tree lookups of clone detection.
+    pub extent_tree: ExtentTreeStats,
 }
 
 pub(crate) struct FullSend<'a, W: Write> {
@@ -250,7 +253,6 @@ impl<'a, W: Write> FullSend<'a, W> {
         progress: &'a dyn Progress,
     ) -> Result<FullSend<'a, W>, SendError> {
         let view = TreeView::new(fs, subvol.id())?;
-        let extent_root = view.extent_root;
         // The kernel adds the send root to the roots btrfs-progs passes (the
         // parent and every -c root) and sorts them by id.
         let mut clone_roots = vec![CloneRoot::new(fs, subvol)?];
@@ -305,7 +307,7 @@ impl<'a, W: Write> FullSend<'a, W> {
             created_dirs: HashSet::new(),
             dir_utimes: VecDeque::new(),
             names: HashMap::new(),
-            backrefs: Backrefs::new(fs, extent_root),
+            backrefs: Backrefs::new(fs, ExtentTreeReader::new(fs, SEND_MAX_EXTENT_REFS)?),
             clone_index: (clone_roots.len() == 1).then(HashSet::new),
             clone_roots,
             send_root,
@@ -325,6 +327,7 @@ impl<'a, W: Write> FullSend<'a, W> {
             Ok(()) => {
                 let (w, len) = self.out.finish()?;
                 self.stats.stream_bytes = len;
+                self.stats.extent_tree = self.backrefs.extents.stats();
                 Ok((w, self.stats))
             }
             Err(e) => Err(self.out.drain().err().unwrap_or(e)),
@@ -1939,7 +1942,7 @@ impl<'a, W: Write> FullSend<'a, W> {
         }
         // check_extent_item: one reference is our own; the kernel gives up
         // on heavily shared extents.
-        let Some(refs) = self.view.extent_refs(disk_bytenr)? else {
+        let Some(refs) = self.backrefs.extents.data_extent(disk_bytenr)? else {
             return Ok(None);
         };
         let only_send_root = self.clone_roots.len() == 1;
@@ -1961,7 +1964,7 @@ impl<'a, W: Write> FullSend<'a, W> {
         // leaf (the same candidates, in the same order).
         let own_only = refs.refs == 1
             && match (&refs.data_refs[..], &refs.shared[..]) {
-                ([(_, ino, base, 1)], []) => *ino == cur_ino && *base == backref_offset,
+                ([r], []) => r.count == 1 && r.objectid == cur_ino && r.offset == backref_offset,
                 ([], [leaf]) => *leaf == ext.leaf,
                 _ => false,
             };

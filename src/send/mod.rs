@@ -8,6 +8,8 @@
 //! * [`full`]: the send planner, full and incremental (with a parent
 //!   snapshot: [`send_incremental`]);
 //! * `backref`: the back-reference walk of clone detection;
+//! * [`extent_tree`]: the extent items and back references it reads, by
+//!   one cursor over the extent tree for the whole send;
 //! * `compare`: the tree comparison of an incremental send, which skips
 //!   subtrees both snapshots share;
 //! * `view`: point lookups and item decoding in the snapshot's tree;
@@ -39,12 +41,15 @@
 //! extents already sent (at most 2^20 addresses, ~16 MiB; past that it is
 //! dropped and every shared extent's back references are walked instead),
 //! a per-leaf cache of the clone roots reaching a leaf (at most 2^14
-//! leaves, then cleared), one tree root per referencing subvolume, and the
-//! back references of the one extent being looked at (at most
-//! `SEND_MAX_EXTENT_REFS` = 1024 references are walked).
+//! leaves, then cleared), one tree root per referencing subvolume, one
+//! leaf path of the extent tree, and the decoded back references of the
+//! latest extents looked up (at most 4096 extents and 2^16 references
+//! together, ~2 MiB; an extent's references are read only when it has at
+//! most `SEND_MAX_EXTENT_REFS` = 1024, the most that are walked).
 //! The block cache is bounded by [`ReadOptions`](crate::device::readahead::ReadOptions).
 
 pub mod error;
+pub mod extent_tree;
 pub mod full;
 pub mod total;
 

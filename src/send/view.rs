@@ -1,12 +1,13 @@
 //! The send planner's view of one subvolume tree: decoded inode items,
 //! references, xattrs and file extent items, and the point lookups the
 //! kernel's send does (first ref, dir item by name, xattr by name, extent
-//! items of an inode from an offset, extent reference counts).
+//! items of an inode from an offset). The extent tree's items are read by
+//! `extent_tree`.
 //!
 //! Inode items, references and dir/xattr items are decoded by the
 //! filesystem model's parsers (`crate::fs::items`); file extent items
 //! (`btrfs_file_extent_item`, with the leaf and slot the kernel's
-//! backref walk needs) and extent items (`btrfs_extent_item`) here. This
+//! backref walk needs) here. This
 //! is an adapter until the filesystem model offers the same lookups; it
 //! reads items only through [`Cursor`], so every block is validated by the
 //! tree layer.
@@ -21,7 +22,7 @@ use zerocopy::FromBytes;
 use crate::error::{CorruptKind, Error, Location, Result};
 use crate::fs::Filesystem;
 use crate::fs::items::{self, name_hash};
-use crate::ondisk::{self, ExtentDataRef, ExtentItem, FileExtentItem, FileExtentItemHeader};
+use crate::ondisk::{self, FileExtentItem, FileExtentItemHeader};
 use crate::tree::key::Key;
 use crate::tree::walk::{Cursor, ItemRef, TreeRoot};
 use crate::types::TreeId;
@@ -251,17 +252,6 @@ pub(crate) fn parse_file_extent(item: &ItemRef<'_>) -> Result<FileExtent> {
     })
 }
 
-/// The back references of a data extent (see [`TreeView::extent_refs`]).
-#[derive(Debug, Clone, Default)]
-pub(crate) struct ExtentRefs {
-    pub refs: u64,
-    /// Parent leaves of SHARED_DATA_REFs, sorted.
-    pub shared: Vec<u64>,
-    /// The (root, inode, file offset − extent offset, count) of its
-    /// EXTENT_DATA_REFs, inline then keyed.
-    pub data_refs: Vec<(u64, u64, u64, u64)>,
-}
-
 /// Inode items looked up so far in one tree (a sent tree does not change
 /// during the send, so an answer holds for all of it), at most
 /// [`INODE_MEMO_MAX`] entries. The planner asks for the same directory's
@@ -271,26 +261,20 @@ type InodeMemo = Rc<RefCell<HashMap<u64, Option<InodeInfo>>>>;
 /// Entries of an [`InodeMemo`] before it is emptied (≈ 100 bytes each).
 const INODE_MEMO_MAX: usize = 1 << 16;
 
-/// Point lookups in one subvolume tree (and the extent tree). Clones share
-/// the inode memo.
+/// Point lookups in one subvolume tree. Clones share the inode memo.
 #[derive(Debug, Clone)]
 pub(crate) struct TreeView<'a> {
     pub fs: &'a Filesystem,
     pub root: TreeRoot,
-    pub extent_root: Option<TreeRoot>,
     inodes: InodeMemo,
 }
 
 impl<'a> TreeView<'a> {
     pub fn new(fs: &'a Filesystem, tree: TreeId) -> Result<TreeView<'a>> {
         let root = fs.tree_root(tree)?;
-        let extent_root = fs
-            .root_item(TreeId(ondisk::BTRFS_EXTENT_TREE_OBJECTID))?
-            .map(|r| r.tree_root());
         Ok(TreeView {
             fs,
             root,
-            extent_root,
             inodes: InodeMemo::default(),
         })
     }
@@ -423,84 +407,6 @@ impl<'a> TreeView<'a> {
             }
         }
         Ok(best.unwrap_or(offset))
-    }
-
-    /// The references of the data extent at `bytenr`: its reference count
-    /// and the leaves of its shared (full) backrefs, inline and keyed.
-    pub fn extent_refs(&self, bytenr: u64) -> Result<Option<ExtentRefs>> {
-        let Some(root) = self.extent_root else {
-            return Ok(None);
-        };
-        let mut c = Cursor::new(self.fs.volume(), root);
-        c.seek(&Key::new(bytenr, ondisk::BTRFS_EXTENT_ITEM_KEY, 0))?;
-        let Some(item) = c.current() else {
-            return Ok(None);
-        };
-        if item.key.objectid != bytenr || item.key.item_type != ondisk::BTRFS_EXTENT_ITEM_KEY {
-            return Ok(None);
-        }
-        let (ei, mut rest) = ExtentItem::ref_from_prefix(item.data)
-            .map_err(|_| truncated(&item, "extent item", size_of::<ExtentItem>()))?;
-        let refs = ei.refs.get();
-        let mut shared = Vec::new();
-        let mut data_refs = Vec::new();
-        // Inline refs: a type byte, then a payload whose size the type gives.
-        while let Some((&ty, tail)) = rest.split_first() {
-            let len = match ty {
-                ondisk::BTRFS_EXTENT_DATA_REF_KEY => size_of::<ExtentDataRef>(),
-                ondisk::BTRFS_SHARED_DATA_REF_KEY => 12,
-                ondisk::BTRFS_TREE_BLOCK_REF_KEY
-                | ondisk::BTRFS_SHARED_BLOCK_REF_KEY
-                | ondisk::BTRFS_EXTENT_OWNER_REF_KEY => 8,
-                _ => break,
-            };
-            let Some(payload) = tail.get(..len) else {
-                return Err(truncated(&item, "inline extent ref", len));
-            };
-            if ty == ondisk::BTRFS_SHARED_DATA_REF_KEY
-                && let Ok((parent, _)) = zerocopy::little_endian::U64::read_from_prefix(payload)
-            {
-                shared.push(parent.get());
-            }
-            if ty == ondisk::BTRFS_EXTENT_DATA_REF_KEY
-                && let Ok((r, _)) = ExtentDataRef::read_from_prefix(payload)
-            {
-                data_refs.push((
-                    r.root.get(),
-                    r.objectid.get(),
-                    r.offset.get(),
-                    u64::from(r.count.get()),
-                ));
-            }
-
-            rest = tail.get(len..).unwrap_or_default();
-        }
-        // Keyed refs follow the extent item.
-        while c.advance()? {
-            let Some(item) = c.current() else { break };
-            if item.key.objectid != bytenr {
-                break;
-            }
-            if item.key.item_type == ondisk::BTRFS_SHARED_DATA_REF_KEY {
-                shared.push(item.key.offset);
-            }
-            if item.key.item_type == ondisk::BTRFS_EXTENT_DATA_REF_KEY
-                && let Ok((r, _)) = ExtentDataRef::read_from_prefix(item.data)
-            {
-                data_refs.push((
-                    r.root.get(),
-                    r.objectid.get(),
-                    r.offset.get(),
-                    u64::from(r.count.get()),
-                ));
-            }
-        }
-        shared.sort_unstable();
-        Ok(Some(ExtentRefs {
-            refs,
-            shared,
-            data_refs,
-        }))
     }
 }
 

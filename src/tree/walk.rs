@@ -152,6 +152,36 @@ pub struct Cursor<S> {
     /// Per path level: the same for the node after that level's node,
     /// entered when the window ran past its end.
     announced_next: Vec<Option<Announced>>,
+    /// What is known of the items before the current leaf (for
+    /// [`seek_near`](Self::seek_near)).
+    floor: Option<Floor>,
+}
+
+/// A bound on the keys of every item before the current leaf.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Floor {
+    /// All are smaller than this key (the cursor was sought with it).
+    Under(Key),
+    /// None is greater than this key (the last key of the leaf the cursor
+    /// stepped out of).
+    AtMost(Key),
+}
+
+/// How [`Cursor::seek_near`] reached its key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reposition {
+    /// The key is in the leaf under the cursor: a binary search in it.
+    InLeaf,
+    /// This many steps to the following leaves (with readahead), then a
+    /// binary search in the last.
+    Forward(usize),
+    /// A search from the node at this depth of the path (0 is the root),
+    /// the deepest whose subtree holds the key: the key is behind the
+    /// current leaf or far ahead, in a part of the tree under that node.
+    Subtree(usize),
+    /// A search from the root (the key is outside every subtree of the
+    /// path below the root, or the cursor was not positioned).
+    Root,
 }
 
 /// The first readahead window of a scan (see `Cursor::ramp`).
@@ -187,12 +217,18 @@ impl<S: BlockSource> Cursor<S> {
             ramp: 0,
             announced: Vec::new(),
             announced_next: Vec::new(),
+            floor: None,
         }
     }
 
     /// The tree's root.
     pub fn root(&self) -> &TreeRoot {
         &self.root
+    }
+
+    /// The block source.
+    pub fn source(&self) -> &S {
+        &self.source
     }
 
     /// Announce what a forward scan reads next: at every internal level of
@@ -301,11 +337,20 @@ impl<S: BlockSource> Cursor<S> {
     /// Block read errors.
     pub fn seek(&mut self, key: &Key) -> Result<()> {
         self.path.clear();
+        let root = self.source.read_block(&self.root.expect())?;
+        self.path.push((root, 0));
+        self.search_down(key)
+    }
+
+    /// Search `key` from the node on top of the path (the path above it
+    /// stays: its subtree must hold every item ≥ `key` that precedes the
+    /// next subtree of the path, as the root's does).
+    fn search_down(&mut self, key: &Key) -> Result<()> {
         self.scanning = false;
         self.ramp = 0;
         self.announced.clear();
         self.announced_next.clear();
-        let root = self.source.read_block(&self.root.expect())?;
+        self.floor = None;
         let pick = |b: &TreeBlock| {
             let node = b.node();
             match node.search(key) {
@@ -316,13 +361,133 @@ impl<S: BlockSource> Cursor<S> {
                 Err(slot) => slot.saturating_sub(1),
             }
         };
-        let slot = pick(&root);
-        self.path.push((root, slot));
+        if let Some((top, slot)) = self.path.last_mut() {
+            *slot = pick(top);
+        }
         self.descend(pick)?;
+        // Every item before the slot found, so before the leaf, is smaller.
+        self.floor = Some(Floor::Under(*key));
         if self.leaf_exhausted() {
             self.next_leaf()?;
         }
         Ok(())
+    }
+
+    /// The deepest internal node of the path whose subtree holds `key`'s
+    /// place: at or after the pointer that leads to it, before the pointer
+    /// after that one (or, for a last child, before its parent's bound).
+    /// Every item before the subtree is then smaller than `key`, and every
+    /// item after it larger. `None` when only the root's does.
+    fn covering_level(&self, key: &Key) -> Option<usize> {
+        let internal = self.path.len().checked_sub(1)?;
+        let mut best = None;
+        // The upper bound of the subtree at the current level (None: none).
+        let mut high: Option<Key> = None;
+        for i in 1..internal {
+            let (parent, slot) = self.path.get(i.checked_sub(1)?)?;
+            let node = parent.node();
+            let low = node.key(*slot)?;
+            if let Some(next) = node.key(slot.saturating_add(1)) {
+                high = Some(next);
+            }
+            if *key < low || high.is_some_and(|h| *key >= h) {
+                break;
+            }
+            best = Some(i);
+        }
+        best
+    }
+
+    /// Position at the first item with key ≥ `key`, as
+    /// [`seek`](Self::seek) does, but from where the cursor is: a key in
+    /// the current leaf is a binary search in it; a key at most
+    /// `max_leaves` leaves further on (as far as the leaf's parent node
+    /// tells) is reached by stepping forward leaf by leaf, as a scan does
+    /// (with its readahead); any other key — behind the leaf, farther
+    /// ahead, or past a step that did not reach it — is searched from the
+    /// deepest node of the path whose subtree holds it, else from the
+    /// root. For many lookups in mostly ascending key order, or within a
+    /// part of the tree.
+    ///
+    /// # Errors
+    ///
+    /// Block read errors.
+    pub fn seek_near(&mut self, key: &Key, max_leaves: usize) -> Result<Reposition> {
+        let mut steps = 0usize;
+        while let Some((leaf, _)) = self.path.last() {
+            let node = leaf.node();
+            let last = node.nritems().checked_sub(1).and_then(|i| node.key(i));
+            let (Some(first), Some(last)) = (node.key(0), last) else {
+                break;
+            };
+            // A key before the leaf's first one is still answered here
+            // when every item before the leaf is known to be smaller.
+            let after_floor = match self.floor {
+                Some(Floor::Under(k)) => *key >= k,
+                Some(Floor::AtMost(k)) => *key > k,
+                None => false,
+            };
+            let slot = if *key <= last && (*key >= first || after_floor) {
+                match node.search(key) {
+                    Ok(slot) | Err(slot) => Some(slot),
+                }
+            } else {
+                None
+            };
+            if let Some(slot) = slot {
+                if let Some((_, s)) = self.path.last_mut() {
+                    *s = slot;
+                }
+                return Ok(if steps == 0 {
+                    Reposition::InLeaf
+                } else {
+                    Reposition::Forward(steps)
+                });
+            }
+            // Behind the leaf, or ahead and out of reach: search down.
+            if *key <= last
+                || steps >= max_leaves
+                || !self.within(key, max_leaves.saturating_sub(steps))
+            {
+                break;
+            }
+            steps = steps.saturating_add(1);
+            if !self.next_leaf()? {
+                // Past the last leaf: no item ≥ `key`, as a seek finds.
+                return Ok(Reposition::Forward(steps));
+            }
+        }
+        match self.covering_level(key) {
+            Some(level) => {
+                self.path.truncate(level.saturating_add(1));
+                self.search_down(key)?;
+                Ok(Reposition::Subtree(level))
+            }
+            None => {
+                self.seek(key)?;
+                Ok(Reposition::Root)
+            }
+        }
+    }
+
+    /// Whether the parent of the current leaf does not rule out that `key`
+    /// lies at most `leaves` leaves further on: the last child whose first
+    /// key is ≤ `key` is at most that far (a key past the parent's last
+    /// child may lie in the next node: only a step tells).
+    fn within(&self, key: &Key, leaves: usize) -> bool {
+        let Some((parent, slot)) = self
+            .path
+            .len()
+            .checked_sub(2)
+            .and_then(|i| self.path.get(i))
+        else {
+            return true;
+        };
+        let child = match parent.node().search(key) {
+            Ok(c) => c,
+            Err(c) => c.saturating_sub(1),
+        };
+        child <= slot.saturating_add(leaves)
     }
 
     fn leaf_exhausted(&self) -> bool {
@@ -378,6 +543,11 @@ impl<S: BlockSource> Cursor<S> {
             self.scanning = true;
             self.readahead();
         }
+        let left = self.path.last().and_then(|(leaf, _)| {
+            let node = leaf.node();
+            node.nritems().checked_sub(1).and_then(|i| node.key(i))
+        });
+        self.floor = None;
         // Climb until a node has a next pointer.
         loop {
             self.path.pop();
@@ -396,6 +566,9 @@ impl<S: BlockSource> Cursor<S> {
             self.path.clear();
             return Ok(false);
         }
+        // Every item before the new leaf is at most the last one of the
+        // leaf stepped out of.
+        self.floor = left.map(Floor::AtMost);
         self.scanning = true;
         self.readahead();
         Ok(true)

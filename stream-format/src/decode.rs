@@ -27,7 +27,7 @@
 //! give it a `BufReader` (or an in-memory slice) for small reads to be cheap.
 
 use std::borrow::Cow;
-use std::io::{self, Read};
+use std::io::{self, Read, Seek};
 
 use crate::attr::Attr;
 use crate::command::{Command, CommandKind, Timespec};
@@ -330,6 +330,17 @@ impl<R: Read> StreamReader<R> {
         self.inner
     }
 
+    /// Take the buffer that holds the payload of the last command read and
+    /// give the reader `buf` to read the next one into (its contents do not
+    /// matter; its capacity is reused).
+    ///
+    /// A receiver that hands a WRITE's data to another thread takes the
+    /// buffer instead of copying the data out of it: the slices of the last
+    /// [`Command`] pointed into it, at the same addresses.
+    pub fn swap_buffer(&mut self, buf: Vec<u8>) -> Vec<u8> {
+        std::mem::replace(&mut self.buf, buf)
+    }
+
     /// The next command with its attributes split but not interpreted.
     ///
     /// Returns `Ok(None)` at a clean end: end of input right after an END command.
@@ -353,26 +364,18 @@ impl<R: Read> StreamReader<R> {
             }
             State::Commands => {}
         }
-        let info = self.read_command()?;
+        let (info, stored) = self.read_command_header()?;
+        self.read_payload(info, stored)?;
+        self.raw_after_payload(info)
+    }
+
+    /// Split the attributes of the payload just read.
+    fn raw_after_payload(
+        &mut self,
+        info: CommandInfo,
+    ) -> Result<Option<(CommandInfo, RawCommand<'_>)>, DecodeError> {
         if let Err(e) = parse_attrs(&self.buf, self.version, &mut self.attrs) {
-            let cmd_start = add_offset(info.offset, CMD_HEADER_SIZE);
-            return Err(match e {
-                AttrWalkError::InvalidType { tlv_offset, ty } => DecodeError::InvalidAttrType {
-                    cmd: info,
-                    attr_offset: add_offset(cmd_start, tlv_offset),
-                    attr_type: ty,
-                },
-                AttrWalkError::Truncated {
-                    tlv_offset,
-                    needed,
-                    available,
-                } => DecodeError::TruncatedAttr {
-                    cmd: info,
-                    attr_offset: add_offset(cmd_start, tlv_offset),
-                    needed,
-                    available,
-                },
-            });
+            return Err(attr_error(info, e));
         }
         if info.cmd == CommandKind::End.number() {
             self.state = State::Header;
@@ -458,8 +461,8 @@ impl<R: Read> StreamReader<R> {
         Ok(true)
     }
 
-    /// Read one command header and payload into `self.buf` and check its CRC.
-    fn read_command(&mut self) -> Result<CommandInfo, DecodeError> {
+    /// Read one command header; returns it and its stored CRC.
+    fn read_command_header(&mut self) -> Result<(CommandInfo, u32), DecodeError> {
         let offset = self.pos;
         let mut h = [0u8; CMD_HEADER_SIZE];
         let n = self.read_into_header(&mut h)?;
@@ -486,8 +489,16 @@ impl<R: Read> StreamReader<R> {
                 max: self.options.max_command_len,
             }));
         }
+        Ok((info, stored))
+    }
+
+    /// Read the payload of the command whose header was just read into
+    /// `self.buf` and check its CRC.
+    fn read_payload(&mut self, info: CommandInfo, stored: u32) -> Result<(), DecodeError> {
         let len = usize::try_from(info.len).unwrap_or(usize::MAX);
-        self.buf.clear();
+        // Not cleared first: the bytes already there are overwritten by the
+        // read (or, if it comes short, never looked at), so a reused buffer
+        // is not zeroed again.
         self.buf.resize(len, 0);
         let got = match read_full(&mut self.inner, &mut self.buf) {
             Ok(n) => n,
@@ -504,19 +515,174 @@ impl<R: Read> StreamReader<R> {
             }));
         }
         self.index = self.index.saturating_add(1);
-        let mut crc = Crc::new();
-        crc.update(&[l0, l1, l2, l3, c0, c1, 0, 0, 0, 0]);
-        crc.update(&self.buf);
-        let computed = crc.finish();
-        if computed != stored {
-            return Err(DecodeError::CrcMismatch {
-                cmd: info,
-                stored,
-                computed,
-            });
-        }
-        Ok(info)
+        check_crc(&info, stored, &self.buf)
     }
+}
+
+/// One step of [`StreamReader::next_skimmed`].
+#[derive(Debug)]
+pub enum Next<'a> {
+    /// A command read whole and checked, as [`StreamReader::next_command`]
+    /// gives it.
+    Command(CommandInfo, Command<'a>),
+    /// A command of which only the first bytes of the payload were read:
+    /// neither its CRC nor its attributes are checked yet (see
+    /// [`decode_payload`]).
+    Skimmed {
+        /// The command's header.
+        info: CommandInfo,
+        /// Its stored CRC.
+        crc: u32,
+        /// The first bytes of its payload (as many as asked for, at most
+        /// the payload).
+        prefix: &'a [u8],
+    },
+}
+
+impl<R: Read + Seek> StreamReader<R> {
+    /// Like [`StreamReader::next_command`], but a command for which `skim`
+    /// returns `Some(n)` is skimmed: only the first `n` bytes of its payload
+    /// are read and the rest is skipped (seeked over, not read). Its reader
+    /// (another thread, a later `pread` of the input) checks it with
+    /// [`decode_payload`]. Skipping past the end of the input is not noticed
+    /// here (the next header read finds the end): `skim` should ask only
+    /// for commands that lie within the input.
+    ///
+    /// # Errors
+    ///
+    /// As [`StreamReader::next_command`]; for a skimmed command, a read or
+    /// seek error and a prefix cut short by the end of the input.
+    pub fn next_skimmed(
+        &mut self,
+        skim: impl FnOnce(&CommandInfo) -> Option<usize>,
+    ) -> Result<Option<Next<'_>>, DecodeError> {
+        match self.state {
+            State::Done => return Ok(None),
+            State::Failed => return Err(DecodeError::Stopped { offset: self.pos }),
+            State::Header => {
+                if !self.read_stream_header()? {
+                    return Ok(None);
+                }
+            }
+            State::Commands => {}
+        }
+        let (info, stored) = self.read_command_header()?;
+        let len = usize::try_from(info.len).unwrap_or(usize::MAX);
+        let Some(want) = skim(&info).filter(|_| info.cmd != CommandKind::End.number()) else {
+            self.read_payload(info, stored)?;
+            let Some((info, raw)) = self.raw_after_payload(info)? else {
+                return Ok(None);
+            };
+            let cmd = Command::from_raw(&raw, &info)?;
+            return Ok(Some(Next::Command(info, cmd)));
+        };
+        let n = want.min(len);
+        self.buf.resize(n, 0);
+        let got = match read_full(&mut self.inner, &mut self.buf) {
+            Ok(n) => n,
+            Err(source) => {
+                let offset = self.pos;
+                return Err(self.fail(DecodeError::Io { offset, source }));
+            }
+        };
+        self.pos = add_offset(self.pos, got);
+        if got < n {
+            return Err(self.fail(DecodeError::TruncatedCommand {
+                cmd: info,
+                available: got,
+            }));
+        }
+        // `n <= len`.
+        let rest = len.saturating_sub(n);
+        let skip = i64::try_from(rest).unwrap_or(i64::MAX);
+        if let Err(source) = self.inner.seek_relative(skip) {
+            let offset = self.pos;
+            return Err(self.fail(DecodeError::Io { offset, source }));
+        }
+        self.pos = add_offset(self.pos, rest);
+        self.index = self.index.saturating_add(1);
+        Ok(Some(Next::Skimmed {
+            info,
+            crc: stored,
+            prefix: &self.buf,
+        }))
+    }
+}
+
+/// Check the CRC of a command (header `info` with stored CRC `stored`,
+/// payload `payload`).
+fn check_crc(info: &CommandInfo, stored: u32, payload: &[u8]) -> Result<(), DecodeError> {
+    let mut crc = Crc::new();
+    let mut h = [0u8; CMD_HEADER_SIZE];
+    let (l, rest) = h.split_at_mut(4);
+    l.copy_from_slice(&info.len.to_le_bytes());
+    if let Some(c) = rest.get_mut(..2) {
+        c.copy_from_slice(&info.cmd.to_le_bytes());
+    }
+    crc.update(&h);
+    crc.update(payload);
+    let computed = crc.finish();
+    if computed != stored {
+        return Err(DecodeError::CrcMismatch {
+            cmd: *info,
+            stored,
+            computed,
+        });
+    }
+    Ok(())
+}
+
+fn attr_error(info: CommandInfo, e: AttrWalkError) -> DecodeError {
+    let cmd_start = add_offset(info.offset, CMD_HEADER_SIZE);
+    match e {
+        AttrWalkError::InvalidType { tlv_offset, ty } => DecodeError::InvalidAttrType {
+            cmd: info,
+            attr_offset: add_offset(cmd_start, tlv_offset),
+            attr_type: ty,
+        },
+        AttrWalkError::Truncated {
+            tlv_offset,
+            needed,
+            available,
+        } => DecodeError::TruncatedAttr {
+            cmd: info,
+            attr_offset: add_offset(cmd_start, tlv_offset),
+            needed,
+            available,
+        },
+    }
+}
+
+/// Check and decode a [skimmed](Next::Skimmed) command from its whole
+/// payload, read apart from the stream: its length, CRC and attributes are
+/// checked as [`StreamReader::next_command`] checks them, with the same
+/// errors (offsets in the stream). `attrs` is scratch space, reused.
+///
+/// # Errors
+///
+/// A payload of the wrong length (the input was cut short), a CRC mismatch,
+/// a bad attribute walk, a missing or wrong-sized attribute.
+pub fn decode_payload<'a>(
+    info: &CommandInfo,
+    crc: u32,
+    payload: &'a [u8],
+    attrs: &'a mut Vec<RawAttr>,
+) -> Result<Command<'a>, DecodeError> {
+    let len = usize::try_from(info.len).unwrap_or(usize::MAX);
+    if payload.len() != len {
+        return Err(DecodeError::TruncatedCommand {
+            cmd: *info,
+            available: payload.len(),
+        });
+    }
+    check_crc(info, crc, payload)?;
+    parse_attrs(payload, info.version, attrs).map_err(|e| attr_error(*info, e))?;
+    let raw = RawCommand {
+        cmd: info.cmd,
+        payload,
+        attrs,
+    };
+    Command::from_raw(&raw, info)
 }
 
 /// Typed access to a raw command's attributes, with btrfs-progs' checks.
@@ -809,6 +975,72 @@ mod tests {
         let v = crc.finish().to_le_bytes();
         c.get_mut(6..10).unwrap().copy_from_slice(&v);
         c
+    }
+
+    #[test]
+    #[allow(
+        clippy::indexing_slicing,
+        clippy::as_conversions,
+        clippy::arithmetic_side_effects
+    )]
+    fn skimmed_commands_decode_apart_as_read_whole() {
+        use crate::StreamWriter;
+        let data: Vec<u8> = (0..20000u32).map(|i| (i % 251) as u8).collect();
+        let w = Command::Write {
+            path: Cow::Borrowed(b"d/f"),
+            offset: 4096,
+            data: Cow::Borrowed(&data),
+        };
+        let chmod = Command::Chmod {
+            path: Cow::Borrowed(b"d/f"),
+            mode: 0o644,
+        };
+        for version in [1, 2] {
+            let mut sw = StreamWriter::new(Vec::new(), version).unwrap();
+            for c in [&w, &chmod, &w] {
+                sw.write(c).unwrap();
+            }
+            let bytes = sw.finish().unwrap();
+            let mut r = StreamReader::new(std::io::Cursor::new(&bytes));
+            let mut skimmed = Vec::new();
+            let mut whole = Vec::new();
+            let is_write = |i: &CommandInfo| i.cmd == CommandKind::Write.number();
+            while let Some(n) = r.next_skimmed(|i| is_write(i).then_some(100)).unwrap() {
+                match n {
+                    Next::Skimmed { info, crc, prefix } => {
+                        assert_eq!(prefix.len(), 100);
+                        let at = usize::try_from(info.offset).unwrap() + CMD_HEADER_SIZE;
+                        // The prefix is the payload's start.
+                        assert_eq!(prefix, &bytes[at..at + 100]);
+                        skimmed.push((info, crc));
+                    }
+                    Next::Command(info, c) => whole.push((info.index, c.into_owned())),
+                }
+            }
+            assert_eq!(r.position(), bytes.len() as u64);
+            assert_eq!(skimmed.len(), 2, "v{version}");
+            assert_eq!(whole.len(), 2, "v{version}: CHMOD and END");
+            assert_eq!(whole[0], (1, chmod.clone()));
+            for (info, crc) in skimmed {
+                let at = usize::try_from(info.offset).unwrap() + CMD_HEADER_SIZE;
+                let len = usize::try_from(info.len).unwrap();
+                let mut payload = bytes[at..at + len].to_vec();
+                let mut attrs = Vec::new();
+                let c = decode_payload(&info, crc, &payload, &mut attrs).unwrap();
+                assert_eq!(c, w);
+                // Cut short, or changed: the reader's errors.
+                let mut attrs = Vec::new();
+                let e = decode_payload(&info, crc, &payload[..len - 1], &mut attrs).unwrap_err();
+                assert!(matches!(e, DecodeError::TruncatedCommand { .. }), "{e}");
+                payload[len - 1] ^= 1;
+                let mut attrs = Vec::new();
+                let e = decode_payload(&info, crc, &payload, &mut attrs).unwrap_err();
+                assert!(
+                    matches!(e, DecodeError::CrcMismatch { cmd, .. } if cmd == info),
+                    "{e}"
+                );
+            }
+        }
     }
 
     #[test]

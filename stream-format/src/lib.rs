@@ -33,7 +33,7 @@ mod error;
 
 pub use attr::{Attr, AttrType};
 pub use command::{Bytes, Command, CommandKind, CommandName, Timespec};
-pub use decode::{RawAttr, RawCommand, ReaderOptions, StreamReader};
+pub use decode::{Next, RawAttr, RawCommand, ReaderOptions, StreamReader, decode_payload};
 pub use encode::{StreamWriter, WriterOptions, default_max_command_size};
 pub use error::{AttrName, CommandInfo, DecodeError, DumpError, EncodeError};
 

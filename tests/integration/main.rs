@@ -1,6 +1,7 @@
 //! The core library's integration tests: one binary, one module per area.
 
 mod dump_model;
+mod extent_tree;
 mod fs_model;
 mod list;
 mod live;
@@ -9,6 +10,7 @@ mod raid56;
 mod readahead;
 mod reader;
 mod receive;
+mod receive_lanes;
 mod send;
 mod send_clone;
 mod send_incremental;

@@ -1207,13 +1207,21 @@ fn kernel_fixtures_match_source_manifests() {
     let mut failures = Vec::new();
     let mut notes = Vec::new();
     let cases = fixture_cases(&metas);
-    for (n, case) in cases.iter().enumerate() {
-        let what = case.what();
+    // Every chain with the data written on this thread (1) and by worker
+    // threads (the default, and more lanes than files in most fixtures):
+    // each against the kernel's manifest, so an ordering mistake of the
+    // lanes shows as a difference.
+    let runs = [1, ReceiveOptions::new().threads, 5];
+    let all = runs.iter().flat_map(|&t| cases.iter().map(move |c| (t, c)));
+    for (n, (threads, case)) in all.enumerate() {
+        let what = format!("{} (threads {threads})", case.what());
         let dir = tmpfs.path().join(n.to_string());
         fs::create_dir(&dir).unwrap();
+        let mut opts = ReceiveOptions::new();
+        opts.threads = threads;
         let received = case.streams.iter().try_for_each(|s| {
             let input = testing::open_stream(s).expect("fixture stream");
-            receive::receive(input, &dir, &ReceiveOptions::new(), &mut NoProgress).map(|_| ())
+            receive::receive(input, &dir, &opts, &mut NoProgress).map(|_| ())
         });
         if let Err(e) = received {
             failures.push(format!("{what}: {e}"));
@@ -1284,7 +1292,8 @@ fn kernel_fixtures_match_source_manifests() {
         }
     }
     eprintln!(
-        "{test}: {} receives from {} fixture dirs into tmpfs; notes:\n  {}",
+        "{test}: {} receives ({} chains, threads {runs:?}) from {} fixture dirs into tmpfs; notes:\n  {}",
+        cases.len() * runs.len(),
         cases.len(),
         metas.len(),
         notes.join("\n  ")
@@ -1293,7 +1302,7 @@ fn kernel_fixtures_match_source_manifests() {
         failures.is_empty(),
         "{} of {} failed:\n{}",
         failures.len(),
-        cases.len(),
+        cases.len() * runs.len(),
         failures.join("\n")
     );
 }

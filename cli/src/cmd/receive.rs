@@ -40,6 +40,12 @@ pub struct ReceiveArgs {
     /// (BTRFS_IOC_ENCODED_WRITE); elsewhere they are always decompressed.
     #[arg(long)]
     pub force_decompress: bool,
+    /// Write file data on N worker threads, one queue per file, while the
+    /// stream is read and checked in order (default: the number of CPUs, 2
+    /// to 4); 0 or 1 applies every command on one thread. At most 64 MiB of
+    /// data is queued at once.
+    #[arg(long, value_name = "N")]
+    pub threads: Option<usize>,
     /// Show a progress bar on standard error (default: when it is a terminal).
     #[arg(long, overrides_with = "no_progress")]
     pub progress: bool,
@@ -114,12 +120,21 @@ pub fn run(args: &ReceiveArgs) -> anyhow::Result<()> {
     } else {
         args.progress || std::io::stderr().is_terminal()
     };
-    let input: Box<dyn std::io::Read + Send> = match &args.file {
-        Some(f) => Box::new(
-            std::fs::File::open(f).with_context(|| format!("cannot open {}", f.display()))?,
-        ),
-        // Not locked: the input is read on the receiver's reader thread.
-        None => Box::new(std::io::stdin()),
+    // A regular file (also as standard input) is read without a reader
+    // thread, straight into the command buffers; a pipe on a reader thread.
+    let input = match &args.file {
+        Some(f) => {
+            std::fs::File::open(f).with_context(|| format!("cannot open {}", f.display()))?
+        }
+        None => {
+            use std::os::fd::AsFd;
+            std::fs::File::from(
+                std::io::stdin()
+                    .as_fd()
+                    .try_clone_to_owned()
+                    .context("cannot use standard input")?,
+            )
+        }
     };
     let bar = show.then(|| {
         let len = args
@@ -144,7 +159,11 @@ pub fn run(args: &ReceiveArgs) -> anyhow::Result<()> {
     opts.max_errors = args.max_errors;
     opts.stop_at_end = args.stop_at_end;
     opts.force_decompress = args.force_decompress;
-    let res = receive::receive(input, dir, &opts, &mut progress);
+    opts.threads = args.threads.unwrap_or_else(|| {
+        std::thread::available_parallelism()
+            .map_or(receive::DEFAULT_THREADS, |n| n.get().clamp(2, 4))
+    });
+    let res = receive::receive_file(input, dir, &opts, &mut progress);
     if let Some(b) = &progress.bar {
         b.finish_and_clear();
     }

@@ -408,6 +408,23 @@ pub fn run(args: &SendArgs) -> anyhow::Result<()> {
         res = send_one(&src.fs, &subvol, parent.as_ref(), &clones, &mut out);
     }
     progress.finish(res.as_ref().ok().map(|stats| stats.stream_bytes));
+    if let Ok(stats) = &res
+        && std::env::var_os("BTRSEND_DEBUG_EXTENT_TREE").is_some()
+    {
+        let x = stats.extent_tree;
+        eprintln!(
+            "btrsend: extent tree: {} lookups, {} cached, {} in leaf, {} forward ({} leaves), \
+             {} searches from the root, {} from a subtree, {} block reads",
+            x.lookups,
+            x.cache_hits,
+            x.in_leaf,
+            x.forward,
+            x.leaves_stepped,
+            x.descents,
+            x.subtree_descents,
+            x.block_reads
+        );
+    }
     if std::env::var_os("BTRSEND_DEBUG_CACHE").is_some() {
         eprintln!("btrsend: block cache: {:?}", src.fs.volume().cache_stats());
     }
