@@ -381,24 +381,35 @@ impl<'a> TreeView<'a> {
     /// The key offset of the last extent item of `ino` at or before
     /// `offset`, or `offset` itself when there is none.
     fn extent_at_or_before(&self, ino: u64, offset: u64) -> Result<u64> {
+        let is_extent = |k: &Key| k.objectid == ino && k.item_type == ondisk::BTRFS_EXTENT_DATA_KEY;
         let mut c = self.cursor();
         c.seek(&Key::new(ino, ondisk::BTRFS_EXTENT_DATA_KEY, offset))?;
-        if let Some(item) = c.current()
-            && item.key == Key::new(ino, ondisk::BTRFS_EXTENT_DATA_KEY, offset)
-        {
-            return Ok(offset);
+        if let Some(item) = c.current() {
+            if is_extent(&item.key) && item.key.offset == offset {
+                return Ok(offset);
+            }
+            // The item before, when it is in the same leaf: the one slot
+            // back (as the kernel steps back from its search).
+            let before = usize::try_from(item.slot)
+                .ok()
+                .and_then(|s| s.checked_sub(1))
+                .and_then(|s| c.leaf()?.node().item(s));
+            if let Some(prev) = before {
+                return Ok(if is_extent(&prev.key) {
+                    prev.key.offset
+                } else {
+                    offset
+                });
+            }
         }
-        // The previous item: walk the inode's extents from the start. The
-        // items of one inode are usually few leaves; a backward cursor would
-        // avoid this.
+        // The item before is the last of an earlier leaf (or the search
+        // ran off the tree's end): walk the inode's extents from the
+        // start (rare: once per leaf boundary).
         let mut best = None;
         let mut c = self.cursor();
         c.seek(&Key::new(ino, ondisk::BTRFS_EXTENT_DATA_KEY, 0))?;
         while let Some(item) = c.current() {
-            if item.key.objectid != ino
-                || item.key.item_type != ondisk::BTRFS_EXTENT_DATA_KEY
-                || item.key.offset > offset
-            {
+            if !is_extent(&item.key) || item.key.offset > offset {
                 break;
             }
             best = Some(item.key.offset);

@@ -51,14 +51,7 @@ impl LiveBtrfs {
     ///
     /// mkfs or mount failed (what is already set up is cleaned up).
     pub fn with_options(size: u64, mkfs_args: &[&str], mount_opts: &str) -> Result<Self> {
-        let dir = tempfile::Builder::new()
-            .prefix("btrsend-live.")
-            .tempdir()
-            .map_err(|source| HarnessError::Io {
-                op: "mkdtemp",
-                path: std::env::temp_dir(),
-                source,
-            })?;
+        let dir = super::temp_dir("btrsend-live.")?;
         let image = dir.path().join("fs.img");
         let mnt = dir.path().join("mnt");
         let mut fs = LiveBtrfs {

@@ -28,6 +28,19 @@ pub use fixtures::{FixtureMeta, Pair};
 pub use live::{LiveBtrfs, open_stream, run};
 pub use tmpfs::Tmpfs;
 
+/// A fresh temporary directory named `PREFIX…` in the system's temporary
+/// directory (removed when dropped).
+fn temp_dir(prefix: &str) -> Result<tempfile::TempDir, HarnessError> {
+    tempfile::Builder::new()
+        .prefix(prefix)
+        .tempdir()
+        .map_err(|source| HarnessError::Io {
+            op: "mkdtemp",
+            path: std::env::temp_dir(),
+            source,
+        })
+}
+
 /// A failure of the harness itself (not of the code under test).
 #[derive(Debug, thiserror::Error)]
 pub enum HarnessError {

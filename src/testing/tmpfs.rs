@@ -31,14 +31,7 @@ impl Tmpfs {
     ///
     /// The temporary directory or the mount failed (not root, no tmpfs).
     pub fn new(size: u64) -> Result<Tmpfs, HarnessError> {
-        let dir = tempfile::Builder::new()
-            .prefix("btrsend-tmpfs.")
-            .tempdir()
-            .map_err(|source| HarnessError::Io {
-                op: "mkdtemp",
-                path: std::env::temp_dir(),
-                source,
-            })?;
+        let dir = super::temp_dir("btrsend-tmpfs.")?;
         let mnt = dir.path().join("mnt");
         std::fs::create_dir(&mnt).map_err(|source| HarnessError::Io {
             op: "mkdir",

@@ -292,20 +292,26 @@ fn physical_copies(fs: &Filesystem, logical: u64) -> Vec<usize> {
         .collect()
 }
 
+/// A scratch copy (in `dir`) of the fixture's first image, its first
+/// snapshot, the logical address of that snapshot's first fs-tree leaf, and
+/// the leaf's offsets in the image (one per copy).
+fn scratch_leaf(fx: &Fixture, dir: &Path) -> (PathBuf, String, u64, Vec<usize>) {
+    let img = scratch_copy(&fx.devices[0], dir);
+    let snap = snapshots(fx).remove(0);
+    let fs = Filesystem::open(&[&img]).unwrap();
+    let tree = fs.fs_tree(tree_id(&fs, &snap)).unwrap();
+    let leaf = first_leaf(&fs, &tree);
+    let copies = physical_copies(&fs, leaf);
+    (img, snap, leaf, copies)
+}
+
 #[test]
 fn corrupt_leaf_copy_on_dup_falls_back_and_manifest_is_unchanged() {
     let Some(fx) = fixtures().into_iter().find(|f| f.name().starts_with("001")) else {
         return;
     };
     let tmp = tempfile::tempdir().unwrap();
-    let img = scratch_copy(&fx.devices[0], tmp.path());
-    let snap = snapshots(&fx).remove(0);
-    let (leaf, copies) = {
-        let fs = Filesystem::open(&[&img]).unwrap();
-        let tree = fs.fs_tree(tree_id(&fs, &snap)).unwrap();
-        let leaf = first_leaf(&fs, &tree);
-        (leaf, physical_copies(&fs, leaf))
-    };
+    let (img, snap, leaf, copies) = scratch_leaf(&fx, tmp.path());
     assert_eq!(copies.len(), 2, "001 has DUP metadata");
     let mut bytes = fs::read(&img).unwrap();
     for b in &mut bytes[copies[0] + 300..copies[0] + 340] {
@@ -341,14 +347,7 @@ fn corrupt_leaf_on_single_metadata_is_named() {
         return;
     };
     let tmp = tempfile::tempdir().unwrap();
-    let img = scratch_copy(&fx.devices[0], tmp.path());
-    let snap = snapshots(&fx).remove(0);
-    let (leaf, copies) = {
-        let fs = Filesystem::open(&[&img]).unwrap();
-        let tree = fs.fs_tree(tree_id(&fs, &snap)).unwrap();
-        let leaf = first_leaf(&fs, &tree);
-        (leaf, physical_copies(&fs, leaf))
-    };
+    let (img, snap, leaf, copies) = scratch_leaf(&fx, tmp.path());
     assert_eq!(copies.len(), 1, "003 has single metadata");
     let mut bytes = fs::read(&img).unwrap();
     bytes[copies[0] + 1000] ^= 0x01;
