@@ -88,6 +88,12 @@ struct Current {
     base: Arc<PathBuf>,
 }
 
+/// The error for a command taken for an ENCODED_WRITE that is none (a
+/// caller matched it first: never seen).
+pub(super) fn not_encoded() -> ApplyErrorKind {
+    ApplyErrorKind::Invalid("not an ENCODED_WRITE command".into())
+}
+
 /// WRITE data smaller than this is written on the receiver's thread (unless
 /// its file has jobs queued): a lane costs a wake-up and a lock per job.
 const LANE_MIN: usize = 8192;
@@ -768,32 +774,8 @@ impl<'p> Receiver<'p> {
                 cur.fileattrs.push((fd, path.to_vec(), want));
                 Ok(())
             }
-            C::EncodedWrite {
-                path,
-                offset,
-                unencoded_file_len,
-                unencoded_len,
-                unencoded_offset,
-                compression,
-                encryption,
-                data,
-            } => {
-                let e = sys::Encoded {
-                    offset: *offset,
-                    unencoded_file_len: *unencoded_file_len,
-                    unencoded_len: *unencoded_len,
-                    unencoded_offset: *unencoded_offset,
-                    compression: compression.unwrap_or(0),
-                    encryption: encryption.unwrap_or(0),
-                    data,
-                };
-                encoded::check(
-                    e.compression,
-                    e.encryption,
-                    e.unencoded_len,
-                    e.unencoded_offset,
-                    e.unencoded_file_len,
-                )?;
+            C::EncodedWrite { path, data, .. } => {
+                let e = encoded::fields(cmd).ok_or_else(not_encoded)??;
                 if self.lanes.is_some() && self.queued(path) {
                     let buf = data.to_vec();
                     let len = buf.len();
@@ -831,7 +813,7 @@ impl<'p> Receiver<'p> {
                     e.unencoded_file_len,
                 )?;
                 let f = self.file(path)?;
-                f.write_all_at(&bytes, *offset)?;
+                f.write_all_at(&bytes, e.offset)?;
                 Ok(())
             }
             C::EnableVerity { path, .. } => {
@@ -1024,30 +1006,11 @@ impl<'p> Receiver<'p> {
             Command::EncodedWrite {
                 path,
                 offset,
-                unencoded_file_len,
-                unencoded_len,
-                unencoded_offset,
-                compression,
-                encryption,
                 data: Cow::Borrowed(data),
+                ..
             } => {
-                let e = sys::Encoded {
-                    offset: *offset,
-                    unencoded_file_len: *unencoded_file_len,
-                    unencoded_len: *unencoded_len,
-                    unencoded_offset: *unencoded_offset,
-                    compression: compression.unwrap_or(0),
-                    encryption: encryption.unwrap_or(0),
-                    data: &[],
-                };
-                encoded::check(
-                    e.compression,
-                    e.encryption,
-                    e.unencoded_len,
-                    e.unencoded_offset,
-                    e.unencoded_file_len,
-                )
-                .ok()?;
+                let e = encoded::fields(cmd)?.ok()?;
+                let e = sys::Encoded { data: &[], ..e };
                 (path, *data, *offset, Some(e))
             }
             _ => return None,

@@ -12,6 +12,9 @@
 
 use std::fmt;
 
+use stream_format::Command;
+
+use super::sys;
 use crate::fs::compress::{Algorithm, DecompressError, decompress};
 
 /// Largest decoded extent (`BTRFS_MAX_UNCOMPRESSED`, 128 KiB): the uapi
@@ -74,6 +77,43 @@ pub fn compression_name(c: u32) -> &'static str {
         3..=7 => "lzo",
         _ => "unknown",
     }
+}
+
+/// An ENCODED_WRITE command's fields as the ioctl takes them, checked with
+/// [`check`]; `None` for any other command.
+pub fn fields<'c>(cmd: &'c Command<'_>) -> Option<Result<sys::Encoded<'c>, DecodeDataError>> {
+    let Command::EncodedWrite {
+        offset,
+        unencoded_file_len,
+        unencoded_len,
+        unencoded_offset,
+        compression,
+        encryption,
+        data,
+        ..
+    } = cmd
+    else {
+        return None;
+    };
+    let e = sys::Encoded {
+        offset: *offset,
+        unencoded_file_len: *unencoded_file_len,
+        unencoded_len: *unencoded_len,
+        unencoded_offset: *unencoded_offset,
+        compression: compression.unwrap_or(0),
+        encryption: encryption.unwrap_or(0),
+        data,
+    };
+    Some(
+        check(
+            e.compression,
+            e.encryption,
+            e.unencoded_len,
+            e.unencoded_offset,
+            e.unencoded_file_len,
+        )
+        .map(|()| e),
+    )
 }
 
 /// Check an ENCODED_WRITE's fields without decoding its data: a known

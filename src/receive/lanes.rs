@@ -487,35 +487,11 @@ fn run_stream(
             }
             f.write_all_at(data, *offset)?;
         }
-        Command::EncodedWrite {
-            path,
-            offset,
-            unencoded_file_len,
-            unencoded_len,
-            unencoded_offset,
-            compression,
-            encryption,
-            data,
-        } => {
+        Command::EncodedWrite { path, .. } => {
             if **path != job.path[..] {
                 return Err(moved());
             }
-            let e = sys::Encoded {
-                offset: *offset,
-                unencoded_file_len: *unencoded_file_len,
-                unencoded_len: *unencoded_len,
-                unencoded_offset: *unencoded_offset,
-                compression: compression.unwrap_or(0),
-                encryption: encryption.unwrap_or(0),
-                data,
-            };
-            encoded::check(
-                e.compression,
-                e.encryption,
-                e.unencoded_len,
-                e.unencoded_offset,
-                e.unencoded_file_len,
-            )?;
+            let e = encoded::fields(&cmd).ok_or_else(super::apply::not_encoded)??;
             encoded_write(f, &e, shared)?;
         }
         _ => {
