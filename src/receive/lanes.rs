@@ -175,6 +175,21 @@ impl Shared {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
+
+    /// Lock, then wait (flagging `waiting`, so workers signal) while
+    /// `busy` holds.
+    fn wait_while(&self, mut busy: impl FnMut(&State) -> bool) -> MutexGuard<'_, State> {
+        let mut st = self.lock();
+        while busy(&st) {
+            st.waiting = true;
+            st = self
+                .cv
+                .wait(st)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+        }
+        st.waiting = false;
+        st
+    }
 }
 
 /// The worker threads and their queues.
@@ -256,17 +271,11 @@ impl Pool {
         let bytes = job.op.bytes();
         let load = job.load();
         {
-            let mut st = self.shared.lock();
             // A job bigger than the cap waits for an empty queue.
-            while st.in_flight > 0 && st.in_flight + bytes > self.cap {
-                st.waiting = true;
-                st = self
-                    .shared
-                    .cv
-                    .wait(st)
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
-            }
-            st.waiting = false;
+            let cap = self.cap;
+            let mut st = self
+                .shared
+                .wait_while(|st| st.in_flight > 0 && st.in_flight + bytes > cap);
             st.in_flight += bytes;
             if let Some(q) = st.queued.get_mut(w) {
                 *q = q.saturating_add(load);
@@ -294,16 +303,10 @@ impl Pool {
 
     /// Wait until lane `w` has run its first `k` jobs.
     pub fn wait(&self, w: usize, k: u64) {
-        let mut st = self.shared.lock();
-        while st.done.get(w).is_some_and(|&d| d < k) {
-            st.waiting = true;
-            st = self
-                .shared
-                .cv
-                .wait(st)
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-        }
-        st.waiting = false;
+        drop(
+            self.shared
+                .wait_while(|st| st.done.get(w).is_some_and(|&d| d < k)),
+        );
     }
 
     /// Wait until every queued job has run.
@@ -453,24 +456,8 @@ fn run_stream(
 ) -> Result<(), ApplyErrorKind> {
     use stream_format::Command;
     let info = &job.info;
-    let len = usize::try_from(info.len).unwrap_or(usize::MAX);
     let buf = &mut scratch.payload;
-    buf.resize(len, 0);
-    // Read as much as is there: a short payload (the input shrank) is the
-    // decoder's "truncated command" error.
-    let at = info
-        .offset
-        .saturating_add(stream_format::CMD_HEADER_SIZE as u64);
-    let mut got = 0;
-    while let Some(rest) = buf.get_mut(got..).filter(|r| !r.is_empty()) {
-        match input.read_at(rest, at.saturating_add(got as u64)) {
-            Ok(0) => break,
-            Ok(n) => got += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e.into()),
-        }
-    }
-    buf.truncate(got);
+    super::read_payload_into(input, info, buf)?;
     let cmd = stream_format::decode_payload(info, crc, buf, &mut scratch.attrs)
         .map_err(|e| ApplyErrorKind::Invalid(e.to_string()))?;
     let f = &*job.file;

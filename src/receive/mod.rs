@@ -487,17 +487,25 @@ pub fn receive(
     opts: &ReceiveOptions,
     progress: &mut dyn Progress,
 ) -> Result<Summary, ReceiveError> {
-    let mut rx = Receiver::new(dir, progress).map_err(|error| ReceiveError::Dir {
+    let mut rx = receiver(dir, opts, progress)?;
+    with_read_ahead(input, |blocks| decode_and_apply(&mut rx, blocks, opts))
+}
+
+/// A receiver into `dir` set up as `opts` ask (decompression, worker
+/// threads).
+fn receiver<'p>(
+    dir: &Path,
+    opts: &ReceiveOptions,
+    progress: &'p mut dyn Progress,
+) -> Result<Receiver<'p>, ReceiveError> {
+    let err = |error| ReceiveError::Dir {
         dir: dir.to_path_buf(),
         error,
-    })?;
+    };
+    let mut rx = Receiver::new(dir, progress).map_err(err)?;
     rx.force_decompress(opts.force_decompress);
-    rx.threads(opts.threads, MAX_QUEUED_DATA)
-        .map_err(|error| ReceiveError::Dir {
-            dir: dir.to_path_buf(),
-            error,
-        })?;
-    with_read_ahead(input, |blocks| decode_and_apply(&mut rx, blocks, opts))
+    rx.threads(opts.threads, MAX_QUEUED_DATA).map_err(err)?;
+    Ok(rx)
 }
 
 /// Bytes read at once from a regular file (commands longer than that are
@@ -538,16 +546,7 @@ pub fn receive_file(
     if !regular {
         return receive(input, dir, opts, progress);
     }
-    let mut rx = Receiver::new(dir, progress).map_err(|error| ReceiveError::Dir {
-        dir: dir.to_path_buf(),
-        error,
-    })?;
-    rx.force_decompress(opts.force_decompress);
-    rx.threads(opts.threads, MAX_QUEUED_DATA)
-        .map_err(|error| ReceiveError::Dir {
-            dir: dir.to_path_buf(),
-            error,
-        })?;
+    let mut rx = receiver(dir, opts, progress)?;
     let len = input.metadata().map_or(0, |m| m.len());
     let input = std::sync::Arc::new(input);
     let file = input.try_clone().map_err(|error| ReceiveError::Dir {
@@ -666,9 +665,22 @@ impl Source for Skim {
 /// The payload of the command `info` in `input`, read whole (or as much of
 /// it as there is).
 fn read_payload(input: &std::fs::File, info: &CommandInfo) -> io::Result<Vec<u8>> {
+    let mut buf = Vec::new();
+    read_payload_into(input, info, &mut buf)?;
+    Ok(buf)
+}
+
+/// [`read_payload`] into `buf` (reused): as much of the payload as there
+/// is, so a short one (the input shrank) is the decoder's "truncated
+/// command" error.
+pub(crate) fn read_payload_into(
+    input: &std::fs::File,
+    info: &CommandInfo,
+    buf: &mut Vec<u8>,
+) -> io::Result<()> {
     use std::os::unix::fs::FileExt;
     let len = usize::try_from(info.len).unwrap_or(usize::MAX);
-    let mut buf = vec![0; len];
+    buf.resize(len, 0);
     let at = info
         .offset
         .saturating_add(stream_format::CMD_HEADER_SIZE as u64);
@@ -682,7 +694,7 @@ fn read_payload(input: &std::fs::File, info: &CommandInfo) -> io::Result<Vec<u8>
         }
     }
     buf.truncate(got);
-    Ok(buf)
+    Ok(())
 }
 
 /// The body of [`receive`] and [`receive_file`]: read the commands from
