@@ -354,15 +354,8 @@ impl<R: Read> StreamReader<R> {
     /// the following command; after any other error it returns
     /// [`DecodeError::Stopped`].
     pub fn next_raw(&mut self) -> Result<Option<(CommandInfo, RawCommand<'_>)>, DecodeError> {
-        match self.state {
-            State::Done => return Ok(None),
-            State::Failed => return Err(DecodeError::Stopped { offset: self.pos }),
-            State::Header => {
-                if !self.read_stream_header()? {
-                    return Ok(None);
-                }
-            }
-            State::Commands => {}
+        if !self.at_command()? {
+            return Ok(None);
         }
         let (info, stored) = self.read_command_header()?;
         self.read_payload(info, stored)?;
@@ -424,6 +417,18 @@ impl<R: Read> StreamReader<R> {
     }
 
     /// Read a stream header; `Ok(false)` at a clean end of input.
+    /// Whether a command may follow (reading the stream header first if
+    /// it is still to come): `false` when the input is done, the
+    /// [`DecodeError::Stopped`] error after a fatal one.
+    fn at_command(&mut self) -> Result<bool, DecodeError> {
+        match self.state {
+            State::Done => Ok(false),
+            State::Failed => Err(DecodeError::Stopped { offset: self.pos }),
+            State::Header => self.read_stream_header(),
+            State::Commands => Ok(true),
+        }
+    }
+
     fn read_stream_header(&mut self) -> Result<bool, DecodeError> {
         let offset = self.pos;
         let mut h = [0u8; STREAM_HEADER_SIZE];
@@ -492,14 +497,13 @@ impl<R: Read> StreamReader<R> {
         Ok((info, stored))
     }
 
-    /// Read the payload of the command whose header was just read into
-    /// `self.buf` and check its CRC.
-    fn read_payload(&mut self, info: CommandInfo, stored: u32) -> Result<(), DecodeError> {
-        let len = usize::try_from(info.len).unwrap_or(usize::MAX);
+    /// Read the next `n` bytes of command `info`'s payload into `self.buf`
+    /// (its whole length): an I/O error or fewer bytes fail the stream.
+    fn read_buf(&mut self, info: CommandInfo, n: usize) -> Result<(), DecodeError> {
         // Not cleared first: the bytes already there are overwritten by the
         // read (or, if it comes short, never looked at), so a reused buffer
         // is not zeroed again.
-        self.buf.resize(len, 0);
+        self.buf.resize(n, 0);
         let got = match read_full(&mut self.inner, &mut self.buf) {
             Ok(n) => n,
             Err(source) => {
@@ -508,12 +512,20 @@ impl<R: Read> StreamReader<R> {
             }
         };
         self.pos = add_offset(self.pos, got);
-        if got < len {
+        if got < n {
             return Err(self.fail(DecodeError::TruncatedCommand {
                 cmd: info,
                 available: got,
             }));
         }
+        Ok(())
+    }
+
+    /// Read the payload of the command whose header was just read into
+    /// `self.buf` and check its CRC.
+    fn read_payload(&mut self, info: CommandInfo, stored: u32) -> Result<(), DecodeError> {
+        let len = usize::try_from(info.len).unwrap_or(usize::MAX);
+        self.read_buf(info, len)?;
         self.index = self.index.saturating_add(1);
         check_crc(&info, stored, &self.buf)
     }
@@ -556,15 +568,8 @@ impl<R: Read + Seek> StreamReader<R> {
         &mut self,
         skim: impl FnOnce(&CommandInfo) -> Option<usize>,
     ) -> Result<Option<Next<'_>>, DecodeError> {
-        match self.state {
-            State::Done => return Ok(None),
-            State::Failed => return Err(DecodeError::Stopped { offset: self.pos }),
-            State::Header => {
-                if !self.read_stream_header()? {
-                    return Ok(None);
-                }
-            }
-            State::Commands => {}
+        if !self.at_command()? {
+            return Ok(None);
         }
         let (info, stored) = self.read_command_header()?;
         let len = usize::try_from(info.len).unwrap_or(usize::MAX);
@@ -577,21 +582,7 @@ impl<R: Read + Seek> StreamReader<R> {
             return Ok(Some(Next::Command(info, cmd)));
         };
         let n = want.min(len);
-        self.buf.resize(n, 0);
-        let got = match read_full(&mut self.inner, &mut self.buf) {
-            Ok(n) => n,
-            Err(source) => {
-                let offset = self.pos;
-                return Err(self.fail(DecodeError::Io { offset, source }));
-            }
-        };
-        self.pos = add_offset(self.pos, got);
-        if got < n {
-            return Err(self.fail(DecodeError::TruncatedCommand {
-                cmd: info,
-                available: got,
-            }));
-        }
+        self.read_buf(info, n)?;
         // `n <= len`.
         let rest = len.saturating_sub(n);
         let skip = i64::try_from(rest).unwrap_or(i64::MAX);
