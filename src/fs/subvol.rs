@@ -167,27 +167,16 @@ struct Backref {
 
 fn parse_root_ref(item: &ItemRef<'_>) -> Result<Backref> {
     let (raw, rest) =
-        RootRef::ref_from_prefix(item.data).map_err(|_| truncated(item, "root ref", 18))?;
+        RootRef::ref_from_prefix(item.data).map_err(|_| item.truncated("root ref", 18))?;
     let n = usize::from(raw.name_len.get());
     let name = rest
         .get(..n)
-        .ok_or_else(|| truncated(item, "root ref name", 18usize.saturating_add(n)))?;
+        .ok_or_else(|| item.truncated("root ref name", 18usize.saturating_add(n)))?;
     Ok(Backref {
         parent: TreeId(item.key.offset),
         dirid: raw.dirid.get(),
         name: name.to_vec(),
     })
-}
-
-fn truncated(item: &ItemRef<'_>, what: &'static str, needed: usize) -> Error {
-    Error::corrupt(
-        item.location(),
-        CorruptKind::Truncated {
-            what,
-            needed: u64::try_from(needed).unwrap_or(u64::MAX),
-            available: u64::try_from(item.data.len()).unwrap_or(u64::MAX),
-        },
-    )
 }
 
 /// The first name of inode `ino` in the fs tree `root`: (parent dir, name).
@@ -203,20 +192,20 @@ fn first_ref(fs: &Filesystem, root: TreeRoot, ino: u64) -> Result<Option<(u64, V
     match item.key.item_type {
         ondisk::BTRFS_INODE_REF_KEY => {
             let (raw, rest) = InodeRef::ref_from_prefix(item.data)
-                .map_err(|_| truncated(&item, "inode ref", 10))?;
+                .map_err(|_| item.truncated("inode ref", 10))?;
             let n = usize::from(raw.name_len.get());
             let name = rest
                 .get(..n)
-                .ok_or_else(|| truncated(&item, "inode ref name", 10usize.saturating_add(n)))?;
+                .ok_or_else(|| item.truncated("inode ref name", 10usize.saturating_add(n)))?;
             Ok(Some((item.key.offset, name.to_vec())))
         }
         ondisk::BTRFS_INODE_EXTREF_KEY => {
             let (raw, rest) = InodeExtref::ref_from_prefix(item.data)
-                .map_err(|_| truncated(&item, "inode extref", 18))?;
+                .map_err(|_| item.truncated("inode extref", 18))?;
             let n = usize::from(raw.name_len.get());
             let name = rest
                 .get(..n)
-                .ok_or_else(|| truncated(&item, "inode extref name", 18usize.saturating_add(n)))?;
+                .ok_or_else(|| item.truncated("inode extref name", 18usize.saturating_add(n)))?;
             Ok(Some((raw.parent_objectid.get(), name.to_vec())))
         }
         _ => Ok(None),

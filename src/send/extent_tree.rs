@@ -24,12 +24,12 @@ use std::sync::Arc;
 
 use zerocopy::FromBytes;
 
-use crate::error::{CorruptKind, Error, Result};
+use crate::error::Result;
 use crate::fs::Filesystem;
 use crate::ondisk::{self, ExtentDataRef, ExtentItem};
 use crate::tree::key::Key;
 use crate::tree::node::{BlockExpect, TreeBlock};
-use crate::tree::walk::{BlockSource, Cursor, ItemRef, Reposition, TreeRoot};
+use crate::tree::walk::{BlockSource, Cursor, Reposition, TreeRoot};
 use crate::types::TreeId;
 use crate::volume::Volume;
 
@@ -319,17 +319,6 @@ fn first_key(bytenr: u64) -> Key {
     Key::new(bytenr, ondisk::BTRFS_EXTENT_ITEM_KEY, 0)
 }
 
-fn truncated(item: &ItemRef<'_>, what: &'static str, needed: usize) -> Error {
-    Error::corrupt(
-        item.location(),
-        CorruptKind::Truncated {
-            what,
-            needed: u64::try_from(needed).unwrap_or(u64::MAX),
-            available: u64::try_from(item.data.len()).unwrap_or(u64::MAX),
-        },
-    )
-}
-
 fn data_ref(r: &ExtentDataRef) -> DataRef {
     DataRef {
         root: r.root.get(),
@@ -358,7 +347,7 @@ fn read_record<S: BlockSource>(
         return Ok(None);
     }
     let (ei, rest) = ExtentItem::ref_from_prefix(item.data)
-        .map_err(|_| truncated(&item, "extent item", size_of::<ExtentItem>()))?;
+        .map_err(|_| item.truncated("extent item", size_of::<ExtentItem>()))?;
     let mut rec = ExtentRecord {
         key: item.key,
         refs: ei.refs.get(),
@@ -385,7 +374,7 @@ fn read_record<S: BlockSource>(
             _ => break,
         };
         let Some(payload) = tail.get(..len) else {
-            return Err(truncated(&item, "inline extent ref", len));
+            return Err(item.truncated("inline extent ref", len));
         };
         if ty == ondisk::BTRFS_SHARED_DATA_REF_KEY
             && let Ok((parent, _)) = zerocopy::little_endian::U64::read_from_prefix(payload)

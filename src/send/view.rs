@@ -71,17 +71,6 @@ fn bad_size(item: &ItemRef<'_>, what: &'static str, expected: usize) -> Error {
     )
 }
 
-fn truncated(item: &ItemRef<'_>, what: &'static str, needed: usize) -> Error {
-    Error::corrupt(
-        item.location(),
-        CorruptKind::Truncated {
-            what,
-            needed: u64::try_from(needed).unwrap_or(u64::MAX),
-            available: u64::try_from(item.data.len()).unwrap_or(u64::MAX),
-        },
-    )
-}
-
 /// Decode an INODE_ITEM (through the filesystem model's parser).
 pub(crate) fn parse_inode(item: &ItemRef<'_>) -> Result<InodeInfo> {
     let i = crate::fs::Inode::parse(item)?;
@@ -204,7 +193,7 @@ impl FileExtent {
 /// Decode an EXTENT_DATA item.
 pub(crate) fn parse_file_extent(item: &ItemRef<'_>) -> Result<FileExtent> {
     let (h, tail) = FileExtentItemHeader::ref_from_prefix(item.data)
-        .map_err(|_| truncated(item, "file extent item", size_of::<FileExtentItemHeader>()))?;
+        .map_err(|_| item.truncated("file extent item", size_of::<FileExtentItemHeader>()))?;
     if h.encryption != 0 || h.other_encoding.get() != 0 {
         return Err(Error::corrupt(
             item.location(),

@@ -28,7 +28,7 @@
     clippy::as_conversions
 )]
 
-use crate::error::{Location, Result};
+use crate::error::{CorruptKind, Error, Location, Result};
 use crate::tree::key::Key;
 use crate::tree::node::{BlockExpect, LeafItem, TreeBlock};
 use crate::types::{Generation, Logical, TreeId};
@@ -129,6 +129,19 @@ impl ItemRef<'_> {
             slot: self.slot,
             key: self.key,
         }
+    }
+
+    /// The error for an item shorter than the `needed` bytes that `what`
+    /// takes.
+    pub fn truncated(&self, what: &'static str, needed: usize) -> Error {
+        Error::corrupt(
+            self.location(),
+            CorruptKind::Truncated {
+                what,
+                needed: u64::try_from(needed).unwrap_or(u64::MAX),
+                available: u64::try_from(self.data.len()).unwrap_or(u64::MAX),
+            },
+        )
     }
 }
 
