@@ -615,11 +615,7 @@ impl<'a, W: Write> FullSend<'a, W> {
     /// `process_all_refs`: record every reference of the current inode in
     /// the snapshot (`new`) or the parent, and process them.
     fn process_all_refs(&mut self, new: bool) -> Result<(), SendError> {
-        let tree = if new {
-            Some(self.view.clone())
-        } else {
-            self.parent.clone()
-        };
+        let tree = self.tree_of(new);
         let Some(tree) = tree else {
             return Ok(());
         };
@@ -670,6 +666,15 @@ impl<'a, W: Write> FullSend<'a, W> {
             path: path.into(),
             name: name.into(),
         })
+    }
+
+    /// The snapshot's view (`left`), else the parent's (if any).
+    fn tree_of(&self, left: bool) -> Option<TreeView<'a>> {
+        if left {
+            Some(self.view.clone())
+        } else {
+            self.parent.clone()
+        }
     }
 
     fn inode(&self, ino: u64) -> Result<InodeInfo, SendError> {
@@ -785,11 +790,7 @@ impl<'a, W: Write> FullSend<'a, W> {
     /// The generation of a linked inode in the snapshot (`left`) or the
     /// parent.
     fn gen_in(&self, left: bool, ino: u64) -> Result<Option<u64>, SendError> {
-        let tree = if left {
-            Some(self.view.clone())
-        } else {
-            self.parent.clone()
-        };
+        let tree = self.tree_of(left);
         let Some(tree) = tree else {
             return Ok(None);
         };
@@ -899,11 +900,7 @@ impl<'a, W: Write> FullSend<'a, W> {
     /// `get_inode_gen`: the generation of `ino` in the snapshot (`left`) or
     /// the parent, whatever its link count.
     fn inode_gen(&self, left: bool, ino: u64) -> Result<Option<u64>, SendError> {
-        let tree = if left {
-            Some(self.view.clone())
-        } else {
-            self.parent.clone()
-        };
+        let tree = self.tree_of(left);
         let Some(tree) = tree else {
             return Ok(None);
         };
