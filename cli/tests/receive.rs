@@ -120,11 +120,9 @@ fn receive_dump_is_forwarded_to_dump() {
     assert_eq!(out.stdout, fs::read(streams.join("tiny.v1.dump")).unwrap());
 }
 
-#[test]
-fn receive_as_ordinary_user_reports_owners_once() {
-    let Some(streams) = common::send_streams_dir() else {
-        return;
-    };
+/// Whether this test can run a command as `nobody` (root and setpriv);
+/// if not, says loudly that `test` is skipped.
+fn can_drop_to_nobody(test: &str) -> bool {
     let have_setpriv = Command::new("setpriv")
         .arg("--version")
         .output()
@@ -134,9 +132,18 @@ fn receive_as_ordinary_user_reports_owners_once() {
         .output()
         .is_ok_and(|o| o.stdout == b"0\n");
     if !is_root || !have_setpriv {
-        eprintln!(
-            "SKIPPED: receive_as_ordinary_user_reports_owners_once needs root and setpriv (to drop to nobody)"
-        );
+        eprintln!("SKIPPED: {test} needs root and setpriv (to drop to nobody)");
+        return false;
+    }
+    true
+}
+
+#[test]
+fn receive_as_ordinary_user_reports_owners_once() {
+    let Some(streams) = common::send_streams_dir() else {
+        return;
+    };
+    if !can_drop_to_nobody("receive_as_ordinary_user_reports_owners_once") {
         return;
     }
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -173,18 +180,7 @@ fn receive_device_node_as_ordinary_user_says_it_needs_root() {
     use btrsend::stream_format::{Command as Cmd, StreamWriter};
     use std::borrow::Cow;
     use std::os::unix::fs::PermissionsExt;
-    let have_setpriv = Command::new("setpriv")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    let is_root = Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|o| o.stdout == b"0\n");
-    if !is_root || !have_setpriv {
-        eprintln!(
-            "SKIPPED: receive_device_node_as_ordinary_user_says_it_needs_root needs root and setpriv (to drop to nobody)"
-        );
+    if !can_drop_to_nobody("receive_device_node_as_ordinary_user_says_it_needs_root") {
         return;
     }
     let mut w = StreamWriter::new(Vec::new(), 1).unwrap();
