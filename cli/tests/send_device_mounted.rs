@@ -16,6 +16,8 @@
 //! * what counts as mounted (live): the loop device and its backing image
 //!   are found in sysfs, a copy of the image is not; a writable subvolume
 //!   of a read-write mount is refused, of a read-only mount sent;
+//! * a two-device RAID1 mounted read-write, both devices' caches filled
+//!   before a change: sent by its two devices, the kernel's stream;
 //! * a corrupted data block on an unmounted DUP image (no root needed
 //!   beyond making the image, which is live): one bad copy is read from
 //!   the other (the kernel's stream); both bad, the send fails naming
@@ -471,4 +473,75 @@ fn issue18_corrupt_data_block_recovered_from_the_mirror_or_reported() {
     // Unverified, it is.
     let sent = ours(&[&"--no-verify-data", &"--device", &img, &"snap"]);
     assert!(sent.windows(bad.len()).any(|w| w == bad));
+}
+
+/// Detaches a loop device on drop.
+struct Loop(PathBuf);
+
+impl Drop for Loop {
+    fn drop(&mut self) {
+        let _ = Command::new("losetup").arg("-d").arg(&self.0).status();
+    }
+}
+
+#[test]
+fn issue18_two_device_raid1_mounted_read_write_by_its_devices() {
+    let test = "issue18_two_device_raid1_mounted_read_write_by_its_devices";
+    if !testing::require_live(test) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let imgs = [
+        common::unpack(tmp.path(), "009-raid1", "dev1.img"),
+        common::unpack(tmp.path(), "009-raid1", "dev2.img"),
+    ];
+    let loops: Vec<Loop> = imgs
+        .iter()
+        .map(|img| {
+            let o = sh(Command::new("losetup").args(["-f", "--show"]).arg(img));
+            Loop(PathBuf::from(String::from_utf8(o.stdout).unwrap().trim()))
+        })
+        .collect();
+    let mnt = tmp.path().join("mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    let opts = format!(
+        "device={},device={}",
+        loops[0].0.display(),
+        loops[1].0.display()
+    );
+    sh(Command::new("mount")
+        .args(["-t", "btrfs", "-o", &opts])
+        .arg(&loops[0].0)
+        .arg(&mnt));
+    let guard = Mount(mnt.clone());
+    // Both devices' pages cached, then the filesystem changes.
+    for l in &loops {
+        fill_cache(&l.0);
+    }
+    std::fs::write(mnt.join("new-file"), bytes(9, 200_000)).unwrap();
+    snapshot(&mnt, &mnt.join("snaps/top"));
+    sh(&mut Command::new("sync"));
+    let kernel = kernel_stream(&mnt.join("snaps/top"), None);
+    let found = btrsend::mount::mounted_filesystem_of(&loops[1].0)
+        .unwrap()
+        .expect("the second device is mounted");
+    let o = btrsend()
+        .arg("send")
+        .arg("--device")
+        .arg(&loops[0].0)
+        .arg("--device")
+        .arg(&loops[1].0)
+        .arg("snaps/top")
+        .output()
+        .unwrap();
+    drop(guard);
+    assert_eq!(found.mount_point.as_deref(), Some(mnt.as_path()));
+    let mut want: Vec<PathBuf> = loops.iter().map(|l| l.0.clone()).collect();
+    want.sort();
+    assert_eq!(found.devices, want, "both devices, from sysfs");
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        o.stdout == kernel,
+        "stream of the mounted RAID1 filesystem by its devices differs from the kernel's"
+    );
 }
