@@ -200,7 +200,7 @@ pub struct SendStats {
     pub extent_tree: ExtentTreeStats,
 }
 
-pub(crate) struct FullSend<'a, W: Write> {
+pub(crate) struct Planner<'a, W: Write> {
     fs: &'a Filesystem,
     view: TreeView<'a>,
     /// The parent snapshot of an incremental send.
@@ -242,7 +242,7 @@ pub(crate) struct FullSend<'a, W: Write> {
     stats: SendStats,
 }
 
-impl<'a, W: Write> FullSend<'a, W> {
+impl<'a, W: Write> Planner<'a, W> {
     pub(crate) fn new(
         fs: &'a Filesystem,
         subvol: &Subvolume,
@@ -251,7 +251,7 @@ impl<'a, W: Write> FullSend<'a, W> {
         out: Pipeline<'a, W>,
         opts: SendOptions,
         progress: &'a dyn Progress,
-    ) -> Result<FullSend<'a, W>, SendError> {
+    ) -> Result<Planner<'a, W>, SendError> {
         let view = TreeView::new(fs, subvol.id())?;
         // The kernel adds the send root to the roots btrfs-progs passes (the
         // parent and every -c root) and sorts them by id.
@@ -285,7 +285,7 @@ impl<'a, W: Write> FullSend<'a, W> {
         } else {
             root.received_uuid.0
         };
-        Ok(FullSend {
+        Ok(Planner {
             fs,
             view,
             parent: parent_view,
