@@ -60,13 +60,18 @@ use super::backref::{Backrefs, Elem, LeafRefs};
 use super::compare::{Change, compare_trees};
 use super::data;
 use super::error::SendError;
-use super::extent_tree::{ExtentTreeReader, ExtentTreeStats};
+use super::extent_tree::ExtentTreeReader;
 use super::pipeline::Pipeline;
 use super::view::{
     self, ExtentKind, FileExtent, InodeInfo, S_IFBLK, S_IFCHR, S_IFDIR, S_IFIFO, S_IFLNK, S_IFMT,
     S_IFREG, S_IFSOCK, TreeView,
 };
 use super::{Progress, SendOptions};
+
+mod state;
+
+pub use state::SendStats;
+use state::{CloneRoot, CloneSrc, Cur, NewRef, OrphanDir, PendingMove, WaitingMove};
 
 const FIRST_FREE: u64 = ondisk::BTRFS_FIRST_FREE_OBJECTID;
 /// `SEND_MAX_EXTENT_REFS`: more references than this and no clone is tried.
@@ -85,120 +90,6 @@ const XATTR_ACL_ACCESS: &[u8] = b"system.posix_acl_access";
 const XATTR_ACL_DEFAULT: &[u8] = b"system.posix_acl_default";
 /// `FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE` (incremental v2 holes).
 const FALLOC_PUNCH: u32 = 3;
-
-/// The inode being processed (`sctx->cur_*`).
-#[derive(Debug, Default)]
-struct Cur {
-    ino: u64,
-    generation: u64,
-    size: u64,
-    mode: u32,
-    ignore: bool,
-    /// Did not exist in the parent (or full send).
-    new: bool,
-    /// Same number as an inode of the parent, another generation.
-    new_gen: bool,
-    /// Only in the parent.
-    deleted: bool,
-    /// End of the last extent seen (hole detection); `None`: unknown.
-    last_extent: Option<u64>,
-    next_write_offset: u64,
-    /// Its path on the receiver now, when known (`cur_inode_path`).
-    path: Option<Vec<u8>>,
-}
-
-/// A recorded reference (`struct recorded_ref`).
-#[derive(Debug, Clone)]
-struct NewRef {
-    dir: u64,
-    dir_gen: u64,
-    name: Vec<u8>,
-    full_path: Vec<u8>,
-}
-
-/// A root data may be cloned from (`struct clone_root`): the send root,
-/// the parent and the `-c` roots.
-#[derive(Debug, Clone)]
-pub(crate) struct CloneRoot<'a> {
-    id: u64,
-    view: TreeView<'a>,
-    /// Its UUID (received_uuid preferred) and ctransid, for CLONE.
-    uuid: [u8; 16],
-    ctransid: u64,
-}
-
-impl<'a> CloneRoot<'a> {
-    pub(crate) fn new(fs: &'a Filesystem, subvol: &Subvolume) -> Result<CloneRoot<'a>, SendError> {
-        let r = &subvol.root;
-        let uuid = if r.received_uuid.is_nil() {
-            r.uuid.0
-        } else {
-            r.received_uuid.0
-        };
-        Ok(CloneRoot {
-            id: subvol.id().get(),
-            view: TreeView::new(fs, subvol.id())?,
-            uuid,
-            ctransid: r.ctransid.get(),
-        })
-    }
-}
-
-/// The chosen clone source (`struct clone_root`'s found reference).
-#[derive(Debug, Clone, Copy)]
-struct CloneSrc {
-    ino: u64,
-    offset: u64,
-    /// Index into the clone roots.
-    root: usize,
-}
-
-/// A directory rename delayed until another directory has moved
-/// (`struct pending_dir_move`).
-#[derive(Debug, Clone)]
-struct PendingMove {
-    ino: u64,
-    generation: u64,
-    /// The parent directories of its new and deleted refs (for utimes).
-    dirs: Vec<(u64, u64)>,
-}
-
-/// A directory whose rename is delayed (`struct waiting_dir_move`).
-#[derive(Debug, Clone, Copy, Default)]
-struct WaitingMove {
-    /// It sits at its orphan name.
-    orphanized: bool,
-    /// A deleted directory (ino, generation) whose rmdir is retried after
-    /// this move.
-    rmdir: Option<(u64, u64)>,
-}
-
-/// A deleted directory not removed yet (`struct orphan_dir_info`): where
-/// `can_rmdir` resumes.
-#[derive(Debug, Clone, Copy, Default)]
-struct OrphanDir {
-    /// Dir index offset of the last entry checked.
-    last_index: u64,
-    /// Highest inode seen among its entries: no retry before it.
-    high_ino: u64,
-}
-
-/// Statistics of a finished send.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct SendStats {
-    /// Bytes of the stream.
-    pub stream_bytes: u64,
-    /// Inodes processed.
-    pub inodes: u64,
-    /// File data bytes sent in WRITE commands (plain data).
-    pub data_bytes: u64,
-    /// Bytes of ENCODED_WRITE data.
-    pub encoded_bytes: u64,
-    /// Bytes covered by CLONE commands.
-    pub cloned_bytes: u64,
-    /// The extent tree lookups of clone detection.
-    pub extent_tree: ExtentTreeStats,
-}
 
 pub(crate) struct Planner<'a, W: Write> {
     fs: &'a Filesystem,
