@@ -67,6 +67,7 @@ use super::view::{
 };
 use super::{Progress, SendOptions};
 
+mod attrs;
 mod create;
 mod moves;
 mod paths;
@@ -513,63 +514,6 @@ impl<'a, W: Write> Planner<'a, W> {
         Ok(())
     }
 
-    /// `process_all_new_xattrs` of a new-generation inode.
-    fn process_all_new_xattrs(&mut self) -> Result<(), SendError> {
-        let ino = self.cur.ino;
-        let mut all = Vec::new();
-        let xattr = ondisk::BTRFS_XATTR_ITEM_KEY;
-        self.view.each_item(ino, xattr..=xattr, |item| {
-            for e in view::parse_dir_items(item)? {
-                all.push((e.name.to_vec(), e.data.to_vec()));
-            }
-            Ok(())
-        })?;
-        for (n, d) in all {
-            self.process_new_xattr(&n, &d)?;
-        }
-        Ok(())
-    }
-
-    /// `__process_deleted_xattr`.
-    fn process_deleted_xattr(&mut self, name: &[u8]) -> Result<(), SendError> {
-        let path = self.cur_inode_path()?;
-        self.emit(&Command::RemoveXattr {
-            path: path.into(),
-            name: name.into(),
-        })
-    }
-
-    /// `cache_dir_utimes`: mark (or re-mark) a directory as most recently used.
-    fn cache_dir_utimes(&mut self, ino: u64, generation: u64) {
-        if let Some(pos) = self.dir_utimes.iter().position(|e| *e == (ino, generation)) {
-            self.dir_utimes.remove(pos);
-        }
-        self.dir_utimes.push_back((ino, generation));
-    }
-
-    fn trim_dir_utimes_cache(&mut self) -> Result<(), SendError> {
-        while self.dir_utimes.len() > DIR_UTIMES_CACHE_SIZE {
-            let Some((ino, generation)) = self.dir_utimes.pop_front() else {
-                break;
-            };
-            self.send_utimes(ino, generation)?;
-        }
-        Ok(())
-    }
-
-    fn send_utimes(&mut self, ino: u64, generation: u64) -> Result<(), SendError> {
-        let info = self.inode(ino)?;
-        let path = self.cur_path(ino, generation)?;
-        let otime = (self.opts.version >= 2).then_some(info.otime);
-        self.emit(&Command::Utimes {
-            path: path.into(),
-            atime: info.atime,
-            mtime: info.mtime,
-            ctime: info.ctime,
-            otime,
-        })
-    }
-
     /// `finish_inode_if_needed`; `key` is the next item's key, `None` at
     /// the end of the tree.
     fn finish_inode_if_needed(&mut self, key: Option<Key>) -> Result<(), SendError> {
@@ -678,31 +622,6 @@ impl<'a, W: Write> Planner<'a, W> {
             self.send_utimes(self.cur.ino, self.cur.generation)?;
         }
         Ok(())
-    }
-
-    /// `__process_new_xattr`.
-    fn process_new_xattr(&mut self, name: &[u8], data: &[u8]) -> Result<(), SendError> {
-        // The kernel compares only `name_len` bytes: any prefix of the
-        // capability name is left for the end of the inode too.
-        if XATTR_NAME_CAPS.starts_with(name) {
-            return Ok(());
-        }
-        // Empty ACLs are stored as empty values; receivers reject those, so
-        // the kernel sends an ACL header without entries (version 2).
-        let acl_header = [2u8, 0, 0, 0];
-        let data = if data.is_empty()
-            && (XATTR_ACL_ACCESS.starts_with(name) || XATTR_ACL_DEFAULT.starts_with(name))
-        {
-            &acl_header[..]
-        } else {
-            data
-        };
-        let path = self.cur_inode_path()?;
-        self.emit(&Command::SetXattr {
-            path: path.into(),
-            name: name.into(),
-            data: data.into(),
-        })
     }
 
     /// `process_extent` for a new inode.
