@@ -8,12 +8,53 @@ use std::io::Write;
 use stream_format::Command;
 
 use crate::ondisk;
+use crate::send::compare::Change;
 use crate::send::error::SendError;
-use crate::send::view::{self};
+use crate::send::view;
+use crate::tree::walk::ItemRef;
 
-use super::{DIR_UTIMES_CACHE_SIZE, Planner, XATTR_ACL_ACCESS, XATTR_ACL_DEFAULT, XATTR_NAME_CAPS};
+use super::Planner;
+
+/// `SEND_MAX_DIR_UTIMES_CACHE_SIZE`.
+const DIR_UTIMES_CACHE_SIZE: usize = 64;
+const XATTR_ACL_ACCESS: &[u8] = b"system.posix_acl_access";
+const XATTR_ACL_DEFAULT: &[u8] = b"system.posix_acl_default";
+/// The xattr the kernel sends only at the end of an inode.
+pub(super) const XATTR_NAME_CAPS: &[u8] = b"security.capability";
 
 impl<'a, W: Write> Planner<'a, W> {
+    /// `changed_xattr`: SET_XATTR for new or changed names, REMOVE_XATTR
+    /// for names only in the parent's item.
+    pub(super) fn changed_xattr(
+        &mut self,
+        change: Change,
+        left: Option<&ItemRef<'_>>,
+        right: Option<&ItemRef<'_>>,
+    ) -> Result<(), SendError> {
+        if self.cur.new_gen || self.cur.deleted {
+            return Ok(());
+        }
+        let new = match left.filter(|_| change != Change::Deleted) {
+            Some(l) => view::parse_dir_items(l)?,
+            None => Vec::new(),
+        };
+        let old = match right.filter(|_| change != Change::New) {
+            Some(r) => view::parse_dir_items(r)?,
+            None => Vec::new(),
+        };
+        for e in &new {
+            if !old.iter().any(|o| o.name == e.name && o.data == e.data) {
+                self.process_new_xattr(e.name, e.data)?;
+            }
+        }
+        for o in &old {
+            if !new.iter().any(|e| e.name == o.name) {
+                self.process_deleted_xattr(o.name)?;
+            }
+        }
+        Ok(())
+    }
+
     /// `process_all_new_xattrs` of a new-generation inode.
     pub(super) fn process_all_new_xattrs(&mut self) -> Result<(), SendError> {
         let ino = self.cur.ino;

@@ -14,9 +14,12 @@ use crate::send::error::SendError;
 use crate::send::view::{ExtentKind, FileExtent, TreeView};
 use crate::tree::key::Key;
 
+use super::Planner;
 use super::paths::inode_path;
 use super::state::CloneSrc;
-use super::{Planner, SEND_MAX_EXTENT_REFS};
+
+/// `SEND_MAX_EXTENT_REFS`: more references than this and no clone is tried.
+pub(super) const SEND_MAX_EXTENT_REFS: u64 = 1024;
 
 impl<'a, W: Write> Planner<'a, W> {
     /// `find_extent_clone`: the clone root and reference to clone `ext`

@@ -7,12 +7,39 @@ use std::io::Write;
 use stream_format::Command;
 
 use crate::ondisk;
+use crate::send::compare::Change;
 use crate::send::error::SendError;
 use crate::send::view::{self, ExtentKind, FileExtent, S_IFLNK, S_IFMT, S_IFREG};
+use crate::tree::walk::ItemRef;
 
-use super::{CLONE_INDEX_MAX, FALLOC_PUNCH, Planner};
+use super::Planner;
+
+/// Data extents remembered as sent (for the full-send shortcut of clone
+/// detection) before the index is dropped and every shared extent is
+/// walked (memory bound: ~16 MiB).
+const CLONE_INDEX_MAX: usize = 1 << 20;
+/// `FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE` (incremental v2 holes).
+const FALLOC_PUNCH: u32 = 3;
 
 impl<'a, W: Write> Planner<'a, W> {
+    /// `changed_extent`: a new or changed EXTENT_DATA item of the current
+    /// inode (deleted ones need nothing: holes are found from the next
+    /// item or at the end of the inode).
+    pub(super) fn changed_extent(
+        &mut self,
+        change: Change,
+        left: Option<&ItemRef<'_>>,
+    ) -> Result<(), SendError> {
+        if self.cur.new_gen || self.cur.deleted || change == Change::Deleted {
+            return Ok(());
+        }
+        if let Some(l) = left {
+            let ext = view::parse_file_extent(l)?;
+            self.process_extent(ext, l.slot)?;
+        }
+        Ok(())
+    }
+
     /// `process_all_extents` of a new-generation inode.
     pub(super) fn process_all_extents(&mut self) -> Result<(), SendError> {
         let ino = self.cur.ino;

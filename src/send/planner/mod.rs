@@ -32,7 +32,8 @@
 //! backref cache calling the iterator early for leaves seen before (it can
 //! only change which of several whole-extent candidates is taken).
 //!
-//! Common to both:
+//! Full and incremental sends are one planner, as in the kernel: a full
+//! send is an incremental send in which every item is new. What both share:
 //!
 //! * `send_progress`: inodes below it have their final names on the
 //!   receiver; every other inode is at its orphan name `o<ino>-<generation>-<idx>`
@@ -44,6 +45,22 @@
 //! * file data: writes in `max_send_read_size` chunks, encoded writes, and
 //!   clones of extents shared with the clone roots (`find_extent_clone`,
 //!   `clone_range`).
+//!
+//! The rooms, one concern each (all are `impl Planner` blocks over the
+//! state declared here and in `state`):
+//!
+//! | file | what |
+//! | --- | --- |
+//! | `mod.rs` | the planner, the event loop (`changed_cb`), changed inodes (`changed_inode`), finishing an inode (`finish_inode_if_needed`: refs, holes, truncate, chown, chmod, fileattr, capabilities, utimes) |
+//! | `state` | the state types: the current inode, recorded refs, delayed moves, orphan directories, clone roots, statistics |
+//! | `paths` | receiver-side paths now (`get_cur_path`), inode state, first refs, orphan names, overwrite checks |
+//! | `create` | creating inodes at their orphan names |
+//! | `refs` | recording refs and processing them: rename, link, unlink, orphanize, rmdir |
+//! | `moves` | delayed directory moves |
+//! | `attrs` | xattrs and the directory-utimes cache |
+//! | `extents` | which extents are sent, unchanged extents, holes |
+//! | `clone` | finding clone sources and emitting CLONE |
+//! | `write` | WRITE, ENCODED_WRITE, UPDATE_EXTENT |
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::io::Write;
@@ -74,24 +91,12 @@ mod refs;
 mod state;
 mod write;
 
+use attrs::XATTR_NAME_CAPS;
+use clone::SEND_MAX_EXTENT_REFS;
 pub use state::SendStats;
 use state::{CloneRoot, Cur, NewRef, OrphanDir, PendingMove, WaitingMove};
 
 const FIRST_FREE: u64 = ondisk::BTRFS_FIRST_FREE_OBJECTID;
-/// `SEND_MAX_EXTENT_REFS`: more references than this and no clone is tried.
-const SEND_MAX_EXTENT_REFS: u64 = 1024;
-/// `SEND_MAX_DIR_UTIMES_CACHE_SIZE`.
-const DIR_UTIMES_CACHE_SIZE: usize = 64;
-/// Data extents remembered as sent (for the full-send shortcut of clone
-/// detection) before the index is dropped and every shared extent is
-/// walked (memory bound: ~16 MiB).
-const CLONE_INDEX_MAX: usize = 1 << 20;
-/// The xattr the kernel sends only at the end of an inode.
-const XATTR_NAME_CAPS: &[u8] = b"security.capability";
-const XATTR_ACL_ACCESS: &[u8] = b"system.posix_acl_access";
-const XATTR_ACL_DEFAULT: &[u8] = b"system.posix_acl_default";
-/// `FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE` (incremental v2 holes).
-const FALLOC_PUNCH: u32 = 3;
 
 pub(crate) struct Planner<'a, W: Write> {
     fs: &'a Filesystem,
@@ -338,52 +343,10 @@ impl<'a, W: Write> Planner<'a, W> {
         }
         match key.item_type {
             ondisk::BTRFS_INODE_REF_KEY | ondisk::BTRFS_INODE_EXTREF_KEY => {
-                if self.cur.ino == FIRST_FREE || self.cur.new_gen {
-                    return Ok(());
-                }
-                if let Some(l) = left.filter(|_| change != Change::Deleted) {
-                    for (dir, name) in view::parse_refs(l)? {
-                        self.record_ref(true, dir, &name)?;
-                    }
-                }
-                if let Some(r) = right.filter(|_| change != Change::New) {
-                    for (dir, name) in view::parse_refs(r)? {
-                        self.record_ref(false, dir, &name)?;
-                    }
-                }
+                self.changed_ref(change, left, right)?;
             }
-            ondisk::BTRFS_XATTR_ITEM_KEY => {
-                if self.cur.new_gen || self.cur.deleted {
-                    return Ok(());
-                }
-                let new = match left.filter(|_| change != Change::Deleted) {
-                    Some(l) => view::parse_dir_items(l)?,
-                    None => Vec::new(),
-                };
-                let old = match right.filter(|_| change != Change::New) {
-                    Some(r) => view::parse_dir_items(r)?,
-                    None => Vec::new(),
-                };
-                for e in &new {
-                    if !old.iter().any(|o| o.name == e.name && o.data == e.data) {
-                        self.process_new_xattr(e.name, e.data)?;
-                    }
-                }
-                for o in &old {
-                    if !new.iter().any(|e| e.name == o.name) {
-                        self.process_deleted_xattr(o.name)?;
-                    }
-                }
-            }
-            ondisk::BTRFS_EXTENT_DATA_KEY => {
-                if self.cur.new_gen || self.cur.deleted || change == Change::Deleted {
-                    return Ok(());
-                }
-                if let Some(l) = left {
-                    let ext = view::parse_file_extent(l)?;
-                    self.process_extent(ext, l.slot)?;
-                }
-            }
+            ondisk::BTRFS_XATTR_ITEM_KEY => self.changed_xattr(change, left, right)?,
+            ondisk::BTRFS_EXTENT_DATA_KEY => self.changed_extent(change, left)?,
             ondisk::BTRFS_VERITY_DESC_ITEM_KEY if key.offset == 0 && self.opts.version >= 3 => {
                 return Err(SendError::corrupt(
                     key.objectid,

@@ -9,14 +9,41 @@ use std::io::Write;
 use stream_format::Command;
 
 use crate::ondisk;
+use crate::send::compare::Change;
 use crate::send::error::SendError;
 use crate::send::view::{self, S_IFDIR, S_IFMT};
 use crate::tree::key::Key;
+use crate::tree::walk::ItemRef;
 
 use super::state::NewRef;
 use super::{FIRST_FREE, Planner};
 
 impl<'a, W: Write> Planner<'a, W> {
+    /// `changed_ref`: record the names of a new, deleted or changed
+    /// INODE_REF / INODE_EXTREF item (new: the snapshot's, deleted: the
+    /// parent's).
+    pub(super) fn changed_ref(
+        &mut self,
+        change: Change,
+        left: Option<&ItemRef<'_>>,
+        right: Option<&ItemRef<'_>>,
+    ) -> Result<(), SendError> {
+        if self.cur.ino == FIRST_FREE || self.cur.new_gen {
+            return Ok(());
+        }
+        if let Some(l) = left.filter(|_| change != Change::Deleted) {
+            for (dir, name) in view::parse_refs(l)? {
+                self.record_ref(true, dir, &name)?;
+            }
+        }
+        if let Some(r) = right.filter(|_| change != Change::New) {
+            for (dir, name) in view::parse_refs(r)? {
+                self.record_ref(false, dir, &name)?;
+            }
+        }
+        Ok(())
+    }
+
     /// `process_all_refs`: record every reference of the current inode in
     /// the snapshot (`new`) or the parent, and process them.
     pub(super) fn process_all_refs(&mut self, new: bool) -> Result<(), SendError> {
