@@ -34,8 +34,8 @@ use btrsend::fs::{Filesystem, WalkOptions};
 use btrsend::testing::{self, LiveBtrfs};
 use btrsend::types::TreeId;
 
-mod common;
-use common::btrsend;
+use crate::common;
+use crate::common::btrsend;
 
 fn sh(cmd: &mut Command) -> Output {
     let out = cmd.output().expect("spawn");
