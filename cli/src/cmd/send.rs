@@ -1,7 +1,7 @@
 //! `btrsend send`: write a full send stream of a subvolume read straight
 //! from the filesystem's devices (core `btrsend::send`), given as
 //! `--device` images or found from a path inside a mounted btrfs
-//! (core `btrsend::mount`).
+//! (core `btrsend::send::mounted`: the policy for a mounted filesystem).
 
 use std::fs::File;
 use std::io::{IsTerminal, Write};
@@ -11,9 +11,10 @@ use std::time::Instant;
 use anyhow::{Context, bail};
 use btrsend::send::mounted::{Request, Source};
 use btrsend::send::{self, MAX_PROTO, SendError, SendOptions};
-use clap::Args;
+use clap::builder::TypedValueParser as _;
+use clap::{Args, ValueHint};
 
-use crate::progress::{Mode, SendProgress};
+use crate::progress::{Mode, Op, Reporter};
 
 /// Arguments of `btrsend send`.
 #[derive(Debug, Args)]
@@ -22,15 +23,15 @@ pub struct SendArgs {
     /// A device or image file of the filesystem (repeat for multi-device
     /// filesystems). It may be mounted: see MOUNTED FILESYSTEMS below.
     /// Without it, SUBVOL is a path inside a mounted btrfs.
-    #[arg(short = 'd', long = "device", value_name = "PATH")]
+    #[arg(short = 'd', long = "device", value_name = "PATH", value_hint = ValueHint::FilePath)]
     pub devices: Vec<PathBuf>,
     /// Write the stream to FILE instead of standard output.
-    #[arg(short = 'f', long = "file", value_name = "FILE")]
+    #[arg(short = 'f', long = "file", value_name = "FILE", value_hint = ValueHint::FilePath)]
     pub file: Option<PathBuf>,
     /// Protocol version: 1 (default, like btrfs-progs), 2, 3, or 0 for the
     /// highest this btrsend writes (2). `--compressed-data` without
     /// `--proto` means 2.
-    #[arg(long = "proto", value_name = "N", value_parser = clap::value_parser!(u32).range(0..=3))]
+    #[arg(long = "proto", value_name = "N", value_parser = proto_parser())]
     pub proto: Option<u32>,
     /// Send compressed extents as they are stored (ENCODED_WRITE), without
     /// decompressing them; needs protocol 2 or later.
@@ -55,7 +56,7 @@ pub struct SendArgs {
     /// Threads that read, verify and decompress file data ahead of the
     /// stream writer (default 4); 0 does all of it on one thread. The
     /// stream is the same for every count.
-    #[arg(long = "threads", value_name = "N", value_parser = clap::value_parser!(u16).range(0..=256))]
+    #[arg(long = "threads", value_name = "N", value_parser = clap::value_parser!(u16).range(0..=256), value_hint = ValueHint::Other)]
     pub threads: Option<u16>,
     /// Show progress on standard error: a bar on a terminal, otherwise a
     /// line every few seconds and a summary (default: a bar when standard
@@ -67,7 +68,7 @@ pub struct SendArgs {
     pub no_progress: bool,
     /// Send an incremental stream against PARENT, a snapshot the receiver
     /// already has (given like SUBVOL): only the differences are sent.
-    #[arg(short = 'p', long = "parent", value_name = "PARENT")]
+    #[arg(short = 'p', long = "parent", value_name = "PARENT", value_hint = ValueHint::AnyPath)]
     pub parent: Option<String>,
     /// A further snapshot the receiver has whose data may be cloned
     /// (repeatable; given like SUBVOL): extents shared with it are sent as
@@ -75,7 +76,7 @@ pub struct SendArgs {
     /// among the clone sources as btrfs-progs does: the snapshot SUBVOL was
     /// taken of, else the other snapshot of the same subvolume whose
     /// ctransid is closest.
-    #[arg(short = 'c', long = "clone-src", value_name = "CLONE_SRC")]
+    #[arg(short = 'c', long = "clone-src", value_name = "CLONE_SRC", value_hint = ValueHint::AnyPath)]
     pub clone_src: Vec<String>,
     /// The subvolume: with --device, its path from the top level as
     /// `btrsend list` prints it, or `id:N`; without, the path of a read-only
@@ -128,6 +129,13 @@ Progress: the total is the file data the snapshot's extent items reference,
 from a metadata-only pass over its tree before the send (only when progress
 is shown).";
 
+/// `--proto`'s values, listed (not a range) so that shells complete them.
+fn proto_parser() -> impl clap::builder::TypedValueParser<Value = u32> {
+    // Only the listed strings reach `map`, and each parses.
+    clap::builder::PossibleValuesParser::new(["0", "1", "2", "3"])
+        .map(|v| v.parse::<u32>().unwrap_or(MAX_PROTO))
+}
+
 /// The options the arguments ask for.
 pub fn options(args: &SendArgs) -> anyhow::Result<SendOptions> {
     let version = match args.proto {
@@ -137,7 +145,7 @@ pub fn options(args: &SendArgs) -> anyhow::Result<SendOptions> {
         None => 1,
     };
     if args.compressed_data && version < 2 {
-        bail!("--compressed-data needs protocol 2 or later (--proto {version} given)");
+        crate::usage_bail!("--compressed-data needs protocol 2 or later (--proto {version} given)");
     }
     let opts = SendOptions::new(version)
         .with_compressed_data(args.compressed_data)
@@ -167,14 +175,14 @@ pub fn run(args: &SendArgs) -> anyhow::Result<()> {
         clone_sources: &args.clone_src,
     };
     // Checked before the output is created.
-    let subvol = src.check(&req).map_err(|e| send_error(e, args))?;
+    let subvol = src.check(&req)?;
     let out: Box<dyn Write> = match &args.file {
         Some(f) => {
             Box::new(File::create(f).with_context(|| format!("cannot create {}", f.display()))?)
         }
         None => Box::new(std::io::stdout().lock()),
     };
-    let mode = Mode::choose(args.progress, args.no_progress);
+    let mode = Mode::choose(args.progress, args.no_progress, false);
     let total = if mode == Mode::Off {
         0
     } else {
@@ -188,9 +196,12 @@ pub fn run(args: &SendArgs) -> anyhow::Result<()> {
         }
         total
     };
-    let progress = SendProgress::new(mode, total);
+    let progress = Reporter::new(mode, Op::Send, Some(total), false);
     let res = src.send(&req, out, opts, &progress);
-    progress.finish(res.as_ref().ok().map(|(_, stats)| stats.stream_bytes));
+    progress.finish(
+        res.is_ok(),
+        res.as_ref().ok().map(|(_, stats)| stats.stream_bytes),
+    );
     if let Ok((_, stats)) = &res
         && std::env::var_os("BTRSEND_DEBUG_EXTENT_TREE").is_some()
     {
