@@ -7,9 +7,10 @@
 
 use std::io::Write;
 
+use crate::fs::{FileType, Inode};
 use crate::ondisk;
 use crate::send::error::SendError;
-use crate::send::view::{InodeInfo, TreeView};
+use crate::send::view::TreeView;
 
 use super::{FIRST_FREE, Planner};
 
@@ -26,7 +27,7 @@ impl<'a, W: Write> Planner<'a, W> {
         }
     }
 
-    pub(super) fn inode(&self, ino: u64) -> Result<InodeInfo, SendError> {
+    pub(super) fn inode(&self, ino: u64) -> Result<Inode, SendError> {
         self.view
             .inode(ino)?
             .ok_or_else(|| SendError::corrupt(ino, "missing inode item"))
@@ -75,7 +76,7 @@ impl<'a, W: Write> Planner<'a, W> {
         Ok(tree
             .inode(ino)?
             .filter(|i| i.nlink > 0)
-            .map(|i| i.generation))
+            .map(|i| i.generation.get()))
     }
 
     /// `get_cur_inode_state` as (exists in S, exists in P, processed).
@@ -162,7 +163,11 @@ impl<'a, W: Write> Planner<'a, W> {
             let Some(info) = parent.inode(other)? else {
                 return Ok(None);
             };
-            return Ok(Some((other, info.generation, info.is_dir())));
+            return Ok(Some((
+                other,
+                info.generation.get(),
+                info.file_type() == FileType::Dir,
+            )));
         }
         Ok(None)
     }
@@ -182,7 +187,7 @@ impl<'a, W: Write> Planner<'a, W> {
         let Some(tree) = tree else {
             return Ok(None);
         };
-        Ok(tree.inode(ino)?.map(|i| i.generation))
+        Ok(tree.inode(ino)?.map(|i| i.generation.get()))
     }
 
     /// `get_first_ref` with the parent directory's generation, in the

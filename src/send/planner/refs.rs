@@ -8,10 +8,11 @@ use std::io::Write;
 
 use stream_format::Command;
 
+use crate::fs::FileType;
 use crate::ondisk;
 use crate::send::compare::Change;
 use crate::send::error::SendError;
-use crate::send::view::{self, S_IFDIR, S_IFMT};
+use crate::send::view;
 use crate::tree::key::Key;
 use crate::tree::walk::ItemRef;
 
@@ -97,7 +98,7 @@ impl<'a, W: Write> Planner<'a, W> {
         let mut deleted = std::mem::take(&mut self.deleted_refs);
         let ino = self.cur.ino;
         let generation = self.cur.generation;
-        let is_dir = self.cur.mode & S_IFMT == S_IFDIR;
+        let is_dir = self.cur.file_type() == FileType::Dir;
         let mut pending = false;
         let first_overwritten = if self.cur.new {
             false
