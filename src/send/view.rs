@@ -20,6 +20,7 @@ use crate::ondisk;
 use crate::tree::key::Key;
 use crate::tree::walk::{Cursor, ItemRef, TreeRoot};
 use crate::types::TreeId;
+use crate::volume::Volume;
 
 /// The (parent dir, name) entries of an INODE_REF or INODE_EXTREF item, in
 /// item order (through the filesystem model's parsers).
@@ -64,12 +65,26 @@ type InodeMemo = Rc<RefCell<HashMap<u64, Option<Inode>>>>;
 /// Entries of an [`InodeMemo`] before it is emptied (≈ 200 bytes each).
 const INODE_MEMO_MAX: usize = 1 << 16;
 
-/// Point lookups in one subvolume tree. Clones share the inode memo.
+/// Leaves a lookup steps forward through before it searches down from a
+/// node of the path instead (as the extent-tree reader does).
+const NEAR_LEAVES: usize = 4;
+
+/// The cursor of a tree's point lookups, shared by a view's clones.
+type SharedCursor<'a> = Rc<RefCell<Cursor<&'a Volume>>>;
+
+/// Point lookups in one subvolume tree. Clones share the inode memo and
+/// the lookup cursor: each lookup moves that cursor with
+/// [`Cursor::seek_near`] (a binary search in the leaf under it when the key
+/// is there, a few leaf steps forward, else a search from the lowest node
+/// of its path that holds the key), not from the root. The planner's
+/// lookups cluster: around the current inode, in the root directory
+/// (orphan names), along a path.
 #[derive(Debug, Clone)]
 pub(crate) struct TreeView<'a> {
     pub fs: &'a Filesystem,
     pub root: TreeRoot,
     inodes: InodeMemo,
+    lookups: SharedCursor<'a>,
 }
 
 impl<'a> TreeView<'a> {
@@ -79,11 +94,27 @@ impl<'a> TreeView<'a> {
             fs,
             root,
             inodes: InodeMemo::default(),
+            lookups: Rc::new(RefCell::new(Cursor::new(fs.volume(), root))),
         })
     }
 
-    pub fn cursor(&self) -> Cursor<&'a crate::volume::Volume> {
+    /// A cursor of its own (for a walk over the whole tree).
+    pub fn cursor(&self) -> Cursor<&'a Volume> {
         Cursor::new(self.fs.volume(), self.root)
+    }
+
+    /// Position the lookup cursor at the first item with key ≥ `key` and
+    /// call `f` with it. A lookup made from inside `f` (the shared cursor
+    /// is busy) gets a cursor of its own, sought from the root: same
+    /// answer, no shortcut.
+    fn at<T>(&self, key: &Key, f: impl FnOnce(&mut Cursor<&'a Volume>) -> Result<T>) -> Result<T> {
+        if let Ok(mut c) = self.lookups.try_borrow_mut() {
+            c.seek_near(key, NEAR_LEAVES)?;
+            return f(&mut c);
+        }
+        let mut c = self.cursor();
+        c.seek(key)?;
+        f(&mut c)
     }
 
     /// The inode item of `ino`.
@@ -91,11 +122,11 @@ impl<'a> TreeView<'a> {
         if let Some(known) = self.inodes.borrow().get(&ino) {
             return Ok(*known);
         }
-        let mut c = self.cursor();
-        let info = match c.find(&Key::new(ino, ondisk::BTRFS_INODE_ITEM_KEY, 0))? {
-            Some(item) => Some(Inode::parse(&item)?),
-            None => None,
-        };
+        let key = Key::new(ino, ondisk::BTRFS_INODE_ITEM_KEY, 0);
+        let info = self.at(&key, |c| match c.current() {
+            Some(item) if item.key == key => Inode::parse(&item).map(Some),
+            _ => Ok(None),
+        })?;
         let mut memo = self.inodes.borrow_mut();
         if memo.len() >= INODE_MEMO_MAX {
             memo.clear();
@@ -107,18 +138,18 @@ impl<'a> TreeView<'a> {
     /// The inode's first reference: first INODE_REF item's first name, else
     /// the first INODE_EXTREF's (`get_first_ref`).
     pub fn first_ref(&self, ino: u64) -> Result<Option<(u64, Vec<u8>)>> {
-        let mut c = self.cursor();
-        c.seek(&Key::new(ino, ondisk::BTRFS_INODE_REF_KEY, 0))?;
-        let Some(item) = c.current() else {
-            return Ok(None);
-        };
-        if item.key.objectid != ino
-            || (item.key.item_type != ondisk::BTRFS_INODE_REF_KEY
-                && item.key.item_type != ondisk::BTRFS_INODE_EXTREF_KEY)
-        {
-            return Ok(None);
-        }
-        Ok(parse_refs(&item)?.into_iter().next())
+        self.at(&Key::new(ino, ondisk::BTRFS_INODE_REF_KEY, 0), |c| {
+            let Some(item) = c.current() else {
+                return Ok(None);
+            };
+            if item.key.objectid != ino
+                || (item.key.item_type != ondisk::BTRFS_INODE_REF_KEY
+                    && item.key.item_type != ondisk::BTRFS_INODE_EXTREF_KEY)
+            {
+                return Ok(None);
+            }
+            Ok(parse_refs(&item)?.into_iter().next())
+        })
     }
 
     /// Every reference of `ino`: (parent directory, name) of its
@@ -144,18 +175,18 @@ impl<'a> TreeView<'a> {
         types: RangeInclusive<u8>,
         mut f: impl FnMut(&ItemRef<'_>) -> Result<()>,
     ) -> Result<()> {
-        let mut c = self.cursor();
-        c.seek(&Key::new(ino, *types.start(), 0))?;
-        while let Some(item) = c.current() {
-            if item.key.objectid != ino || !types.contains(&item.key.item_type) {
-                break;
+        self.at(&Key::new(ino, *types.start(), 0), |c| {
+            while let Some(item) = c.current() {
+                if item.key.objectid != ino || !types.contains(&item.key.item_type) {
+                    break;
+                }
+                f(&item)?;
+                if !c.advance()? {
+                    break;
+                }
             }
-            f(&item)?;
-            if !c.advance()? {
-                break;
-            }
-        }
-        Ok(())
+            Ok(())
+        })
     }
 
     /// The DIR_ITEM entry `name` in directory `dir`: its location key.
@@ -171,25 +202,28 @@ impl<'a> TreeView<'a> {
     }
 
     fn lookup_named(&self, ino: u64, ty: u8, name: &[u8]) -> Result<Option<(Key, Vec<u8>)>> {
-        let mut c = self.cursor();
-        let Some(item) = c.find(&Key::new(ino, ty, name_hash(name)))? else {
-            return Ok(None);
-        };
-        Ok(parse_dir_items(&item)?
-            .into_iter()
-            .find(|e| e.name == name)
-            .map(|e| (e.location, e.data.to_vec())))
+        let key = Key::new(ino, ty, name_hash(name));
+        self.at(&key, |c| {
+            let Some(item) = c.current().filter(|i| i.key == key) else {
+                return Ok(None);
+            };
+            Ok(parse_dir_items(&item)?
+                .into_iter()
+                .find(|e| e.name == name)
+                .map(|e| (e.location, e.data.to_vec())))
+        })
     }
 
     /// The key offset of the last extent item of `ino` at or before
     /// `offset`, or `offset` itself when there is none.
     fn extent_at_or_before(&self, ino: u64, offset: u64) -> Result<u64> {
         let is_extent = |k: &Key| k.objectid == ino && k.item_type == ondisk::BTRFS_EXTENT_DATA_KEY;
-        let mut c = self.cursor();
-        c.seek(&Key::new(ino, ondisk::BTRFS_EXTENT_DATA_KEY, offset))?;
-        if let Some(item) = c.current() {
+        let found = self.at(&Key::new(ino, ondisk::BTRFS_EXTENT_DATA_KEY, offset), |c| {
+            let Some(item) = c.current() else {
+                return Ok(None);
+            };
             if is_extent(&item.key) && item.key.offset == offset {
-                return Ok(offset);
+                return Ok(Some(offset));
             }
             // The item before, when it is in the same leaf: the one slot
             // back (as the kernel steps back from its search).
@@ -197,73 +231,78 @@ impl<'a> TreeView<'a> {
                 .ok()
                 .and_then(|s| s.checked_sub(1))
                 .and_then(|s| c.leaf()?.node().item(s));
-            if let Some(prev) = before {
-                return Ok(if is_extent(&prev.key) {
+            Ok(before.map(|prev| {
+                if is_extent(&prev.key) {
                     prev.key.offset
                 } else {
                     offset
-                });
-            }
+                }
+            }))
+        })?;
+        if let Some(start) = found {
+            return Ok(start);
         }
         // The item before is the last of an earlier leaf (or the search
         // ran off the tree's end): walk the inode's extents from the
         // start (rare: once per leaf boundary).
-        let mut best = None;
-        let mut c = self.cursor();
-        c.seek(&Key::new(ino, ondisk::BTRFS_EXTENT_DATA_KEY, 0))?;
-        while let Some(item) = c.current() {
-            if !is_extent(&item.key) || item.key.offset > offset {
-                break;
+        self.at(&Key::new(ino, ondisk::BTRFS_EXTENT_DATA_KEY, 0), |c| {
+            let mut best = None;
+            while let Some(item) = c.current() {
+                if !is_extent(&item.key) || item.key.offset > offset {
+                    break;
+                }
+                best = Some(item.key.offset);
+                if !c.advance()? {
+                    break;
+                }
             }
-            best = Some(item.key.offset);
-            if !c.advance()? {
-                break;
-            }
-        }
-        Ok(best.unwrap_or(offset))
+            Ok(best.unwrap_or(offset))
+        })
     }
-}
 
-/// The extent items of one inode in key order, from a cursor that borrows
-/// only the volume (so the planner can emit commands between items).
-pub(crate) struct ExtentIter<'a> {
-    cursor: Cursor<&'a crate::volume::Volume>,
-    ino: u64,
-    started: bool,
-}
-
-impl<'a> TreeView<'a> {
     /// The extent items of `ino` starting with the one at or before
     /// `offset` (the kernel's `btrfs_search_slot` then step back one slot),
     /// else the first one after it.
     pub fn extents_from_iter(&self, ino: u64, offset: u64) -> Result<ExtentIter<'a>> {
         let start = self.extent_at_or_before(ino, offset)?;
-        let mut cursor = self.cursor();
-        cursor.seek(&Key::new(ino, ondisk::BTRFS_EXTENT_DATA_KEY, start))?;
         Ok(ExtentIter {
-            cursor,
-            ino,
-            started: false,
+            view: self.clone(),
+            next: Some(Key::new(ino, ondisk::BTRFS_EXTENT_DATA_KEY, start)),
         })
     }
+}
+
+/// The extent items of one inode in key order, each found by a lookup
+/// from the previous one's key (so the planner can emit commands and make
+/// other lookups between items).
+pub(crate) struct ExtentIter<'a> {
+    view: TreeView<'a>,
+    /// The key to look up next: the first item at or after it.
+    next: Option<Key>,
 }
 
 impl ExtentIter<'_> {
     /// The next extent item of the inode.
     pub fn next_extent(&mut self) -> Result<Option<FileExtent>> {
-        if self.started {
-            if !self.cursor.advance()? {
-                return Ok(None);
-            }
-        } else {
-            self.started = true;
-        }
-        let Some(item) = self.cursor.current() else {
+        let Some(key) = self.next.take() else {
             return Ok(None);
         };
-        if item.key.objectid != self.ino || item.key.item_type != ondisk::BTRFS_EXTENT_DATA_KEY {
-            return Ok(None);
-        }
-        FileExtent::parse(&item).map(Some)
+        self.view.at(&key, |c| {
+            let Some(item) = c.current() else {
+                return Ok(None);
+            };
+            if item.key.objectid != key.objectid
+                || item.key.item_type != ondisk::BTRFS_EXTENT_DATA_KEY
+            {
+                return Ok(None);
+            }
+            let ext = FileExtent::parse(&item)?;
+            self.next = item
+                .key
+                .offset
+                .checked_add(1)
+                .map(|o| Key::new(key.objectid, ondisk::BTRFS_EXTENT_DATA_KEY, o));
+            Ok(Some(ext))
+        })
     }
 }
