@@ -29,10 +29,11 @@ impl<'a, W: Write> Planner<'a, W> {
                 size: len,
             });
         }
-        if self.opts.compressed_data && ext.compression != Compression::None {
-            if encoded_len(ext) <= len {
-                return self.send_encoded(ext, &path, offset, len);
-            }
+        if self.opts.compressed_data
+            && ext.compression != Compression::None
+            && encoded_len(ext) <= len
+        {
+            return self.send_encoded(ext, &path, offset, len);
         }
         // Holes and preallocated ranges of an existing file read as zeros.
         let source = (!ext.is_hole_or_prealloc()).then_some(ext);
