@@ -26,7 +26,7 @@ use crate::tree::buf::BlockBuf;
 use crate::tree::key::Key;
 use crate::tree::node::{BlockCheck, BlockExpect, TreeBlock};
 use crate::tree::walk::{BlockSource, Cursor, TreeRoot};
-use crate::types::{DevId, Generation, Logical, TreeId, Uuid};
+use crate::types::{DevId, Generation, Logical, TreeId, Uuid, len64};
 
 use zerocopy::FromBytes;
 
@@ -359,7 +359,7 @@ impl Volume {
         let mut all = true;
         io.each_piece(logical, buf, |chunk, pos, done, rest| {
             let n = chunk
-                .mapping(pos, len64(rest))
+                .mapping(pos, len64(rest.len()))
                 .and_then(|m| usize::try_from(m.len).ok())
                 .map(|n| n.min(rest.len()))
                 .filter(|&n| n > 0)
@@ -439,7 +439,7 @@ fn read_chunk_tree(io: &Io, sb: &Superblock, root: TreeRoot) -> Result<(ChunkMap
                         item.location(),
                         CorruptKind::BadSize {
                             what: "dev item",
-                            found: len64(item.data),
+                            found: len64(item.data.len()),
                             expected: 98,
                         },
                     )
@@ -515,7 +515,7 @@ impl Io {
         copy: usize,
     ) -> Result<usize> {
         let mapping = chunk
-            .mapping(pos, len64(buf))
+            .mapping(pos, len64(buf.len()))
             .ok_or_else(|| unmapped(pos))?;
         let n = usize::try_from(mapping.len)
             .unwrap_or(usize::MAX)
@@ -546,7 +546,7 @@ impl Io {
         copy: usize,
     ) -> Result<()> {
         let row = chunk
-            .raid56_row(logical, len64(buf))
+            .raid56_row(logical, len64(buf.len()))
             .ok_or_else(|| unmapped(logical))?;
         let len = buf.len();
         // The other data strip taken as bad by copies 3 and up.
@@ -616,7 +616,7 @@ impl Io {
         let mut units: Vec<(usize, usize)> = Vec::new();
         let mut at = 0usize;
         while at < piece.len() {
-            let l = pos.get().saturating_add(len64u(at));
+            let l = pos.get().saturating_add(len64(at));
             let to_boundary = sector.saturating_sub(l.checked_rem(sector).unwrap_or(0));
             let len = usize::try_from(to_boundary)
                 .unwrap_or(usize::MAX)
@@ -645,9 +645,7 @@ impl Io {
                     break;
                 };
                 let end = last.saturating_add(last_len);
-                let run_pos = pos
-                    .checked_add(len64u(start))
-                    .ok_or_else(|| unmapped(pos))?;
+                let run_pos = pos.checked_add(len64(start)).ok_or_else(|| unmapped(pos))?;
                 // Copy 0 reads straight into the piece; later copies into a
                 // scratch buffer, so held bytes stay until better ones come.
                 let direct = copy == 0;
@@ -756,7 +754,7 @@ impl Io {
         let mut done = 0usize;
         while done < buf.len() {
             let pos = logical
-                .checked_add(len64u(done))
+                .checked_add(len64(done))
                 .ok_or_else(|| unmapped(logical))?;
             if !chunk.contains(pos) {
                 chunk = self.lookup(pos)?;
@@ -849,14 +847,6 @@ fn keep_most_telling(slot: &mut Option<Error>, e: Error) {
         }
         Some(_) => {}
     }
-}
-
-fn len64(b: &[u8]) -> u64 {
-    len64u(b.len())
-}
-
-fn len64u(n: usize) -> u64 {
-    u64::try_from(n).unwrap_or(u64::MAX)
 }
 
 impl Volume {

@@ -31,7 +31,7 @@
 use crate::error::{CorruptKind, Error, Location, Result};
 use crate::tree::key::Key;
 use crate::tree::node::{BlockExpect, LeafItem, TreeBlock};
-use crate::types::{Generation, Logical, TreeId};
+use crate::types::{Generation, Logical, TreeId, len64};
 
 /// Where the walker gets blocks from.
 pub trait BlockSource {
@@ -134,12 +134,18 @@ impl ItemRef<'_> {
     /// The error for an item shorter than the `needed` bytes that `what`
     /// takes.
     pub fn truncated(&self, what: &'static str, needed: usize) -> Error {
+        self.record_truncated(what, needed, self.data.len())
+    }
+
+    /// The error for a record inside the item (a name, a packed entry) of
+    /// which only `available` of the `needed` bytes are left.
+    pub fn record_truncated(&self, what: &'static str, needed: usize, available: usize) -> Error {
         Error::corrupt(
             self.location(),
             CorruptKind::Truncated {
                 what,
-                needed: u64::try_from(needed).unwrap_or(u64::MAX),
-                available: u64::try_from(self.data.len()).unwrap_or(u64::MAX),
+                needed: len64(needed),
+                available: len64(available),
             },
         )
     }
