@@ -14,6 +14,11 @@ use crate::send::view::TreeView;
 
 use super::{FIRST_FREE, Planner};
 
+/// The most directories a path walk climbs before it gives up: a path has
+/// at most `PATH_MAX` (4096) bytes, so fewer components than that; more
+/// steps mean references that loop (a corrupt tree) or delayed moves that
+/// never resolve.
+pub(super) const MAX_PATH_STEPS: usize = 4096;
 /// Entries kept in the first-ref cache before it is dropped (memory bound).
 const NAME_CACHE_MAX: usize = 1 << 16;
 
@@ -238,7 +243,7 @@ impl<'a, W: Write> Planner<'a, W> {
         let mut parts: Vec<Vec<u8>> = Vec::new();
         let (start, mut ino, mut generation) = (ino, ino, generation);
         while ino != FIRST_FREE {
-            if parts.len() > 4096 {
+            if parts.len() > MAX_PATH_STEPS {
                 return Err(SendError::corrupt(
                     start,
                     "path resolution loops through delayed directory moves",
@@ -333,7 +338,7 @@ impl<'a, W: Write> Planner<'a, W> {
             }
             let mut ino = dir;
             let mut steps = 0;
-            while ino > FIRST_FREE && steps < 4096 {
+            while ino > FIRST_FREE && steps < MAX_PATH_STEPS {
                 steps += 1;
                 let Some((p, p_gen, _)) = self.first_ref_gen(false, ino)? else {
                     break;
@@ -355,7 +360,7 @@ impl<'a, W: Write> Planner<'a, W> {
 /// first-ref path from its top.
 pub(super) fn inode_path(view: &TreeView<'_>, mut ino: u64) -> Result<Vec<u8>, SendError> {
     let mut parts = Vec::new();
-    while ino != FIRST_FREE && parts.len() < 4096 {
+    while ino != FIRST_FREE && parts.len() < MAX_PATH_STEPS {
         let (dir, name) = view
             .first_ref(ino)?
             .ok_or_else(|| SendError::corrupt(ino, "clone source has no reference"))?;
