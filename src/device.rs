@@ -54,9 +54,10 @@ impl FileDevice {
     /// [`Error::Open`] if it cannot be opened or sized.
     pub fn open(path: impl AsRef<Path>) -> Result<FileDevice> {
         let path = path.as_ref().to_path_buf();
-        let open_err = |source| Error::Open {
+        let open_err = |error: io::Error| Error::Open {
+            hint: permission_hint(&path, &error),
             device: path.clone(),
-            source,
+            error,
         };
         let mut file = File::open(&path).map_err(open_err)?;
         // A block device reports length 0 in its metadata; seeking to the
@@ -64,6 +65,35 @@ impl FileDevice {
         let size = file.seek(SeekFrom::End(0)).map_err(open_err)?;
         Ok(FileDevice { file, path, size })
     }
+}
+
+/// What a permission error on `path` asks for: for a block device, root or
+/// read access through the group that owns it (usually `disk`).
+fn permission_hint(path: &Path, error: &io::Error) -> Option<String> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    if error.kind() != io::ErrorKind::PermissionDenied {
+        return None;
+    }
+    let meta = std::fs::metadata(path).ok()?;
+    if !meta.file_type().is_block_device() {
+        return None;
+    }
+    let group = group_name(meta.gid()).unwrap_or_else(|| format!("gid {}", meta.gid()));
+    Some(format!(
+        "reading a block device needs root, or read access to the device: \
+         membership in its group `{group}` (e.g. `usermod -aG {group} USER`, then log in again)"
+    ))
+}
+
+/// The name of group `gid` from `/etc/group`.
+fn group_name(gid: u32) -> Option<String> {
+    let text = std::fs::read_to_string("/etc/group").ok()?;
+    text.lines().find_map(|line| {
+        let mut f = line.split(':');
+        let name = f.next()?;
+        let id = f.nth(1)?;
+        (id.parse() == Ok(gid)).then(|| name.to_owned())
+    })
 }
 
 impl Device for FileDevice {
@@ -78,10 +108,10 @@ impl Device for FileDevice {
     fn read_at(&self, buf: &mut [u8], offset: Physical) -> Result<()> {
         self.file
             .read_exact_at(buf, offset.get())
-            .map_err(|source| Error::Io {
+            .map_err(|error| Error::Io {
                 device: self.path.clone(),
                 offset,
-                source,
+                error,
             })
     }
 }
@@ -137,7 +167,7 @@ impl Device for MemDevice {
             None => Err(Error::Io {
                 device: self.path.clone(),
                 offset,
-                source: io::Error::from(io::ErrorKind::UnexpectedEof),
+                error: io::Error::from(io::ErrorKind::UnexpectedEof),
             }),
         }
     }

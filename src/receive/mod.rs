@@ -797,7 +797,7 @@ fn decode_and_apply_from(
                         read_payload(input, &info).map_err(|source| ReceiveError::Stream {
                             error: DecodeError::Io {
                                 offset: info.offset,
-                                source,
+                                error: source,
                             },
                             subvol: rx.current().map(|n| n.escape_ascii().to_string()),
                         })?;

@@ -8,11 +8,13 @@ use std::fmt;
 use stream_format::EncodeError;
 
 /// Why a send failed.
-#[derive(Debug, thiserror::Error)]
+///
+/// Each message includes its cause, so there is no `source()` (see
+/// [`crate::error`]: `main` would print the cause a second time).
+#[derive(Debug)]
 #[non_exhaustive]
 pub enum SendError {
     /// Reading the filesystem failed while working on an inode.
-    #[error("{}{source}", InodeCtx(*ino, path.as_deref()))]
     Fs {
         /// The inode being processed (0: none yet).
         ino: u64,
@@ -22,7 +24,6 @@ pub enum SendError {
         source: crate::Error,
     },
     /// The snapshot has something inconsistent or that send cannot express.
-    #[error("{}{what}", InodeCtx(*ino, None))]
     Corrupt {
         /// The inode.
         ino: u64,
@@ -30,19 +31,40 @@ pub enum SendError {
         what: String,
     },
     /// The subvolume asked for does not exist.
-    #[error("no subvolume {0}")]
     NoSubvolume(String),
     /// `-c` without `-p`: no clone source is the snapshot's source
     /// subvolume or another snapshot of it (btrfs-progs
     /// `find_good_parent`).
-    #[error(
-        "parent determination failed for subvolume {0}: no clone source is the subvolume it \
-         was snapshotted from or another snapshot of that; give the parent with -p"
-    )]
     NoGoodParent(u64),
     /// Writing the stream failed (a closed pipe: the receiver went away).
-    #[error("cannot write the send stream: {0}")]
-    Output(#[from] EncodeError),
+    Output(EncodeError),
+}
+
+impl fmt::Display for SendError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SendError::Fs { ino, path, source } => {
+                write!(f, "{}{source}", InodeCtx(*ino, path.as_deref()))
+            }
+            SendError::Corrupt { ino, what } => write!(f, "{}{what}", InodeCtx(*ino, None)),
+            SendError::NoSubvolume(name) => write!(f, "no subvolume {name}"),
+            SendError::NoGoodParent(id) => write!(
+                f,
+                "parent determination failed for subvolume {id}: no clone source is the \
+                 subvolume it was snapshotted from or another snapshot of that; give the \
+                 parent with -p"
+            ),
+            SendError::Output(e) => write!(f, "cannot write the send stream: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for SendError {}
+
+impl From<EncodeError> for SendError {
+    fn from(e: EncodeError) -> SendError {
+        SendError::Output(e)
+    }
 }
 
 impl SendError {
@@ -63,8 +85,8 @@ impl SendError {
 
     /// Whether the output was a pipe whose reader went away.
     pub fn is_broken_pipe(&self) -> bool {
-        matches!(self, SendError::Output(EncodeError::Io { source, .. })
-            if source.kind() == std::io::ErrorKind::BrokenPipe)
+        matches!(self, SendError::Output(EncodeError::Io { error, .. })
+            if error.kind() == std::io::ErrorKind::BrokenPipe)
     }
 }
 
