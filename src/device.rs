@@ -203,6 +203,74 @@ mod tests {
         );
     }
 
+    /// The hint of a permission error on a block device names root and the
+    /// group owning the node (`disk` here, as udev makes it).
+    #[test]
+    fn permission_error_on_a_block_device_says_what_is_needed() {
+        use rustix::fs::{CWD, FileType, Mode};
+        if !rustix::process::geteuid().is_root() {
+            eprintln!(
+                "=== SKIPPED permission_error_on_a_block_device_says_what_is_needed: \
+                 needs root (mknod) ==="
+            );
+            return;
+        }
+        let Some(disk) = group_id("disk") else {
+            eprintln!(
+                "=== SKIPPED permission_error_on_a_block_device_says_what_is_needed: no group disk ==="
+            );
+            return;
+        };
+        let tmp = tempfile::tempdir().unwrap();
+        let node = tmp.path().join("loop200");
+        // A node for loop device 200 (7:200); never opened.
+        let dev = (7 << 8) | 200;
+        rustix::fs::mknodat(
+            CWD,
+            &node,
+            FileType::BlockDevice,
+            Mode::from_raw_mode(0o660),
+            dev,
+        )
+        .unwrap();
+        rustix::fs::chown(&node, None, Some(rustix::fs::Gid::from_raw(disk))).unwrap();
+        let denied = io::Error::from_raw_os_error(13);
+        let e = Error::Open {
+            hint: permission_hint(&node, &denied),
+            device: node.clone(),
+            error: denied,
+        };
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "cannot open {}: Permission denied (os error 13): reading a block device needs \
+                 root, or read access to the device: membership in its group `disk` (e.g. \
+                 `usermod -aG disk USER`, then log in again)",
+                node.display()
+            )
+        );
+        // An image file: the OS error says it all.
+        let file = tmp.path().join("img");
+        std::fs::write(&file, b"x").unwrap();
+        assert_eq!(
+            permission_hint(&file, &io::Error::from_raw_os_error(13)),
+            None
+        );
+        // Another error: no hint.
+        assert_eq!(
+            permission_hint(&node, &io::Error::from_raw_os_error(2)),
+            None
+        );
+    }
+
+    fn group_id(name: &str) -> Option<u32> {
+        let text = std::fs::read_to_string("/etc/group").ok()?;
+        text.lines().find_map(|l| {
+            let f: Vec<&str> = l.split(':').collect();
+            (f.first() == Some(&name)).then(|| f.get(2)?.parse().ok())?
+        })
+    }
+
     #[test]
     fn mem_device_bounds() {
         let dev = MemDevice::new(vec![1, 2, 3], "mem");

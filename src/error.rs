@@ -51,9 +51,46 @@ pub enum Error {
         /// What the OS said (part of the message, not a `source()`).
         error: io::Error,
     },
-    /// The filesystem is damaged (or not btrfs).
+    /// The filesystem is damaged.
     #[error(transparent)]
     Corrupt(Box<Corrupt>),
+    /// The device or image holds no btrfs: no superblock copy carries the
+    /// magic, or it is too short to hold the primary copy.
+    #[error("not a btrfs filesystem: {} ({why})", device.display())]
+    NotBtrfs {
+        /// The device.
+        device: PathBuf,
+        /// What was found instead.
+        why: NotBtrfs,
+    },
+    /// Every superblock copy of a device is bad (at least one looks like
+    /// btrfs): each copy's failure, primary first.
+    #[error(
+        "every superblock copy on {} is bad: {}",
+        device.display(),
+        SuperCopies(copies)
+    )]
+    Superblocks {
+        /// The device.
+        device: PathBuf,
+        /// Where each copy was read and why it was refused.
+        copies: Vec<(Physical, Error)>,
+    },
+    /// Every copy of a tree block is bad: each copy's failure, in copy
+    /// order (DUP and RAID1 keep two or more).
+    #[error(
+        "all {} copies of tree block at logical {logical} (tree {tree}) are bad: {}",
+        failures.len(),
+        BlockCopies(*logical, failures)
+    )]
+    TreeBlockCopies {
+        /// The block.
+        logical: Logical,
+        /// The tree being read.
+        tree: TreeId,
+        /// Why each copy was refused, copy 1 first.
+        failures: Vec<Error>,
+    },
     /// The filesystem is valid but uses something not handled.
     #[error(transparent)]
     Unsupported(Unsupported),
@@ -84,6 +121,94 @@ impl Error {
             Error::Corrupt(c) => Some(c),
             _ => None,
         }
+    }
+}
+
+/// Why a device is not btrfs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum NotBtrfs {
+    /// Shorter than the end of the primary superblock.
+    TooShort {
+        /// Its size in bytes.
+        size: u64,
+    },
+    /// No copy that fits on the device has the magic.
+    NoMagic {
+        /// Where the copies were looked for.
+        copies: Vec<Physical>,
+    },
+}
+
+impl fmt::Display for NotBtrfs {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NotBtrfs::TooShort { size } => write!(
+                f,
+                "{size} bytes, too short to hold a superblock: the primary copy ends at byte 69632"
+            ),
+            NotBtrfs::NoMagic { copies } => {
+                f.write_str("no btrfs superblock magic at physical ")?;
+                for (i, p) in copies.iter().enumerate() {
+                    match i {
+                        0 => {}
+                        i if i + 1 == copies.len() => f.write_str(" or ")?,
+                        _ => f.write_str(", ")?,
+                    }
+                    write!(f, "{p}")?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// One copy's failure without the location the outer message already
+/// gives: the corruption kind for a corruption of that very place, else the
+/// whole error.
+fn fmt_copy_failure(f: &mut fmt::Formatter<'_>, e: &Error, same_place: bool) -> fmt::Result {
+    match e {
+        Error::Corrupt(c) if same_place => write!(f, "{}", c.kind),
+        e => write!(f, "{e}"),
+    }
+}
+
+/// `primary at physical 65536: …; mirror 1 at physical 67108864: …`.
+struct SuperCopies<'a>(&'a [(Physical, Error)]);
+
+impl fmt::Display for SuperCopies<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, (physical, e)) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str("; ")?;
+            }
+            match i {
+                0 => write!(f, "primary at physical {physical}: ")?,
+                i => write!(f, "mirror {i} at physical {physical}: ")?,
+            }
+            let same = matches!(e, Error::Corrupt(c)
+                if matches!(&c.location, Location::Superblock { physical: p, .. } if p == physical));
+            fmt_copy_failure(f, e, same)?;
+        }
+        Ok(())
+    }
+}
+
+/// `copy 1: …; copy 2: …`.
+struct BlockCopies<'a>(Logical, &'a [Error]);
+
+impl fmt::Display for BlockCopies<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, e) in self.1.iter().enumerate() {
+            if i > 0 {
+                f.write_str("; ")?;
+            }
+            write!(f, "copy {}: ", i.saturating_add(1))?;
+            let same = matches!(e, Error::Corrupt(c)
+                if matches!(c.location, Location::TreeBlock { logical, .. } if logical == self.0));
+            fmt_copy_failure(f, e, same)?;
+        }
+        Ok(())
     }
 }
 
@@ -584,7 +709,7 @@ mod tests {
         let e = Error::Io {
             device: "/dev/sdx".into(),
             offset: Physical(65536),
-            source: io::Error::from(io::ErrorKind::UnexpectedEof),
+            error: io::Error::from(io::ErrorKind::UnexpectedEof),
         };
         assert_eq!(
             e.to_string(),

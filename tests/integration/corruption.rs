@@ -155,13 +155,7 @@ fn send_all(dev: Patched) -> Result<(), Box<dyn StdError>> {
     let vol = Volume::from_devices(vec![Box::new(dev)])?;
     let fs = Filesystem::from_volume(vol);
     for sv in btrsend::fs::subvol::list_subvolumes(&fs)? {
-        send::send_full(
-            &fs,
-            &sv,
-            std::io::sink(),
-            SendOptions::new(2),
-            &NoProgress,
-        )?;
+        send::send_full(&fs, &sv, std::io::sink(), SendOptions::new(2), &NoProgress)?;
     }
     Ok(())
 }
