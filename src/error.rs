@@ -78,11 +78,7 @@ pub enum Error {
     },
     /// Every copy of a tree block is bad: each copy's failure, in copy
     /// order (DUP and RAID1 keep two or more).
-    #[error(
-        "all {} copies of tree block at logical {logical} (tree {tree}) are bad: {}",
-        failures.len(),
-        BlockCopies(*logical, failures)
-    )]
+    #[error("{}", BlockCopies(*logical, *tree, failures))]
     TreeBlockCopies {
         /// The block.
         logical: Logical,
@@ -194,12 +190,26 @@ impl fmt::Display for SuperCopies<'_> {
     }
 }
 
-/// `copy 1: …; copy 2: …`.
-struct BlockCopies<'a>(Logical, &'a [Error]);
+/// `all 2 copies of tree block at logical L (tree T) are bad: copy 1: …;
+/// copy 2: …`, or when every copy failed alike, that failure once and
+/// `(the same in all 2 copies)`.
+struct BlockCopies<'a>(Logical, TreeId, &'a [Error]);
 
 impl fmt::Display for BlockCopies<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for (i, e) in self.1.iter().enumerate() {
+        let n = self.2.len();
+        let texts: Vec<String> = self.2.iter().map(ToString::to_string).collect();
+        if let Some(first) = texts.first()
+            && texts.iter().all(|t| t == first)
+        {
+            return write!(f, "{first} (the same in all {n} copies)");
+        }
+        write!(
+            f,
+            "all {n} copies of tree block at logical {} (tree {}) are bad: ",
+            self.0, self.1
+        )?;
+        for (i, e) in self.2.iter().enumerate() {
             if i > 0 {
                 f.write_str("; ")?;
             }
@@ -554,6 +564,43 @@ pub enum CorruptKind {
         algorithm: &'static str,
         /// What the decoder said.
         reason: String,
+    },
+    /// A DIR_ITEM or XATTR_ITEM whose key offset is not the hash of its
+    /// name (kernel tree-checker: "name hash mismatch with key").
+    #[error(
+        "name hash mismatch: key offset {found:#x}, but the name \"{name}\" hashes to {expected:#x}"
+    )]
+    NameHash {
+        /// The key offset.
+        found: u64,
+        /// The hash of the name.
+        expected: u64,
+        /// The name, escaped.
+        name: String,
+    },
+    /// A field that must be a multiple of the sector size.
+    #[error("unaligned {field} {value}: must be a multiple of the sector size {align}")]
+    Unaligned {
+        /// The field.
+        field: &'static str,
+        /// Its value.
+        value: u64,
+        /// The sector size.
+        align: u32,
+    },
+    /// A generation newer than the filesystem's last commit allows.
+    #[error(
+        "{what} {found} is newer than the filesystem: the superblock's generation is \
+         {super_generation}, so at most {} is possible",
+        super_generation.0.saturating_add(1)
+    )]
+    TooNew {
+        /// The field.
+        what: &'static str,
+        /// Its value.
+        found: Generation,
+        /// The superblock's generation.
+        super_generation: Generation,
     },
     /// A reference chain that loops or is too deep.
     #[error("{what} loop at objectid {objectid}")]

@@ -167,6 +167,7 @@ impl Volume {
             csum_type: newest.csum_type,
             metadata_uuid: newest.metadata_uuid,
             chunk_tree_uuid: None,
+            super_generation: newest.generation,
         };
         // The chunk tree is read once, before the cache exists: directly
         // through the bootstrap map.

@@ -18,3 +18,4 @@ mod send_incremental;
 mod send_live;
 mod send_pipeline;
 mod send_random;
+mod tree_checker;
