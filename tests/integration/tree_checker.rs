@@ -244,8 +244,10 @@ fn inode_generation_newer_than_the_superblock_is_checked() {
         k.item_type == ondisk::BTRFS_INODE_ITEM_KEY && k.objectid > 256
     });
     // The superblock's generation as btrfs-progs prints it.
-    let Some(dump) = crate::reader::progs(&["inspect-internal", "dump-super"], &[img.clone()])
-    else {
+    let Some(dump) = crate::reader::progs(
+        &["inspect-internal", "dump-super"],
+        std::slice::from_ref(&img),
+    ) else {
         return;
     };
     let generation: u64 = dump
