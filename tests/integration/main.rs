@@ -11,6 +11,7 @@ mod raid56;
 mod readahead;
 mod reader;
 mod receive;
+mod receive_errors;
 mod receive_lanes;
 mod send;
 mod send_clone;
