@@ -60,6 +60,10 @@ impl FileDevice {
             error,
         };
         let mut file = File::open(&path).map_err(open_err)?;
+        // A directory opens, but every read fails: say so at once.
+        if file.metadata().map_err(open_err)?.is_dir() {
+            return Err(open_err(io::Error::from_raw_os_error(21)));
+        }
         // A block device reports length 0 in its metadata; seeking to the
         // end gives its size for both kinds.
         let size = file.seek(SeekFrom::End(0)).map_err(open_err)?;

@@ -20,7 +20,7 @@ use std::io;
 use std::path::PathBuf;
 
 use crate::csum::{Csum, CsumType};
-use crate::tree::key::Key;
+use crate::key::Key;
 use crate::types::{DevId, Generation, Logical, Physical, TreeId, Uuid};
 
 /// Result with the core [`Error`].

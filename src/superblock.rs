@@ -134,7 +134,9 @@ impl Superblock {
                 found: raw.magic.get(),
             }));
         }
-        let csum_type = CsumType::from_raw(raw.csum_type.get())?;
+        let csum_type = CsumType::from_raw(raw.csum_type.get()).ok_or(Error::Unsupported(
+            Unsupported::CsumType(raw.csum_type.get()),
+        ))?;
         // OK to index: `raw` is 4096 bytes, so `bytes` is too.
         let covered = bytes.get(ondisk::BTRFS_CSUM_SIZE..).unwrap_or_default();
         if let Err(computed) = csum_type.verify(&raw.csum, covered) {
@@ -578,6 +580,14 @@ mod tests {
             e.to_string(),
             "corrupt superblock on img at physical 67108864: bytenr mismatch: expected 67108864, found 65536"
         );
+    }
+
+    #[test]
+    fn unknown_checksum_type_is_unsupported() {
+        // csum_type (u16 at 0xc4) 9, resealed with crc32c as if it were.
+        let e = parse(&patched(0xc4, &9u16.to_le_bytes(), true)).unwrap_err();
+        assert!(matches!(e, Error::Unsupported(_)), "{e:?}");
+        assert_eq!(e.to_string(), "unsupported checksum type 9");
     }
 
     #[test]

@@ -841,8 +841,17 @@ fn fits(block: &TreeBlock, expect: &BlockExpect) -> bool {
 }
 
 /// The error of a tree block no copy could give: the one failure, or each
-/// copy's (a copy on a missing device says which device).
+/// copy's (a copy on a missing device says which device) — but when every
+/// copy is on a missing device, the first of them: giving the devices is
+/// what helps.
 fn copies_failed(expect: &BlockExpect, mut failures: Vec<Error>) -> Error {
+    if failures.len() > 1
+        && failures
+            .iter()
+            .all(|e| matches!(e, Error::MissingDevice { .. }))
+    {
+        failures.truncate(1);
+    }
     match failures.len() {
         0 => unmapped(expect.logical),
         1 => failures.swap_remove(0),

@@ -30,6 +30,14 @@ pub enum SendError {
         /// What is wrong.
         what: String,
     },
+    /// The snapshot holds something valid that this sender cannot send
+    /// yet (an fs-verity file with protocol 3).
+    Unsupported {
+        /// The inode.
+        ino: u64,
+        /// What is not supported.
+        what: &'static str,
+    },
     /// The subvolume asked for does not exist.
     NoSubvolume(String),
     /// `-c` without `-p`: no clone source is the snapshot's source
@@ -47,6 +55,7 @@ impl fmt::Display for SendError {
                 write!(f, "{}{source}", InodeCtx(*ino, path.as_deref()))
             }
             SendError::Corrupt { ino, what } => write!(f, "{}{what}", InodeCtx(*ino, None)),
+            SendError::Unsupported { ino, what } => write!(f, "{}{what}", InodeCtx(*ino, None)),
             SendError::NoSubvolume(name) => write!(f, "no subvolume {name}"),
             SendError::NoGoodParent(id) => write!(
                 f,

@@ -133,6 +133,11 @@ fn kernel_refuses(test: &str, img: &Path, f: &Found, reason: &str) {
     if !btrsend::testing::require_live(test) {
         return;
     }
+    // One at a time: the patched images share the fixture's fsid.
+    static MOUNTS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = MOUNTS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let mnt = tempfile::tempdir().unwrap();
     let before = dmesg();
     let st = Command::new("mount")
