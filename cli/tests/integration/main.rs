@@ -12,6 +12,7 @@ mod common;
 mod completions;
 mod dump;
 mod errors;
+mod list;
 mod man;
 mod manifest_devices;
 mod receive;
