@@ -61,6 +61,8 @@ pub struct RootInfo {
     pub stransid: Generation,
     /// Receive transid.
     pub rtransid: Generation,
+    /// Creation time (`otime`): seconds since the epoch and nanoseconds.
+    pub otime: (i64, u32),
 }
 
 impl RootInfo {
@@ -116,6 +118,11 @@ impl RootInfo {
             otransid: Generation(r.otransid.get()),
             stransid: Generation(r.stransid.get()),
             rtransid: Generation(r.rtransid.get()),
+            // The on-disk seconds are two's complement.
+            otime: (
+                i64::from_le_bytes(r.otime.sec.get().to_le_bytes()),
+                r.otime.nsec.get(),
+            ),
         })
     }
 
