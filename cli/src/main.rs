@@ -14,7 +14,7 @@ fn main() -> ExitCode {
         Ok(()) => Exit::Success.into(),
         Err(err) => {
             let code = Exit::from_error(&err);
-            if code != Exit::Quiet {
+            if code != Exit::Quiet && Exit::prints(&err) {
                 eprintln!("btrsend: error: {err:#}");
             }
             code.into()

@@ -1,5 +1,6 @@
 //! One module per subcommand; `run` dispatches.
 
+pub mod backup;
 pub mod completions;
 pub mod debug;
 pub mod dump;
@@ -13,6 +14,7 @@ use crate::args::{Cli, Command};
 /// Run the parsed command line.
 pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
+        Command::Backup(a) => backup::run(&a),
         Command::Dump(a) => dump::run(&a),
         Command::List(a) => list::run(&a),
         Command::Send(a) => send::run(&a),
