@@ -22,7 +22,8 @@
 //! * [`file`]: the stream-file format — zstd frames cut at command
 //!   boundaries, BLAKE3 per frame, a trailer in a skippable frame;
 //! * [`catalog`]: the list of stored streams, replaced atomically;
-//! * [`lock`]: exclusive for `run`, shared for the readers.
+//! * [`lock`]: exclusive for `run`, shared for the readers;
+//! * [`retention`]: which stored streams `backup forget` keeps.
 //!
 //! A stream file becomes part of the repository only when its upload is
 //! complete and durable and the catalog that lists it is stored: a run
@@ -33,6 +34,7 @@
 pub mod catalog;
 pub mod file;
 pub mod lock;
+pub mod retention;
 pub mod store;
 
 use std::collections::{BTreeMap, BTreeSet};
