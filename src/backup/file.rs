@@ -453,7 +453,7 @@ impl io::Write for FileWriter {
                 }
                 .min(rest.len())
             } else {
-                rest.len()
+                (self.opts.frame_bytes - self.buf.len()).min(rest.len())
             };
             let (now, later) = rest.split_at(take);
             self.parse(now);
@@ -724,14 +724,10 @@ impl StreamFile {
     ///
     /// [`Damage::FrameHash`]; store errors.
     pub fn read_frame(&self, store: &dyn Store, i: usize) -> Result<Vec<u8>, ReadError> {
-        let f = self
-            .trailer
-            .frames
-            .get(i)
-            .ok_or_else(|| Damage::Trailer {
-                file: self.key.clone(),
-                what: format!("no frame {i}"),
-            })?;
+        let f = self.trailer.frames.get(i).ok_or_else(|| Damage::Trailer {
+            file: self.key.clone(),
+            what: format!("no frame {i}"),
+        })?;
         let data = store.get(&self.key, Some(f.offset..f.offset + f.len))?;
         self.check_frame(i, &data)?;
         Ok(data)
@@ -885,8 +881,7 @@ impl Read for RawReader<'_> {
                 return Ok(0);
             }
             if !self.load().map_err(io_damage)? {
-                self.finish()
-                    .map_err(|d| io_damage(ReadError::Damage(d)))?;
+                self.finish().map_err(|d| io_damage(ReadError::Damage(d)))?;
                 self.done = true;
                 return Ok(0);
             }
@@ -945,10 +940,12 @@ mod tests {
     fn write_file(store: &LocalStore, key: &str, raw: &[u8], opts: WriterOptions) -> u64 {
         let up = store.multipart(key).unwrap();
         let mut w = FileWriter::new(up, opts);
-        // Odd-sized writes, to split headers.
-        for chunk in raw.chunks(777) {
+        // Odd-sized writes, to split headers, then one large write.
+        let (a, b) = raw.split_at(raw.len() / 2);
+        for chunk in a.chunks(777) {
             w.write_all(chunk).unwrap();
         }
+        w.write_all(b).unwrap();
         w.finish(id()).unwrap().1
     }
 
@@ -1104,6 +1101,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let s = LocalStore::new(dir.path());
         let e = StreamFile::open(&s, "streams/gone", 1000).unwrap_err();
-        assert!(matches!(e, ReadError::Store(ref s) if s.is_not_found()), "{e}");
+        assert!(
+            matches!(e, ReadError::Store(ref s) if s.is_not_found()),
+            "{e}"
+        );
     }
 }

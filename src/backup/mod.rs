@@ -19,7 +19,7 @@
 //! ```
 //!
 //! * [`store`]: where objects live (a directory, an S3 bucket);
-//! * [`file`]: the stream-file format — zstd frames cut at command
+//! * [`mod@file`]: the stream-file format — zstd frames cut at command
 //!   boundaries, BLAKE3 per frame, a trailer in a skippable frame;
 //! * [`catalog`]: the list of stored streams, replaced atomically;
 //! * [`lock`]: exclusive for `run`, shared for the readers;
@@ -102,7 +102,7 @@ pub enum BackupError {
         /// The repository.
         repo: String,
         /// The damage.
-        damage: Damage,
+        damage: Box<Damage>,
     },
     /// Sending a snapshot failed.
     #[error("cannot send {snapshot}: {source}")]
@@ -110,7 +110,7 @@ pub enum BackupError {
         /// The snapshot.
         snapshot: String,
         /// Why.
-        source: SendError,
+        source: Box<SendError>,
     },
     /// Receiving (restoring) failed.
     #[error("cannot restore {snapshot} into {}: {source}", dir.display())]
@@ -120,7 +120,7 @@ pub enum BackupError {
         /// The target directory.
         dir: PathBuf,
         /// Why.
-        source: ReceiveError,
+        source: Box<ReceiveError>,
     },
     /// Reading the source filesystem failed.
     #[error("{what}: {source}")]
@@ -128,7 +128,7 @@ pub enum BackupError {
         /// What was being read.
         what: String,
         /// Why.
-        source: crate::Error,
+        source: Box<crate::Error>,
     },
     /// A file could not be read or written.
     #[error("{what}: {source}")]
@@ -629,7 +629,10 @@ struct Sources {
 }
 
 fn fs_error(what: String) -> impl FnOnce(crate::Error) -> BackupError {
-    move |source| BackupError::Fs { what, source }
+    move |source| BackupError::Fs {
+        what,
+        source: Box::new(source),
+    }
 }
 
 fn select(opts: &RunOptions, specs: &[String]) -> Result<Sources, BackupError> {
@@ -817,9 +820,6 @@ impl Repository {
                 continue;
             }
             let Ok(chain) = cat.chain(e.id) else { continue };
-            if opts.full_every > 0 && chain.len() >= opts.full_every as usize {
-                continue;
-            }
             if !chain
                 .iter()
                 .all(|c| present.get(&c.file) == Some(&c.stored_bytes))
@@ -841,6 +841,12 @@ impl Repository {
             {
                 best = Some((e, on_source.clone()));
             }
+        }
+        // Every N-th stream of a chain is a full one.
+        let (e, _) = best.as_ref()?;
+        let depth = cat.depth(e.id).unwrap_or(usize::MAX);
+        if opts.full_every > 0 && depth >= opts.full_every as usize {
+            return None;
         }
         best
     }
@@ -870,7 +876,7 @@ impl Repository {
         };
         let send_err = |source| BackupError::Send {
             snapshot: sel.path.clone(),
-            source,
+            source: Box::new(source),
         };
         let total = if progress.wants_total() {
             send::total::data_bytes(fs, &sel.subvol).map_err(send_err)?
@@ -973,7 +979,9 @@ impl Repository {
         let mut rep = VerifyReport::default();
         let cat = match self.catalog() {
             Ok(c) => c,
-            Err(e @ (BackupError::Catalog { .. } | BackupError::Store(StoreError::Other { .. }))) => {
+            Err(
+                e @ (BackupError::Catalog { .. } | BackupError::Store(StoreError::Other { .. })),
+            ) => {
                 rep.problems.push(Problem {
                     entry: None,
                     file: None,
@@ -1107,12 +1115,13 @@ impl Repository {
     fn open_file(&self, e: &Entry) -> Result<StreamFile, BackupError> {
         let damage = |d: Damage| BackupError::Damage {
             repo: self.store.name().to_owned(),
-            damage: d,
+            damage: Box::new(d),
         };
-        let f = StreamFile::open(&*self.store, &e.file, e.stored_bytes).map_err(|err| match err {
-            ReadError::Damage(d) => damage(d),
-            ReadError::Store(s) => BackupError::Store(s),
-        })?;
+        let f =
+            StreamFile::open(&*self.store, &e.file, e.stored_bytes).map_err(|err| match err {
+                ReadError::Damage(d) => damage(d),
+                ReadError::Store(s) => BackupError::Store(s),
+            })?;
         let t = &f.trailer;
         let mismatch = |what: String| {
             damage(Damage::Mismatch {
@@ -1209,7 +1218,7 @@ impl Repository {
             f.check_hashes(&*self.store).map_err(|err| match err {
                 ReadError::Damage(d) => BackupError::Damage {
                     repo: self.store.name().to_owned(),
-                    damage: d,
+                    damage: Box::new(d),
                 },
                 ReadError::Store(s) => BackupError::Store(s),
             })?;
@@ -1222,7 +1231,7 @@ impl Repository {
         let damage_or = |e: io::Error, what: String| match file::damage_of(&e) {
             Some(ReadError::Damage(d)) => BackupError::Damage {
                 repo: self.store.name().to_owned(),
-                damage: d.clone(),
+                damage: Box::new(d.clone()),
             },
             _ => BackupError::Io { what, source: e },
         };
@@ -1241,7 +1250,7 @@ impl Repository {
                     BackupError::Receive {
                         snapshot: format!("{} ({})", entry.path, entry.id),
                         dir: dir.to_path_buf(),
-                        source,
+                        source: Box::new(source),
                     }
                 })?;
             }
@@ -1287,7 +1296,9 @@ fn open_input(path: &Path) -> Result<Box<dyn Read>, BackupError> {
     f.rewind().map_err(io_err)?;
     let f = io::BufReader::with_capacity(1 << 20, f);
     if n == 4 && u32::from_le_bytes(magic) == 0xFD2F_B528 {
-        Ok(Box::new(zstd::stream::read::Decoder::with_buffer(f).map_err(io_err)?))
+        Ok(Box::new(
+            zstd::stream::read::Decoder::with_buffer(f).map_err(io_err)?,
+        ))
     } else {
         Ok(Box::new(f))
     }
@@ -1299,12 +1310,17 @@ fn parse_import(path: &Path) -> Result<Parsed, BackupError> {
         file: name.clone(),
         what,
     };
-    let mut r = StreamReader::with_options(
-        open_input(path)?,
-        ReaderOptions::new().with_max_version(3),
-    );
+    let mut r =
+        StreamReader::with_options(open_input(path)?, ReaderOptions::new().with_max_version(3));
     let first = match r.next_command() {
-        Ok(Some((_, Command::Subvol { path, uuid, ctransid }))) => (
+        Ok(Some((
+            _,
+            Command::Subvol {
+                path,
+                uuid,
+                ctransid,
+            },
+        ))) => (
             String::from_utf8_lossy(&path).into_owned(),
             uuid,
             ctransid,
