@@ -33,8 +33,8 @@ pub struct Cli {
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Store snapshots in a backup repository (a directory or S3), verify
-    /// and restore them.
+    /// Store snapshots in a backup repository (a directory), verify and
+    /// restore them.
     Backup(cmd::backup::BackupArgs),
     /// Print the commands of a send stream in the format of `btrfs receive --dump`.
     Dump(cmd::dump::DumpArgs),

@@ -5,3 +5,4 @@ pub mod args;
 pub mod cmd;
 pub mod exit;
 pub mod progress;
+pub mod repository_man;

@@ -26,10 +26,9 @@ pub struct BackupArgs {
 }
 
 const BACKUP_HELP: &str = "\
-A repository is a directory, or s3://BUCKET[/PREFIX] on any S3-compatible
-service (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
-AWS_REGION or AWS_DEFAULT_REGION; an http:// endpoint is allowed). --repo
-falls back to the environment variable BTRSEND_REPOSITORY.
+A repository is a directory. --repo falls back to the environment variable
+BTRSEND_REPOSITORY. (S3 repositories, s3://BUCKET[/PREFIX], are not
+supported by this build yet: they are refused with exit status 10.)
 
 Each stored stream is a zstd file whose frames hold the raw btrfs send
 stream: `zstd -dc FILE | btrfs receive DIR` restores it without btrsend
@@ -52,8 +51,8 @@ Exit status:
 /// The repository option every subcommand takes.
 #[derive(Debug, Args)]
 pub struct RepoArg {
-    /// The repository: a directory or s3://BUCKET[/PREFIX] (default: the
-    /// environment variable BTRSEND_REPOSITORY).
+    /// The repository directory (default: the environment variable
+    /// BTRSEND_REPOSITORY).
     #[arg(long = "repo", value_name = "REPO")]
     pub repo: Option<String>,
 }
