@@ -4,5 +4,7 @@
 pub mod args;
 pub mod cmd;
 pub mod exit;
+pub mod man;
 pub mod progress;
 pub mod repository_man;
+pub mod signal;

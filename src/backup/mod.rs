@@ -557,7 +557,7 @@ fn origin_of(s: &Subvolume) -> String {
 
 /// The creation time of a snapshot, RFC 3339.
 fn otime_of(s: &Subvolume) -> String {
-    let (sec, nsec) = s.root.otime;
+    let (sec, nsec) = (s.root.otime.sec, s.root.otime.nsec);
     jiff::Timestamp::new(sec, i32::try_from(nsec).unwrap_or(0))
         .unwrap_or(jiff::Timestamp::UNIX_EPOCH)
         .to_string()

@@ -1,14 +1,14 @@
 //! `btrsend receive`: apply send streams to a directory (core
 //! `btrsend::receive`), or `--dump` them.
 
-use std::io::IsTerminal;
 use std::path::PathBuf;
 
 use anyhow::Context;
-use btrsend::receive::{self, Progress, ReceiveError, ReceiveOptions};
-use clap::Args;
+use btrsend::receive::{self, ReceiveOptions};
+use clap::{Args, ValueHint};
 
 use super::dump::{self, DumpArgs};
+use crate::progress::{Mode, Op, Reporter};
 
 /// Arguments of `btrsend receive`.
 #[derive(Debug, Args)]
@@ -19,7 +19,7 @@ pub struct ReceiveArgs {
     #[arg(long)]
     pub dump: bool,
     /// Read the stream from FILE instead of standard input.
-    #[arg(short = 'f', long = "file", value_name = "FILE")]
+    #[arg(short = 'f', long = "file", value_name = "FILE", value_hint = ValueHint::FilePath)]
     pub file: Option<PathBuf>,
     /// Stop after the first END command, as `btrfs receive -e` (default: read
     /// every stream concatenated in the input until its end).
@@ -31,7 +31,8 @@ pub struct ReceiveArgs {
         short = 'E',
         long = "max-errors",
         value_name = "N",
-        default_value_t = 1
+        default_value_t = 1,
+        value_hint = ValueHint::Other
     )]
     pub max_errors: u64,
     /// Decompress the data of a --compressed-data stream and write it, as
@@ -44,17 +45,20 @@ pub struct ReceiveArgs {
     /// stream is read and checked in order (default: the number of CPUs, 2
     /// to 4); 0 or 1 applies every command on one thread. At most 64 MiB of
     /// data is queued at once.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_hint = ValueHint::Other)]
     pub threads: Option<usize>,
-    /// Show a progress bar on standard error (default: when it is a terminal).
+    /// Show progress on standard error: a bar on a terminal (bytes of the
+    /// stream file's size, or from a pipe bytes, rate and elapsed time),
+    /// otherwise a line every few seconds and a summary (default: a bar
+    /// when standard error is a terminal, else nothing).
     #[arg(long, overrides_with = "no_progress")]
     pub progress: bool,
-    /// Never show a progress bar.
+    /// Never show progress.
     #[arg(long, overrides_with = "progress")]
     pub no_progress: bool,
     /// The directory to receive into: each subvolume of the stream becomes a
     /// directory `DIR/<name>`, with its record in `DIR/.btrsend/`.
-    #[arg(value_name = "DIR", required_unless_present = "dump")]
+    #[arg(value_name = "DIR", required_unless_present = "dump", value_hint = ValueHint::DirPath)]
     pub dir: Option<PathBuf>,
 }
 
@@ -71,40 +75,6 @@ absolute paths, '..' and symlinks in paths are refused.
 As an ordinary user, file owners cannot be set: this is reported once and is
 not an error.";
 
-/// Prints notes and non-fatal errors, and draws a bar when asked.
-struct CliProgress {
-    bar: Option<indicatif::ProgressBar>,
-}
-
-impl CliProgress {
-    fn println(&self, msg: &str) {
-        match &self.bar {
-            Some(b) => b.suspend(|| eprintln!("{msg}")),
-            None => eprintln!("{msg}"),
-        }
-    }
-}
-
-impl Progress for CliProgress {
-    fn position(&mut self, offset: u64, _commands: u64) {
-        if let Some(b) = &self.bar {
-            b.set_position(offset);
-        }
-    }
-    fn subvol_start(&mut self, name: &[u8], incremental: bool) {
-        if let Some(b) = &self.bar {
-            let kind = if incremental { "snapshot" } else { "subvol" };
-            b.set_message(format!("{kind} {}", name.escape_ascii()));
-        }
-    }
-    fn note(&mut self, msg: &str) {
-        self.println(&format!("btrsend: note: {msg}"));
-    }
-    fn error(&mut self, err: &ReceiveError) {
-        self.println(&format!("btrsend: error: {err}"));
-    }
-}
-
 /// Receive (or dump).
 pub fn run(args: &ReceiveArgs) -> anyhow::Result<()> {
     if args.dump {
@@ -114,11 +84,6 @@ pub fn run(args: &ReceiveArgs) -> anyhow::Result<()> {
     }
     let Some(dir) = &args.dir else {
         anyhow::bail!("DIR is required");
-    };
-    let show = if args.no_progress {
-        false
-    } else {
-        args.progress || std::io::stderr().is_terminal()
     };
     // A regular file (also as standard input) is read without a reader
     // thread, straight into the command buffers; a pipe on a reader thread.
@@ -136,25 +101,15 @@ pub fn run(args: &ReceiveArgs) -> anyhow::Result<()> {
             )
         }
     };
-    let bar = show.then(|| {
-        let len = args
-            .file
-            .as_ref()
-            .and_then(|f| std::fs::metadata(f).ok())
-            .map(|m| m.len());
-        let b = match len {
-            Some(l) => indicatif::ProgressBar::new(l),
-            None => indicatif::ProgressBar::no_length(),
-        };
-        let style = indicatif::ProgressStyle::with_template(
-            "{spinner} {msg} {bytes}/{total_bytes} {bytes_per_sec} {wide_bar}",
-        )
-        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar());
-        b.set_style(style);
-        b.set_draw_target(indicatif::ProgressDrawTarget::stderr());
-        b
-    });
-    let mut progress = CliProgress { bar };
+    // A regular file's size is the total; a pipe has none (bytes, rate and
+    // elapsed time are shown instead).
+    let total = input
+        .metadata()
+        .ok()
+        .filter(std::fs::Metadata::is_file)
+        .map(|m| m.len());
+    let mode = Mode::choose(args.progress, args.no_progress, false);
+    let mut progress = Reporter::new(mode, Op::Receive, total, false);
     let mut opts = ReceiveOptions::new();
     opts.max_errors = args.max_errors;
     opts.stop_at_end = args.stop_at_end;
@@ -164,9 +119,7 @@ pub fn run(args: &ReceiveArgs) -> anyhow::Result<()> {
             .map_or(receive::DEFAULT_THREADS, |n| n.get().clamp(2, 4))
     });
     let res = receive::receive_file(input, dir, &opts, &mut progress);
-    if let Some(b) = &progress.bar {
-        b.finish_and_clear();
-    }
+    progress.finish(res.is_ok(), None);
     res?;
     Ok(())
 }

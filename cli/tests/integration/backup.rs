@@ -4,13 +4,11 @@
 //! --to` must reproduce the kernel mount's manifest), damage by what
 //! `verify` and `restore` say, and exit codes as `--help` documents them.
 
-mod common;
-
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-use common::{fixture_dir, unpack};
+use crate::common::{fixture_dir, unpack};
 
 const FIX: &str = "014-incremental";
 
@@ -719,7 +717,7 @@ fn repository_man_page_is_current() {
     let committed = fs::read_to_string(&path).unwrap_or_default();
     assert!(
         committed == page,
-        "man/btrsend-repository.5 is out of date; run BTRSEND_UPDATE_MAN=1 cargo test -p btrsend-cli --test backup"
+        "man/btrsend-repository.5 is out of date; run BTRSEND_UPDATE_MAN=1 cargo test --release -p btrsend-cli --test integration backup::"
     );
     assert!(page.contains("BTRSTRL1") && page.contains(".SH \"CATALOG\""));
 }
