@@ -4,7 +4,7 @@
 //! | --- | --- |
 //! | 0 | success |
 //! | 1 | the operation failed: bad input, an I/O error, a corrupt stream or filesystem |
-//! | 2 | usage error (clap's default for a bad command line) |
+//! | 2 | usage error (clap's default for a bad command line; `backup forget` with an empty policy) |
 //! | 3 | `backup run`/`import`: some snapshots were stored and some failed |
 //! | 10 | `backup`: the repository is missing or unreachable |
 //! | 11 | `backup`: the repository's lock is held |
@@ -22,6 +22,9 @@ pub enum Exit {
     Failure,
     /// The operation failed and has already said why (nothing more to print).
     Quiet,
+    /// A usage error found after parsing (2), e.g. an empty retention
+    /// policy.
+    Usage,
     /// Some snapshots were stored and some failed (3).
     Partial,
     /// The repository is missing or unreachable (10).
@@ -57,6 +60,7 @@ impl Exit {
         match self {
             Exit::Success => 0,
             Exit::Failure | Exit::Quiet => 1,
+            Exit::Usage => 2,
             Exit::Partial => 3,
             Exit::RepoMissing => 10,
             Exit::LockHeld => 11,

@@ -23,7 +23,8 @@
 //!   boundaries, BLAKE3 per frame, a trailer in a skippable frame;
 //! * [`catalog`]: the list of stored streams, replaced atomically;
 //! * [`lock`]: exclusive for `run`, shared for the readers;
-//! * [`retention`]: which stored streams `backup forget` keeps.
+//! * [`retention`]: which stored streams `backup forget` keeps;
+//! * [`forget`]: `backup forget`, which applies it.
 //!
 //! A stream file becomes part of the repository only when its upload is
 //! complete and durable and the catalog that lists it is stored: a run
@@ -33,6 +34,7 @@
 
 pub mod catalog;
 pub mod file;
+pub mod forget;
 pub mod lock;
 pub mod retention;
 pub mod store;
@@ -52,6 +54,7 @@ use crate::receive::{self, ReceiveError, ReceiveOptions};
 use crate::send::{self, SendError, SendOptions};
 
 pub use catalog::{Catalog, Entry, Kind};
+pub use forget::{ForgetOptions, ForgetReport, Verdict};
 pub use file::{Damage, FileWriter, ReadError, StreamFile, StreamIdentity, WriterOptions};
 pub use lock::{LockKind, RepoLock};
 pub use store::{LocalStore, Store, StoreError};
