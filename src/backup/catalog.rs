@@ -404,7 +404,10 @@ mod tests {
         c.commit(&s).unwrap();
         let l = Catalog::load(&s).unwrap();
         assert_eq!(l, c);
-        assert_eq!(l.chain(b).unwrap().iter().map(|e| e.id).collect::<Vec<_>>(), [a, b]);
+        assert_eq!(
+            l.chain(b).unwrap().iter().map(|e| e.id).collect::<Vec<_>>(),
+            [a, b]
+        );
         assert_eq!(l.depth(b), Some(2));
         // A second writer with a stale copy cannot overwrite.
         let mut stale = l.clone();
@@ -430,7 +433,11 @@ mod tests {
         }
         c.commit(&s).unwrap();
         let e = c.remove_entries(&s, &[a]).unwrap_err();
-        assert!(e.to_string().contains("entry 2 is an incremental stream based on it"), "{e}");
+        assert!(
+            e.to_string()
+                .contains("entry 2 is an incremental stream based on it"),
+            "{e}"
+        );
         assert_eq!(Catalog::load(&s).unwrap().entries.len(), 2);
         let fb = c.get(b).unwrap().file.clone();
         c.remove_entries(&s, &[a, b]).unwrap();
@@ -448,7 +455,10 @@ mod tests {
         assert!(c.check().unwrap_err().contains("not an earlier entry"));
         assert!(s.put_if_absent(&key_of(1), b"{\"format\":").unwrap());
         let e = Catalog::load(&s).unwrap_err().to_string();
-        assert!(e.contains("catalog/0000000000000001.json: unreadable JSON"), "{e}");
+        assert!(
+            e.contains("catalog/0000000000000001.json: unreadable JSON"),
+            "{e}"
+        );
         let empty = tempfile::tempdir().unwrap();
         let e = Catalog::load(&LocalStore::new(empty.path())).unwrap_err();
         assert!(e.to_string().contains("no catalog"), "{e}");

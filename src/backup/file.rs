@@ -724,14 +724,10 @@ impl StreamFile {
     ///
     /// [`Damage::FrameHash`]; store errors.
     pub fn read_frame(&self, store: &dyn Store, i: usize) -> Result<Vec<u8>, ReadError> {
-        let f = self
-            .trailer
-            .frames
-            .get(i)
-            .ok_or_else(|| Damage::Trailer {
-                file: self.key.clone(),
-                what: format!("no frame {i}"),
-            })?;
+        let f = self.trailer.frames.get(i).ok_or_else(|| Damage::Trailer {
+            file: self.key.clone(),
+            what: format!("no frame {i}"),
+        })?;
         let data = store.get(&self.key, Some(f.offset..f.offset + f.len))?;
         self.check_frame(i, &data)?;
         Ok(data)
@@ -885,8 +881,7 @@ impl Read for RawReader<'_> {
                 return Ok(0);
             }
             if !self.load().map_err(io_damage)? {
-                self.finish()
-                    .map_err(|d| io_damage(ReadError::Damage(d)))?;
+                self.finish().map_err(|d| io_damage(ReadError::Damage(d)))?;
                 self.done = true;
                 return Ok(0);
             }
@@ -1104,6 +1099,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let s = LocalStore::new(dir.path());
         let e = StreamFile::open(&s, "streams/gone", 1000).unwrap_err();
-        assert!(matches!(e, ReadError::Store(ref s) if s.is_not_found()), "{e}");
+        assert!(
+            matches!(e, ReadError::Store(ref s) if s.is_not_found()),
+            "{e}"
+        );
     }
 }

@@ -102,7 +102,9 @@ impl Repository {
         progress: &dyn Progress,
     ) -> Result<ForgetReport, BackupError> {
         if policy.is_empty() {
-            return Err(BackupError::Invalid(RetentionError::<u64>::EmptyPolicy.to_string()));
+            return Err(BackupError::Invalid(
+                RetentionError::<u64>::EmptyPolicy.to_string(),
+            ));
         }
         let kind = if opts.dry_run {
             LockKind::Shared

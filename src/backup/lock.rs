@@ -198,7 +198,10 @@ fn lock_object(
     };
     let deadline = Instant::now() + wait;
     loop {
-        let key = format!("{LOCK_DIR}{kind_name}-{host}-{pid}-{:016x}.json", random_u64());
+        let key = format!(
+            "{LOCK_DIR}{kind_name}-{host}-{pid}-{:016x}.json",
+            random_u64()
+        );
         let info = LockInfo {
             kind,
             host: host.clone(),
@@ -240,7 +243,10 @@ fn lock_object(
                 continue;
             }
             if kind == LockKind::Exclusive || other.kind == LockKind::Exclusive {
-                holder = Some(format!("process {} on {} ({})", other.pid, other.host, o.key));
+                holder = Some(format!(
+                    "process {} on {} ({})",
+                    other.pid, other.host, o.key
+                ));
                 break;
             }
         }
@@ -309,7 +315,8 @@ mod tests {
         let x = lock(&s, LockKind::Exclusive, Duration::ZERO, &mut n).unwrap();
         let e = lock(&s, LockKind::Shared, Duration::from_millis(250), &mut n).unwrap_err();
         assert!(
-            e.to_string().contains(&format!("process {}", std::process::id())),
+            e.to_string()
+                .contains(&format!("process {}", std::process::id())),
             "{e}"
         );
         drop(x);
@@ -326,7 +333,11 @@ mod tests {
         let b = lock_object(&s, LockKind::Shared, Duration::ZERO, &mut n).unwrap();
         let e = lock_object(&s, LockKind::Exclusive, Duration::ZERO, &mut n).unwrap_err();
         assert!(matches!(e, BackupError::LockHeld { .. }), "{e}");
-        assert_eq!(s.list(LOCK_DIR).unwrap().len(), 2, "the loser removed its object");
+        assert_eq!(
+            s.list(LOCK_DIR).unwrap().len(),
+            2,
+            "the loser removed its object"
+        );
         drop((a, b));
         assert!(s.list(LOCK_DIR).unwrap().is_empty());
         // A dead process's lock (same host, no such pid) and an old one.
@@ -336,16 +347,22 @@ mod tests {
             pid: u32::MAX - 1,
             time: now_secs(),
         };
-        s.put_if_absent("locks/exclusive-dead.json", &serde_json::to_vec(&dead).unwrap())
-            .unwrap();
+        s.put_if_absent(
+            "locks/exclusive-dead.json",
+            &serde_json::to_vec(&dead).unwrap(),
+        )
+        .unwrap();
         let old = LockInfo {
             kind: LockKind::Exclusive,
             host: String::from("elsewhere"),
             pid: 1,
             time: now_secs() - 3600,
         };
-        s.put_if_absent("locks/exclusive-old.json", &serde_json::to_vec(&old).unwrap())
-            .unwrap();
+        s.put_if_absent(
+            "locks/exclusive-old.json",
+            &serde_json::to_vec(&old).unwrap(),
+        )
+        .unwrap();
         let live = LockInfo {
             kind: LockKind::Exclusive,
             host: String::from("elsewhere"),
@@ -354,12 +371,19 @@ mod tests {
         };
         let x = lock_object(&s, LockKind::Exclusive, Duration::ZERO, &mut n).unwrap();
         drop(x);
-        s.put_if_absent("locks/exclusive-live.json", &serde_json::to_vec(&live).unwrap())
-            .unwrap();
+        s.put_if_absent(
+            "locks/exclusive-live.json",
+            &serde_json::to_vec(&live).unwrap(),
+        )
+        .unwrap();
         let e = lock_object(&s, LockKind::Shared, Duration::ZERO, &mut n).unwrap_err();
         assert!(e.to_string().contains("process 1 on elsewhere"), "{e}");
         assert_eq!(notes.len(), 2, "{notes:?}");
-        assert!(notes.iter().any(|m| m.contains(&format!("process {}", u32::MAX - 1))));
+        assert!(
+            notes
+                .iter()
+                .any(|m| m.contains(&format!("process {}", u32::MAX - 1)))
+        );
         assert!(notes.iter().any(|m| m.contains("exclusive-old")));
     }
 }

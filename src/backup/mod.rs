@@ -54,8 +54,8 @@ use crate::receive::{self, ReceiveError, ReceiveOptions};
 use crate::send::{self, SendError, SendOptions};
 
 pub use catalog::{Catalog, Entry, Kind};
-pub use forget::{ForgetOptions, ForgetReport, Verdict};
 pub use file::{Damage, FileWriter, ReadError, StreamFile, StreamIdentity, WriterOptions};
+pub use forget::{ForgetOptions, ForgetReport, Verdict};
 pub use lock::{LockKind, RepoLock};
 pub use store::{LocalStore, Store, StoreError};
 
@@ -976,7 +976,9 @@ impl Repository {
         let mut rep = VerifyReport::default();
         let cat = match self.catalog() {
             Ok(c) => c,
-            Err(e @ (BackupError::Catalog { .. } | BackupError::Store(StoreError::Other { .. }))) => {
+            Err(
+                e @ (BackupError::Catalog { .. } | BackupError::Store(StoreError::Other { .. })),
+            ) => {
                 rep.problems.push(Problem {
                     entry: None,
                     file: None,
@@ -1112,10 +1114,11 @@ impl Repository {
             repo: self.store.name().to_owned(),
             damage: d,
         };
-        let f = StreamFile::open(&*self.store, &e.file, e.stored_bytes).map_err(|err| match err {
-            ReadError::Damage(d) => damage(d),
-            ReadError::Store(s) => BackupError::Store(s),
-        })?;
+        let f =
+            StreamFile::open(&*self.store, &e.file, e.stored_bytes).map_err(|err| match err {
+                ReadError::Damage(d) => damage(d),
+                ReadError::Store(s) => BackupError::Store(s),
+            })?;
         let t = &f.trailer;
         let mismatch = |what: String| {
             damage(Damage::Mismatch {
@@ -1290,7 +1293,9 @@ fn open_input(path: &Path) -> Result<Box<dyn Read>, BackupError> {
     f.rewind().map_err(io_err)?;
     let f = io::BufReader::with_capacity(1 << 20, f);
     if n == 4 && u32::from_le_bytes(magic) == 0xFD2F_B528 {
-        Ok(Box::new(zstd::stream::read::Decoder::with_buffer(f).map_err(io_err)?))
+        Ok(Box::new(
+            zstd::stream::read::Decoder::with_buffer(f).map_err(io_err)?,
+        ))
     } else {
         Ok(Box::new(f))
     }
@@ -1302,12 +1307,17 @@ fn parse_import(path: &Path) -> Result<Parsed, BackupError> {
         file: name.clone(),
         what,
     };
-    let mut r = StreamReader::with_options(
-        open_input(path)?,
-        ReaderOptions::new().with_max_version(3),
-    );
+    let mut r =
+        StreamReader::with_options(open_input(path)?, ReaderOptions::new().with_max_version(3));
     let first = match r.next_command() {
-        Ok(Some((_, Command::Subvol { path, uuid, ctransid }))) => (
+        Ok(Some((
+            _,
+            Command::Subvol {
+                path,
+                uuid,
+                ctransid,
+            },
+        ))) => (
             String::from_utf8_lossy(&path).into_owned(),
             uuid,
             ctransid,

@@ -174,10 +174,7 @@ impl LocalStore {
             if !self.root.is_dir() {
                 return StoreError::Unreachable {
                     location: self.name.clone(),
-                    source: Box::new(io::Error::new(
-                        io::ErrorKind::NotFound,
-                        "no such directory",
-                    )),
+                    source: Box::new(io::Error::new(io::ErrorKind::NotFound, "no such directory")),
                 };
             }
             return StoreError::NotFound {
@@ -275,9 +272,10 @@ impl Store for LocalStore {
                 Ok(buf)
             }
             Some(r) => {
-                let len = r.end.checked_sub(r.start).ok_or_else(|| {
-                    self.err("read", key, io::Error::other("invalid byte range"))
-                })?;
+                let len = r
+                    .end
+                    .checked_sub(r.start)
+                    .ok_or_else(|| self.err("read", key, io::Error::other("invalid byte range")))?;
                 let len = usize::try_from(len)
                     .map_err(|_| self.err("read", key, io::Error::other("range too large")))?;
                 let mut buf = vec![0; len];
@@ -454,7 +452,10 @@ mod tests {
         let mut up = s.multipart("streams/a").unwrap();
         up.write(b"ab").unwrap();
         up.write(b"cd").unwrap();
-        assert!(s.list("streams/").unwrap().is_empty(), "invisible before complete");
+        assert!(
+            s.list("streams/").unwrap().is_empty(),
+            "invisible before complete"
+        );
         up.complete().unwrap();
         let l = s.list("streams/").unwrap();
         assert_eq!(
@@ -466,7 +467,11 @@ mod tests {
         );
         let up = s.multipart("streams/b").unwrap();
         drop(up);
-        assert_eq!(s.list("streams/").unwrap().len(), 1, "dropped upload aborted");
+        assert_eq!(
+            s.list("streams/").unwrap().len(),
+            1,
+            "dropped upload aborted"
+        );
         assert!(s.list("tmp/").unwrap().is_empty(), "temporary file removed");
         s.delete("streams/a").unwrap();
         s.delete("streams/a").unwrap();

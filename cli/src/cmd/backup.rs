@@ -8,8 +8,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use btrsend::backup::{
-    self, BackupError, Entry, ImportOptions, Kind, Progress, Repository, RestoreTarget,
-    RunOptions,
+    self, BackupError, Entry, ImportOptions, Kind, Progress, Repository, RestoreTarget, RunOptions,
 };
 use clap::{Args, Subcommand};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -212,7 +211,12 @@ pub struct RestoreArgs {
     repo: RepoArg,
     /// Receive the chain into DIR with btrsend's receiver (DIR/NAME appears
     /// for each stream of the chain, as `btrsend receive` makes it).
-    #[arg(long = "to", value_name = "DIR", required_unless_present = "stdout", conflicts_with = "stdout")]
+    #[arg(
+        long = "to",
+        value_name = "DIR",
+        required_unless_present = "stdout",
+        conflicts_with = "stdout"
+    )]
     to: Option<PathBuf>,
     /// Write the chain's raw send streams, full first, to standard output
     /// (for `btrfs receive DIR`).
@@ -284,7 +288,8 @@ fn json_error(json: bool, e: anyhow::Error) -> anyhow::Error {
     let code = e
         .downcast_ref::<BackupError>()
         .map_or(Exit::Failure, exit_of);
-    let line = json!({"message_type": "error", "message": format!("{e:#}"), "exit_code": code.code()});
+    let line =
+        json!({"message_type": "error", "message": format!("{e:#}"), "exit_code": code.code()});
     eprintln!("{line}");
     anyhow::Error::new(ExitWith::quiet(code))
 }
@@ -459,7 +464,8 @@ fn run_list(a: &ListArgs) -> anyhow::Result<()> {
             e.time,
             e.stream_bytes,
             e.stored_bytes,
-            e.parent_id.map_or_else(|| String::from("-"), |p| p.to_string()),
+            e.parent_id
+                .map_or_else(|| String::from("-"), |p| p.to_string()),
             e.path
         )?;
     }
@@ -501,7 +507,9 @@ fn run_restore(a: &RestoreArgs) -> anyhow::Result<()> {
     let mut progress = btrsend::receive::NoProgress;
     if a.stdout {
         if std::io::stdout().is_terminal() {
-            anyhow::bail!("not writing binary send streams to a terminal: redirect standard output");
+            anyhow::bail!(
+                "not writing binary send streams to a terminal: redirect standard output"
+            );
         }
         let mut out = std::io::stdout().lock();
         repo.restore(
@@ -511,7 +519,12 @@ fn run_restore(a: &RestoreArgs) -> anyhow::Result<()> {
             &mut progress,
         )?;
     } else if let Some(dir) = &a.to {
-        repo.restore(&a.snapshot, RestoreTarget::Dir(dir), a.lock.retry_lock, &mut progress)?;
+        repo.restore(
+            &a.snapshot,
+            RestoreTarget::Dir(dir),
+            a.lock.retry_lock,
+            &mut progress,
+        )?;
     }
     Ok(())
 }
@@ -532,7 +545,11 @@ fn run_import(a: &ImportArgs) -> anyhow::Result<()> {
     opts.wait_lock = a.lock.retry_lock;
     let progress = RunProgress::new(false);
     let report = repo.import(&a.files, &opts, &progress)?;
-    partial(report.stored.len() + report.skipped.len(), report.failed.len(), "files")
+    partial(
+        report.stored.len() + report.skipped.len(),
+        report.failed.len(),
+        "files",
+    )
 }
 
 #[cfg(test)]

@@ -18,27 +18,57 @@ pub struct ForgetArgs {
     #[command(flatten)]
     repo: RepoArg,
     /// Keep the N newest entries (-1: all).
-    #[arg(long = "keep-last", value_name = "N", allow_negative_numbers = true, default_value = "0")]
+    #[arg(
+        long = "keep-last",
+        value_name = "N",
+        allow_negative_numbers = true,
+        default_value = "0"
+    )]
     keep_last: Keep,
     /// Keep the newest entry of each of the N most recent hours that have
     /// one (-1: every hour).
-    #[arg(long = "keep-hourly", value_name = "N", allow_negative_numbers = true, default_value = "0")]
+    #[arg(
+        long = "keep-hourly",
+        value_name = "N",
+        allow_negative_numbers = true,
+        default_value = "0"
+    )]
     keep_hourly: Keep,
     /// Keep the newest entry of each of the N most recent days that have
     /// one (-1: every day).
-    #[arg(long = "keep-daily", value_name = "N", allow_negative_numbers = true, default_value = "0")]
+    #[arg(
+        long = "keep-daily",
+        value_name = "N",
+        allow_negative_numbers = true,
+        default_value = "0"
+    )]
     keep_daily: Keep,
     /// Keep the newest entry of each of the N most recent ISO weeks
     /// (Monday to Sunday) that have one (-1: every week).
-    #[arg(long = "keep-weekly", value_name = "N", allow_negative_numbers = true, default_value = "0")]
+    #[arg(
+        long = "keep-weekly",
+        value_name = "N",
+        allow_negative_numbers = true,
+        default_value = "0"
+    )]
     keep_weekly: Keep,
     /// Keep the newest entry of each of the N most recent months that have
     /// one (-1: every month).
-    #[arg(long = "keep-monthly", value_name = "N", allow_negative_numbers = true, default_value = "0")]
+    #[arg(
+        long = "keep-monthly",
+        value_name = "N",
+        allow_negative_numbers = true,
+        default_value = "0"
+    )]
     keep_monthly: Keep,
     /// Keep the newest entry of each of the N most recent years that have
     /// one (-1: every year).
-    #[arg(long = "keep-yearly", value_name = "N", allow_negative_numbers = true, default_value = "0")]
+    #[arg(
+        long = "keep-yearly",
+        value_name = "N",
+        allow_negative_numbers = true,
+        default_value = "0"
+    )]
     keep_yearly: Keep,
     /// Keep every entry newer than the newest entry's time minus DURATION:
     /// years, months, days and hours, e.g. 1y6m, 30d, 2d12h.

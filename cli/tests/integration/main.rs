@@ -8,6 +8,7 @@
 //! `BTRSEND_UPDATE_MAN=1 cargo test --release -p btrsend-cli --test integration man::`
 //! regenerates `man/`.
 
+mod backup_forget;
 mod common;
 mod completions;
 mod dump;
