@@ -114,8 +114,13 @@ impl Repository {
         let _lock = self.lock(kind, opts.wait_lock, progress)?;
         let mut catalog = self.catalog()?;
         let plan = plan(&catalog, policy, opts, self.store().name())?;
-        if !opts.dry_run && !plan.delete_order.is_empty() {
-            catalog.remove_entries(&**self.store(), &plan.delete_order)?;
+        if !opts.dry_run {
+            if !plan.delete_order.is_empty() {
+                catalog.remove_entries(&**self.store(), &plan.delete_order)?;
+            }
+            // Stream files of entries that an interrupted forget (or run)
+            // had already dropped from the catalog.
+            self.clean_leftovers(&catalog, progress)?;
         }
         Ok(ForgetReport {
             verdicts: plan.verdicts,

@@ -222,6 +222,82 @@ fn forget_keeps_what_the_policy_and_the_chains_need() {
     assert_eq!(got, want);
 }
 
+/// kill -9 of `forget` at 24 points in time: the repository always lists
+/// either every entry or the final ones, verifies, and a rerun of forget
+/// ends with the final ones and no file of a deleted entry.
+#[test]
+fn forget_killed_at_any_moment_leaves_a_consistent_repository() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = dir.path().join("base");
+    let base_s = base.to_str().unwrap();
+    ok(&["backup", "init", "--repo", base_s]);
+    let inc = common::fixture_dir("014-incremental");
+    let clones = common::fixture_dir("015-clone-sources");
+    let files = [
+        (&inc, "s1.full.v1.stream.zst", None),
+        (&inc, "s1--s2.inc.v1.stream.zst", None),
+        (&inc, "s2--s3.inc.v1.stream.zst", None),
+        (&clones, "b1.full.v1.stream.zst", None),
+        (&clones, "b2.full.v1.stream.zst", None),
+        (&clones, "a1.full.v1.stream.zst", Some("a")),
+        (&clones, "a1--a2.inc.v1.stream.zst", Some("a")),
+        (&clones, "a2--a3.inc.v1.stream.zst", Some("a")),
+    ];
+    for (day, (fixture, name, origin)) in files.iter().enumerate() {
+        let time = format!("2025-02-{:02}T12:00:00Z", day + 1);
+        import(base_s, &time, *origin, &fixture.join(name));
+    }
+    let all = listed(base_s);
+    // --keep-last 1: b2 of "imported" (a full stream), and a3 with its
+    // chain a1 <- a2 <- a3 of "a".
+    let end: Vec<&str> = vec!["a1", "a2", "a3", "b2"];
+    // How long a whole forget takes here: the kill points spread over it.
+    let whole = dir.path().join("whole");
+    sh(Command::new("cp").arg("-a").arg(&base).arg(&whole));
+    let started = std::time::Instant::now();
+    ok(&[
+        "backup",
+        "forget",
+        "--repo",
+        whole.to_str().unwrap(),
+        "--keep-last",
+        "1",
+    ]);
+    let took = started.elapsed();
+    for point in 0..24u32 {
+        let repo = dir.path().join(format!("r{point}"));
+        sh(Command::new("cp").arg("-a").arg(&base).arg(&repo));
+        let repo_s = repo.to_str().unwrap();
+        let mut child = common::btrsend()
+            .args(["backup", "forget", "--repo", repo_s, "--keep-last", "1"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(took * point / 20);
+        let _ = child.kill();
+        let _ = child.wait();
+        let now = listed(repo_s);
+        let names: Vec<&str> = now.keys().map(String::as_str).collect();
+        assert!(now == all || names == end, "point {point}: {names:?}");
+        let leftovers = fs::read_dir(repo.join("streams")).unwrap().count() - now.len();
+        eprintln!(
+            "kill point {point}: {} entries listed, {leftovers} leftover files",
+            now.len()
+        );
+        ok(&["backup", "verify", "--repo", repo_s, "--read-data"]);
+        ok(&["backup", "forget", "--repo", repo_s, "--keep-last", "1"]);
+        let names: Vec<String> = listed(repo_s).into_keys().collect();
+        assert_eq!(names, end, "point {point}");
+        assert_eq!(
+            fs::read_dir(repo.join("streams")).unwrap().count(),
+            end.len()
+        );
+        ok(&["backup", "verify", "--repo", repo_s, "--read-data"]);
+    }
+}
+
 fn sh(cmd: &mut Command) {
     let out = cmd.stdin(Stdio::null()).output().expect("spawn");
     assert!(
