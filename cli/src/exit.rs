@@ -5,7 +5,7 @@
 //! | --- | --- |
 //! | 0 | success |
 //! | 1 | the operation failed: bad input, an I/O error, a corrupt stream or filesystem, a closed pipe during `send` or `receive` |
-//! | 2 | usage error: a bad command line, or options that conflict (clap's code for its own errors) |
+//! | 2 | usage error: a bad command line, options that conflict (clap's code for its own errors), or `backup forget` with an empty policy |
 //! | 3 | `backup run`/`import`: some snapshots were stored and some failed |
 //! | 10 | `backup`: the repository is missing or unreachable |
 //! | 11 | `backup`: the repository's lock is held |

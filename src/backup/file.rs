@@ -348,7 +348,7 @@ impl FileWriter {
         let data = done.data.map_err(|e| StoreError::Other {
             op: "compress",
             location: String::from("stream"),
-            source: Box::new(e),
+            error: Box::new(e),
         })?;
         self.pending.insert(done.index, (done.raw_len, data));
         self.write_ready()
@@ -393,7 +393,7 @@ impl FileWriter {
             return Err(StoreError::Other {
                 op: "write",
                 location: String::from("stream"),
-                source: format!(
+                error: format!(
                     "the send stream ends inside a command or header (after {} bytes)",
                     self.raw_bytes
                 )
@@ -482,7 +482,7 @@ fn worker_gone() -> StoreError {
     StoreError::Other {
         op: "compress",
         location: String::from("stream"),
-        source: "a compression thread stopped".into(),
+        error: "a compression thread stopped".into(),
     }
 }
 
@@ -490,7 +490,7 @@ fn compress(raw: &[u8], level: i32) -> Result<Vec<u8>, StoreError> {
     compress_frame(raw, level).map_err(|e| StoreError::Other {
         op: "compress",
         location: String::from("stream"),
-        source: Box::new(e),
+        error: Box::new(e),
     })
 }
 
@@ -532,13 +532,13 @@ fn encode_trailer(t: &Trailer) -> Result<Vec<u8>, StoreError> {
     let json = serde_json::to_vec(t).map_err(|e| StoreError::Other {
         op: "encode",
         location: String::from("trailer"),
-        source: Box::new(e),
+        error: Box::new(e),
     })?;
     let body = json.len() as u64 + TRAILER_TAIL;
     let body = u32::try_from(body).map_err(|_| StoreError::Other {
         op: "encode",
         location: String::from("trailer"),
-        source: "trailer too large".into(),
+        error: "trailer too large".into(),
     })?;
     let mut out = Vec::with_capacity(json.len() + 24);
     out.extend_from_slice(&TRAILER_FRAME_MAGIC.to_le_bytes());

@@ -114,7 +114,7 @@ fn lock_file(
 ) -> Result<RepoLock, BackupError> {
     let io_err = |e: std::io::Error| BackupError::Io {
         what: format!("cannot open the lock file {}", path.display()),
-        source: e,
+        error: e,
     };
     let mut file = match OpenOptions::new()
         .read(true)

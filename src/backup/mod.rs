@@ -23,7 +23,8 @@
 //!   boundaries, BLAKE3 per frame, a trailer in a skippable frame;
 //! * [`catalog`]: the list of stored streams, replaced atomically;
 //! * [`lock`]: exclusive for `run`, shared for the readers;
-//! * [`retention`]: which stored streams `backup forget` keeps.
+//! * [`retention`]: which stored streams `backup forget` keeps;
+//! * [`forget`]: `backup forget`, which applies it.
 //!
 //! A stream file becomes part of the repository only when its upload is
 //! complete and durable and the catalog that lists it is stored: a run
@@ -33,6 +34,7 @@
 
 pub mod catalog;
 pub mod file;
+pub mod forget;
 pub mod lock;
 pub mod retention;
 pub mod store;
@@ -53,6 +55,7 @@ use crate::send::{self, SendError, SendOptions};
 
 pub use catalog::{Catalog, Entry, Kind};
 pub use file::{Damage, FileWriter, ReadError, StreamFile, StreamIdentity, WriterOptions};
+pub use forget::{ForgetOptions, ForgetReport, Verdict};
 pub use lock::{LockKind, RepoLock};
 pub use store::{LocalStore, Store, StoreError};
 
@@ -105,38 +108,38 @@ pub enum BackupError {
         damage: Box<Damage>,
     },
     /// Sending a snapshot failed.
-    #[error("cannot send {snapshot}: {source}")]
+    #[error("cannot send {snapshot}: {error}")]
     Send {
         /// The snapshot.
         snapshot: String,
         /// Why.
-        source: Box<SendError>,
+        error: Box<SendError>,
     },
     /// Receiving (restoring) failed.
-    #[error("cannot restore {snapshot} into {}: {source}", dir.display())]
+    #[error("cannot restore {snapshot} into {}: {error}", dir.display())]
     Receive {
         /// The snapshot.
         snapshot: String,
         /// The target directory.
         dir: PathBuf,
         /// Why.
-        source: Box<ReceiveError>,
+        error: Box<ReceiveError>,
     },
     /// Reading the source filesystem failed.
-    #[error("{what}: {source}")]
+    #[error("{what}: {error}")]
     Fs {
         /// What was being read.
         what: String,
         /// Why.
-        source: Box<crate::Error>,
+        error: Box<crate::Error>,
     },
     /// A file could not be read or written.
-    #[error("{what}: {source}")]
+    #[error("{what}: {error}")]
     Io {
         /// What and where.
         what: String,
         /// Why.
-        source: io::Error,
+        error: io::Error,
     },
     /// A stream file given to `import` is not a usable send stream.
     #[error("{file}: {what}")]
@@ -281,11 +284,11 @@ impl Repository {
         if let Some(root) = store.local_root() {
             std::fs::create_dir_all(root).map_err(|e| BackupError::Io {
                 what: format!("cannot create the repository directory {}", root.display()),
-                source: e,
+                error: e,
             })?;
             let mut rd = std::fs::read_dir(root).map_err(|e| BackupError::Io {
                 what: format!("cannot read {}", root.display()),
-                source: e,
+                error: e,
             })?;
             if rd.next().is_some() && !root.join(CONFIG_KEY).exists() {
                 return Err(BackupError::Invalid(format!(
@@ -631,7 +634,7 @@ struct Sources {
 fn fs_error(what: String) -> impl FnOnce(crate::Error) -> BackupError {
     move |source| BackupError::Fs {
         what,
-        source: Box::new(source),
+        error: Box::new(source),
     }
 }
 
@@ -876,7 +879,7 @@ impl Repository {
         };
         let send_err = |source| BackupError::Send {
             snapshot: sel.path.clone(),
-            source: Box::new(source),
+            error: Box::new(source),
         };
         let total = if progress.wants_total() {
             send::total::data_bytes(fs, &sel.subvol).map_err(send_err)?
@@ -1087,8 +1090,8 @@ impl Repository {
                     // Damage found by the raw reader (hash) or the decoder
                     // (CRC, truncation).
                     let inner = match &err {
-                        stream_format::DecodeError::Io { source, .. } => {
-                            file::damage_of(source).map(ToString::to_string)
+                        stream_format::DecodeError::Io { error, .. } => {
+                            file::damage_of(error).map(ToString::to_string)
                         }
                         _ => None,
                     };
@@ -1233,7 +1236,7 @@ impl Repository {
                 repo: self.store.name().to_owned(),
                 damage: Box::new(d.clone()),
             },
-            _ => BackupError::Io { what, source: e },
+            _ => BackupError::Io { what, error: e },
         };
         match target {
             RestoreTarget::Writer(w) => {
@@ -1241,7 +1244,7 @@ impl Repository {
                     .map_err(|e| damage_or(e, String::from("cannot write the streams")))?;
                 w.flush().map_err(|e| BackupError::Io {
                     what: String::from("cannot write the streams"),
-                    source: e,
+                    error: e,
                 })?;
             }
             RestoreTarget::Dir(dir) => {
@@ -1250,7 +1253,7 @@ impl Repository {
                     BackupError::Receive {
                         snapshot: format!("{} ({})", entry.path, entry.id),
                         dir: dir.to_path_buf(),
-                        source: Box::new(source),
+                        error: Box::new(source),
                     }
                 })?;
             }
@@ -1287,7 +1290,7 @@ struct Parsed {
 fn open_input(path: &Path) -> Result<Box<dyn Read>, BackupError> {
     let io_err = |e| BackupError::Io {
         what: format!("cannot read {}", path.display()),
-        source: e,
+        error: e,
     };
     let mut f = std::fs::File::open(path).map_err(io_err)?;
     let mut magic = [0u8; 4];
@@ -1488,7 +1491,7 @@ impl Repository {
         let mut input = open_input(&p.file)?;
         io::copy(&mut input, &mut writer).map_err(|e| BackupError::Io {
             what: format!("cannot import {}", p.file.display()),
-            source: e,
+            error: e,
         })?;
         let (trailer, size) = writer.finish(StreamIdentity {
             uuid: p.uuid.clone(),

@@ -35,22 +35,22 @@ pub enum StoreError {
     },
     /// The repository itself cannot be reached (a missing directory, a
     /// refused connection, a missing bucket).
-    #[error("{location}: repository unreachable: {source}")]
+    #[error("{location}: repository unreachable: {error}")]
     Unreachable {
         /// The repository.
         location: String,
         /// Why.
-        source: Box<dyn std::error::Error + Send + Sync>,
+        error: Box<dyn std::error::Error + Send + Sync>,
     },
     /// Another failure (I/O, a refused request).
-    #[error("{op} {location}: {source}")]
+    #[error("{op} {location}: {error}")]
     Other {
         /// What was being done (`read`, `write`, `list`…).
         op: &'static str,
         /// The repository and key.
         location: String,
         /// Why.
-        source: Box<dyn std::error::Error + Send + Sync>,
+        error: Box<dyn std::error::Error + Send + Sync>,
     },
 }
 
@@ -174,7 +174,7 @@ impl LocalStore {
             if !self.root.is_dir() {
                 return StoreError::Unreachable {
                     location: self.name.clone(),
-                    source: Box::new(io::Error::new(io::ErrorKind::NotFound, "no such directory")),
+                    error: Box::new(io::Error::new(io::ErrorKind::NotFound, "no such directory")),
                 };
             }
             return StoreError::NotFound {
@@ -184,7 +184,7 @@ impl LocalStore {
         StoreError::Other {
             op,
             location: self.location(key),
-            source: Box::new(e),
+            error: Box::new(e),
         }
     }
 
@@ -378,11 +378,11 @@ impl Store for LocalStore {
             Ok(m) if m.is_dir() => Ok(()),
             Ok(_) => Err(StoreError::Unreachable {
                 location: self.name.clone(),
-                source: Box::new(io::Error::other("not a directory")),
+                error: Box::new(io::Error::other("not a directory")),
             }),
             Err(e) => Err(StoreError::Unreachable {
                 location: self.name.clone(),
-                source: Box::new(e),
+                error: Box::new(e),
             }),
         }
     }

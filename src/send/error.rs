@@ -147,7 +147,12 @@ impl fmt::Display for SendError {
                 f,
                 "{given} is on another filesystem than the subvolume sent ({fsid})"
             ),
-            SendError::Incomplete { mount, before, after, .. } => write!(
+            SendError::Incomplete {
+                mount,
+                before,
+                after,
+                ..
+            } => write!(
                 f,
                 "a block failed to read or verify on {mount} (generation {before} then {after}); \
                  the stream already written is incomplete: run the send again"

@@ -58,7 +58,7 @@ pub struct RepoArg {
 }
 
 impl RepoArg {
-    fn spec(&self) -> anyhow::Result<String> {
+    pub(crate) fn spec(&self) -> anyhow::Result<String> {
         match &self.repo {
             Some(r) => Ok(r.clone()),
             None => match std::env::var(backup::REPO_ENV) {
@@ -115,6 +115,9 @@ pub enum BackupCommand {
     /// Store existing send-stream files (raw or zstd) as repository
     /// entries.
     Import(ImportArgs),
+    /// Delete old entries by a retention policy (restic's --keep-*
+    /// options), never one a kept entry's chain needs.
+    Forget(super::forget::ForgetArgs),
 }
 
 /// Arguments of `btrsend backup init`.
@@ -261,6 +264,7 @@ pub fn run(args: &BackupArgs) -> anyhow::Result<()> {
         BackupCommand::Verify(a) => run_verify(a),
         BackupCommand::Restore(a) => run_restore(a),
         BackupCommand::Import(a) => run_import(a),
+        BackupCommand::Forget(a) => super::forget::run(a),
     }
 }
 

@@ -9,6 +9,7 @@
 //! regenerates `man/`.
 
 mod backup;
+mod backup_forget;
 mod common;
 mod completions;
 mod dump;
