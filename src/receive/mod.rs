@@ -608,6 +608,8 @@ trait Source {
     fn position(&self) -> u64;
     /// See [`StreamReader::swap_buffer`].
     fn swap_buffer(&mut self, buf: Vec<u8>) -> Vec<u8>;
+    /// See [`StreamReader::data_range`].
+    fn data_range(&self) -> Option<std::ops::Range<usize>>;
 }
 
 /// Every command read whole.
@@ -622,6 +624,9 @@ impl<R: Read> Source for Whole<R> {
     }
     fn swap_buffer(&mut self, buf: Vec<u8>) -> Vec<u8> {
         self.0.swap_buffer(buf)
+    }
+    fn data_range(&self) -> Option<std::ops::Range<usize>> {
+        self.0.data_range()
     }
 }
 
@@ -659,6 +664,9 @@ impl Source for Skim {
     }
     fn swap_buffer(&mut self, buf: Vec<u8>) -> Vec<u8> {
         self.reader.swap_buffer(buf)
+    }
+    fn data_range(&self) -> Option<std::ops::Range<usize>> {
+        self.reader.data_range()
     }
 }
 
@@ -830,8 +838,9 @@ fn decode_and_apply_from(
             } else if let Some(o) = rx.offload(&info, &cmd) {
                 // To a lane, with the buffer its data is in.
                 drop(cmd);
+                let data = reader.data_range();
                 let buf = reader.swap_buffer(rx.buffer());
-                if let Err(e) = rx.submit(o, buf) {
+                if let Err(e) = rx.submit(o, buf, data) {
                     failed(rx, e, false, &mut errors)?;
                 }
             } else {
