@@ -5,10 +5,14 @@
 //!
 //! Differences from `btrfs receive`, all deliberate:
 //!
-//! * SUBVOL and SNAPSHOT make plain directories; the received UUID and
-//!   ctransid go into a record ([`super::meta`]) instead of the root item.
-//!   SNAPSHOT copies the parent (reflink where possible, holes kept, see
-//!   [`super::copy`]) and checks the parent's ctransid too.
+//! * On btrfs as root ([`Receiver::subvolumes`]), SUBVOL and SNAPSHOT make
+//!   real subvolumes and a finished one gets its received UUID and is made
+//!   read-only, as `btrfs receive` does ([`super::subvol`]); the parent must
+//!   have the stream's ctransid too. Elsewhere they make plain directories;
+//!   the received UUID and ctransid go into a record ([`super::meta`])
+//!   instead of the root item, and SNAPSHOT copies the parent (reflink where
+//!   possible, holes kept, see [`super::copy`]) and checks the parent's
+//!   ctransid too.
 //! * MKFILE uses `O_EXCL` and every creation refuses an existing entry; a
 //!   file is opened for I/O only after it was checked to be a regular file.
 //! * ENCODED_WRITE of compressed data is written as it is with
@@ -41,7 +45,8 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::unix::ffi::OsStringExt as _;
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -56,6 +61,7 @@ use super::copy::{self, Notes};
 use super::encoded;
 use super::lanes::{Job, Op, Pool};
 use super::meta::{Record, Records, State, Uuid};
+use super::subvol::{self, Btrfs, NotFound};
 use super::sys;
 use super::target::{self, ReceiveDir, Target, TargetError};
 use super::{ApplyError, ApplyErrorKind, Progress};
@@ -86,6 +92,8 @@ struct Current {
     fileattrs: Vec<(OwnedFd, Vec<u8>, u32)>,
     /// Its root as messages show it ([`Target::display`] of "").
     base: Arc<PathBuf>,
+    /// A real btrfs subvolume (else a directory with a record).
+    subvolume: bool,
 }
 
 /// WRITE data smaller than this is written on the receiver's thread (unless
@@ -181,6 +189,9 @@ pub struct Receiver<'p> {
     lane_errors: Vec<ApplyError>,
     /// The command being applied (for the lane jobs it queues).
     info: Option<CommandInfo>,
+    /// DIR's btrfs, when subvolumes are received as real subvolumes
+    /// ([`Receiver::subvolumes`]).
+    btrfs: Option<Btrfs>,
     progress: &'p mut dyn Progress,
 }
 
@@ -223,8 +234,21 @@ impl<'p> Receiver<'p> {
             lanes: None,
             lane_errors: Vec::new(),
             info: None,
+            btrfs: None,
             progress,
         })
+    }
+
+    /// Receive subvolumes as real btrfs subvolumes of `btrfs`, the
+    /// filesystem DIR is on (see [`super::subvol`]); `None`: as directories
+    /// with records (the default). Call before the first command.
+    pub fn subvolumes(&mut self, btrfs: Option<Btrfs>) {
+        self.btrfs = btrfs;
+    }
+
+    /// Whether subvolumes are received as real btrfs subvolumes.
+    pub fn receives_subvolumes(&self) -> bool {
+        self.btrfs.is_some()
     }
 
     /// Always decode ENCODED_WRITE data and write it (`--force-decompress`);
@@ -335,7 +359,21 @@ impl<'p> Receiver<'p> {
         for (fd, path, flags) in fileattrs {
             self.set_flags(&fd, &path, flags);
         }
-        if cur.errors == 0 {
+        if cur.errors == 0 && cur.subvolume {
+            // As btrfs-progs: received UUID and stransid, then read-only.
+            subvol::finish(cur.target.root(), cur.record.uuid.0, cur.record.ctransid).map_err(
+                |e| {
+                    Box::new(ApplyError {
+                        cmd: None,
+                        op: "finish subvolume",
+                        path: cur.record.name.clone(),
+                        target: Some(self.dir.display_path(&cur.record.name)),
+                        path2: None,
+                        kind: ApplyErrorKind::Io(e),
+                    })
+                },
+            )?;
+        } else if cur.errors == 0 {
             cur.record.state = State::Complete;
             self.records.write(&self.dir, &cur.record).map_err(|e| {
                 Box::new(ApplyError {
@@ -1194,8 +1232,29 @@ impl<'p> Receiver<'p> {
         let src_target = if cur.record.uuid == clone_uuid {
             &cur.target
         } else {
-            let rec = self.find_received(clone_uuid, clone_ctransid, false)?;
-            other = self.dir.target(&rec.name)?;
+            let found = self
+                .btrfs
+                .as_ref()
+                .map(|b| b.find(clone_uuid.0, clone_ctransid, false));
+            other = match found {
+                Some(Ok(f)) => subvol_target(&f.path)?,
+                None | Some(Err(NotFound::Missing)) => {
+                    let rec = self.find_received(clone_uuid, clone_ctransid, false)?;
+                    self.dir.target(&rec.name)?
+                }
+                Some(Err(e)) => {
+                    return Err(match not_found(e, clone_uuid, clone_ctransid) {
+                        ApplyErrorKind::ParentMissing { uuid, ctransid, .. } => {
+                            ApplyErrorKind::ParentMissing {
+                                uuid,
+                                ctransid,
+                                parent: false,
+                            }
+                        }
+                        k => k,
+                    });
+                }
+            };
             &other
         };
         let src = src_target.open_regular(clone_path, false)?;
@@ -1212,7 +1271,10 @@ impl<'p> Receiver<'p> {
         ctransid: u64,
         parent: bool,
     ) -> Result<Record, ApplyErrorKind> {
-        let recs = self.records.list().map_err(ApplyErrorKind::Io)?;
+        let mut recs = self.records.list().map_err(ApplyErrorKind::Io)?;
+        if !recs.iter().any(|r| r.uuid == uuid) {
+            recs.extend(subvol::received_in(self.dir.fd(), uuid.0));
+        }
         let same: Vec<&Record> = recs.iter().filter(|r| r.uuid == uuid).collect();
         let complete = || same.iter().filter(|r| r.state == State::Complete);
         if let Some(r) = complete().find(|r| r.ctransid == ctransid) {
@@ -1253,15 +1315,47 @@ impl<'p> Receiver<'p> {
     ) -> Result<(), ApplyErrorKind> {
         self.finish_subvol().map_err(|e| e.kind)?;
         target::check_subvol_name(name).map_err(TargetError::Path)?;
-        let parent_rec = match parent {
-            Some((pu, pc)) => Some(self.find_received(pu, pc, true)?),
-            None => None,
+        // Where the new subvolume starts from: a snapshot of a parent on
+        // this btrfs, or a copy of a parent received as a directory here.
+        let mut snapshot_of = None;
+        let mut copy_of = None;
+        if let Some((pu, pc)) = parent {
+            match self.btrfs.as_ref().map(|b| b.find(pu.0, pc, true)) {
+                Some(Ok(found)) => snapshot_of = Some(found),
+                None | Some(Err(NotFound::Missing)) => {
+                    copy_of = Some(self.find_received(pu, pc, true).map_err(|e| {
+                        match (e, self.btrfs.as_ref()) {
+                            (ApplyErrorKind::ParentMissing { .. }, Some(b)) => {
+                                ApplyErrorKind::NotOnFilesystem {
+                                    uuid: pu,
+                                    ctransid: pc,
+                                    mount: b.mount_root().to_path_buf(),
+                                    parent: true,
+                                }
+                            }
+                            (e, _) => e,
+                        }
+                    })?);
+                }
+                Some(Err(e)) => return Err(not_found(e, pu, pc)),
+            }
+        }
+        let created = match (&self.btrfs, &snapshot_of) {
+            (Some(_), Some(found)) => {
+                let dir = subvol::reopen_dir(self.dir.fd())?;
+                sys::snapshot_create(dir.as_fd(), name, found.fd.as_fd())
+            }
+            (Some(_), None) => {
+                let dir = subvol::reopen_dir(self.dir.fd())?;
+                sys::subvol_create(dir.as_fd(), name)
+            }
+            (None, _) => rustix::fs::mkdirat(
+                self.dir.fd(),
+                std::ffi::OsStr::from_bytes(name),
+                Mode::from_raw_mode(0o700),
+            ),
         };
-        match rustix::fs::mkdirat(
-            self.dir.fd(),
-            std::ffi::OsStr::from_bytes(name),
-            Mode::from_raw_mode(0o700),
-        ) {
+        match created {
             Ok(()) => {}
             Err(rustix::io::Errno::EXIST) => return Err(ApplyErrorKind::Exists),
             Err(e) => return Err(e.into()),
@@ -1273,7 +1367,11 @@ impl<'p> Receiver<'p> {
             parent,
             state: State::Incomplete,
         };
-        self.records.write(&self.dir, &record)?;
+        // A subvolume keeps its received UUID in its root item (set at its
+        // end); a directory needs a record, incomplete until its end.
+        if self.btrfs.is_none() {
+            self.records.write(&self.dir, &record)?;
+        }
         let target = self.dir.target(name)?;
         self.progress.subvol_start(name, parent.is_some());
         // Current from here on, so a failed copy leaves it incomplete and
@@ -1285,8 +1383,9 @@ impl<'p> Receiver<'p> {
             errors: 0,
             fileattrs: Vec::new(),
             base,
+            subvolume: self.btrfs.is_some(),
         });
-        if let Some(p) = parent_rec {
+        if let Some(p) = copy_of {
             let src = self.dir.target(&p.name)?;
             let mut sink = NoteSink {
                 seen: &mut self.seen_notes,
@@ -1299,6 +1398,41 @@ impl<'p> Receiver<'p> {
         }
         Ok(())
     }
+}
+
+/// The error for a parent or clone source that [`subvol::Btrfs::find`] did
+/// not find.
+fn not_found(e: NotFound, uuid: Uuid, ctransid: u64) -> ApplyErrorKind {
+    match e {
+        NotFound::Missing => ApplyErrorKind::ParentMissing {
+            uuid,
+            ctransid,
+            parent: true,
+        },
+        NotFound::Ctransid(path, found) => ApplyErrorKind::ParentCtransid {
+            uuid,
+            ctransid,
+            name: path.into_os_string().into_vec(),
+            found,
+        },
+        NotFound::Unreachable(p) => ApplyErrorKind::Invalid(format!(
+            "the subvolume with uuid {uuid} ({}) is not below the mounted subvolume: give the mount of the top level with -m",
+            p.escape_ascii()
+        )),
+        NotFound::Io(e) => ApplyErrorKind::Io(e),
+    }
+}
+
+/// A clone source found on the filesystem at `path`, as a [`Target`].
+fn subvol_target(path: &std::path::Path) -> Result<Target, ApplyErrorKind> {
+    let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+        return Err(ApplyErrorKind::Invalid(format!(
+            "cannot use {} as a clone source",
+            path.display()
+        )));
+    };
+    let dir = ReceiveDir::open(parent)?;
+    Ok(dir.target(name.as_bytes())?)
 }
 
 /// Create a new regular file at `l` (`O_EXCL`, never following a final

@@ -11,6 +11,7 @@ mod readahead;
 mod reader;
 mod receive;
 mod receive_lanes;
+mod receive_subvol;
 mod send;
 mod send_clone;
 mod send_incremental;

@@ -52,21 +52,65 @@ pub struct ReceiveArgs {
     /// Never show a progress bar.
     #[arg(long, overrides_with = "progress")]
     pub no_progress: bool,
-    /// The directory to receive into: each subvolume of the stream becomes a
-    /// directory `DIR/<name>`, with its record in `DIR/.btrsend/`.
+    /// Receive each subvolume as a plain directory with a record in
+    /// DIR/.btrsend/, even where it could be a real btrfs subvolume (DIR on
+    /// btrfs, running as root).
+    #[arg(long)]
+    pub directories: bool,
+    /// The root mount point of DIR's btrfs, as `btrfs receive -m`: the paths
+    /// of parent and clone-source subvolumes found by UUID are taken
+    /// relative to it (default: the mount point of DIR, from
+    /// /proc/self/mountinfo). Mount the top level (subvolid=5) there to let
+    /// every subvolume be found.
+    #[arg(short = 'm', value_name = "ROOTMOUNT")]
+    pub root_mount: Option<PathBuf>,
+    /// Accepted for `btrfs receive -C` compatibility: btrsend always
+    /// confines every path of the stream beneath DIR (no chroot needed).
+    #[arg(short = 'C', long = "chroot")]
+    pub chroot: bool,
+    /// Print nothing but errors and notes: no "At subvol NAME" (stderr) or
+    /// "At snapshot NAME" (stdout) lines, which are printed by default when
+    /// receiving real subvolumes, as `btrfs receive` prints them.
+    #[arg(short = 'q', long = "quiet", conflicts_with = "verbose")]
+    pub quiet: bool,
+    /// Print more: "At subvol NAME" / "At snapshot NAME" for every
+    /// subvolume in either mode, and whether each was received completely.
+    #[arg(short = 'v', long = "verbose", action = clap::ArgAction::Count)]
+    pub verbose: u8,
+    /// The directory to receive into: each subvolume of the stream becomes
+    /// `DIR/<name>`, a read-only btrfs subvolume with its received UUID (on
+    /// btrfs as root), else a directory with its record in `DIR/.btrsend/`.
     #[arg(value_name = "DIR", required_unless_present = "dump")]
     pub dir: Option<PathBuf>,
 }
 
 const RECORDS_HELP: &str = "\
-DIR may be on any filesystem. A full stream (SUBVOL) creates DIR/<name>; an
-incremental stream (SNAPSHOT) needs its parent received earlier into the same
-DIR: it is found by the parent's UUID and ctransid, copied (reflinked where the
-filesystem can, holes kept) to DIR/<name>, and the changes are applied. The
-record DIR/.btrsend/<name>.subvol keeps each subvolume's received UUID,
-ctransid, parent and whether it was received completely; an incomplete one is
-never used as a parent. Every path of the stream stays beneath DIR/<name>:
-absolute paths, '..' and symlinks in paths are refused.
+Two modes. On btrfs, as root, btrsend receive does what btrfs receive does: a
+full stream (SUBVOL) creates the subvolume DIR/<name>; an incremental stream
+(SNAPSHOT) snapshots its parent, the subvolume of the same filesystem whose
+received UUID (else UUID) and transid are the stream's parent's, found in the
+UUID tree (it may be anywhere below the mount root, see -m). At the end of
+each subvolume its received UUID and stransid are set and it is made
+read-only, so btrfs send -p, btrbk and a later btrsend receive can use it. A
+subvolume whose receive failed or was interrupted has no received UUID: it is
+incomplete, and never taken for a parent.
+
+Elsewhere (other filesystems, not root, or --directories) each subvolume is a
+directory: an incremental stream needs its parent received earlier into the
+same DIR (as a directory, or by btrfs receive as a subvolume): it is found by
+the parent's UUID and ctransid, copied (reflinked where the filesystem can,
+holes kept) to DIR/<name>, and the changes are applied. The record
+DIR/.btrsend/<name>.subvol keeps each subvolume's received UUID, ctransid,
+parent and whether it was received completely; an incomplete one is never used
+as a parent. On btrfs, a snapshot may also start from a parent received as a
+directory.
+
+Either way every path of the stream stays beneath DIR/<name>: absolute
+paths, '..' and symlinks in paths are refused.
+
+Receiving on a btrfs backup host over ssh:
+
+    btrsend send -p /mnt/snaps/day1 /mnt/snaps/day2 | ssh backup btrsend receive /backup/host1
 
 As an ordinary user, file owners cannot be set: this is reported once and is
 not an error.";
@@ -74,6 +118,11 @@ not an error.";
 /// Prints notes and non-fatal errors, and draws a bar when asked.
 struct CliProgress {
     bar: Option<indicatif::ProgressBar>,
+    /// -1 quiet, 0 default, 1+ verbose.
+    verbosity: i8,
+    /// Print "At subvol NAME" at default verbosity (as `btrfs receive`,
+    /// when receiving real subvolumes); else only with -v.
+    at_lines: bool,
 }
 
 impl CliProgress {
@@ -92,9 +141,32 @@ impl Progress for CliProgress {
         }
     }
     fn subvol_start(&mut self, name: &[u8], incremental: bool) {
+        let kind = if incremental { "snapshot" } else { "subvol" };
         if let Some(b) = &self.bar {
-            let kind = if incremental { "snapshot" } else { "subvol" };
             b.set_message(format!("{kind} {}", name.escape_ascii()));
+        }
+        // As btrfs receive (6.2) prints them unless -q: "At subvol NAME" on
+        // stderr, "At snapshot NAME" on stdout.
+        if self.verbosity >= 1 || (self.verbosity == 0 && self.at_lines) {
+            let line = format!("At {kind} {}", String::from_utf8_lossy(name));
+            if incremental {
+                match &self.bar {
+                    Some(b) => b.suspend(|| println!("{line}")),
+                    None => println!("{line}"),
+                }
+            } else {
+                self.println(&line);
+            }
+        }
+    }
+    fn subvol_done(&mut self, name: &[u8], complete: bool) {
+        if self.verbosity >= 1 {
+            let how = if complete {
+                "received completely"
+            } else {
+                "left incomplete"
+            };
+            self.println(&format!("{} {how}", String::from_utf8_lossy(name)));
         }
     }
     fn note(&mut self, msg: &str) {
@@ -154,8 +226,20 @@ pub fn run(args: &ReceiveArgs) -> anyhow::Result<()> {
         b.set_draw_target(indicatif::ProgressDrawTarget::stderr());
         b
     });
-    let mut progress = CliProgress { bar };
+    let verbosity = if args.quiet {
+        -1
+    } else {
+        i8::try_from(args.verbose).unwrap_or(i8::MAX)
+    };
+    let at_lines = !args.directories && receive::subvol_mode_possible(dir);
+    let mut progress = CliProgress {
+        bar,
+        verbosity,
+        at_lines,
+    };
     let mut opts = ReceiveOptions::new();
+    opts.subvolumes = !args.directories;
+    opts.root_mount.clone_from(&args.root_mount);
     opts.max_errors = args.max_errors;
     opts.stop_at_end = args.stop_at_end;
     opts.force_decompress = args.force_decompress;
