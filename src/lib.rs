@@ -7,6 +7,7 @@
 
 pub use stream_format;
 
+pub mod backup;
 pub mod manifest;
 pub mod mount;
 pub mod receive;

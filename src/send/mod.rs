@@ -5,7 +5,7 @@
 //! Stage 5 of the data flow (device → chunk map → tree → fs → **send**);
 //! the wire format is the `stream-format` crate's [`StreamWriter`].
 //!
-//! * [`full`]: the send planner, full and incremental (with a parent
+//! * [`planner`]: the send planner, full and incremental (with a parent
 //!   snapshot: [`send_incremental`]);
 //! * `backref`: the back-reference walk of clone detection;
 //! * [`extent_tree`]: the extent items and back references it reads, by
@@ -50,7 +50,7 @@
 
 pub mod error;
 pub mod extent_tree;
-pub mod full;
+pub mod planner;
 pub mod total;
 
 mod backref;
@@ -69,7 +69,7 @@ use crate::fs::subvol::{Subvolume, list_subvolumes};
 use crate::types::TreeId;
 
 pub use error::SendError;
-pub use full::SendStats;
+pub use planner::SendStats;
 
 /// Highest protocol version this sender writes (3 only lacks fs-verity).
 pub const MAX_PROTO: u32 = 2;
@@ -273,7 +273,8 @@ pub fn send_with_clone_sources<W: Write>(
     let writer = StreamWriter::with_options(buffered, WriterOptions::new(opts.version))?;
     let run = |workers| {
         let out = pipeline::Pipeline::new(writer, &tree, opts.verify_data, workers);
-        let planner = full::FullSend::new(fs, subvol, parent, clone_sources, out, opts, progress)?;
+        let planner =
+            planner::Planner::new(fs, subvol, parent, clone_sources, out, opts, progress)?;
         planner.run(&subvol.name)
     };
     // The data workers run on a rayon pool of their own (without one — no

@@ -28,8 +28,8 @@ use btrsend::manifest::Options;
 use btrsend::testing::{self, LiveBtrfs};
 use btrsend::types::TreeId;
 
-mod common;
-use common::{btrsend, unpack};
+use crate::common;
+use crate::common::{btrsend, unpack};
 
 fn sh(cmd: &mut Command) -> Output {
     let out = cmd.output().expect("spawn");

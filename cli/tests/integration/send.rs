@@ -7,8 +7,8 @@
 use std::io::Read;
 use std::process::{Command, Stdio};
 
-mod common;
-use common::{btrsend, dump};
+use crate::common;
+use crate::common::{btrsend, dump};
 
 const FIXTURE: &str = "001-basic";
 

@@ -1,5 +1,5 @@
 //! The committed man pages in `man/` must equal what clap_mangen makes from the
-//! clap definition. `BTRSEND_UPDATE_MAN=1 cargo test -p btrsend-cli --test man`
+//! clap definition. `BTRSEND_UPDATE_MAN=1 cargo test --release -p btrsend-cli --test integration man::`
 //! rewrites them.
 
 use std::collections::BTreeMap;
@@ -54,12 +54,12 @@ fn man_pages_are_current() {
     let com_names: Vec<_> = committed.keys().collect();
     assert_eq!(
         gen_names, com_names,
-        "man/ has other pages than the clap definition makes; run BTRSEND_UPDATE_MAN=1 cargo test -p btrsend-cli --test man"
+        "man/ has other pages than the clap definition makes; run BTRSEND_UPDATE_MAN=1 cargo test --release -p btrsend-cli --test integration man::"
     );
     for (name, body) in &generated {
         assert!(
             committed.get(name) == Some(body),
-            "man/{name} is out of date; run BTRSEND_UPDATE_MAN=1 cargo test -p btrsend-cli --test man"
+            "man/{name} is out of date; run BTRSEND_UPDATE_MAN=1 cargo test --release -p btrsend-cli --test integration man::"
         );
     }
 }

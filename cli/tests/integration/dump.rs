@@ -3,8 +3,8 @@
 //! and fails where progs failed. Our error text differs from progs' on purpose:
 //! it starts with `btrsend: error:` and names the stream offset.
 
-mod common;
-use common::btrsend;
+use crate::common;
+use crate::common::btrsend;
 
 use std::fs;
 use std::io::Write;

@@ -7,8 +7,8 @@
 //! does); `-c` with no suitable parent and an unknown parent fail with exit
 //! status 1 and a clear message.
 
-mod common;
-use common::btrsend;
+use crate::common;
+use crate::common::btrsend;
 
 const FIXTURE: &str = "002-many-files";
 

@@ -1,6 +1,6 @@
 //! `btrsend receive` end to end: exit codes, stdout, stderr.
 
-mod common;
+use crate::common;
 
 use std::fs;
 use std::process::{Command, Output, Stdio};

@@ -1,0 +1,19 @@
+//! The `btrsend` binary's end-to-end tests: one test binary, one module per
+//! subcommand or area (as `tests/integration/` is for the core library).
+//! Cargo sets `CARGO_BIN_EXE_btrsend` only for the tested package's own
+//! tests, which is why they live here and not in the root `tests/`.
+//!
+//! Run one area with a module filter, e.g.
+//! `cargo test --release -p btrsend-cli --test integration send::`;
+//! `BTRSEND_UPDATE_MAN=1 cargo test --release -p btrsend-cli --test integration man::`
+//! regenerates `man/`.
+
+mod common;
+mod completions;
+mod dump;
+mod man;
+mod manifest_devices;
+mod receive;
+mod send;
+mod send_incremental;
+mod send_mounted;

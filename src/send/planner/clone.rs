@@ -1,0 +1,335 @@
+//! Clones: finding a clone source for an extent among the clone roots as
+//! the kernel does (`find_extent_clone`: the back-reference walk and
+//! `iterate_backrefs` choice), and emitting CLONE for what the source
+//! shares, with writes for the rest (`send_write_or_clone`,
+//! `clone_range`).
+
+use std::io::Write;
+
+use stream_format::Command;
+
+use crate::ondisk;
+use crate::send::backref::{Elem, LeafRefs};
+use crate::send::error::SendError;
+use crate::send::view::{ExtentKind, FileExtent, TreeView};
+use crate::tree::key::Key;
+
+use super::Planner;
+use super::paths::inode_path;
+use super::state::CloneSrc;
+
+/// `SEND_MAX_EXTENT_REFS`: more references than this and no clone is tried.
+pub(super) const SEND_MAX_EXTENT_REFS: u64 = 1024;
+
+impl<'a, W: Write> Planner<'a, W> {
+    /// `find_extent_clone`: the clone root and reference to clone `ext`
+    /// from, chosen as the kernel chooses (`iterate_backrefs`, then the
+    /// root with the most bytes, lowest id first).
+    pub(super) fn find_extent_clone(
+        &mut self,
+        ext: &FileExtent,
+    ) -> Result<Option<CloneSrc>, SendError> {
+        let data_offset = ext.file_offset;
+        let ino_size = self.cur.size;
+        if data_offset >= ino_size {
+            return Ok(None);
+        }
+        let ExtentKind::Regular {
+            disk_bytenr,
+            offset: ext_off,
+            num_bytes,
+            ..
+        } = ext.kind
+        else {
+            return Ok(None);
+        };
+        if disk_bytenr == 0 {
+            return Ok(None);
+        }
+        // Only the send root as clone root and this extent not sent yet:
+        // no inode before this one references it.
+        if self
+            .clone_index
+            .as_ref()
+            .is_some_and(|index| !index.contains(&disk_bytenr))
+        {
+            return Ok(None);
+        }
+        // check_extent_item: one reference is our own; the kernel gives up
+        // on heavily shared extents.
+        let Some(refs) = self.backrefs.extents.data_extent(disk_bytenr)? else {
+            return Ok(None);
+        };
+        let only_send_root = self.clone_roots.len() == 1;
+        if (refs.refs <= 1 && only_send_root) || refs.refs > SEND_MAX_EXTENT_REFS {
+            return Ok(None);
+        }
+        let extent_len = if data_offset.saturating_add(num_bytes) >= ino_size {
+            ino_size - data_offset
+        } else {
+            num_bytes
+        };
+        let compressed = ext.compression != ondisk::BTRFS_COMPRESS_NONE;
+        let pos = (!compressed).then_some(ext_off);
+        let (cur_ino, backref_offset) = (self.cur.ino, data_offset.wrapping_sub(ext_off));
+        // The shared-leaf shortcut: the extent's one reference is our own
+        // item's (a data ref naming our inode and position, or a shared ref
+        // naming our leaf), so the walk could only find our item, in our
+        // leaf: skip resolving it and ask only which clone roots share the
+        // leaf (the same candidates, in the same order).
+        let own_only = refs.refs == 1
+            && match (&refs.data_refs[..], &refs.shared[..]) {
+                ([r], []) => r.count == 1 && r.objectid == cur_ino && r.offset == backref_offset,
+                ([], [leaf]) => *leaf == ext.leaf,
+                _ => false,
+            };
+        let leaves = if own_only {
+            vec![LeafRefs {
+                leaf: ext.leaf,
+                // Any key in the leaf finds it.
+                first_key: Key::new(cur_ino, ondisk::BTRFS_EXTENT_DATA_KEY, data_offset),
+                elems: vec![Elem {
+                    ino: cur_ino,
+                    offset: data_offset,
+                    num_bytes,
+                }],
+            }]
+        } else {
+            // skip_self_data_ref: with the send root as the only clone root,
+            // our own data reference is not resolved at all.
+            self.backrefs
+                .leaves(&refs, disk_bytenr, pos, |_, ino, base| {
+                    only_send_root && ino == cur_ino && base == backref_offset
+                })?
+        };
+        let roots: Vec<(u64, crate::tree::walk::TreeRoot)> = self
+            .clone_roots
+            .iter()
+            .map(|r| (r.id, r.view.root))
+            .collect();
+        // Per clone root: (ino, offset, num_bytes) of the best reference.
+        let mut found: Vec<Option<(u64, u64, u64)>> = vec![None; roots.len()];
+        'walk: for leaf in &leaves {
+            for root_id in self.backrefs.roots_of(leaf, &roots)? {
+                let Some(i) = roots.iter().position(|r| r.0 == root_id) else {
+                    continue;
+                };
+                for e in &leaf.elems {
+                    if i == self.send_root {
+                        if e.ino == cur_ino && e.offset == data_offset {
+                            continue;
+                        }
+                        if e.ino > cur_ino
+                            || (e.ino == cur_ino
+                                && e.offset.saturating_add(extent_len) > self.cur.next_write_offset)
+                        {
+                            continue;
+                        }
+                    }
+                    let best = &mut found[i];
+                    if best.is_none_or(|(_, _, n)| e.num_bytes > n) {
+                        *best = Some((e.ino, e.offset, e.num_bytes));
+                        if e.num_bytes >= extent_len {
+                            break 'walk;
+                        }
+                    }
+                }
+            }
+        }
+        let mut chosen: Option<(usize, (u64, u64, u64))> = None;
+        for (i, f) in found.iter().enumerate() {
+            let Some(f) = *f else { continue };
+            if chosen.is_none_or(|(_, c)| f.2 > c.2) {
+                chosen = Some((i, f));
+                if f.2 >= extent_len {
+                    break;
+                }
+            }
+        }
+        Ok(chosen.map(|(root, (ino, offset, _))| CloneSrc { ino, offset, root }))
+    }
+
+    /// The tree a clone source lives in.
+    pub(super) fn clone_tree(&self, src: &CloneSrc) -> TreeView<'a> {
+        self.clone_roots
+            .get(src.root)
+            .map_or_else(|| self.view.clone(), |r| r.view.clone())
+    }
+
+    pub(super) fn clone_src_size(&self, src: &CloneSrc) -> Result<u64, SendError> {
+        self.clone_tree(src)
+            .inode(src.ino)?
+            .map(|i| i.size)
+            .ok_or_else(|| SendError::corrupt(src.ino, "clone source has no inode item"))
+    }
+
+    /// `send_write_or_clone`.
+    pub(super) fn send_write_or_clone(
+        &mut self,
+        ext: &FileExtent,
+        clone: Option<CloneSrc>,
+    ) -> Result<(), SendError> {
+        let offset = ext.file_offset;
+        let end = ext.end(self.sectorsize).min(self.cur.size);
+        if offset >= end {
+            return Ok(());
+        }
+        let num_bytes = end - offset;
+        let use_clone = match clone {
+            None => None,
+            Some(c) if end.is_multiple_of(self.sectorsize) => Some(c),
+            // An unaligned end can only be cloned up to both files' EOF;
+            // in an incremental send the file is first truncated to the
+            // clone's start, since the receiver's file may be longer.
+            Some(c) if end == self.cur.size => {
+                let src_size = self.clone_src_size(&c)?;
+                let ok = c.offset.saturating_add(num_bytes) == src_size;
+                if ok && self.parent.is_some() {
+                    let path = self.cur_inode_path()?;
+                    self.emit(&Command::Truncate {
+                        path: path.as_slice().into(),
+                        size: offset,
+                    })?;
+                }
+                ok.then_some(c)
+            }
+            Some(_) => None,
+        };
+        match use_clone {
+            Some(c) => self.clone_range(ext, c, offset, num_bytes)?,
+            None => self.send_extent_data(ext, offset, num_bytes)?,
+        }
+        self.cur.next_write_offset = end;
+        Ok(())
+    }
+
+    /// `clone_range`: clone what the source shares with us, write the rest.
+    pub(super) fn clone_range(
+        &mut self,
+        ext: &FileExtent,
+        mut src: CloneSrc,
+        mut offset: u64,
+        mut len: u64,
+    ) -> Result<(), SendError> {
+        let disk_byte = ext.disk_bytenr();
+        let mut data_offset = ext.extent_offset();
+        if src.offset == 0 && len == self.sectorsize {
+            return self.send_extent_data(ext, offset, len);
+        }
+        let src_size = self.clone_src_size(&src)?;
+        let view = self.clone_tree(&src);
+        let mut it = view.extents_from_iter(src.ino, src.offset)?;
+        while let Some(se) = it.next_extent()? {
+            let mut ext_len = match se.kind {
+                ExtentKind::Inline(_) => se.ram_bytes.div_ceil(4096).saturating_mul(4096),
+                ExtentKind::Regular { num_bytes, .. } => num_bytes,
+            };
+            let key_offset = se.file_offset;
+            if key_offset.saturating_add(ext_len) <= src.offset {
+                continue;
+            }
+            if key_offset > src.offset {
+                // An implicit hole in the source (no-holes): write ours.
+                let hole_len = (key_offset - src.offset).min(len);
+                self.send_extent_data(ext, offset, hole_len)?;
+                len -= hole_len;
+                if len == 0 {
+                    break;
+                }
+                offset += hole_len;
+                src.offset += hole_len;
+                data_offset += hole_len;
+            }
+            if key_offset >= src.offset.saturating_add(len) || key_offset >= src_size {
+                break;
+            }
+            let mut crossed_src_i_size = false;
+            if key_offset.saturating_add(ext_len) > src_size {
+                ext_len = src_size - key_offset;
+                crossed_src_i_size = true;
+            }
+            let mut clone_data_offset = se.extent_offset();
+            let same_extent =
+                se.disk_bytenr() == disk_byte && matches!(se.kind, ExtentKind::Regular { .. });
+            if same_extent {
+                src.offset = key_offset;
+                if clone_data_offset < data_offset
+                    && clone_data_offset.saturating_add(ext_len) > data_offset
+                {
+                    let extent_offset = data_offset - clone_data_offset;
+                    ext_len -= extent_offset;
+                    clone_data_offset += extent_offset;
+                    src.offset += extent_offset;
+                }
+            }
+            let clone_len = ext_len.min(len);
+            if same_extent && clone_data_offset == data_offset {
+                let src_end = src.offset.saturating_add(clone_len);
+                // The receiver cannot clone an unaligned EOF block into the
+                // middle of a file; 64 KiB is the largest sector size.
+                const ALIGN: u64 = 64 * 1024;
+                if src_end == src_size
+                    && !src_end.is_multiple_of(ALIGN)
+                    && offset.saturating_add(clone_len) < self.cur.size
+                {
+                    let slen = (src_end - src.offset) / ALIGN * ALIGN;
+                    if slen > 0 {
+                        self.send_clone(offset, slen, src)?;
+                    }
+                    self.send_extent_data(ext, offset + slen, clone_len - slen)?;
+                } else {
+                    self.send_clone(offset, clone_len, src)?;
+                }
+            } else if crossed_src_i_size && clone_len < len {
+                break;
+            } else {
+                self.send_extent_data(ext, offset, clone_len)?;
+            }
+            len -= clone_len;
+            if len == 0 {
+                break;
+            }
+            offset += clone_len;
+            src.offset += clone_len;
+            if src.root == self.send_root
+                && src.ino == self.cur.ino
+                && src.offset >= self.cur.next_write_offset
+            {
+                break;
+            }
+            data_offset += clone_len;
+        }
+        if len > 0 {
+            self.send_extent_data(ext, offset, len)?;
+        }
+        Ok(())
+    }
+
+    pub(super) fn send_clone(
+        &mut self,
+        offset: u64,
+        len: u64,
+        src: CloneSrc,
+    ) -> Result<(), SendError> {
+        let path = self.cur_inode_path()?;
+        let (clone_path, clone_uuid, clone_ctransid) = match self.clone_roots.get(src.root) {
+            Some(r) if src.root != self.send_root => {
+                (inode_path(&r.view, src.ino)?, r.uuid, r.ctransid)
+            }
+            _ => {
+                let src_gen = self.inode(src.ino)?.generation;
+                (self.cur_path(src.ino, src_gen)?, self.uuid, self.ctransid)
+            }
+        };
+        self.stats.cloned_bytes = self.stats.cloned_bytes.saturating_add(len);
+        self.emit(&Command::Clone {
+            offset,
+            len,
+            path: path.into(),
+            clone_uuid,
+            clone_ctransid,
+            clone_path: clone_path.into(),
+            clone_offset: src.offset,
+        })
+    }
+}
