@@ -50,7 +50,10 @@ const UUID_KEY_SUBVOL: u32 = 251;
 const UUID_KEY_RECEIVED_SUBVOL: u32 = 252;
 
 /// Whether `dir` (an fd of DIR) is on btrfs.
-#[allow(clippy::useless_conversion, reason = "f_type is not i64 on every target")]
+#[allow(
+    clippy::useless_conversion,
+    reason = "f_type is not i64 on every target"
+)]
 pub fn on_btrfs(dir: BorrowedFd<'_>) -> bool {
     rustix::fs::fstatfs(dir).is_ok_and(|s| i64::from(s.f_type) == BTRFS_SUPER_MAGIC)
 }
