@@ -10,6 +10,7 @@ pub use stream_format;
 pub mod backup;
 pub mod manifest;
 pub mod mount;
+pub mod progress;
 pub mod receive;
 pub mod send;
 

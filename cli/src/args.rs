@@ -8,9 +8,6 @@ use clap::{Parser, Subcommand};
 
 use crate::cmd;
 
-/// The exit codes, shown by `--help` and in the man page (see `exit.rs`).
-const EXIT_CODES: &str = "Exit status:\n  0    success\n  1    the operation failed (bad input, I/O error, corrupt stream or filesystem); the error is printed as `btrsend: error: ...`\n  2    usage error (bad command line)\n  130  interrupted";
-
 /// Read btrfs filesystems straight from the device and stream snapshots as
 /// btrfs send streams; receive and inspect send streams.
 ///
@@ -22,7 +19,7 @@ const EXIT_CODES: &str = "Exit status:\n  0    success\n  1    the operation fai
     name = "btrsend",
     version,
     max_term_width = 100,
-    after_long_help = EXIT_CODES
+    after_long_help = format!("Exit status:\n{}", crate::exit::EXIT_STATUS)
 )]
 pub struct Cli {
     /// What to do.
@@ -37,7 +34,7 @@ pub enum Command {
     Dump(cmd::dump::DumpArgs),
     /// List the subvolumes of a filesystem, read straight from its devices.
     List(cmd::list::ListArgs),
-    /// Write a full send stream of a subvolume read straight from its devices.
+    /// Write a full or incremental send stream of subvolumes read straight from their devices.
     Send(cmd::send::SendArgs),
     /// Receive send streams into a directory on any filesystem, or `--dump` them.
     Receive(cmd::receive::ReceiveArgs),

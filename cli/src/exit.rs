@@ -1,37 +1,105 @@
-//! Exit codes: the one documented list (also in the man page).
+//! Exit codes: the one documented list (also in `--help` and the man pages'
+//! EXIT STATUS section, both made from [`EXIT_STATUS`]).
 //!
 //! | code | meaning |
 //! | --- | --- |
 //! | 0 | success |
-//! | 1 | the operation failed: bad input, an I/O error, a corrupt stream or filesystem |
-//! | 2 | usage error (clap's default for a bad command line) |
-//! | 130 | interrupted (SIGINT) |
+//! | 1 | the operation failed: bad input, an I/O error, a corrupt stream or filesystem, a closed pipe during `send` or `receive` |
+//! | 2 | usage error: a bad command line, or options that conflict (clap's code for its own errors) |
+//! | 130 | interrupted by SIGINT (Ctrl-C); 143 by SIGTERM |
 
+use std::fmt;
 use std::process::ExitCode;
+
+/// The exit status table, as `--help` and the man pages print it.
+pub const EXIT_STATUS: &str = "\
+  0    success
+  1    the operation failed (bad input, an I/O error, a corrupt stream or
+       filesystem, a closed pipe during send or receive); the error is printed
+       once, as `btrsend: error: ...`
+  2    usage error: a bad command line or options that conflict (e.g.
+       --proto 1 --compressed-data)
+  130  interrupted (SIGINT, Ctrl-C); 143 terminated (SIGTERM). Nothing
+       half-written is left: send -f FILE removes its temporary file";
 
 /// What the process reports to its caller.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Exit {
-    /// Everything worked.
+    /// 0: everything worked.
     Success,
-    /// The operation failed; the error was printed.
+    /// 1: the operation failed; the error was printed.
     Failure,
-    /// The operation failed and has already said why (nothing more to print).
+    /// 1: the operation failed and has already said why (nothing more to print).
     Quiet,
+    /// 2: the command line is wrong (a [`UsageError`]; clap exits 2 itself
+    /// for the errors it finds).
+    Usage,
+    /// 128 + the signal number: stopped by SIGINT (130) or SIGTERM (143).
+    Signal(u8),
 }
 
 impl Exit {
-    /// Map an error to its exit code.
-    pub fn from_error(_err: &anyhow::Error) -> Exit {
-        Exit::Failure
+    /// SIGINT's exit status (128 + 2).
+    pub const INTERRUPTED: u8 = 130;
+
+    /// Map an error to its exit code: a [`UsageError`] anywhere in the chain
+    /// is a usage error, everything else a failure.
+    pub fn from_error(err: &anyhow::Error) -> Exit {
+        if err.chain().any(|e| e.is::<UsageError>()) {
+            Exit::Usage
+        } else {
+            Exit::Failure
+        }
+    }
+
+    /// The numeric status.
+    pub fn code(self) -> u8 {
+        match self {
+            Exit::Success => 0,
+            Exit::Failure | Exit::Quiet => 1,
+            Exit::Usage => 2,
+            Exit::Signal(n) => n,
+        }
     }
 }
 
 impl From<Exit> for ExitCode {
     fn from(e: Exit) -> ExitCode {
-        match e {
-            Exit::Success => ExitCode::SUCCESS,
-            Exit::Failure | Exit::Quiet => ExitCode::from(1),
-        }
+        ExitCode::from(e.code())
+    }
+}
+
+/// A command line that parsed but asks for something impossible, e.g.
+/// options that conflict: exit status 2, like clap's own errors.
+#[derive(Debug)]
+pub struct UsageError(pub String);
+
+impl fmt::Display for UsageError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for UsageError {}
+
+/// Return a [`UsageError`] from the current function (like `anyhow::bail!`).
+#[macro_export]
+macro_rules! usage_bail {
+    ($($arg:tt)*) => {
+        return Err(anyhow::Error::new($crate::exit::UsageError(format!($($arg)*))))
+    };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn usage_errors_exit_2_even_with_context() {
+        let e = anyhow::Error::new(UsageError("x".into())).context("while parsing");
+        assert_eq!(Exit::from_error(&e), Exit::Usage);
+        assert_eq!(Exit::Usage.code(), 2);
+        assert_eq!(Exit::from_error(&anyhow::anyhow!("io")), Exit::Failure);
+        assert_eq!(Exit::Signal(Exit::INTERRUPTED).code(), 130);
     }
 }

@@ -4,4 +4,6 @@
 pub mod args;
 pub mod cmd;
 pub mod exit;
+pub mod man;
 pub mod progress;
+pub mod signal;

@@ -5,12 +5,15 @@
 
 use std::process::ExitCode;
 
-use btrsend_cli::{args, cmd, exit::Exit};
-use clap::Parser;
+use btrsend_cli::args::{Cli, Command};
+use btrsend_cli::exit::Exit;
+use btrsend_cli::{cmd, signal};
+use clap::{CommandFactory, Parser};
 
 fn main() -> ExitCode {
-    let cli = args::Cli::parse();
-    match cmd::run(cli) {
+    let cli = Cli::parse();
+    signal::install();
+    match run(cli) {
         Ok(()) => Exit::Success.into(),
         Err(err) => {
             let code = Exit::from_error(&err);
@@ -19,5 +22,20 @@ fn main() -> ExitCode {
             }
             code.into()
         }
+    }
+}
+
+/// Run the parsed command line: the one place that knows both the clap
+/// definition (`args`) and the subcommands (`cmd`), so neither imports the
+/// other's dispatch.
+fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Dump(a) => cmd::dump::run(&a),
+        Command::List(a) => cmd::list::run(&a),
+        Command::Send(a) => cmd::send::run(&a),
+        Command::Receive(a) => cmd::receive::run(&a),
+        Command::Manifest(a) => cmd::manifest::run(&a),
+        Command::Completions(a) => cmd::completions::run(&a, Cli::command()),
+        Command::Debug(a) => cmd::debug::run(&a),
     }
 }

@@ -1,21 +1,33 @@
-//! Progress of `btrsend send` on standard error, behind the core
-//! [`btrsend::send::Progress`] trait (style §7):
+//! Rendering the core's [`btrsend::progress::Progress`] reports on standard
+//! error, for `send` and `receive` alike (style §7):
 //!
-//! * stderr a terminal (or `--progress` on a terminal): an indicatif bar
-//!   with bytes sent of the total, rate and ETA;
+//! * stderr a terminal (and not `--no-progress`/`-q`): an indicatif bar —
+//!   bytes of the total, rate and ETA when the total is known (send: the
+//!   file data the snapshot references; receive: a stream file's size), else
+//!   bytes, rate and elapsed time (receive from a pipe: no made-up total);
 //! * `--progress` with stderr not a terminal (a log file, a pipe): a plain
-//!   line every [`LINE_INTERVAL`] and a summary at the end;
-//! * otherwise (cron, `--no-progress`): nothing at all.
+//!   line every [`line_interval`] and a summary at the end;
+//! * otherwise (cron, `--no-progress`, `-q`): nothing.
+//!
+//! Notes and non-fatal errors the core reports are printed above the bar
+//! (or as plain lines) in every mode but `-q`'s, which keeps only errors.
 
-use std::cell::Cell;
 use std::io::{IsTerminal, Write};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use btrsend::send::Progress;
+use btrsend::progress::Progress;
 use indicatif::{HumanBytes, HumanDuration, ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-/// How often the plain-text reporter prints a line.
-pub const LINE_INTERVAL: Duration = Duration::from_secs(5);
+/// How often the plain-text reporter prints a line: 5 s
+/// (`BTRSEND_PROGRESS_INTERVAL_MS` overrides it, for tests).
+pub fn line_interval() -> Duration {
+    std::env::var("BTRSEND_PROGRESS_INTERVAL_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .map_or(Duration::from_secs(5), Duration::from_millis)
+}
 
 /// How progress is shown.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,11 +41,20 @@ pub enum Mode {
 }
 
 impl Mode {
-    /// The mode for `--progress` / `--no-progress` (neither: a bar when
-    /// stderr is a terminal, else nothing).
-    pub fn choose(progress: bool, no_progress: bool) -> Mode {
-        let tty = std::io::stderr().is_terminal();
-        match (progress, no_progress, tty) {
+    /// The mode for `--progress` / `--no-progress` / `-q` (none of them: a
+    /// bar when stderr is a terminal, else nothing; `-q` means nothing
+    /// unless `--progress` is given too).
+    pub fn choose(progress: bool, no_progress: bool, quiet: bool) -> Mode {
+        Mode::pick(
+            progress,
+            no_progress,
+            quiet,
+            std::io::stderr().is_terminal(),
+        )
+    }
+
+    fn pick(progress: bool, no_progress: bool, quiet: bool, tty: bool) -> Mode {
+        match (progress, no_progress || (quiet && !progress), tty) {
             (_, true, _) => Mode::Off,
             (_, false, true) => Mode::Bar,
             (true, false, false) => Mode::Lines,
@@ -42,111 +63,243 @@ impl Mode {
     }
 }
 
-/// A [`Progress`] on standard error.
-#[derive(Debug)]
-pub struct SendProgress {
-    mode: Mode,
-    bar: ProgressBar,
-    total: u64,
-    bytes: Cell<u64>,
-    start: Instant,
-    last_line: Cell<Instant>,
+/// Which operation is reported: its wording and how its bytes arrive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    /// `send`: [`Progress::data`] adds file data bytes.
+    Send,
+    /// `receive`: [`Progress::position`] gives the input offset.
+    Receive,
 }
 
-impl SendProgress {
-    /// A reporter in `mode` for `total` bytes of file data (0: unknown).
-    pub fn new(mode: Mode, total: u64) -> SendProgress {
+/// The indicatif template: with a total, bytes of it, a bar and the ETA;
+/// without, bytes, rate and elapsed time only.
+fn template(has_total: bool) -> &'static str {
+    if has_total {
+        "{spinner} {msg} {bytes}/{total_bytes} {wide_bar} {bytes_per_sec} eta {eta}"
+    } else {
+        "{spinner} {msg} {bytes} {bytes_per_sec} {elapsed}"
+    }
+}
+
+/// A [`Progress`] sink on standard error.
+#[derive(Debug)]
+pub struct Reporter {
+    mode: Mode,
+    op: Op,
+    quiet: bool,
+    bar: ProgressBar,
+    /// The total bytes expected, when known.
+    total: Option<u64>,
+    bytes: AtomicU64,
+    start: Instant,
+    interval: Duration,
+    last_line: Mutex<Instant>,
+}
+
+impl Reporter {
+    /// A reporter in `mode` for `op`, `total` bytes expected when known;
+    /// `quiet` drops notes.
+    pub fn new(mode: Mode, op: Op, total: Option<u64>, quiet: bool) -> Reporter {
         let bar = if mode == Mode::Bar {
-            let b = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
-            let style = ProgressStyle::with_template(
-                "{spinner} {bytes}/{total_bytes} {wide_bar} {bytes_per_sec} eta {eta} {msg}",
-            )
-            .unwrap_or_else(|_| ProgressStyle::default_bar());
+            let b = ProgressBar::with_draw_target(total, ProgressDrawTarget::stderr());
+            let style = ProgressStyle::with_template(template(total.is_some()))
+                .unwrap_or_else(|_| ProgressStyle::default_bar());
             b.set_style(style);
+            b.enable_steady_tick(Duration::from_millis(200));
             b
         } else {
             ProgressBar::hidden()
         };
         let now = Instant::now();
-        SendProgress {
+        Reporter {
             mode,
+            op,
+            quiet,
             bar,
             total,
-            bytes: Cell::new(0),
+            bytes: AtomicU64::new(0),
             start: now,
-            last_line: Cell::new(now),
+            interval: line_interval(),
+            last_line: Mutex::new(now),
+        }
+    }
+
+    /// A message on stderr, above the bar if one is drawn.
+    pub fn println(&self, msg: &str) {
+        if self.mode == Mode::Bar {
+            self.bar.suspend(|| eprintln!("{msg}"));
+        } else {
+            let _ = writeln!(std::io::stderr().lock(), "{msg}");
         }
     }
 
     fn rate(&self) -> f64 {
         let secs = self.start.elapsed().as_secs_f64();
         if secs > 0.0 {
-            self.bytes.get() as f64 / secs
+            self.bytes.load(Ordering::Relaxed) as f64 / secs
         } else {
             0.0
         }
     }
 
-    fn line(&self) {
-        let done = self.bytes.get();
-        let rate = self.rate();
-        let mut msg = format!("btrsend: sent {}", HumanBytes(done));
-        if self.total > 0 {
-            let pct = (done.min(self.total) as f64) * 100.0 / self.total as f64;
-            msg.push_str(&format!(" of {} ({pct:.0}%)", HumanBytes(self.total)));
+    fn verb(&self) -> &'static str {
+        match self.op {
+            Op::Send => "sent",
+            Op::Receive => "received",
         }
-        msg.push_str(&format!(", {}/s", HumanBytes(rate as u64)));
-        if self.total > done && rate > 0.0 {
-            let eta = Duration::from_secs_f64((self.total - done) as f64 / rate);
+    }
+
+    /// The text of a progress line.
+    fn line_text(&self) -> String {
+        let done = self.bytes.load(Ordering::Relaxed);
+        let rate = self.rate();
+        let mut msg = format!("btrsend: {} {}", self.verb(), HumanBytes(done));
+        if let Some(total) = self.total.filter(|t| *t > 0) {
+            let pct = (done.min(total) as f64) * 100.0 / total as f64;
+            msg.push_str(&format!(" of {} ({pct:.0}%)", HumanBytes(total)));
+        }
+        msg.push_str(&format!(
+            ", {}/s, {} elapsed",
+            HumanBytes(rate as u64),
+            HumanDuration(self.start.elapsed())
+        ));
+        if let Some(total) = self.total
+            && total > done
+            && rate > 0.0
+        {
+            let eta = Duration::from_secs_f64((total - done) as f64 / rate);
             msg.push_str(&format!(", eta {}", HumanDuration(eta)));
         }
-        let _ = writeln!(std::io::stderr().lock(), "{msg}");
+        msg
     }
 
-    /// The send ended: clear the bar; in line mode print the summary
-    /// (`stream_bytes`: the stream's size, when it succeeded).
-    pub fn finish(&self, stream_bytes: Option<u64>) {
-        self.bar.finish_and_clear();
-        if self.mode == Mode::Lines
-            && let Some(n) = stream_bytes
-        {
-            let _ = writeln!(
-                std::io::stderr().lock(),
-                "btrsend: done: {} of file data in a {} stream, {:.1}s, {}/s",
-                HumanBytes(self.bytes.get()),
-                HumanBytes(n),
-                self.start.elapsed().as_secs_f64(),
-                HumanBytes(self.rate() as u64),
-            );
-        }
-    }
-}
-
-impl Progress for SendProgress {
-    fn inode(&self, ino: u64) {
-        if self.mode == Mode::Bar && ino.is_multiple_of(256) {
-            self.bar.set_message(format!("inode {ino}"));
-        }
-    }
-
-    fn data(&self, bytes: u64) {
-        let n = self.bytes.get().saturating_add(bytes);
-        self.bytes.set(n);
+    /// Bytes done moved to `n`: update the bar, or print a line when due.
+    fn moved(&self, n: u64) {
         match self.mode {
             Mode::Off => {}
             Mode::Bar => {
-                if n > self.total {
-                    // The pre-pass total is an estimate; never pass it.
+                if self.total.is_some_and(|t| n > t) {
+                    // A send's pre-pass total is an estimate; never pass it.
                     self.bar.set_length(n);
                 }
                 self.bar.set_position(n);
             }
             Mode::Lines => {
-                if self.last_line.get().elapsed() >= LINE_INTERVAL {
-                    self.last_line.set(Instant::now());
-                    self.line();
+                let mut last = self
+                    .last_line
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                if last.elapsed() >= self.interval {
+                    *last = Instant::now();
+                    self.println(&self.line_text());
                 }
             }
         }
+    }
+
+    /// The operation ended: clear the bar; in line mode print the summary
+    /// (`stream_bytes`: a send's stream size; `ok`: it succeeded).
+    pub fn finish(&self, ok: bool, stream_bytes: Option<u64>) {
+        self.bar.finish_and_clear();
+        if self.mode != Mode::Lines || !ok {
+            return;
+        }
+        let done = HumanBytes(self.bytes.load(Ordering::Relaxed));
+        let secs = self.start.elapsed().as_secs_f64();
+        let rate = HumanBytes(self.rate() as u64);
+        let msg = match (self.op, stream_bytes) {
+            (Op::Send, Some(n)) => format!(
+                "btrsend: done: {done} of file data in a {} stream, {secs:.1}s, {rate}/s",
+                HumanBytes(n)
+            ),
+            _ => format!(
+                "btrsend: done: {} {done}, {secs:.1}s, {rate}/s",
+                self.verb()
+            ),
+        };
+        self.println(&msg);
+    }
+}
+
+impl Progress for Reporter {
+    fn subvol_start(&self, name: &[u8], incremental: bool) {
+        if self.mode == Mode::Bar {
+            let kind = if incremental { "snapshot" } else { "subvol" };
+            self.bar
+                .set_message(format!("{kind} {}", name.escape_ascii()));
+        }
+    }
+
+    fn inode(&self, ino: u64) {
+        if self.mode == Mode::Bar && ino.is_multiple_of(256) && self.op == Op::Send {
+            self.bar.set_message(format!("inode {ino}"));
+        }
+    }
+
+    fn data(&self, bytes: u64) {
+        if self.op == Op::Send {
+            let n = self
+                .bytes
+                .fetch_add(bytes, Ordering::Relaxed)
+                .saturating_add(bytes);
+            self.moved(n);
+        }
+    }
+
+    fn position(&self, offset: u64, _commands: u64) {
+        if self.op == Op::Receive {
+            self.bytes.fetch_max(offset, Ordering::Relaxed);
+            self.moved(offset);
+        }
+    }
+
+    fn note(&self, msg: &str) {
+        if !self.quiet {
+            self.println(&format!("btrsend: note: {msg}"));
+        }
+    }
+
+    fn error(&self, err: &dyn std::error::Error) {
+        self.println(&format!("btrsend: error: {err}"));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mode_follows_flags_and_terminal() {
+        assert_eq!(Mode::pick(false, false, false, true), Mode::Bar);
+        assert_eq!(Mode::pick(false, false, false, false), Mode::Off, "cron");
+        assert_eq!(Mode::pick(true, false, false, false), Mode::Lines);
+        assert_eq!(Mode::pick(false, true, false, true), Mode::Off);
+        assert_eq!(Mode::pick(false, false, true, true), Mode::Off, "-q");
+        assert_eq!(
+            Mode::pick(true, false, true, false),
+            Mode::Lines,
+            "-q --progress"
+        );
+    }
+
+    #[test]
+    fn no_total_no_made_up_total() {
+        assert!(!template(false).contains("total"));
+        assert!(!template(false).contains("eta"));
+        assert!(template(true).contains("{total_bytes}"));
+        let r = Reporter::new(Mode::Off, Op::Receive, None, false);
+        r.position(1000, 3);
+        let line = r.line_text();
+        assert!(line.starts_with("btrsend: received 1000 B, "), "{line}");
+        assert!(!line.contains(" of ") && !line.contains("eta"), "{line}");
+        let s = Reporter::new(Mode::Off, Op::Send, Some(4000), false);
+        s.data(1000);
+        s.data(1000);
+        let line = s.line_text();
+        assert!(
+            line.starts_with("btrsend: sent 1.95 KiB of 3.91 KiB (50%), "),
+            "{line}"
+        );
     }
 }

@@ -19,6 +19,7 @@ use crate::tree::walk::{Cursor, ItemRef, TreeRoot, for_each_in_range};
 use crate::types::{Generation, Logical, TreeId, Uuid};
 
 use super::Filesystem;
+use super::items::Timespec;
 
 /// A decoded ROOT_ITEM.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,6 +62,15 @@ pub struct RootInfo {
     pub stransid: Generation,
     /// Receive transid.
     pub rtransid: Generation,
+    /// When the subvolume last changed (`ctime`; zero in a legacy item).
+    pub ctime: Timespec,
+    /// When it was created (`otime`, what `btrfs subvolume show` calls
+    /// "Creation time"; zero in a legacy item and for the top level).
+    pub otime: Timespec,
+    /// When it was sent, for a received subvolume (`stime`; else zero).
+    pub stime: Timespec,
+    /// When it was received (`rtime`; else zero).
+    pub rtime: Timespec,
 }
 
 impl RootInfo {
@@ -116,6 +126,10 @@ impl RootInfo {
             otransid: Generation(r.otransid.get()),
             stransid: Generation(r.stransid.get()),
             rtransid: Generation(r.rtransid.get()),
+            ctime: Timespec::from(&r.ctime),
+            otime: Timespec::from(&r.otime),
+            stime: Timespec::from(&r.stime),
+            rtime: Timespec::from(&r.rtime),
         })
     }
 

@@ -58,38 +58,10 @@ pub use apply::Receiver;
 use meta::Uuid;
 use target::TargetError;
 
-/// Where a receive reports what it is doing. Every method has a default that
-/// does nothing; the CLI draws a progress bar and prints notes.
-pub trait Progress {
-    /// The reader is at byte `offset` of the input, after `commands`
-    /// commands.
-    fn position(&mut self, offset: u64, commands: u64) {
-        let _ = (offset, commands);
-    }
-    /// A subvolume is being created (`incremental`: from a parent).
-    fn subvol_start(&mut self, name: &[u8], incremental: bool) {
-        let _ = (name, incremental);
-    }
-    /// A subvolume is finished; `complete` is false if any command failed.
-    fn subvol_done(&mut self, name: &[u8], complete: bool) {
-        let _ = (name, complete);
-    }
-    /// Something not applied, reported once (e.g. owners as an ordinary
-    /// user, fs-verity, inode flags the target refuses). Not an error.
-    fn note(&mut self, msg: &str) {
-        let _ = msg;
-    }
-    /// An error below the `--max-errors` limit: receiving goes on.
-    fn error(&mut self, err: &ReceiveError) {
-        let _ = err;
-    }
-}
-
-/// A [`Progress`] that reports nothing.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct NoProgress;
-
-impl Progress for NoProgress {}
+/// Where a receive reports what it is doing: the crate's one [`Progress`]
+/// interface (receive reports `position`, `subvol_start`/`subvol_done`,
+/// `note` and `error`; the CLI draws a progress bar and prints notes).
+pub use crate::progress::{NoProgress, Progress};
 
 /// How to receive.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -130,19 +130,9 @@ impl SendOptions {
     }
 }
 
-/// Progress reports from a send (the default methods ignore them).
-pub trait Progress {
-    /// Inode `ino` is being processed.
-    fn inode(&self, _ino: u64) {}
-    /// `bytes` of file data were sent (written, encoded or clone-free).
-    fn data(&self, _bytes: u64) {}
-}
-
-/// A [`Progress`] that ignores everything.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct NoProgress;
-
-impl Progress for NoProgress {}
+/// Progress reports from a send: the crate's one [`Progress`] interface
+/// (send reports `subvol_start`/`subvol_done`, `inode` and `data`).
+pub use crate::progress::{NoProgress, Progress};
 
 /// Find a subvolume by its path from the top level (as `btrsend list`
 /// prints it) or `id:N`.

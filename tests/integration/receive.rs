@@ -392,19 +392,19 @@ fn crc_error_names_offset_and_command_and_max_errors_goes_on() {
     assert!(record(out.path(), "tiny.snap").ends_with("state=incomplete\n"));
     // -E 0: every error is reported, the rest is applied, the subvolume stays
     // incomplete.
-    struct Count(u32);
+    struct Count(std::sync::atomic::AtomicU32);
     impl Progress for Count {
-        fn error(&mut self, _: &ReceiveError) {
-            self.0 += 1;
+        fn error(&self, _: &dyn std::error::Error) {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
     }
     let out = tempfile::tempdir().unwrap();
     let mut opts = ReceiveOptions::new();
     opts.max_errors = 0;
-    let mut c = Count(0);
+    let mut c = Count(0.into());
     let e = receive::receive(Cursor::new(&bytes), out.path(), &opts, &mut c).unwrap_err();
     assert!(matches!(e, ReceiveError::Errors(1)), "{e}");
-    assert_eq!(c.0, 1);
+    assert_eq!(c.0.into_inner(), 1);
     assert!(out.path().join("tiny.snap/d/f").exists());
     assert!(record(out.path(), "tiny.snap").ends_with("state=incomplete\n"));
 }
@@ -527,22 +527,22 @@ fn blake3_of(b: &[u8]) -> String {
 
 /// Receive `bytes` with `-E 0`; return every error message.
 fn receive_hostile(dir: &Path, bytes: &[u8]) -> Vec<String> {
-    struct Collect(Vec<String>);
+    struct Collect(std::sync::Mutex<Vec<String>>);
     impl Progress for Collect {
-        fn error(&mut self, e: &ReceiveError) {
-            self.0.push(e.to_string());
+        fn error(&self, e: &dyn std::error::Error) {
+            self.0.lock().unwrap().push(e.to_string());
         }
     }
-    let mut c = Collect(Vec::new());
+    let mut c = Collect(Default::default());
     let mut opts = ReceiveOptions::new();
     opts.max_errors = 0;
     let r = receive::receive(Cursor::new(bytes), dir, &opts, &mut c);
     if let Err(e) = r
         && !matches!(e, ReceiveError::Errors(_))
     {
-        c.0.push(e.to_string());
+        c.0.get_mut().unwrap().push(e.to_string());
     }
-    c.0
+    c.0.into_inner().unwrap()
 }
 
 #[test]

@@ -330,10 +330,10 @@ fn corrupt_skimmed_write_is_a_crc_error_at_its_offset() {
     bytes[end - 1] ^= 0x55;
     let file = tmp.path().join("bad.stream");
     fs::write(&file, &bytes).unwrap();
-    struct Collect(Vec<String>);
+    struct Collect(std::sync::Mutex<Vec<String>>);
     impl receive::Progress for Collect {
-        fn error(&mut self, e: &ReceiveError) {
-            self.0.push(e.to_string());
+        fn error(&self, e: &dyn std::error::Error) {
+            self.0.lock().unwrap().push(e.to_string());
         }
     }
     for threads in [1, 2] {
@@ -342,19 +342,20 @@ fn corrupt_skimmed_write_is_a_crc_error_at_its_offset() {
         let mut opts = ReceiveOptions::new();
         opts.threads = threads;
         opts.max_errors = 0;
-        let mut c = Collect(Vec::new());
+        let mut c = Collect(Default::default());
         let f = fs::File::open(&file).unwrap();
         let e = receive::receive_file(f, &dir, &opts, &mut c).unwrap_err();
         assert!(
             matches!(e, ReceiveError::Errors(1)),
             "threads {threads}: {e}"
         );
-        assert_eq!(c.0.len(), 1, "threads {threads}: {:?}", c.0);
+        let errs = c.0.get_mut().unwrap();
+        assert_eq!(errs.len(), 1, "threads {threads}: {errs:?}");
         let want = format!("(WRITE) at stream offset {}", info.offset);
         assert!(
-            c.0[0].contains(&want) && c.0[0].to_lowercase().contains("crc"),
+            errs[0].contains(&want) && errs[0].to_lowercase().contains("crc"),
             "threads {threads}: {}",
-            c.0[0]
+            errs[0]
         );
         let rec = fs::read_to_string(dir.join(".btrsend/sv.subvol")).unwrap();
         assert!(rec.contains("state=incomplete\n"), "{rec}");

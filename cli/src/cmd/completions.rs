@@ -1,9 +1,7 @@
 //! `btrsend completions SHELL`: shell completion scripts from the clap definition.
 
-use clap::{Args, CommandFactory};
+use clap::Args;
 use clap_complete::Shell;
-
-use crate::args::Cli;
 
 /// Arguments of `btrsend completions`.
 #[derive(Debug, Args)]
@@ -13,9 +11,9 @@ pub struct CompletionsArgs {
     pub shell: Shell,
 }
 
-/// Write the completion script for the chosen shell to stdout.
-pub fn run(args: &CompletionsArgs) -> anyhow::Result<()> {
-    let mut cmd = Cli::command();
-    clap_complete::generate(args.shell, &mut cmd, "btrsend", &mut std::io::stdout());
+/// Write the completion script of `cli` (the whole clap definition, passed
+/// in by `main`) for the chosen shell to stdout.
+pub fn run(args: &CompletionsArgs, mut cli: clap::Command) -> anyhow::Result<()> {
+    clap_complete::generate(args.shell, &mut cli, "btrsend", &mut std::io::stdout());
     Ok(())
 }

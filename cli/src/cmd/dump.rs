@@ -3,7 +3,10 @@
 //! The text is btrfs-progs 6.2's, byte for byte (see `stream_format::dump`);
 //! times are printed in the zone of the `TZ` environment variable, as progs'
 //! `localtime()` does. Only the first stream is printed: dumping stops at the
-//! first END, like progs. Errors differ from progs' on purpose: they name the
+//! first END, like progs. Protocol versions 1 to 3 are read — whatever
+//! `btrsend send --proto N` writes, and what `btrsend receive` takes —
+//! where progs 6.2 stops at 2 (version 3 adds only ENABLE_VERITY, printed as
+//! newer progs print it). Errors differ from progs' on purpose: they name the
 //! stream offset and the command index.
 //!
 //! A closed standard output (`btrsend dump | head`) ends the dump quietly with
@@ -15,14 +18,18 @@ use std::io::{self, BufReader, BufWriter, Read};
 use std::path::PathBuf;
 
 use anyhow::Context;
-use clap::Args;
+use clap::{Args, ValueHint};
+use stream_format::ReaderOptions;
 use stream_format::dump::{DumpOptions, dump, is_broken_pipe};
+
+/// The highest stream version read: 3, as `btrsend send` and `receive`.
+const MAX_VERSION: u32 = 3;
 
 /// Arguments of `btrsend dump`.
 #[derive(Debug, Args)]
 pub struct DumpArgs {
     /// Read the stream from FILE instead of standard input.
-    #[arg(short = 'f', long = "file", value_name = "FILE")]
+    #[arg(short = 'f', long = "file", value_name = "FILE", value_hint = ValueHint::FilePath)]
     pub file: Option<PathBuf>,
 }
 
@@ -42,7 +49,9 @@ pub fn run(args: &DumpArgs) -> anyhow::Result<()> {
 
 fn dump_to_stdout<R: Read>(input: R) -> anyhow::Result<()> {
     let mut out = BufWriter::with_capacity(64 << 10, io::stdout().lock());
-    match dump(input, &mut out, &DumpOptions::default()) {
+    let mut options = DumpOptions::default();
+    options.reader = ReaderOptions::new().with_max_version(MAX_VERSION);
+    match dump(input, &mut out, &options) {
         Ok(_) => Ok(()),
         Err(e) if is_broken_pipe(&e) => Ok(()),
         Err(e) => Err(e.into()),

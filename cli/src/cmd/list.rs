@@ -5,17 +5,25 @@ use std::io::Write as _;
 use std::path::PathBuf;
 
 use btrsend::fs::Filesystem;
+use btrsend::fs::items::Timespec;
 use btrsend::fs::subvol::{Subvolume, list_subvolumes};
 use btrsend::types::Uuid;
-use clap::Args;
+use clap::{Args, ValueHint};
+use serde_json::{Value, json};
 
 /// Arguments of `btrsend list`.
 #[derive(Debug, Args)]
 pub struct ListArgs {
     /// A device or image file of the filesystem (repeat for multi-device filesystems).
-    #[arg(short = 'd', long = "device", value_name = "PATH", required = true)]
+    #[arg(short = 'd', long = "device", value_name = "PATH", required = true, value_hint = ValueHint::FilePath)]
     pub devices: Vec<PathBuf>,
-    /// Print JSON instead of a table.
+    /// Print JSON instead of a table: an array with one object per
+    /// subvolume, with the keys id, parent_id, path, generation, uuid,
+    /// parent_uuid, received_uuid (null when nil), readonly, ctransid,
+    /// otransid, stransid, rtransid, and the times otime (created), ctime
+    /// (last changed), stime (sent) and rtime (received) as RFC 3339 in UTC
+    /// with nanoseconds, null where not set (e.g. stime and rtime of a
+    /// subvolume that was not received).
     #[arg(long)]
     pub json: bool,
 }
@@ -80,54 +88,59 @@ pub fn table(subvols: &[Subvolume]) -> String {
     out
 }
 
-fn json_string(out: &mut String, s: &str) {
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            c if u32::from(c) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", u32::from(c));
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-}
-
-fn json_uuid(out: &mut String, u: &Uuid) {
+/// `null` for the nil UUID, else its text.
+fn json_uuid(u: &Uuid) -> Value {
     if u.is_nil() {
-        out.push_str("null");
+        Value::Null
     } else {
-        json_string(out, &u.to_string());
+        Value::String(u.to_string())
     }
 }
 
-/// A JSON array with one object per subvolume. Paths that are not UTF-8
-/// show their odd bytes as `\xNN` text.
-pub fn json(subvols: &[Subvolume]) -> String {
-    let mut out = String::from("[");
-    for (i, s) in subvols.iter().enumerate() {
-        if i > 0 {
-            out.push(',');
-        }
-        let _ = write!(
-            out,
-            "\n  {{\"id\": {}, \"generation\": {}, \"parent_id\": {}, \"path\": ",
-            s.id(),
-            s.root.generation,
-            s.parent
-        );
-        json_string(&mut out, &display_path(&s.path));
-        out.push_str(", \"uuid\": ");
-        json_uuid(&mut out, &s.root.uuid);
-        out.push_str(", \"parent_uuid\": ");
-        json_uuid(&mut out, &s.root.parent_uuid);
-        out.push_str(", \"received_uuid\": ");
-        json_uuid(&mut out, &s.root.received_uuid);
-        let _ = write!(out, ", \"readonly\": {}}}", s.root.is_readonly());
+/// A root item time as RFC 3339 in UTC with nanoseconds
+/// (`2026-11-24T00:23:38.123456789Z`), or `null` when it is not set (zero)
+/// or not a valid time.
+fn json_time(t: &Timespec) -> Value {
+    if t.sec == 0 && t.nsec == 0 {
+        return Value::Null;
     }
-    out.push_str(if subvols.is_empty() { "]\n" } else { "\n]\n" });
+    let nsec = i32::try_from(t.nsec).unwrap_or(i32::MAX);
+    match jiff::Timestamp::new(t.sec, nsec) {
+        Ok(ts) => Value::String(ts.to_string()),
+        Err(_) => Value::Null,
+    }
+}
+
+/// A JSON array with one object per subvolume (the keys are listed in
+/// `--help`). Paths that are not UTF-8 show their odd bytes as `\xNN` text.
+pub fn json(subvols: &[Subvolume]) -> String {
+    let rows: Vec<Value> = subvols
+        .iter()
+        .map(|s| {
+            let r = &s.root;
+            json!({
+                "id": s.id().0,
+                "generation": r.generation.get(),
+                "parent_id": s.parent.0,
+                "path": display_path(&s.path),
+                "uuid": json_uuid(&r.uuid),
+                "parent_uuid": json_uuid(&r.parent_uuid),
+                "received_uuid": json_uuid(&r.received_uuid),
+                "readonly": r.is_readonly(),
+                "ctransid": r.ctransid.get(),
+                "otransid": r.otransid.get(),
+                "stransid": r.stransid.get(),
+                "rtransid": r.rtransid.get(),
+                "otime": json_time(&r.otime),
+                "ctime": json_time(&r.ctime),
+                "stime": json_time(&r.stime),
+                "rtime": json_time(&r.rtime),
+            })
+        })
+        .collect();
+    // OK to unwrap: a Value made of strings, numbers and bools always serializes.
+    let mut out = serde_json::to_string_pretty(&Value::Array(rows)).unwrap_or_default();
+    out.push('\n');
     out
 }
 
@@ -138,9 +151,15 @@ mod tests {
     #[test]
     fn odd_path_bytes_are_escaped() {
         assert_eq!(display_path(b"a/\xff\xfeb/\xc3\xa9"), "a/\\xff\\xfeb/é");
-        let mut s = String::new();
-        json_string(&mut s, "q\"\\\n");
-        assert_eq!(s, "\"q\\\"\\\\\\u000a\"");
+    }
+
+    #[test]
+    fn times_are_rfc3339_utc_or_null() {
+        let t = |sec, nsec| json_time(&Timespec { sec, nsec });
+        assert_eq!(t(0, 0), Value::Null);
+        assert_eq!(t(1_764_000_000, 5), "2025-11-24T16:00:00.000000005Z");
+        assert_eq!(t(-1, 0), "1969-12-31T23:59:59Z");
+        assert_eq!(t(i64::MAX, 0), Value::Null);
     }
 
     #[test]

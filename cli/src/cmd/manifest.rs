@@ -11,7 +11,7 @@ use btrsend::fs::Filesystem;
 use btrsend::fs::subvol::list_subvolumes;
 use btrsend::manifest::{self, Options};
 use btrsend::types::TreeId;
-use clap::Args;
+use clap::{Args, ValueHint};
 
 /// Arguments of `btrsend manifest`.
 ///
@@ -33,17 +33,18 @@ use clap::Args;
 #[derive(Debug, Args)]
 pub struct ManifestArgs {
     /// The directory to describe (with --device: the subvolume path or id).
+    #[arg(value_hint = ValueHint::AnyPath)]
     pub dir: PathBuf,
     /// Also record the data ranges of regular files (from SEEK_DATA and
     /// SEEK_HOLE) as `data=OFFSET+LENGTH,…`.
     #[arg(long)]
     pub holes: bool,
     /// Write the manifest to FILE instead of standard output.
-    #[arg(long, short = 'o', value_name = "FILE")]
+    #[arg(long, short = 'o', value_name = "FILE", value_hint = ValueHint::FilePath)]
     pub output: Option<PathBuf>,
     /// Read the filesystem from this device or image file instead of a mounted
     /// directory (repeat for multi-device filesystems).
-    #[arg(short = 'd', long = "device", value_name = "PATH")]
+    #[arg(short = 'd', long = "device", value_name = "PATH", value_hint = ValueHint::FilePath)]
     pub devices: Vec<PathBuf>,
     /// With --device: verify data checksums while reading file contents.
     #[arg(long, requires = "devices")]

@@ -1,4 +1,6 @@
-//! One module per subcommand; `run` dispatches.
+//! One module per subcommand, each with its clap arguments and its `run`;
+//! `main` dispatches. Nothing here imports `args` (which lists these
+//! modules' arguments), so the two do not form a circle.
 
 pub mod completions;
 pub mod debug;
@@ -7,18 +9,3 @@ pub mod list;
 pub mod manifest;
 pub mod receive;
 pub mod send;
-
-use crate::args::{Cli, Command};
-
-/// Run the parsed command line.
-pub fn run(cli: Cli) -> anyhow::Result<()> {
-    match cli.command {
-        Command::Dump(a) => dump::run(&a),
-        Command::List(a) => list::run(&a),
-        Command::Send(a) => send::run(&a),
-        Command::Receive(a) => receive::run(&a),
-        Command::Manifest(a) => manifest::run(&a),
-        Command::Completions(a) => completions::run(&a),
-        Command::Debug(a) => debug::run(&a),
-    }
-}

@@ -1,14 +1,15 @@
 //! `btrsend receive`: apply send streams to a directory (core
 //! `btrsend::receive`), or `--dump` them.
 
-use std::io::IsTerminal;
 use std::path::PathBuf;
 
 use anyhow::Context;
-use btrsend::receive::{self, Progress, ReceiveError, ReceiveOptions};
-use clap::Args;
+use btrsend::progress::Progress;
+use btrsend::receive::{self, ReceiveOptions};
+use clap::{Args, ValueHint};
 
 use super::dump::{self, DumpArgs};
+use crate::progress::{Mode, Op, Reporter};
 
 /// Arguments of `btrsend receive`.
 #[derive(Debug, Args)]
@@ -19,7 +20,7 @@ pub struct ReceiveArgs {
     #[arg(long)]
     pub dump: bool,
     /// Read the stream from FILE instead of standard input.
-    #[arg(short = 'f', long = "file", value_name = "FILE")]
+    #[arg(short = 'f', long = "file", value_name = "FILE", value_hint = ValueHint::FilePath)]
     pub file: Option<PathBuf>,
     /// Stop after the first END command, as `btrfs receive -e` (default: read
     /// every stream concatenated in the input until its end).
@@ -31,7 +32,8 @@ pub struct ReceiveArgs {
         short = 'E',
         long = "max-errors",
         value_name = "N",
-        default_value_t = 1
+        default_value_t = 1,
+        value_hint = ValueHint::Other
     )]
     pub max_errors: u64,
     /// Decompress the data of a --compressed-data stream and write it, as
@@ -44,12 +46,15 @@ pub struct ReceiveArgs {
     /// stream is read and checked in order (default: the number of CPUs, 2
     /// to 4); 0 or 1 applies every command on one thread. At most 64 MiB of
     /// data is queued at once.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_hint = ValueHint::Other)]
     pub threads: Option<usize>,
-    /// Show a progress bar on standard error (default: when it is a terminal).
+    /// Show progress on standard error: a bar on a terminal (bytes of the
+    /// stream file's size, or from a pipe bytes, rate and elapsed time),
+    /// otherwise a line every few seconds and a summary (default: a bar
+    /// when standard error is a terminal, else nothing).
     #[arg(long, overrides_with = "no_progress")]
     pub progress: bool,
-    /// Never show a progress bar.
+    /// Never show progress.
     #[arg(long, overrides_with = "progress")]
     pub no_progress: bool,
     /// Receive each subvolume as a plain directory with a record in
@@ -80,7 +85,7 @@ pub struct ReceiveArgs {
     /// The directory to receive into: each subvolume of the stream becomes
     /// `DIR/<name>`, a read-only btrfs subvolume with its received UUID (on
     /// btrfs as root), else a directory with its record in `DIR/.btrsend/`.
-    #[arg(value_name = "DIR", required_unless_present = "dump")]
+    #[arg(value_name = "DIR", required_unless_present = "dump", value_hint = ValueHint::DirPath)]
     pub dir: Option<PathBuf>,
 }
 
@@ -115,65 +120,58 @@ Receiving on a btrfs backup host over ssh:
 As an ordinary user, file owners cannot be set: this is reported once and is
 not an error.";
 
-/// Prints notes and non-fatal errors, and draws a bar when asked.
-struct CliProgress {
-    bar: Option<indicatif::ProgressBar>,
+/// The [`Reporter`], plus the lines `btrfs receive` prints: "At subvol
+/// NAME" (stderr) and "At snapshot NAME" (stdout), by default when
+/// receiving real subvolumes, in either mode with -v, never with -q; with
+/// -v also whether each subvolume was received completely.
+struct Lines {
+    reporter: Reporter,
     /// -1 quiet, 0 default, 1+ verbose.
     verbosity: i8,
-    /// Print "At subvol NAME" at default verbosity (as `btrfs receive`,
-    /// when receiving real subvolumes); else only with -v.
-    at_lines: bool,
+    /// Real subvolumes are received (the "At" lines are printed at default
+    /// verbosity).
+    subvolumes: bool,
 }
 
-impl CliProgress {
-    fn println(&self, msg: &str) {
-        match &self.bar {
-            Some(b) => b.suspend(|| eprintln!("{msg}")),
-            None => eprintln!("{msg}"),
-        }
-    }
-}
-
-impl Progress for CliProgress {
-    fn position(&mut self, offset: u64, _commands: u64) {
-        if let Some(b) = &self.bar {
-            b.set_position(offset);
-        }
-    }
-    fn subvol_start(&mut self, name: &[u8], incremental: bool) {
-        let kind = if incremental { "snapshot" } else { "subvol" };
-        if let Some(b) = &self.bar {
-            b.set_message(format!("{kind} {}", name.escape_ascii()));
-        }
-        // As btrfs receive (6.2) prints them unless -q: "At subvol NAME" on
-        // stderr, "At snapshot NAME" on stdout.
-        if self.verbosity >= 1 || (self.verbosity == 0 && self.at_lines) {
-            let line = format!("At {kind} {}", String::from_utf8_lossy(name));
+impl Progress for Lines {
+    fn subvol_start(&self, name: &[u8], incremental: bool) {
+        self.reporter.subvol_start(name, incremental);
+        if self.verbosity >= 1 || (self.verbosity == 0 && self.subvolumes) {
+            let name = String::from_utf8_lossy(name);
             if incremental {
-                match &self.bar {
-                    Some(b) => b.suspend(|| println!("{line}")),
-                    None => println!("{line}"),
-                }
+                // btrfs-progs 6.2 prints this one on standard output.
+                println!("At snapshot {name}");
             } else {
-                self.println(&line);
+                self.reporter.println(&format!("At subvol {name}"));
             }
         }
     }
-    fn subvol_done(&mut self, name: &[u8], complete: bool) {
+    fn subvol_done(&self, name: &[u8], complete: bool) {
+        self.reporter.subvol_done(name, complete);
         if self.verbosity >= 1 {
             let how = if complete {
                 "received completely"
             } else {
                 "left incomplete"
             };
-            self.println(&format!("{} {how}", String::from_utf8_lossy(name)));
+            self.reporter
+                .println(&format!("{} {how}", String::from_utf8_lossy(name)));
         }
     }
-    fn note(&mut self, msg: &str) {
-        self.println(&format!("btrsend: note: {msg}"));
+    fn data(&self, bytes: u64) {
+        self.reporter.data(bytes);
     }
-    fn error(&mut self, err: &ReceiveError) {
-        self.println(&format!("btrsend: error: {err}"));
+    fn position(&self, offset: u64, commands: u64) {
+        self.reporter.position(offset, commands);
+    }
+    fn inode(&self, ino: u64) {
+        self.reporter.inode(ino);
+    }
+    fn note(&self, msg: &str) {
+        self.reporter.note(msg);
+    }
+    fn error(&self, err: &dyn std::error::Error) {
+        self.reporter.error(err);
     }
 }
 
@@ -186,11 +184,6 @@ pub fn run(args: &ReceiveArgs) -> anyhow::Result<()> {
     }
     let Some(dir) = &args.dir else {
         anyhow::bail!("DIR is required");
-    };
-    let show = if args.no_progress {
-        false
-    } else {
-        args.progress || std::io::stderr().is_terminal()
     };
     // A regular file (also as standard input) is read without a reader
     // thread, straight into the command buffers; a pipe on a reader thread.
@@ -208,34 +201,22 @@ pub fn run(args: &ReceiveArgs) -> anyhow::Result<()> {
             )
         }
     };
-    let bar = show.then(|| {
-        let len = args
-            .file
-            .as_ref()
-            .and_then(|f| std::fs::metadata(f).ok())
-            .map(|m| m.len());
-        let b = match len {
-            Some(l) => indicatif::ProgressBar::new(l),
-            None => indicatif::ProgressBar::no_length(),
-        };
-        let style = indicatif::ProgressStyle::with_template(
-            "{spinner} {msg} {bytes}/{total_bytes} {bytes_per_sec} {wide_bar}",
-        )
-        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar());
-        b.set_style(style);
-        b.set_draw_target(indicatif::ProgressDrawTarget::stderr());
-        b
-    });
-    let verbosity = if args.quiet {
-        -1
-    } else {
-        i8::try_from(args.verbose).unwrap_or(i8::MAX)
-    };
-    let at_lines = !args.directories && receive::subvol_mode_possible(dir);
-    let mut progress = CliProgress {
-        bar,
-        verbosity,
-        at_lines,
+    // A regular file's size is the total; a pipe has none (bytes, rate and
+    // elapsed time are shown instead).
+    let total = input
+        .metadata()
+        .ok()
+        .filter(std::fs::Metadata::is_file)
+        .map(|m| m.len());
+    let mode = Mode::choose(args.progress, args.no_progress, false);
+    let mut progress = Lines {
+        reporter: Reporter::new(mode, Op::Receive, total, false),
+        verbosity: if args.quiet {
+            -1
+        } else {
+            i8::try_from(args.verbose).unwrap_or(i8::MAX)
+        },
+        subvolumes: !args.directories && receive::subvol_mode_possible(dir),
     };
     let mut opts = ReceiveOptions::new();
     opts.subvolumes = !args.directories;
@@ -248,9 +229,7 @@ pub fn run(args: &ReceiveArgs) -> anyhow::Result<()> {
             .map_or(receive::DEFAULT_THREADS, |n| n.get().clamp(2, 4))
     });
     let res = receive::receive_file(input, dir, &opts, &mut progress);
-    if let Some(b) = &progress.bar {
-        b.finish_and_clear();
-    }
+    progress.reporter.finish(res.is_ok(), None);
     res?;
     Ok(())
 }

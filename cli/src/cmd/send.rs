@@ -13,9 +13,10 @@ use btrsend::fs::Filesystem;
 use btrsend::fs::subvol::Subvolume;
 use btrsend::mount::{self, MountedSubvol};
 use btrsend::send::{self, MAX_PROTO, SendError, SendOptions};
-use clap::Args;
+use clap::builder::TypedValueParser as _;
+use clap::{Args, ValueHint};
 
-use crate::progress::{Mode, SendProgress};
+use crate::progress::{Mode, Op, Reporter};
 
 /// Arguments of `btrsend send`.
 #[derive(Debug, Args)]
@@ -24,15 +25,15 @@ pub struct SendArgs {
     /// A device or image file of the filesystem (repeat for multi-device
     /// filesystems). The filesystem should not be mounted read-write.
     /// Without it, SUBVOL is a path inside a mounted btrfs.
-    #[arg(short = 'd', long = "device", value_name = "PATH")]
+    #[arg(short = 'd', long = "device", value_name = "PATH", value_hint = ValueHint::FilePath)]
     pub devices: Vec<PathBuf>,
     /// Write the stream to FILE instead of standard output.
-    #[arg(short = 'f', long = "file", value_name = "FILE")]
+    #[arg(short = 'f', long = "file", value_name = "FILE", value_hint = ValueHint::FilePath)]
     pub file: Option<PathBuf>,
     /// Protocol version: 1 (default, like btrfs-progs), 2, 3, or 0 for the
     /// highest this btrsend writes (2). `--compressed-data` without
     /// `--proto` means 2.
-    #[arg(long = "proto", value_name = "N", value_parser = clap::value_parser!(u32).range(0..=3))]
+    #[arg(long = "proto", value_name = "N", value_parser = proto_parser())]
     pub proto: Option<u32>,
     /// Send compressed extents as they are stored (ENCODED_WRITE), without
     /// decompressing them; needs protocol 2 or later.
@@ -51,7 +52,7 @@ pub struct SendArgs {
     /// Threads that read, verify and decompress file data ahead of the
     /// stream writer (default 4); 0 does all of it on one thread. The
     /// stream is the same for every count.
-    #[arg(long = "threads", value_name = "N", value_parser = clap::value_parser!(u16).range(0..=256))]
+    #[arg(long = "threads", value_name = "N", value_parser = clap::value_parser!(u16).range(0..=256), value_hint = ValueHint::Other)]
     pub threads: Option<u16>,
     /// Show progress on standard error: a bar on a terminal, otherwise a
     /// line every few seconds and a summary (default: a bar when standard
@@ -63,7 +64,7 @@ pub struct SendArgs {
     pub no_progress: bool,
     /// Send an incremental stream against PARENT, a snapshot the receiver
     /// already has (given like SUBVOL): only the differences are sent.
-    #[arg(short = 'p', long = "parent", value_name = "PARENT")]
+    #[arg(short = 'p', long = "parent", value_name = "PARENT", value_hint = ValueHint::AnyPath)]
     pub parent: Option<String>,
     /// A further snapshot the receiver has whose data may be cloned
     /// (repeatable; given like SUBVOL): extents shared with it are sent as
@@ -71,7 +72,7 @@ pub struct SendArgs {
     /// among the clone sources as btrfs-progs does: the snapshot SUBVOL was
     /// taken of, else the other snapshot of the same subvolume whose
     /// ctransid is closest.
-    #[arg(short = 'c', long = "clone-src", value_name = "CLONE_SRC")]
+    #[arg(short = 'c', long = "clone-src", value_name = "CLONE_SRC", value_hint = ValueHint::AnyPath)]
     pub clone_src: Vec<String>,
     /// The subvolume: with --device, its path from the top level as
     /// `btrsend list` prints it, or `id:N`; without, the path of a read-only
@@ -106,6 +107,13 @@ Progress: the total is the file data the snapshot's extent items reference,
 from a metadata-only pass over its tree before the send (only when progress
 is shown).";
 
+/// `--proto`'s values, listed (not a range) so that shells complete them.
+fn proto_parser() -> impl clap::builder::TypedValueParser<Value = u32> {
+    // Only the listed strings reach `map`, and each parses.
+    clap::builder::PossibleValuesParser::new(["0", "1", "2", "3"])
+        .map(|v| v.parse::<u32>().unwrap_or(MAX_PROTO))
+}
+
 /// The options the arguments ask for.
 pub fn options(args: &SendArgs) -> anyhow::Result<SendOptions> {
     let version = match args.proto {
@@ -115,7 +123,7 @@ pub fn options(args: &SendArgs) -> anyhow::Result<SendOptions> {
         None => 1,
     };
     if args.compressed_data && version < 2 {
-        bail!("--compressed-data needs protocol 2 or later (--proto {version} given)");
+        crate::usage_bail!("--compressed-data needs protocol 2 or later (--proto {version} given)");
     }
     let opts = SendOptions::new(version)
         .with_compressed_data(args.compressed_data)
@@ -359,7 +367,7 @@ pub fn run(args: &SendArgs) -> anyhow::Result<()> {
     };
     let hold = if src.mounted.is_some() { HOLD_BYTES } else { 0 };
     let mut out = Held::new(out, hold);
-    let mode = Mode::choose(args.progress, args.no_progress);
+    let mode = Mode::choose(args.progress, args.no_progress, false);
     let total = if mode == Mode::Off {
         0
     } else {
@@ -373,7 +381,7 @@ pub fn run(args: &SendArgs) -> anyhow::Result<()> {
         }
         total
     };
-    let progress = SendProgress::new(mode, total);
+    let progress = Reporter::new(mode, Op::Send, Some(total), false);
     let send_one = |fs: &btrsend::fs::Filesystem,
                     subvol: &Subvolume,
                     parent: Option<&Subvolume>,
@@ -392,7 +400,7 @@ pub fn run(args: &SendArgs) -> anyhow::Result<()> {
         let fresh = open_mounted(m)?;
         let after = fresh.volume().superblock().generation;
         if out.written > 0 {
-            progress.finish(None);
+            progress.finish(false, None);
             let e = res.err().map(|e| send_error(e, args));
             let e = e.unwrap_or_else(|| anyhow::anyhow!("send failed"));
             return Err(e.context(format!(
@@ -407,7 +415,10 @@ pub fn run(args: &SendArgs) -> anyhow::Result<()> {
         (parent, clones) = find_roots(&src.fs, &subvol)?;
         res = send_one(&src.fs, &subvol, parent.as_ref(), &clones, &mut out);
     }
-    progress.finish(res.as_ref().ok().map(|stats| stats.stream_bytes));
+    progress.finish(
+        res.is_ok(),
+        res.as_ref().ok().map(|stats| stats.stream_bytes),
+    );
     if let Ok(stats) = &res
         && std::env::var_os("BTRSEND_DEBUG_EXTENT_TREE").is_some()
     {

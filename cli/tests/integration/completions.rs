@@ -51,3 +51,49 @@ fn no_subcommand_is_a_usage_error() {
     let out = run(&[]);
     assert_eq!(out.status.code(), Some(2));
 }
+
+/// Issue 15: options with a fixed set of values complete to those values,
+/// options that take numbers or names do not offer file names, and paths
+/// complete as paths (a directory for receive's DIR).
+#[test]
+fn completions_offer_values_not_file_names() {
+    let bash = String::from_utf8(run(&["completions", "bash"]).stdout).unwrap();
+    let proto = bash
+        .split("--proto)")
+        .nth(1)
+        .and_then(|rest| rest.split(";;").next())
+        .expect("a --proto case in the bash script");
+    assert!(
+        proto.contains(r#"compgen -W "0 1 2 3""#),
+        "--proto does not complete 0-3:\n{proto}"
+    );
+    let zsh = String::from_utf8(run(&["completions", "zsh"]).stdout).unwrap();
+    for line in zsh.lines() {
+        let line = line.trim();
+        if line.starts_with("'--proto=") {
+            assert!(line.ends_with(":N:(0 1 2 3)' \\"), "{line}");
+        }
+        if line.starts_with("'--threads=") && !line.contains("Reader threads") {
+            assert!(
+                line.ends_with(":N:' \\"),
+                "no file names for --threads: {line}"
+            );
+        }
+        if line.starts_with("'::dir -- The directory to receive into") {
+            assert!(
+                line.contains("_files -/"),
+                "DIR completes directories: {line}"
+            );
+        }
+    }
+    assert!(zsh.contains("'::dir -- The directory to receive into"));
+    let fish = String::from_utf8(run(&["completions", "fish"]).stdout).unwrap();
+    let fish_proto = fish
+        .lines()
+        .find(|l| l.contains("-l proto"))
+        .expect("fish --proto");
+    assert!(
+        fish_proto.contains(r#"-r -f -a "0\t"#),
+        "fish --proto: values, no files: {fish_proto}"
+    );
+}

@@ -11,6 +11,7 @@
 mod common;
 mod completions;
 mod dump;
+mod list;
 mod man;
 mod manifest_devices;
 mod receive;

@@ -310,3 +310,98 @@ fn receive_into_btrfs_prints_what_btrfs_receive_prints() {
     let show = String::from_utf8_lossy(&show.stdout);
     assert!(show.contains("readonly"), "{show}");
 }
+
+/// Issue 15, progress: `receive --progress` from a pipe with standard error
+/// not a terminal prints plain lines with bytes, rate and elapsed time —
+/// no total, since a pipe has none — and a summary; without `--progress`
+/// (cron) it prints nothing. From a file the lines give the file's size as
+/// the total.
+#[test]
+fn receive_progress_lines_from_a_pipe_and_silence_in_cron() {
+    let tmp = tempfile::tempdir().unwrap();
+    let stream = common::unpack(tmp.path(), "001-basic", "basic.full.v1.stream");
+    let bytes = fs::read(&stream).unwrap();
+    let receive_piped = |dir: &std::path::Path, args: &[&str]| {
+        let mut child = common::btrsend()
+            .arg("receive")
+            .args(args)
+            .arg(dir)
+            .env("BTRSEND_PROGRESS_INTERVAL_MS", "0")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        let data = bytes.clone();
+        let writer = std::thread::spawn(move || {
+            use std::io::Write;
+            // In pieces, so the receiver sees the input grow.
+            for chunk in data.chunks(64 << 10) {
+                stdin.write_all(chunk).unwrap();
+            }
+        });
+        let out = child.wait_with_output().unwrap();
+        writer.join().unwrap();
+        out
+    };
+    let dir = tmp.path().join("a");
+    fs::create_dir(&dir).unwrap();
+    let out = receive_piped(&dir, &["--progress"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let err = String::from_utf8(out.stderr).unwrap();
+    let lines: Vec<&str> = err.lines().collect();
+    let (summary, progress) = lines.split_last().expect("some output");
+    assert!(!progress.is_empty(), "progress lines: {err}");
+    for l in progress {
+        assert!(l.starts_with("btrsend: received "), "{l}");
+        assert!(l.contains("/s, ") && l.ends_with(" elapsed"), "{l}");
+        assert!(
+            !l.contains(" of ") && !l.contains('%'),
+            "a pipe has no total: {l}"
+        );
+    }
+    assert!(
+        summary.starts_with("btrsend: done: received ") && summary.ends_with("/s"),
+        "{summary}"
+    );
+    let size = bytes.len();
+    let last = progress.last().unwrap();
+    let kib = format!("{:.2} KiB", size as f64 / 1024.0);
+    assert!(
+        last.contains(&kib) || summary.contains(&kib),
+        "{last} / {summary}: {kib}"
+    );
+
+    // Cron: no terminal, no --progress: nothing at all.
+    let dir = tmp.path().join("b");
+    fs::create_dir(&dir).unwrap();
+    let out = receive_piped(&dir, &[]);
+    assert!(out.status.success());
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // From a file: its size is the total.
+    let dir = tmp.path().join("c");
+    fs::create_dir(&dir).unwrap();
+    let out = common::btrsend()
+        .args(["receive", "--progress", "-f"])
+        .arg(&stream)
+        .arg(&dir)
+        .env("BTRSEND_PROGRESS_INTERVAL_MS", "0")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        err.lines().any(|l| l.contains(&format!(" of {kib} ("))),
+        "file size as total: {err}"
+    );
+}
