@@ -2076,14 +2076,14 @@ mod tests {
 
     #[test]
     fn enable_verity_is_a_note_and_unknown_commands_are_ignored() {
-        struct Count(usize);
+        struct Count(std::sync::atomic::AtomicUsize);
         impl Progress for Count {
-            fn note(&mut self, _: &str) {
-                self.0 += 1;
+            fn note(&self, _: &str) {
+                self.0.fetch_add(1, Ordering::Relaxed);
             }
         }
         let d = tempfile::tempdir().unwrap();
-        let mut p = Count(0);
+        let mut p = Count(0.into());
         {
             let mut rx = Receiver::new(d.path(), &mut p).unwrap();
             let cmds = [
@@ -2110,6 +2110,6 @@ mod tests {
             }
             rx.finish_subvol().unwrap();
         }
-        assert_eq!(p.0, 1);
+        assert_eq!(p.0.load(Ordering::Relaxed), 1);
     }
 }
