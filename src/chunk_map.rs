@@ -25,7 +25,7 @@ use zerocopy::FromBytes;
 use crate::error::{CorruptKind, Error, Location, Result, Unsupported};
 use crate::ondisk::{self, DiskKey};
 use crate::tree::key::Key;
-use crate::types::{DevId, Logical, Physical, Uuid};
+use crate::types::{DevId, Logical, Physical, Uuid, len64};
 
 /// The RAID profile of a chunk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -189,7 +189,7 @@ impl ChunkInfo {
             corrupt(CorruptKind::Truncated {
                 what: "chunk item",
                 needed: 48,
-                available: len64(data),
+                available: len64(data.len()),
             })
         })?;
         let num_stripes = raw.num_stripes.get();
@@ -198,7 +198,7 @@ impl ChunkInfo {
             corrupt(CorruptKind::Truncated {
                 what: "chunk stripes",
                 needed: 48u64.saturating_add(u64::try_from(stripes_len).unwrap_or(u64::MAX)),
-                available: len64(data),
+                available: len64(data.len()),
             })
         })?;
         let flags = raw.chunk_type.get();
@@ -272,8 +272,8 @@ impl ChunkInfo {
         if data.len() != 48usize.saturating_add(stripes_len) {
             return Err(corrupt(CorruptKind::BadSize {
                 what: "chunk item",
-                found: len64(data),
-                expected: 48u64.saturating_add(len64(stripes_raw)),
+                found: len64(data.len()),
+                expected: 48u64.saturating_add(len64(stripes_raw.len())),
             }));
         }
         let stripes = <[ondisk::Stripe]>::ref_from_bytes(stripes_raw)
@@ -491,10 +491,6 @@ pub struct Raid56Row {
     pub len: u64,
 }
 
-fn len64(b: &[u8]) -> u64 {
-    u64::try_from(b.len()).unwrap_or(u64::MAX)
-}
-
 thread_local! {
     /// Index of the chunk of this thread's last successful lookup (in
     /// whichever map: a stale index only costs the binary search, since the
@@ -565,7 +561,7 @@ impl ChunkMap {
                 corrupt(CorruptKind::Truncated {
                     what: "key",
                     needed: 17,
-                    available: len64(rest),
+                    available: len64(rest.len()),
                 })
             })?;
             let key = Key::from(key);
@@ -582,7 +578,7 @@ impl ChunkMap {
                 corrupt(CorruptKind::Truncated {
                     what: "chunk item",
                     needed: 48,
-                    available: len64(rest),
+                    available: len64(rest.len()),
                 })
             })?;
             let size =
@@ -591,7 +587,7 @@ impl ChunkMap {
                 corrupt(CorruptKind::Truncated {
                     what: "chunk item",
                     needed: u64::try_from(size).unwrap_or(u64::MAX),
-                    available: len64(rest),
+                    available: len64(rest.len()),
                 })
             })?;
             let chunk = ChunkInfo::parse(key.offset, item, sectorsize, &location)?;

@@ -39,10 +39,6 @@ newtype_u64!(
     Physical
 );
 newtype_u64!(
-    /// A key objectid: an inode number, a tree id, an address, …
-    ObjectId
-);
-newtype_u64!(
     /// A transaction id (`generation`, `transid`).
     Generation
 );
@@ -50,6 +46,13 @@ newtype_u64!(
     /// A device id within a filesystem.
     DevId
 );
+
+/// A byte count or in-memory length as a disk-side `u64` (a `usize`
+/// always fits on the targets we build for; saturates otherwise, so a
+/// length in an error message can never wrap).
+pub(crate) fn len64(n: usize) -> u64 {
+    u64::try_from(n).unwrap_or(u64::MAX)
+}
 
 /// A tree id (the objectid of its ROOT_ITEM). Displayed as a number, as
 /// btrfs-progs does in messages.

@@ -26,7 +26,7 @@ use crate::tree::buf::BlockBuf;
 use crate::tree::key::Key;
 use crate::tree::node::{BlockCheck, BlockExpect, TreeBlock};
 use crate::tree::walk::{BlockSource, Cursor, TreeRoot};
-use crate::types::{DevId, Generation, Logical, TreeId, Uuid};
+use crate::types::{DevId, Generation, Logical, TreeId, Uuid, len64};
 
 use zerocopy::FromBytes;
 
@@ -359,7 +359,7 @@ impl Volume {
         let mut all = true;
         io.each_piece(logical, buf, |chunk, pos, done, rest| {
             let n = chunk
-                .mapping(pos, len64(rest))
+                .mapping(pos, len64(rest.len()))
                 .and_then(|m| usize::try_from(m.len).ok())
                 .map(|n| n.min(rest.len()))
                 .filter(|&n| n > 0)
@@ -439,7 +439,7 @@ fn read_chunk_tree(io: &Io, sb: &Superblock, root: TreeRoot) -> Result<(ChunkMap
                         item.location(),
                         CorruptKind::BadSize {
                             what: "dev item",
-                            found: len64(item.data),
+                            found: len64(item.data.len()),
                             expected: 98,
                         },
                     )
@@ -515,7 +515,7 @@ impl Io {
         copy: usize,
     ) -> Result<usize> {
         let mapping = chunk
-            .mapping(pos, len64(buf))
+            .mapping(pos, len64(buf.len()))
             .ok_or_else(|| unmapped(pos))?;
         let n = usize::try_from(mapping.len)
             .unwrap_or(usize::MAX)
@@ -546,7 +546,7 @@ impl Io {
         copy: usize,
     ) -> Result<()> {
         let row = chunk
-            .raid56_row(logical, len64(buf))
+            .raid56_row(logical, len64(buf.len()))
             .ok_or_else(|| unmapped(logical))?;
         let len = buf.len();
         // The other data strip taken as bad by copies 3 and up.
@@ -616,7 +616,7 @@ impl Io {
         let mut units: Vec<(usize, usize)> = Vec::new();
         let mut at = 0usize;
         while at < piece.len() {
-            let l = pos.get().saturating_add(len64u(at));
+            let l = pos.get().saturating_add(len64(at));
             let to_boundary = sector.saturating_sub(l.checked_rem(sector).unwrap_or(0));
             let len = usize::try_from(to_boundary)
                 .unwrap_or(usize::MAX)
@@ -645,9 +645,7 @@ impl Io {
                     break;
                 };
                 let end = last.saturating_add(last_len);
-                let run_pos = pos
-                    .checked_add(len64u(start))
-                    .ok_or_else(|| unmapped(pos))?;
+                let run_pos = pos.checked_add(len64(start)).ok_or_else(|| unmapped(pos))?;
                 // Copy 0 reads straight into the piece; later copies into a
                 // scratch buffer, so held bytes stay until better ones come.
                 let direct = copy == 0;
@@ -756,7 +754,7 @@ impl Io {
         let mut done = 0usize;
         while done < buf.len() {
             let pos = logical
-                .checked_add(len64u(done))
+                .checked_add(len64(done))
                 .ok_or_else(|| unmapped(logical))?;
             if !chunk.contains(pos) {
                 chunk = self.lookup(pos)?;
@@ -851,14 +849,6 @@ fn keep_most_telling(slot: &mut Option<Error>, e: Error) {
     }
 }
 
-fn len64(b: &[u8]) -> u64 {
-    len64u(b.len())
-}
-
-fn len64u(n: usize) -> u64 {
-    u64::try_from(n).unwrap_or(u64::MAX)
-}
-
 impl Volume {
     /// A cached block, for `expect`: as it is when it was validated for the
     /// same tree; cached for another subvolume tree sharing it, without new
@@ -898,5 +888,74 @@ impl BlockSource for Volume {
     fn cached(&self, expect: &BlockExpect) -> Option<TreeBlock> {
         let block = self.cache.peek(&(expect.logical, expect.generation))?;
         self.validated_for(block, expect).ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Assembling kernel-made images (the fixtures' `meta.txt` says what
+    //! mkfs made: devices, sizes, profiles).
+    #![allow(clippy::indexing_slicing)]
+
+    use std::path::{Path, PathBuf};
+
+    use super::*;
+
+    fn unpack(dir: &Path, fixture: &str, dev: &str) -> PathBuf {
+        let zst = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures")
+            .join(fixture)
+            .join(format!("{dev}.img.zst"));
+        let img = dir.join(format!("{fixture}-{dev}.img"));
+        let mut dec = zstd::stream::read::Decoder::new(std::fs::File::open(zst).unwrap()).unwrap();
+        std::io::copy(&mut dec, &mut std::fs::File::create(&img).unwrap()).unwrap();
+        img
+    }
+
+    #[test]
+    fn a_dup_filesystem_has_two_copies_of_its_metadata() {
+        let dir = tempfile::tempdir().unwrap();
+        let v = Volume::open(&[unpack(dir.path(), "001-basic", "dev1")]).unwrap();
+        let sb = v.superblock();
+        assert_eq!((sb.nodesize, sb.sectorsize), (16384, 4096));
+        assert_eq!(v.devices().len(), 1);
+        assert_eq!(v.devices()[0].devid, DevId(1));
+        // metadata=dup: two copies of the root tree's block, identical.
+        let root = v.root_tree();
+        assert_eq!(v.num_copies(root.logical).unwrap(), 2);
+        let mut a = vec![0; 16384];
+        let mut b = vec![1; 16384];
+        v.read_copy(root.logical, &mut a, 0).unwrap();
+        v.read_copy(root.logical, &mut b, 1).unwrap();
+        assert_eq!(a, b);
+        // And the validated block is that block.
+        let block = v.read_block(&root.expect()).unwrap();
+        assert_eq!(block.node().bytes(), &a[..]);
+        assert_eq!(block.node().bytenr(), root.logical);
+        // An address no chunk maps is an error, not a panic.
+        assert!(v.num_copies(Logical(u64::MAX - 4096)).is_err());
+        let mut buf = [0u8; 16];
+        assert!(v.read_logical(Logical(u64::MAX - 4096), &mut buf).is_err());
+    }
+
+    #[test]
+    fn raid1_reads_from_either_device_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let d1 = unpack(dir.path(), "009-raid1", "dev1");
+        let d2 = unpack(dir.path(), "009-raid1", "dev2");
+        let both = Volume::open(&[&d1, &d2]).unwrap();
+        let ids: Vec<DevId> = both.devices().iter().map(|d| d.devid).collect();
+        assert_eq!(ids, [DevId(1), DevId(2)]);
+        let root = both.root_tree();
+        assert_eq!(both.num_copies(root.logical).unwrap(), 2);
+        let want = both.read_block(&root.expect()).unwrap();
+        // One device missing: every block still has a copy on the other.
+        for alone in [&d1, &d2] {
+            let v = Volume::open(&[alone]).unwrap();
+            let got = v.read_block(&root.expect()).unwrap();
+            assert_eq!(got.node().bytes(), want.node().bytes());
+        }
+        // The same device twice is not a filesystem of two devices.
+        assert!(Volume::open(&[&d1, &d1]).is_err());
     }
 }

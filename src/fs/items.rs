@@ -20,24 +20,9 @@ use crate::error::{CorruptKind, Error, Result};
 use crate::ondisk::{self, DirItem, FileExtentItem, FileExtentItemHeader, InodeExtref, InodeRef};
 use crate::tree::key::Key;
 use crate::tree::walk::ItemRef;
-use crate::types::{Generation, Logical, TreeId};
+use crate::types::{Generation, Logical, TreeId, len64};
 
 use super::compress::Algorithm;
-
-fn len64(n: usize) -> u64 {
-    u64::try_from(n).unwrap_or(u64::MAX)
-}
-
-fn truncated(item: &ItemRef<'_>, what: &'static str, needed: usize, available: usize) -> Error {
-    Error::corrupt(
-        item.location(),
-        CorruptKind::Truncated {
-            what,
-            needed: len64(needed),
-            available: len64(available),
-        },
-    )
-}
 
 /// A raw `struct btrfs_timespec`: signed seconds and nanoseconds, exactly as
 /// stored.
@@ -231,7 +216,7 @@ pub fn parse_inode_refs(item: &ItemRef<'_>, out: &mut Vec<InodeName>) -> Result<
     let mut rest = item.data;
     while !rest.is_empty() {
         let (head, tail) = InodeRef::ref_from_prefix(rest)
-            .map_err(|_| truncated(item, "inode ref", size_of::<InodeRef>(), rest.len()))?;
+            .map_err(|_| item.record_truncated("inode ref", size_of::<InodeRef>(), rest.len()))?;
         let (name, tail) = split_name(item, "inode ref name", tail, head.name_len.get())?;
         out.push(InodeName {
             parent: item.key.offset,
@@ -253,8 +238,9 @@ pub fn parse_inode_refs(item: &ItemRef<'_>, out: &mut Vec<InodeName>) -> Result<
 pub fn parse_inode_extrefs(item: &ItemRef<'_>, out: &mut Vec<InodeName>) -> Result<()> {
     let mut rest = item.data;
     while !rest.is_empty() {
-        let (head, tail) = InodeExtref::ref_from_prefix(rest)
-            .map_err(|_| truncated(item, "inode extref", size_of::<InodeExtref>(), rest.len()))?;
+        let (head, tail) = InodeExtref::ref_from_prefix(rest).map_err(|_| {
+            item.record_truncated("inode extref", size_of::<InodeExtref>(), rest.len())
+        })?;
         let (name, tail) = split_name(item, "inode extref name", tail, head.name_len.get())?;
         out.push(InodeName {
             parent: head.parent_objectid.get(),
@@ -285,7 +271,7 @@ fn split_name<'a>(
         ));
     }
     if data.len() < len {
-        return Err(truncated(item, what, len, data.len()));
+        return Err(item.record_truncated(what, len, data.len()));
     }
     Ok(data.split_at(len))
 }
@@ -342,11 +328,11 @@ impl<'a> Iterator for DirRecords<'_, 'a> {
         let rest = self.rest;
         let r = (|| {
             let (head, tail) = DirItem::ref_from_prefix(rest)
-                .map_err(|_| truncated(item, "dir item", size_of::<DirItem>(), rest.len()))?;
+                .map_err(|_| item.record_truncated("dir item", size_of::<DirItem>(), rest.len()))?;
             let (name, tail) = split_name(item, "dir item name", tail, head.name_len.get())?;
             let data_len = usize::from(head.data_len.get());
             if tail.len() < data_len {
-                return Err(truncated(item, "dir item data", data_len, tail.len()));
+                return Err(item.record_truncated("dir item data", data_len, tail.len()));
             }
             let (data, tail) = tail.split_at(data_len);
             Ok((
@@ -433,7 +419,7 @@ pub fn parse_dir_index(item: &ItemRef<'_>, out: &mut Vec<DirEntry>) -> Result<()
     let mut recs = dir_records(item);
     let rec = recs
         .next()
-        .ok_or_else(|| truncated(item, "dir index", 30, 0))??;
+        .ok_or_else(|| item.record_truncated("dir index", 30, 0))??;
     if recs.next().is_some() {
         return Err(Error::corrupt(
             item.location(),
@@ -552,8 +538,7 @@ impl FileExtent {
             Error::corrupt(item.location(), CorruptKind::BadField { field, value, why })
         };
         let (head, inline) = FileExtentItemHeader::ref_from_prefix(item.data).map_err(|_| {
-            truncated(
-                item,
+            item.record_truncated(
                 "file extent item",
                 size_of::<FileExtentItemHeader>(),
                 item.data.len(),
@@ -681,6 +666,15 @@ impl FileExtent {
             ExtentData::Regular(d) | ExtentData::Prealloc(d) => {
                 self.file_offset.saturating_add(d.num_bytes)
             }
+        }
+    }
+
+    /// The on-disk part of a regular or prealloc extent (`None` for an
+    /// inline one).
+    pub fn disk(&self) -> Option<&DiskExtent> {
+        match &self.data {
+            ExtentData::Inline(_) => None,
+            ExtentData::Regular(d) | ExtentData::Prealloc(d) => Some(d),
         }
     }
 
@@ -958,6 +952,11 @@ mod tests {
             big.rdev_encoded(),
             (70000 & 0xff) | (259 << 8) | ((70000 & !0xff) << 12)
         );
+        // Observed in kernel send streams: mknod c 1 7 (on disk 0x100007)
+        // is sent as 0x107, b 7 200 (0x7000c8) as 0x7c8.
+        for (on_disk, sent) in [(0x10_0007, 0x107), (0x70_00c8, 0x7c8), (0, 0)] {
+            assert_eq!(Inode { rdev: on_disk, ..i }.rdev_encoded(), sent);
+        }
     }
 
     #[test]

@@ -35,7 +35,7 @@ use crate::types::{Generation, Logical, TreeId};
 
 use super::error::SendError;
 use super::extent_tree::{ExtentRecord, ExtentTreeReader};
-use super::view::{ExtentKind, parse_file_extent};
+use crate::fs::{Compression, FileExtent};
 
 /// Leaves whose reaching clone roots are cached before the cache is dropped
 /// (memory bound; the kernel keeps 128).
@@ -197,18 +197,14 @@ impl<'a> Backrefs<'a> {
             if item.key.objectid != ino || item.key.item_type != ondisk::BTRFS_EXTENT_DATA_KEY {
                 break;
             }
-            let fe = parse_file_extent(&item)?;
-            if let ExtentKind::Regular {
-                disk_bytenr: db,
-                offset: eoff,
-                num_bytes,
-                ..
-            } = fe.kind
-                && db == disk_bytenr
-                && item.key.offset.wrapping_sub(eoff) == base
+            let fe = FileExtent::parse(&item)?;
+            if let Some(d) = fe.disk()
+                && d.disk_bytenr.get() == disk_bytenr
+                && item.key.offset.wrapping_sub(d.offset) == base
             {
                 matched += 1;
-                if let Some(elem) = in_extent(item.key.offset, fe.compression, eoff, num_bytes, pos)
+                if let Some(elem) =
+                    in_extent(item.key.offset, fe.compression, d.offset, d.num_bytes, pos)
                     && let Some(first_key) = first_key
                 {
                     match prelims.iter_mut().find(|p| {
@@ -268,15 +264,11 @@ impl<'a> Backrefs<'a> {
                 slot: u32::try_from(slot).unwrap_or(u32::MAX),
                 tree: TreeId(ondisk::BTRFS_FS_TREE_OBJECTID),
             };
-            let fe = parse_file_extent(&item)?;
-            if let ExtentKind::Regular {
-                disk_bytenr: db,
-                offset: eoff,
-                num_bytes,
-                ..
-            } = fe.kind
-                && db == disk_bytenr
-                && let Some(elem) = in_extent(it.key.offset, fe.compression, eoff, num_bytes, pos)
+            let fe = FileExtent::parse(&item)?;
+            if let Some(d) = fe.disk()
+                && d.disk_bytenr.get() == disk_bytenr
+                && let Some(elem) =
+                    in_extent(it.key.offset, fe.compression, d.offset, d.num_bytes, pos)
             {
                 elems.insert(0, elem(it.key.objectid));
             }
@@ -315,13 +307,13 @@ impl<'a> Backrefs<'a> {
 /// position `pos` of the extent (then the offset is moved there).
 fn in_extent(
     key_offset: u64,
-    compression: u8,
+    compression: Compression,
     eoff: u64,
     num_bytes: u64,
     pos: Option<u64>,
 ) -> Option<impl Fn(u64) -> Elem> {
     let mut offset = key_offset;
-    if compression == ondisk::BTRFS_COMPRESS_NONE {
+    if compression == Compression::None {
         let pos = pos.unwrap_or(0);
         if pos < eoff || pos >= eoff.saturating_add(num_bytes) {
             return None;

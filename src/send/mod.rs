@@ -6,16 +6,21 @@
 //! the wire format is the `stream-format` crate's [`StreamWriter`].
 //!
 //! * [`planner`]: the send planner, full and incremental (with a parent
-//!   snapshot: [`send_incremental`]);
+//!   snapshot: [`send_incremental`]) alike, one room per concern (the
+//!   event loop, paths, inode creation, refs, delayed moves, xattrs and
+//!   utimes, extents and holes, clones, data commands);
 //! * `backref`: the back-reference walk of clone detection;
 //! * [`extent_tree`]: the extent items and back references it reads, by
 //!   one cursor over the extent tree for the whole send;
 //! * `compare`: the tree comparison of an incremental send, which skips
 //!   subtrees both snapshots share;
-//! * `view`: point lookups and item decoding in the snapshot's tree;
-//! * `data`: the planner's extent items handed to the filesystem model's
-//!   data path ([`crate::fs::ExtentReader`]: reads, `--verify-data`
-//!   checksums with mirror fallback, decompression);
+//! * `view`: the planner's point lookups in a snapshot's tree, by one
+//!   near-seeking cursor per tree; every item is decoded by the
+//!   filesystem model ([`crate::fs::Inode`], [`crate::fs::FileExtent`], …);
+//! * `data`: the stream's compression numbers; the planner hands the
+//!   model's extents to its data path ([`crate::fs::ExtentReader`]:
+//!   reads, `--verify-data` checksums with mirror fallback,
+//!   decompression);
 //! * `pipeline`: the planner's commands in order to one writer, with the
 //!   file data read ahead by worker threads.
 //!
@@ -34,7 +39,8 @@
 //! queue and the kept buffers hold at most 16 MiB together (so at most
 //! 32 MiB of both). A data job reads at most 256 KiB, and a worker holds
 //! one compressed extent (≤ 128 KiB on disk, ≤ 128 KiB decoded) at a time.
-//! The planner holds one leaf path of the tree walk, the current inode's
+//! The planner holds one leaf path of the tree walk and one of the lookup
+//! cursor per tree (snapshot, parent, clone sources), the current inode's
 //! recorded references, at most 64 + a few deferred directory utimes, a
 //! first-reference cache of at most 65536 entries, and for clone
 //! detection: in a full send without clone sources, the set of data

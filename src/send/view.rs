@@ -1,98 +1,26 @@
-//! The send planner's view of one subvolume tree: decoded inode items,
-//! references, xattrs and file extent items, and the point lookups the
-//! kernel's send does (first ref, dir item by name, xattr by name, extent
-//! items of an inode from an offset). The extent tree's items are read by
-//! `extent_tree`.
+//! The send planner's point lookups in one subvolume tree, as the
+//! kernel's send does them: inode items, first refs, dir items and xattrs
+//! by name, the extent items of an inode from an offset. The extent tree's
+//! items are read by `extent_tree`.
 //!
-//! Inode items, references and dir/xattr items are decoded by the
-//! filesystem model's parsers (`crate::fs::items`); file extent items
-//! (`btrfs_file_extent_item`, with the leaf and slot the kernel's
-//! backref walk needs) here. This
-//! is an adapter until the filesystem model offers the same lookups; it
-//! reads items only through [`Cursor`], so every block is validated by the
-//! tree layer.
+//! Every item is decoded by the filesystem model (`crate::fs::items`:
+//! [`Inode`], [`FileExtent`], names, dir and xattr records), with its
+//! checks: there is no second decoder here. Items are read only through
+//! [`Cursor`], so every block is validated by the tree layer.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ops::RangeInclusive;
 use std::rc::Rc;
 
-use zerocopy::FromBytes;
-
-use crate::error::{CorruptKind, Error, Location, Result};
-use crate::fs::Filesystem;
+use crate::error::Result;
 use crate::fs::items::{self, name_hash};
-use crate::ondisk::{self, FileExtentItem, FileExtentItemHeader};
+use crate::fs::{FileExtent, Filesystem, Inode};
+use crate::ondisk;
 use crate::tree::key::Key;
 use crate::tree::walk::{Cursor, ItemRef, TreeRoot};
 use crate::types::TreeId;
-
-/// The fields of an inode item send uses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct InodeInfo {
-    pub generation: u64,
-    pub size: u64,
-    pub nlink: u32,
-    pub uid: u32,
-    pub gid: u32,
-    pub mode: u32,
-    pub rdev: u64,
-    /// Inode flags (low 32 bits; FILEATTR).
-    pub flags: u64,
-    pub atime: stream_format::Timespec,
-    pub mtime: stream_format::Timespec,
-    pub ctime: stream_format::Timespec,
-    pub otime: stream_format::Timespec,
-}
-
-pub(crate) const S_IFMT: u32 = 0o170000;
-pub(crate) const S_IFDIR: u32 = 0o040000;
-pub(crate) const S_IFREG: u32 = 0o100000;
-pub(crate) const S_IFLNK: u32 = 0o120000;
-pub(crate) const S_IFCHR: u32 = 0o020000;
-pub(crate) const S_IFBLK: u32 = 0o060000;
-pub(crate) const S_IFIFO: u32 = 0o010000;
-pub(crate) const S_IFSOCK: u32 = 0o140000;
-
-impl InodeInfo {
-    pub fn is_dir(&self) -> bool {
-        self.mode & S_IFMT == S_IFDIR
-    }
-}
-
-fn bad_size(item: &ItemRef<'_>, what: &'static str, expected: usize) -> Error {
-    Error::corrupt(
-        item.location(),
-        CorruptKind::BadSize {
-            what,
-            found: u64::try_from(item.data.len()).unwrap_or(u64::MAX),
-            expected: u64::try_from(expected).unwrap_or(u64::MAX),
-        },
-    )
-}
-
-/// Decode an INODE_ITEM (through the filesystem model's parser).
-pub(crate) fn parse_inode(item: &ItemRef<'_>) -> Result<InodeInfo> {
-    let i = crate::fs::Inode::parse(item)?;
-    let ts = |t: crate::fs::Timespec| stream_format::Timespec {
-        sec: t.sec.cast_unsigned(),
-        nsec: t.nsec,
-    };
-    Ok(InodeInfo {
-        generation: i.generation.get(),
-        size: i.size,
-        nlink: i.nlink,
-        uid: i.uid,
-        gid: i.gid,
-        mode: i.mode,
-        rdev: i.rdev,
-        flags: i.flags,
-        atime: ts(i.atime),
-        mtime: ts(i.mtime),
-        ctime: ts(i.ctime),
-        otime: ts(i.otime),
-    })
-}
+use crate::volume::Volume;
 
 /// The (parent dir, name) entries of an INODE_REF or INODE_EXTREF item, in
 /// item order (through the filesystem model's parsers).
@@ -128,134 +56,35 @@ pub(crate) fn parse_dir_items<'a>(item: &ItemRef<'a>) -> Result<Vec<DirEntry<'a>
         .collect()
 }
 
-/// What a file extent item describes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum ExtentKind {
-    /// Data stored in the item (possibly compressed).
-    Inline(Vec<u8>),
-    /// A regular or preallocated extent; `disk_bytenr == 0` is a hole.
-    Regular {
-        prealloc: bool,
-        disk_bytenr: u64,
-        disk_num_bytes: u64,
-        offset: u64,
-        num_bytes: u64,
-    },
-}
-
-/// A decoded EXTENT_DATA item.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct FileExtent {
-    /// The inode.
-    pub ino: u64,
-    /// File offset (key offset).
-    pub file_offset: u64,
-    pub ram_bytes: u64,
-    pub compression: u8,
-    /// The transaction that created the extent (`is_extent_unchanged`).
-    pub extent_gen: u64,
-    pub kind: ExtentKind,
-    /// Where the item lives, for errors.
-    pub location: Location,
-    /// The leaf holding the item (the kernel's backref walk groups
-    /// references by leaf).
-    pub leaf: u64,
-}
-
-impl FileExtent {
-    /// `btrfs_file_extent_end`: inline extents end at the sector-aligned end
-    /// of their data.
-    pub fn end(&self, sectorsize: u64) -> u64 {
-        match &self.kind {
-            ExtentKind::Inline(_) => {
-                let end = self.file_offset.saturating_add(self.ram_bytes);
-                end.div_ceil(sectorsize).saturating_mul(sectorsize)
-            }
-            ExtentKind::Regular { num_bytes, .. } => self.file_offset.saturating_add(*num_bytes),
-        }
-    }
-
-    pub fn disk_bytenr(&self) -> u64 {
-        match self.kind {
-            ExtentKind::Regular { disk_bytenr, .. } => disk_bytenr,
-            ExtentKind::Inline(_) => 0,
-        }
-    }
-
-    pub fn extent_offset(&self) -> u64 {
-        match self.kind {
-            ExtentKind::Regular { offset, .. } => offset,
-            ExtentKind::Inline(_) => 0,
-        }
-    }
-}
-
-/// Decode an EXTENT_DATA item.
-pub(crate) fn parse_file_extent(item: &ItemRef<'_>) -> Result<FileExtent> {
-    let (h, tail) = FileExtentItemHeader::ref_from_prefix(item.data)
-        .map_err(|_| item.truncated("file extent item", size_of::<FileExtentItemHeader>()))?;
-    if h.encryption != 0 || h.other_encoding.get() != 0 {
-        return Err(Error::corrupt(
-            item.location(),
-            CorruptKind::BadField {
-                field: "encryption",
-                value: u64::from(h.encryption),
-                why: "encrypted or encoded extents are not supported",
-            },
-        ));
-    }
-    let kind = match h.extent_type {
-        ondisk::BTRFS_FILE_EXTENT_INLINE => ExtentKind::Inline(tail.to_vec()),
-        ondisk::BTRFS_FILE_EXTENT_REG | ondisk::BTRFS_FILE_EXTENT_PREALLOC => {
-            let fe = FileExtentItem::ref_from_prefix(item.data)
-                .map_err(|_| bad_size(item, "file extent item", size_of::<FileExtentItem>()))?
-                .0;
-            ExtentKind::Regular {
-                prealloc: h.extent_type == ondisk::BTRFS_FILE_EXTENT_PREALLOC,
-                disk_bytenr: fe.disk_bytenr.get(),
-                disk_num_bytes: fe.disk_num_bytes.get(),
-                offset: fe.offset.get(),
-                num_bytes: fe.num_bytes.get(),
-            }
-        }
-        other => {
-            return Err(Error::corrupt(
-                item.location(),
-                CorruptKind::BadField {
-                    field: "extent type",
-                    value: u64::from(other),
-                    why: "not inline, regular or prealloc",
-                },
-            ));
-        }
-    };
-    Ok(FileExtent {
-        ino: item.key.objectid,
-        file_offset: item.key.offset,
-        ram_bytes: h.ram_bytes.get(),
-        compression: h.compression,
-        extent_gen: h.generation.get(),
-        kind,
-        location: item.location(),
-        leaf: item.leaf.get(),
-    })
-}
-
 /// Inode items looked up so far in one tree (a sent tree does not change
 /// during the send, so an answer holds for all of it), at most
 /// [`INODE_MEMO_MAX`] entries. The planner asks for the same directory's
 /// inode item once per entry in it (`compare_refs`, `get_inode_gen`).
-type InodeMemo = Rc<RefCell<HashMap<u64, Option<InodeInfo>>>>;
+type InodeMemo = Rc<RefCell<HashMap<u64, Option<Inode>>>>;
 
-/// Entries of an [`InodeMemo`] before it is emptied (≈ 100 bytes each).
+/// Entries of an [`InodeMemo`] before it is emptied (≈ 200 bytes each).
 const INODE_MEMO_MAX: usize = 1 << 16;
 
-/// Point lookups in one subvolume tree. Clones share the inode memo.
+/// Leaves a lookup steps forward through before it searches down from a
+/// node of the path instead (as the extent-tree reader does).
+const NEAR_LEAVES: usize = 4;
+
+/// The cursor of a tree's point lookups, shared by a view's clones.
+type SharedCursor<'a> = Rc<RefCell<Cursor<&'a Volume>>>;
+
+/// Point lookups in one subvolume tree. Clones share the inode memo and
+/// the lookup cursor: each lookup moves that cursor with
+/// [`Cursor::seek_near`] (a binary search in the leaf under it when the key
+/// is there, a few leaf steps forward, else a search from the lowest node
+/// of its path that holds the key), not from the root. The planner's
+/// lookups cluster: around the current inode, in the root directory
+/// (orphan names), along a path.
 #[derive(Debug, Clone)]
 pub(crate) struct TreeView<'a> {
     pub fs: &'a Filesystem,
     pub root: TreeRoot,
     inodes: InodeMemo,
+    lookups: SharedCursor<'a>,
 }
 
 impl<'a> TreeView<'a> {
@@ -265,23 +94,39 @@ impl<'a> TreeView<'a> {
             fs,
             root,
             inodes: InodeMemo::default(),
+            lookups: Rc::new(RefCell::new(Cursor::new(fs.volume(), root))),
         })
     }
 
-    pub fn cursor(&self) -> Cursor<&'a crate::volume::Volume> {
+    /// A cursor of its own (for a walk over the whole tree).
+    pub fn cursor(&self) -> Cursor<&'a Volume> {
         Cursor::new(self.fs.volume(), self.root)
     }
 
+    /// Position the lookup cursor at the first item with key ≥ `key` and
+    /// call `f` with it. A lookup made from inside `f` (the shared cursor
+    /// is busy) gets a cursor of its own, sought from the root: same
+    /// answer, no shortcut.
+    fn at<T>(&self, key: &Key, f: impl FnOnce(&mut Cursor<&'a Volume>) -> Result<T>) -> Result<T> {
+        if let Ok(mut c) = self.lookups.try_borrow_mut() {
+            c.seek_near(key, NEAR_LEAVES)?;
+            return f(&mut c);
+        }
+        let mut c = self.cursor();
+        c.seek(key)?;
+        f(&mut c)
+    }
+
     /// The inode item of `ino`.
-    pub fn inode(&self, ino: u64) -> Result<Option<InodeInfo>> {
+    pub fn inode(&self, ino: u64) -> Result<Option<Inode>> {
         if let Some(known) = self.inodes.borrow().get(&ino) {
             return Ok(*known);
         }
-        let mut c = self.cursor();
-        let info = match c.find(&Key::new(ino, ondisk::BTRFS_INODE_ITEM_KEY, 0))? {
-            Some(item) => Some(parse_inode(&item)?),
-            None => None,
-        };
+        let key = Key::new(ino, ondisk::BTRFS_INODE_ITEM_KEY, 0);
+        let info = self.at(&key, |c| match c.current() {
+            Some(item) if item.key == key => Inode::parse(&item).map(Some),
+            _ => Ok(None),
+        })?;
         let mut memo = self.inodes.borrow_mut();
         if memo.len() >= INODE_MEMO_MAX {
             memo.clear();
@@ -293,18 +138,18 @@ impl<'a> TreeView<'a> {
     /// The inode's first reference: first INODE_REF item's first name, else
     /// the first INODE_EXTREF's (`get_first_ref`).
     pub fn first_ref(&self, ino: u64) -> Result<Option<(u64, Vec<u8>)>> {
-        let mut c = self.cursor();
-        c.seek(&Key::new(ino, ondisk::BTRFS_INODE_REF_KEY, 0))?;
-        let Some(item) = c.current() else {
-            return Ok(None);
-        };
-        if item.key.objectid != ino
-            || (item.key.item_type != ondisk::BTRFS_INODE_REF_KEY
-                && item.key.item_type != ondisk::BTRFS_INODE_EXTREF_KEY)
-        {
-            return Ok(None);
-        }
-        Ok(parse_refs(&item)?.into_iter().next())
+        self.at(&Key::new(ino, ondisk::BTRFS_INODE_REF_KEY, 0), |c| {
+            let Some(item) = c.current() else {
+                return Ok(None);
+            };
+            if item.key.objectid != ino
+                || (item.key.item_type != ondisk::BTRFS_INODE_REF_KEY
+                    && item.key.item_type != ondisk::BTRFS_INODE_EXTREF_KEY)
+            {
+                return Ok(None);
+            }
+            Ok(parse_refs(&item)?.into_iter().next())
+        })
     }
 
     /// Every reference of `ino`: (parent directory, name) of its
@@ -330,18 +175,18 @@ impl<'a> TreeView<'a> {
         types: RangeInclusive<u8>,
         mut f: impl FnMut(&ItemRef<'_>) -> Result<()>,
     ) -> Result<()> {
-        let mut c = self.cursor();
-        c.seek(&Key::new(ino, *types.start(), 0))?;
-        while let Some(item) = c.current() {
-            if item.key.objectid != ino || !types.contains(&item.key.item_type) {
-                break;
+        self.at(&Key::new(ino, *types.start(), 0), |c| {
+            while let Some(item) = c.current() {
+                if item.key.objectid != ino || !types.contains(&item.key.item_type) {
+                    break;
+                }
+                f(&item)?;
+                if !c.advance()? {
+                    break;
+                }
             }
-            f(&item)?;
-            if !c.advance()? {
-                break;
-            }
-        }
-        Ok(())
+            Ok(())
+        })
     }
 
     /// The DIR_ITEM entry `name` in directory `dir`: its location key.
@@ -357,25 +202,28 @@ impl<'a> TreeView<'a> {
     }
 
     fn lookup_named(&self, ino: u64, ty: u8, name: &[u8]) -> Result<Option<(Key, Vec<u8>)>> {
-        let mut c = self.cursor();
-        let Some(item) = c.find(&Key::new(ino, ty, name_hash(name)))? else {
-            return Ok(None);
-        };
-        Ok(parse_dir_items(&item)?
-            .into_iter()
-            .find(|e| e.name == name)
-            .map(|e| (e.location, e.data.to_vec())))
+        let key = Key::new(ino, ty, name_hash(name));
+        self.at(&key, |c| {
+            let Some(item) = c.current().filter(|i| i.key == key) else {
+                return Ok(None);
+            };
+            Ok(parse_dir_items(&item)?
+                .into_iter()
+                .find(|e| e.name == name)
+                .map(|e| (e.location, e.data.to_vec())))
+        })
     }
 
     /// The key offset of the last extent item of `ino` at or before
     /// `offset`, or `offset` itself when there is none.
     fn extent_at_or_before(&self, ino: u64, offset: u64) -> Result<u64> {
         let is_extent = |k: &Key| k.objectid == ino && k.item_type == ondisk::BTRFS_EXTENT_DATA_KEY;
-        let mut c = self.cursor();
-        c.seek(&Key::new(ino, ondisk::BTRFS_EXTENT_DATA_KEY, offset))?;
-        if let Some(item) = c.current() {
+        let found = self.at(&Key::new(ino, ondisk::BTRFS_EXTENT_DATA_KEY, offset), |c| {
+            let Some(item) = c.current() else {
+                return Ok(None);
+            };
             if is_extent(&item.key) && item.key.offset == offset {
-                return Ok(offset);
+                return Ok(Some(offset));
             }
             // The item before, when it is in the same leaf: the one slot
             // back (as the kernel steps back from its search).
@@ -383,73 +231,78 @@ impl<'a> TreeView<'a> {
                 .ok()
                 .and_then(|s| s.checked_sub(1))
                 .and_then(|s| c.leaf()?.node().item(s));
-            if let Some(prev) = before {
-                return Ok(if is_extent(&prev.key) {
+            Ok(before.map(|prev| {
+                if is_extent(&prev.key) {
                     prev.key.offset
                 } else {
                     offset
-                });
-            }
+                }
+            }))
+        })?;
+        if let Some(start) = found {
+            return Ok(start);
         }
         // The item before is the last of an earlier leaf (or the search
         // ran off the tree's end): walk the inode's extents from the
         // start (rare: once per leaf boundary).
-        let mut best = None;
-        let mut c = self.cursor();
-        c.seek(&Key::new(ino, ondisk::BTRFS_EXTENT_DATA_KEY, 0))?;
-        while let Some(item) = c.current() {
-            if !is_extent(&item.key) || item.key.offset > offset {
-                break;
+        self.at(&Key::new(ino, ondisk::BTRFS_EXTENT_DATA_KEY, 0), |c| {
+            let mut best = None;
+            while let Some(item) = c.current() {
+                if !is_extent(&item.key) || item.key.offset > offset {
+                    break;
+                }
+                best = Some(item.key.offset);
+                if !c.advance()? {
+                    break;
+                }
             }
-            best = Some(item.key.offset);
-            if !c.advance()? {
-                break;
-            }
-        }
-        Ok(best.unwrap_or(offset))
+            Ok(best.unwrap_or(offset))
+        })
     }
-}
 
-/// The extent items of one inode in key order, from a cursor that borrows
-/// only the volume (so the planner can emit commands between items).
-pub(crate) struct ExtentIter<'a> {
-    cursor: Cursor<&'a crate::volume::Volume>,
-    ino: u64,
-    started: bool,
-}
-
-impl<'a> TreeView<'a> {
     /// The extent items of `ino` starting with the one at or before
     /// `offset` (the kernel's `btrfs_search_slot` then step back one slot),
     /// else the first one after it.
     pub fn extents_from_iter(&self, ino: u64, offset: u64) -> Result<ExtentIter<'a>> {
         let start = self.extent_at_or_before(ino, offset)?;
-        let mut cursor = self.cursor();
-        cursor.seek(&Key::new(ino, ondisk::BTRFS_EXTENT_DATA_KEY, start))?;
         Ok(ExtentIter {
-            cursor,
-            ino,
-            started: false,
+            view: self.clone(),
+            next: Some(Key::new(ino, ondisk::BTRFS_EXTENT_DATA_KEY, start)),
         })
     }
+}
+
+/// The extent items of one inode in key order, each found by a lookup
+/// from the previous one's key (so the planner can emit commands and make
+/// other lookups between items).
+pub(crate) struct ExtentIter<'a> {
+    view: TreeView<'a>,
+    /// The key to look up next: the first item at or after it.
+    next: Option<Key>,
 }
 
 impl ExtentIter<'_> {
     /// The next extent item of the inode.
     pub fn next_extent(&mut self) -> Result<Option<FileExtent>> {
-        if self.started {
-            if !self.cursor.advance()? {
-                return Ok(None);
-            }
-        } else {
-            self.started = true;
-        }
-        let Some(item) = self.cursor.current() else {
+        let Some(key) = self.next.take() else {
             return Ok(None);
         };
-        if item.key.objectid != self.ino || item.key.item_type != ondisk::BTRFS_EXTENT_DATA_KEY {
-            return Ok(None);
-        }
-        parse_file_extent(&item).map(Some)
+        self.view.at(&key, |c| {
+            let Some(item) = c.current() else {
+                return Ok(None);
+            };
+            if item.key.objectid != key.objectid
+                || item.key.item_type != ondisk::BTRFS_EXTENT_DATA_KEY
+            {
+                return Ok(None);
+            }
+            let ext = FileExtent::parse(&item)?;
+            self.next = item
+                .key
+                .offset
+                .checked_add(1)
+                .map(|o| Key::new(key.objectid, ondisk::BTRFS_EXTENT_DATA_KEY, o));
+            Ok(Some(ext))
+        })
     }
 }

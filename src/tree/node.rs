@@ -23,7 +23,7 @@ use crate::error::{CorruptKind, Error, Location, Result};
 use crate::ondisk::{self, DiskKey, Header, Item, KeyPtr};
 use crate::tree::buf::BlockBuf;
 use crate::tree::key::Key;
-use crate::types::{Generation, Logical, TreeId, Uuid};
+use crate::types::{Generation, Logical, TreeId, Uuid, len64};
 
 const HEADER: usize = size_of::<Header>();
 const ITEM: usize = size_of::<Item>();
@@ -132,7 +132,7 @@ impl<'a> Node<'a> {
                 CorruptKind::Truncated {
                     what: "tree block",
                     needed: check.nodesize.into(),
-                    available: len64(bytes),
+                    available: len64(bytes.len()),
                 },
             )
         })?;
@@ -141,7 +141,7 @@ impl<'a> Node<'a> {
                 None,
                 CorruptKind::BadSize {
                     what: "tree block",
-                    found: len64(bytes),
+                    found: len64(bytes.len()),
                     expected: check.nodesize.into(),
                 },
             ));
@@ -263,23 +263,23 @@ impl<'a> Node<'a> {
                 if end > data_size {
                     return Err(at(CorruptKind::ItemPastEnd {
                         slot: slot32,
-                        end: len64u(end),
-                        limit: len64u(data_size),
+                        end: len64(end),
+                        limit: len64(data_size),
                     }));
                 }
                 if end != data_end {
                     return Err(at(CorruptKind::ItemGap {
                         slot: slot32,
-                        end: len64u(end),
-                        expected: len64u(data_end),
+                        end: len64(end),
+                        expected: len64(data_end),
                     }));
                 }
                 let start = offset.saturating_add(HEADER);
                 if start < headers_end {
                     return Err(at(CorruptKind::ItemOverlapsHeaders {
                         slot: slot32,
-                        start: len64u(start),
-                        headers_end: len64u(headers_end),
+                        start: len64(start),
+                        headers_end: len64(headers_end),
                     }));
                 }
                 data_end = offset;
@@ -461,14 +461,6 @@ impl<'a> Node<'a> {
 /// A disk key as a tuple that orders as btrfs keys do.
 fn raw_key(k: &DiskKey) -> (u64, u8, u64) {
     (k.objectid.get(), k.item_type, k.offset.get())
-}
-
-fn len64(b: &[u8]) -> u64 {
-    len64u(b.len())
-}
-
-fn len64u(n: usize) -> u64 {
-    u64::try_from(n).unwrap_or(u64::MAX)
 }
 
 /// An owned tree block that passed validation.

@@ -31,7 +31,7 @@
 use crate::error::{CorruptKind, Error, Location, Result};
 use crate::tree::key::Key;
 use crate::tree::node::{BlockExpect, LeafItem, TreeBlock};
-use crate::types::{Generation, Logical, TreeId};
+use crate::types::{Generation, Logical, TreeId, len64};
 
 /// Where the walker gets blocks from.
 pub trait BlockSource {
@@ -134,12 +134,18 @@ impl ItemRef<'_> {
     /// The error for an item shorter than the `needed` bytes that `what`
     /// takes.
     pub fn truncated(&self, what: &'static str, needed: usize) -> Error {
+        self.record_truncated(what, needed, self.data.len())
+    }
+
+    /// The error for a record inside the item (a name, a packed entry) of
+    /// which only `available` of the `needed` bytes are left.
+    pub fn record_truncated(&self, what: &'static str, needed: usize, available: usize) -> Error {
         Error::corrupt(
             self.location(),
             CorruptKind::Truncated {
                 what,
-                needed: u64::try_from(needed).unwrap_or(u64::MAX),
-                available: u64::try_from(self.data.len()).unwrap_or(u64::MAX),
+                needed: len64(needed),
+                available: len64(available),
             },
         )
     }
@@ -635,4 +641,158 @@ pub fn for_each_in_range<S: BlockSource>(
         f(item)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    //! The cursor on a kernel-made image (fixture 002: 1000+ inodes, so
+    //! the fs trees have several leaves and levels). The expected positions
+    //! come from one forward scan of the whole tree (every key, in order),
+    //! not from the cursor's own searches.
+    #![allow(clippy::indexing_slicing, clippy::arithmetic_side_effects)]
+
+    use super::*;
+    use crate::fs::Filesystem;
+    use crate::ondisk;
+
+    fn open_fixture(dir: &tempfile::TempDir) -> Filesystem {
+        let zst = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/002-many-files/dev1.img.zst");
+        let img = dir.path().join("dev1.img");
+        let mut dec = zstd::stream::read::Decoder::new(std::fs::File::open(zst).unwrap()).unwrap();
+        std::io::copy(&mut dec, &mut std::fs::File::create(&img).unwrap()).unwrap();
+        Filesystem::open(&[&img]).unwrap()
+    }
+
+    /// The biggest subvolume tree of the image and every key in it, by a
+    /// scan with `advance`.
+    fn biggest_tree(fs: &Filesystem) -> (TreeRoot, Vec<Key>) {
+        let mut best: Option<(TreeRoot, Vec<Key>)> = None;
+        for id in [ondisk::BTRFS_FS_TREE_OBJECTID, 256, 257, 258, 259, 260] {
+            let Ok(root) = fs.tree_root(TreeId(id)) else {
+                continue;
+            };
+            let mut keys = Vec::new();
+            for_each_in_range(fs.volume(), root, &Key::MIN, &Key::MAX, |item| {
+                keys.push(item.key);
+                Ok(())
+            })
+            .unwrap();
+            if best.as_ref().is_none_or(|(_, k)| keys.len() > k.len()) {
+                best = Some((root, keys));
+            }
+        }
+        best.unwrap()
+    }
+
+    /// Keys around every item: the item's own, one just below, one just
+    /// above (other item types and offsets), in a deterministic shuffle.
+    fn probes(keys: &[Key]) -> Vec<Key> {
+        let mut out = Vec::new();
+        for (i, k) in keys.iter().enumerate() {
+            if i % 7 != 0 {
+                continue;
+            }
+            out.push(*k);
+            out.push(Key::new(k.objectid, k.item_type, k.offset.wrapping_add(1)));
+            out.push(Key::new(k.objectid, k.item_type.wrapping_sub(1), u64::MAX));
+        }
+        out.push(Key::MIN);
+        out.push(Key::MAX);
+        out
+    }
+
+    fn first_at_or_after(keys: &[Key], key: &Key) -> Option<Key> {
+        keys.get(keys.partition_point(|k| k < key)).copied()
+    }
+
+    #[test]
+    fn seek_finds_the_first_item_at_or_after_the_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let fs = open_fixture(&dir);
+        let (root, keys) = biggest_tree(&fs);
+        assert!(keys.len() > 1000, "{} items", keys.len());
+        let mut c = Cursor::new(fs.volume(), root);
+        for key in probes(&keys) {
+            c.seek(&key).unwrap();
+            assert_eq!(c.current().map(|i| i.key), first_at_or_after(&keys, &key));
+            let found = Cursor::new(fs.volume(), root)
+                .find(&key)
+                .unwrap()
+                .map(|i| i.key);
+            assert_eq!(found, keys.binary_search(&key).ok().map(|_| key));
+        }
+    }
+
+    /// `seek_near` lands where a seek from the root does (same key, same
+    /// leaf and slot) whatever the cursor's previous position, in ascending
+    /// order (steps forward and in-leaf searches), descending order (subtree
+    /// searches) and a scattered order.
+    #[test]
+    fn seek_near_lands_where_seek_does() {
+        let dir = tempfile::tempdir().unwrap();
+        let fs = open_fixture(&dir);
+        let (root, keys) = biggest_tree(&fs);
+        let probes = probes(&keys);
+        let mut scattered = probes.clone();
+        let n = scattered.len();
+        for i in 0..n {
+            scattered.swap(i, (i * 7919 + 13) % n);
+        }
+        let mut descending = probes.clone();
+        descending.reverse();
+        let mut kinds = std::collections::HashSet::new();
+        for order in [&probes, &descending, &scattered] {
+            let mut near = Cursor::new(fs.volume(), root);
+            for key in order {
+                let how = near.seek_near(key, 4).unwrap();
+                kinds.insert(std::mem::discriminant(&how));
+                let mut fresh = Cursor::new(fs.volume(), root);
+                fresh.seek(key).unwrap();
+                let at = |c: &Cursor<&crate::volume::Volume>| {
+                    c.current().map(|i| (i.key, i.leaf, i.slot))
+                };
+                assert_eq!(at(&near), at(&fresh), "{key:?} ({how:?})");
+                assert_eq!(near.current().map(|i| i.key), first_at_or_after(&keys, key));
+                // The cursor walks on from there as a scan does.
+                if near.current().is_some() {
+                    let more = near.advance().unwrap();
+                    let i = keys.partition_point(|k| k < key) + 1;
+                    assert_eq!(more, i < keys.len());
+                    assert_eq!(near.current().map(|i| i.key), keys.get(i).copied());
+                }
+            }
+        }
+        // Every way of getting there was used.
+        assert!(kinds.contains(&std::mem::discriminant(&Reposition::InLeaf)));
+        assert!(kinds.contains(&std::mem::discriminant(&Reposition::Forward(1))));
+        assert!(
+            kinds.contains(&std::mem::discriminant(&Reposition::Subtree(0)))
+                || kinds.contains(&std::mem::discriminant(&Reposition::Root))
+        );
+    }
+
+    #[test]
+    fn next_until_stops_at_the_last_key_and_the_tree_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let fs = open_fixture(&dir);
+        let (root, keys) = biggest_tree(&fs);
+        let (first, last) = (keys[10], keys[keys.len() / 2]);
+        let mut c = Cursor::new(fs.volume(), root);
+        c.seek(&first).unwrap();
+        let mut started = false;
+        let mut got = Vec::new();
+        while let Some(item) = c.next_until(&last, &mut started).unwrap() {
+            got.push(item.key);
+        }
+        assert_eq!(got, keys[10..=keys.len() / 2].to_vec());
+        // Past the end: nothing, and stepping on stays at the end.
+        c.seek(&Key::MAX).unwrap();
+        assert!(c.current().is_none() || c.current().map(|i| i.key) == Some(Key::MAX));
+        let mut end = Cursor::new(fs.volume(), root);
+        end.seek(keys.last().unwrap()).unwrap();
+        assert!(!end.advance().unwrap());
+        assert!(end.current().is_none());
+        assert!(!end.advance().unwrap());
+    }
 }

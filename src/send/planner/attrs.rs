@@ -7,6 +7,7 @@ use std::io::Write;
 
 use stream_format::Command;
 
+use crate::fs::Timespec;
 use crate::ondisk;
 use crate::send::compare::Change;
 use crate::send::error::SendError;
@@ -127,13 +128,22 @@ impl<'a, W: Write> Planner<'a, W> {
     pub(super) fn send_utimes(&mut self, ino: u64, generation: u64) -> Result<(), SendError> {
         let info = self.inode(ino)?;
         let path = self.cur_path(ino, generation)?;
-        let otime = (self.opts.version >= 2).then_some(info.otime);
+        let otime = (self.opts.version >= 2).then_some(stream_time(info.otime));
         self.emit(&Command::Utimes {
             path: path.into(),
-            atime: info.atime,
-            mtime: info.mtime,
-            ctime: info.ctime,
+            atime: stream_time(info.atime),
+            mtime: stream_time(info.mtime),
+            ctime: stream_time(info.ctime),
             otime,
         })
+    }
+}
+
+/// An inode time as the stream carries it: the on-disk seconds and
+/// nanoseconds, bit for bit (`struct btrfs_timespec` → `TLV_PUT_BTRFS_TIMESPEC`).
+fn stream_time(t: Timespec) -> stream_format::Timespec {
+    stream_format::Timespec {
+        sec: t.sec.cast_unsigned(),
+        nsec: t.nsec,
     }
 }

@@ -8,11 +8,13 @@ use std::io::Write;
 
 use stream_format::Command;
 
+use crate::fs::{Compression, ExtentData, FileExtent};
 use crate::ondisk;
 use crate::send::backref::{Elem, LeafRefs};
 use crate::send::error::SendError;
-use crate::send::view::{ExtentKind, FileExtent, TreeView};
+use crate::send::view::TreeView;
 use crate::tree::key::Key;
+use crate::types::Logical;
 
 use super::Planner;
 use super::paths::inode_path;
@@ -20,6 +22,13 @@ use super::state::CloneSrc;
 
 /// `SEND_MAX_EXTENT_REFS`: more references than this and no clone is tried.
 pub(super) const SEND_MAX_EXTENT_REFS: u64 = 1024;
+/// The kernel's `PAGE_SIZE` on the machines whose streams we match (x86-64,
+/// arm64 with 4 KiB pages): `clone_range` rounds an inline source extent's
+/// `ram_bytes` up to a page (`PAGE_ALIGN`), not to the sector size.
+const PAGE_SIZE: u64 = 4096;
+/// 64 KiB, the largest sector size btrfs allows: `clone_range` cuts a
+/// clone of an unaligned EOF block at a multiple of it.
+const MAX_SECTOR_SIZE: u64 = 64 * 1024;
 
 impl<'a, W: Write> Planner<'a, W> {
     /// `find_extent_clone`: the clone root and reference to clone `ext`
@@ -28,21 +37,17 @@ impl<'a, W: Write> Planner<'a, W> {
     pub(super) fn find_extent_clone(
         &mut self,
         ext: &FileExtent,
+        leaf: Logical,
     ) -> Result<Option<CloneSrc>, SendError> {
         let data_offset = ext.file_offset;
         let ino_size = self.cur.size;
         if data_offset >= ino_size {
             return Ok(None);
         }
-        let ExtentKind::Regular {
-            disk_bytenr,
-            offset: ext_off,
-            num_bytes,
-            ..
-        } = ext.kind
-        else {
+        let Some(d) = ext.disk() else {
             return Ok(None);
         };
+        let (disk_bytenr, ext_off, num_bytes) = (d.disk_bytenr.get(), d.offset, d.num_bytes);
         if disk_bytenr == 0 {
             return Ok(None);
         }
@@ -69,7 +74,7 @@ impl<'a, W: Write> Planner<'a, W> {
         } else {
             num_bytes
         };
-        let compressed = ext.compression != ondisk::BTRFS_COMPRESS_NONE;
+        let compressed = ext.compression != Compression::None;
         let pos = (!compressed).then_some(ext_off);
         let (cur_ino, backref_offset) = (self.cur.ino, data_offset.wrapping_sub(ext_off));
         // The shared-leaf shortcut: the extent's one reference is our own
@@ -80,12 +85,12 @@ impl<'a, W: Write> Planner<'a, W> {
         let own_only = refs.refs == 1
             && match (&refs.data_refs[..], &refs.shared[..]) {
                 ([r], []) => r.count == 1 && r.objectid == cur_ino && r.offset == backref_offset,
-                ([], [leaf]) => *leaf == ext.leaf,
+                ([], [shared]) => *shared == leaf.get(),
                 _ => false,
             };
         let leaves = if own_only {
             vec![LeafRefs {
-                leaf: ext.leaf,
+                leaf: leaf.get(),
                 // Any key in the leaf finds it.
                 first_key: Key::new(cur_ino, ondisk::BTRFS_EXTENT_DATA_KEY, data_offset),
                 elems: vec![Elem {
@@ -177,7 +182,7 @@ impl<'a, W: Write> Planner<'a, W> {
         let num_bytes = end - offset;
         let use_clone = match clone {
             None => None,
-            Some(c) if end.is_multiple_of(self.sectorsize) => Some(c),
+            Some(c) if end.is_multiple_of(u64::from(self.sectorsize)) => Some(c),
             // An unaligned end can only be cloned up to both files' EOF;
             // in an incremental send the file is first truncated to the
             // clone's start, since the receiver's file may be longer.
@@ -211,18 +216,18 @@ impl<'a, W: Write> Planner<'a, W> {
         mut offset: u64,
         mut len: u64,
     ) -> Result<(), SendError> {
-        let disk_byte = ext.disk_bytenr();
-        let mut data_offset = ext.extent_offset();
-        if src.offset == 0 && len == self.sectorsize {
+        let disk_byte = ext.disk().map_or(0, |d| d.disk_bytenr.get());
+        let mut data_offset = ext.disk().map_or(0, |d| d.offset);
+        if src.offset == 0 && len == u64::from(self.sectorsize) {
             return self.send_extent_data(ext, offset, len);
         }
         let src_size = self.clone_src_size(&src)?;
         let view = self.clone_tree(&src);
         let mut it = view.extents_from_iter(src.ino, src.offset)?;
         while let Some(se) = it.next_extent()? {
-            let mut ext_len = match se.kind {
-                ExtentKind::Inline(_) => se.ram_bytes.div_ceil(4096).saturating_mul(4096),
-                ExtentKind::Regular { num_bytes, .. } => num_bytes,
+            let mut ext_len = match &se.data {
+                ExtentData::Inline(_) => se.ram_bytes.div_ceil(PAGE_SIZE).saturating_mul(PAGE_SIZE),
+                ExtentData::Regular(d) | ExtentData::Prealloc(d) => d.num_bytes,
             };
             let key_offset = se.file_offset;
             if key_offset.saturating_add(ext_len) <= src.offset {
@@ -248,9 +253,8 @@ impl<'a, W: Write> Planner<'a, W> {
                 ext_len = src_size - key_offset;
                 crossed_src_i_size = true;
             }
-            let mut clone_data_offset = se.extent_offset();
-            let same_extent =
-                se.disk_bytenr() == disk_byte && matches!(se.kind, ExtentKind::Regular { .. });
+            let mut clone_data_offset = se.disk().map_or(0, |d| d.offset);
+            let same_extent = se.disk().is_some_and(|d| d.disk_bytenr.get() == disk_byte);
             if same_extent {
                 src.offset = key_offset;
                 if clone_data_offset < data_offset
@@ -266,13 +270,13 @@ impl<'a, W: Write> Planner<'a, W> {
             if same_extent && clone_data_offset == data_offset {
                 let src_end = src.offset.saturating_add(clone_len);
                 // The receiver cannot clone an unaligned EOF block into the
-                // middle of a file; 64 KiB is the largest sector size.
-                const ALIGN: u64 = 64 * 1024;
+                // middle of a file; the piece is cut at a multiple of the
+                // largest sector size, whatever the receiver's is.
                 if src_end == src_size
-                    && !src_end.is_multiple_of(ALIGN)
+                    && !src_end.is_multiple_of(MAX_SECTOR_SIZE)
                     && offset.saturating_add(clone_len) < self.cur.size
                 {
-                    let slen = (src_end - src.offset) / ALIGN * ALIGN;
+                    let slen = (src_end - src.offset) / MAX_SECTOR_SIZE * MAX_SECTOR_SIZE;
                     if slen > 0 {
                         self.send_clone(offset, slen, src)?;
                     }
@@ -317,7 +321,7 @@ impl<'a, W: Write> Planner<'a, W> {
                 (inode_path(&r.view, src.ino)?, r.uuid, r.ctransid)
             }
             _ => {
-                let src_gen = self.inode(src.ino)?.generation;
+                let src_gen = self.inode(src.ino)?.generation.get();
                 (self.cur_path(src.ino, src_gen)?, self.uuid, self.ctransid)
             }
         };

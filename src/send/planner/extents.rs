@@ -6,11 +6,13 @@ use std::io::Write;
 
 use stream_format::Command;
 
+use crate::fs::FileType;
+use crate::fs::{ExtentData, FileExtent};
 use crate::ondisk;
 use crate::send::compare::Change;
 use crate::send::error::SendError;
-use crate::send::view::{self, ExtentKind, FileExtent, S_IFLNK, S_IFMT, S_IFREG};
 use crate::tree::walk::ItemRef;
+use crate::types::Logical;
 
 use super::Planner;
 
@@ -34,8 +36,8 @@ impl<'a, W: Write> Planner<'a, W> {
             return Ok(());
         }
         if let Some(l) = left {
-            let ext = view::parse_file_extent(l)?;
-            self.process_extent(ext, l.slot)?;
+            let ext = FileExtent::parse(l)?;
+            self.process_extent(&ext, l.leaf, l.slot)?;
         }
         Ok(())
     }
@@ -46,44 +48,44 @@ impl<'a, W: Write> Planner<'a, W> {
         let mut exts = Vec::new();
         let data = ondisk::BTRFS_EXTENT_DATA_KEY;
         self.view.each_item(ino, data..=data, |item| {
-            exts.push((view::parse_file_extent(item)?, item.slot));
+            exts.push((FileExtent::parse(item)?, item.leaf, item.slot));
             Ok(())
         })?;
-        for (ext, slot) in exts {
-            self.process_extent(ext, slot)?;
+        for (ext, leaf, slot) in exts {
+            self.process_extent(&ext, leaf, slot)?;
         }
         Ok(())
     }
 
-    /// `process_extent` for a new inode.
-    pub(super) fn process_extent(&mut self, ext: FileExtent, slot: u32) -> Result<(), SendError> {
-        if self.cur.mode & S_IFMT == S_IFLNK {
+    /// `process_extent`: the extent item of the current inode at `slot` of
+    /// `leaf`.
+    pub(super) fn process_extent(
+        &mut self,
+        ext: &FileExtent,
+        leaf: Logical,
+        slot: u32,
+    ) -> Result<(), SendError> {
+        if self.cur.file_type() == FileType::Symlink {
             return Ok(());
         }
         let incremental = self.parent.is_some() && !self.cur.new;
-        if incremental && self.is_extent_unchanged(&ext)? {
-            return self.maybe_send_hole(&ext, slot);
+        if incremental && self.is_extent_unchanged(ext)? {
+            return self.maybe_send_hole(ext, slot);
         }
-        let skip = !incremental
-            && matches!(
-                ext.kind,
-                ExtentKind::Regular { prealloc: true, .. }
-                    | ExtentKind::Regular { disk_bytenr: 0, .. }
-            );
-        if skip {
+        if !incremental && ext.is_hole_or_prealloc() {
             return Ok(());
         }
-        let clone = self.find_extent_clone(&ext)?;
-        self.send_write_or_clone(&ext, clone)?;
-        self.maybe_send_hole(&ext, slot)?;
-        if let ExtentKind::Regular { disk_bytenr, .. } = ext.kind
-            && disk_bytenr != 0
+        let clone = self.find_extent_clone(ext, leaf)?;
+        self.send_write_or_clone(ext, clone)?;
+        self.maybe_send_hole(ext, slot)?;
+        if let Some(d) = ext.disk()
+            && d.disk_bytenr.get() != 0
             && let Some(index) = &mut self.clone_index
         {
             if index.len() >= CLONE_INDEX_MAX {
                 self.clone_index = None;
             } else {
-                index.insert(disk_bytenr);
+                index.insert(d.disk_bytenr.get());
             }
         }
         Ok(())
@@ -95,7 +97,7 @@ impl<'a, W: Write> Planner<'a, W> {
             && !self.cur.new
             && !self.cur.new_gen
             && !self.cur.deleted
-            && self.cur.mode & S_IFMT == S_IFREG
+            && self.cur.file_type() == FileType::Regular
     }
 
     /// `get_last_extent`: the end of the snapshot's extent item of the
@@ -146,7 +148,7 @@ impl<'a, W: Write> Planner<'a, W> {
             if e.end(self.sectorsize) <= start {
                 continue;
             }
-            if matches!(e.kind, ExtentKind::Regular { disk_bytenr: 0, .. }) {
+            if e.disk().is_some_and(|d| d.disk_bytenr.get() == 0) {
                 continue;
             }
             return Ok(false);
@@ -189,18 +191,13 @@ impl<'a, W: Write> Planner<'a, W> {
         let Some(parent) = self.parent.clone() else {
             return Ok(false);
         };
-        let ExtentKind::Regular {
-            prealloc: false,
-            disk_bytenr: left_disknr,
-            offset: left_offset,
-            num_bytes: left_len,
-            ..
-        } = ext.kind
-        else {
+        let ExtentData::Regular(left) = &ext.data else {
             return Ok(false);
         };
+        let (left_disknr, left_offset, left_len) =
+            (left.disk_bytenr.get(), left.offset, left.num_bytes);
         let ekey = ext.file_offset;
-        let left_gen = ext.extent_gen;
+        let left_gen = ext.generation;
         let mut it = parent.extents_from_iter(self.cur.ino, ekey)?;
         let Some(mut e) = it.next_extent()?.filter(|e| e.file_offset <= ekey) else {
             return Ok(left_disknr == 0);
@@ -209,21 +206,13 @@ impl<'a, W: Write> Planner<'a, W> {
         let mut key_off = e.file_offset;
         let mut first = true;
         while key_off < end {
-            let (right_len, right) = match &e.kind {
-                ExtentKind::Inline(_) => (
-                    e.ram_bytes
-                        .div_ceil(self.sectorsize)
-                        .saturating_mul(self.sectorsize),
-                    None,
-                ),
-                ExtentKind::Regular {
-                    prealloc: false,
-                    disk_bytenr,
-                    offset,
-                    num_bytes,
-                    ..
-                } => (*num_bytes, Some((*disk_bytenr, *offset))),
-                ExtentKind::Regular { .. } => return Ok(false),
+            let (right_len, right) = match &e.data {
+                ExtentData::Inline(_) => {
+                    let sector = u64::from(self.sectorsize);
+                    (e.ram_bytes.div_ceil(sector).saturating_mul(sector), None)
+                }
+                ExtentData::Regular(d) => (d.num_bytes, Some((d.disk_bytenr.get(), d.offset))),
+                ExtentData::Prealloc(_) => return Ok(false),
             };
             if first && key_off.saturating_add(right_len) <= ekey {
                 return Ok(left_disknr == 0);
@@ -238,7 +227,7 @@ impl<'a, W: Write> Planner<'a, W> {
             } else {
                 left_fixed += key_off - ekey;
             }
-            if left_disknr != right_disknr || left_fixed != right_offset || left_gen != e.extent_gen
+            if left_disknr != right_disknr || left_fixed != right_offset || left_gen != e.generation
             {
                 return Ok(false);
             }

@@ -67,8 +67,8 @@ use std::io::Write;
 
 use stream_format::Command;
 
-use crate::fs::Filesystem;
 use crate::fs::subvol::Subvolume;
+use crate::fs::{FileExtent, FileType, Filesystem, Inode};
 use crate::ondisk;
 use crate::tree::key::Key;
 use crate::tree::walk::ItemRef;
@@ -78,7 +78,7 @@ use super::compare::{Change, compare_trees};
 use super::error::SendError;
 use super::extent_tree::ExtentTreeReader;
 use super::pipeline::Pipeline;
-use super::view::{self, InodeInfo, S_IFDIR, S_IFLNK, S_IFMT, S_IFREG, TreeView};
+use super::view::{self, TreeView};
 use super::{Progress, SendOptions};
 
 mod attrs;
@@ -109,7 +109,7 @@ pub(crate) struct Planner<'a, W: Write> {
     out: Pipeline<'a, W>,
     opts: SendOptions,
     progress: &'a dyn Progress,
-    sectorsize: u64,
+    sectorsize: u32,
     /// UUID and ctransid of the send root, for CLONE.
     uuid: [u8; 16],
     ctransid: u64,
@@ -176,7 +176,7 @@ impl<'a, W: Write> Planner<'a, W> {
             }
             None => (None, [0; 16], 0),
         };
-        let sectorsize = u64::from(fs.volume().superblock().sectorsize);
+        let sectorsize = fs.volume().superblock().sectorsize;
         let root = &subvol.root;
         let uuid = if root.received_uuid.is_nil() {
             root.uuid.0
@@ -321,7 +321,7 @@ impl<'a, W: Write> Planner<'a, W> {
                     if key.objectid == self.cur.ino
                         && let Some(l) = left
                     {
-                        let ext = view::parse_file_extent(l)?;
+                        let ext = FileExtent::parse(l)?;
                         return self.maybe_send_hole(&ext, l.slot);
                     }
                     return Ok(());
@@ -388,15 +388,15 @@ impl<'a, W: Write> Planner<'a, W> {
         };
         self.send_progress = ino;
         let linfo = match left.filter(|_| change != Change::Deleted) {
-            Some(l) => Some(view::parse_inode(l)?),
+            Some(l) => Some(Inode::parse(l)?),
             None => None,
         };
         let rinfo = match right.filter(|_| change != Change::New) {
-            Some(r) => Some(view::parse_inode(r)?),
+            Some(r) => Some(Inode::parse(r)?),
             None => None,
         };
-        let set = |cur: &mut Cur, i: &InodeInfo| {
-            cur.generation = i.generation;
+        let set = |cur: &mut Cur, i: &Inode| {
+            cur.generation = i.generation.get();
             cur.size = i.size;
             cur.mode = i.mode;
         };
@@ -490,7 +490,7 @@ impl<'a, W: Write> Planner<'a, W> {
     /// The attribute commands at the end of an inode.
     fn finish_inode(&mut self) -> Result<(), SendError> {
         let info = self.inode(self.cur.ino)?;
-        let is_lnk = self.cur.mode & S_IFMT == S_IFLNK;
+        let is_lnk = self.cur.file_type() == FileType::Symlink;
         let old = match self.parent.clone() {
             Some(p) if !self.cur.new => p.inode(self.cur.ino)?,
             _ => None,
@@ -510,7 +510,7 @@ impl<'a, W: Write> Planner<'a, W> {
                     || (self.cur.size > o.size && self.cur.next_write_offset == self.cur.size)),
             ),
         };
-        if self.cur.mode & S_IFMT == S_IFREG {
+        if self.cur.file_type() == FileType::Regular {
             if self.need_send_hole() {
                 if self.cur.last_extent.is_none_or(|l| l < self.cur.size) {
                     self.cur.last_extent = Some(self.last_extent_end(u64::MAX)?);
@@ -562,7 +562,7 @@ impl<'a, W: Write> Planner<'a, W> {
         }
         self.apply_children_dir_moves()?;
         self.send_progress = self.cur.ino.saturating_add(1);
-        if self.cur.mode & S_IFMT == S_IFDIR && self.cur.size > 0 {
+        if self.cur.file_type() == FileType::Dir && self.cur.size > 0 {
             self.cache_dir_utimes(self.cur.ino, self.cur.generation);
         } else {
             self.send_utimes(self.cur.ino, self.cur.generation)?;

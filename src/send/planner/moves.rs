@@ -13,6 +13,7 @@ use stream_format::Command;
 use crate::ondisk;
 use crate::send::error::SendError;
 
+use super::paths::MAX_PATH_STEPS;
 use super::state::{NewRef, PendingMove, WaitingMove};
 use super::{FIRST_FREE, Planner};
 
@@ -88,7 +89,7 @@ impl<'a, W: Write> Planner<'a, W> {
     pub(super) fn wait_for_parent_move(&mut self, r: &NewRef) -> Result<Option<u64>, SendError> {
         let (mut ino, mut ino_gen) = (r.dir, r.dir_gen);
         let mut steps = 0;
-        while ino > FIRST_FREE && steps < 4096 {
+        while ino > FIRST_FREE && steps < MAX_PATH_STEPS {
             steps += 1;
             if self.waiting_moves.contains_key(&ino)
                 && self.is_ancestor(self.cur.ino, self.cur.generation, ino)?
@@ -141,7 +142,7 @@ impl<'a, W: Write> Planner<'a, W> {
         let (mut ino, mut generation) = (ino, generation);
         let mut ancestor = None;
         let mut steps = 0;
-        while ino != FIRST_FREE && steps < 4096 {
+        while ino != FIRST_FREE && steps < MAX_PATH_STEPS {
             steps += 1;
             if self.orphan_dirs.contains_key(&(ino, generation)) {
                 break;

@@ -7,12 +7,18 @@
 
 use std::io::Write;
 
+use crate::fs::{FileType, Inode};
 use crate::ondisk;
 use crate::send::error::SendError;
-use crate::send::view::{InodeInfo, TreeView};
+use crate::send::view::TreeView;
 
 use super::{FIRST_FREE, Planner};
 
+/// The most directories a path walk climbs before it gives up: a path has
+/// at most `PATH_MAX` (4096) bytes, so fewer components than that; more
+/// steps mean references that loop (a corrupt tree) or delayed moves that
+/// never resolve.
+pub(super) const MAX_PATH_STEPS: usize = 4096;
 /// Entries kept in the first-ref cache before it is dropped (memory bound).
 const NAME_CACHE_MAX: usize = 1 << 16;
 
@@ -26,7 +32,7 @@ impl<'a, W: Write> Planner<'a, W> {
         }
     }
 
-    pub(super) fn inode(&self, ino: u64) -> Result<InodeInfo, SendError> {
+    pub(super) fn inode(&self, ino: u64) -> Result<Inode, SendError> {
         self.view
             .inode(ino)?
             .ok_or_else(|| SendError::corrupt(ino, "missing inode item"))
@@ -75,7 +81,7 @@ impl<'a, W: Write> Planner<'a, W> {
         Ok(tree
             .inode(ino)?
             .filter(|i| i.nlink > 0)
-            .map(|i| i.generation))
+            .map(|i| i.generation.get()))
     }
 
     /// `get_cur_inode_state` as (exists in S, exists in P, processed).
@@ -162,7 +168,11 @@ impl<'a, W: Write> Planner<'a, W> {
             let Some(info) = parent.inode(other)? else {
                 return Ok(None);
             };
-            return Ok(Some((other, info.generation, info.is_dir())));
+            return Ok(Some((
+                other,
+                info.generation.get(),
+                info.file_type() == FileType::Dir,
+            )));
         }
         Ok(None)
     }
@@ -182,7 +192,7 @@ impl<'a, W: Write> Planner<'a, W> {
         let Some(tree) = tree else {
             return Ok(None);
         };
-        Ok(tree.inode(ino)?.map(|i| i.generation))
+        Ok(tree.inode(ino)?.map(|i| i.generation.get()))
     }
 
     /// `get_first_ref` with the parent directory's generation, in the
@@ -233,7 +243,7 @@ impl<'a, W: Write> Planner<'a, W> {
         let mut parts: Vec<Vec<u8>> = Vec::new();
         let (start, mut ino, mut generation) = (ino, ino, generation);
         while ino != FIRST_FREE {
-            if parts.len() > 4096 {
+            if parts.len() > MAX_PATH_STEPS {
                 return Err(SendError::corrupt(
                     start,
                     "path resolution loops through delayed directory moves",
@@ -328,7 +338,7 @@ impl<'a, W: Write> Planner<'a, W> {
             }
             let mut ino = dir;
             let mut steps = 0;
-            while ino > FIRST_FREE && steps < 4096 {
+            while ino > FIRST_FREE && steps < MAX_PATH_STEPS {
                 steps += 1;
                 let Some((p, p_gen, _)) = self.first_ref_gen(false, ino)? else {
                     break;
@@ -350,7 +360,7 @@ impl<'a, W: Write> Planner<'a, W> {
 /// first-ref path from its top.
 pub(super) fn inode_path(view: &TreeView<'_>, mut ino: u64) -> Result<Vec<u8>, SendError> {
     let mut parts = Vec::new();
-    while ino != FIRST_FREE && parts.len() < 4096 {
+    while ino != FIRST_FREE && parts.len() < MAX_PATH_STEPS {
         let (dir, name) = view
             .first_ref(ino)?
             .ok_or_else(|| SendError::corrupt(ino, "clone source has no reference"))?;

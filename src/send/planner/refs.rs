@@ -8,11 +8,11 @@ use std::io::Write;
 
 use stream_format::Command;
 
+use crate::fs::FileType;
 use crate::ondisk;
 use crate::send::compare::Change;
 use crate::send::error::SendError;
-use crate::send::view::{self, S_IFDIR, S_IFMT};
-use crate::tree::key::Key;
+use crate::send::view;
 use crate::tree::walk::ItemRef;
 
 use super::state::NewRef;
@@ -97,7 +97,7 @@ impl<'a, W: Write> Planner<'a, W> {
         let mut deleted = std::mem::take(&mut self.deleted_refs);
         let ino = self.cur.ino;
         let generation = self.cur.generation;
-        let is_dir = self.cur.mode & S_IFMT == S_IFDIR;
+        let is_dir = self.cur.file_type() == FileType::Dir;
         let mut pending = false;
         let first_overwritten = if self.cur.new {
             false
@@ -280,19 +280,13 @@ impl<'a, W: Write> Planner<'a, W> {
         }
         // Every (dir index offset, inode) of the directory in the parent.
         let mut entries: Vec<(u64, u64)> = Vec::new();
-        let mut c = parent.cursor();
-        c.seek(&Key::new(dir, ondisk::BTRFS_DIR_INDEX_KEY, 0))?;
-        while let Some(item) = c.current() {
-            if item.key.objectid != dir || item.key.item_type != ondisk::BTRFS_DIR_INDEX_KEY {
-                break;
-            }
-            for e in view::parse_dir_items(&item)? {
+        let index = ondisk::BTRFS_DIR_INDEX_KEY;
+        parent.each_item(dir, index..=index, |item| {
+            for e in view::parse_dir_items(item)? {
                 entries.push((item.key.offset, e.location.objectid));
             }
-            if !c.advance()? {
-                break;
-            }
-        }
+            Ok(())
+        })?;
         let mut high_ino = 0;
         let mut last_index = 0;
         let can = 'check: {

@@ -3,8 +3,8 @@
 //! kernel's `send_ctx` fields and the structures hanging off it), the
 //! clone roots, and the statistics of a finished send.
 
-use crate::fs::Filesystem;
 use crate::fs::subvol::Subvolume;
+use crate::fs::{FileType, Filesystem};
 use crate::send::error::SendError;
 use crate::send::extent_tree::ExtentTreeStats;
 use crate::send::view::TreeView;
@@ -28,6 +28,13 @@ pub(super) struct Cur {
     pub(super) next_write_offset: u64,
     /// Its path on the receiver now, when known (`cur_inode_path`).
     pub(super) path: Option<Vec<u8>>,
+}
+
+impl Cur {
+    /// The file type of the inode.
+    pub(super) fn file_type(&self) -> FileType {
+        FileType::from_mode(self.mode)
+    }
 }
 
 /// A recorded reference (`struct recorded_ref`).

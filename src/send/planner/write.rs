@@ -6,10 +6,9 @@ use std::io::Write;
 
 use stream_format::Command;
 
-use crate::ondisk;
+use crate::fs::{Compression, ExtentData, FileExtent};
 use crate::send::data;
 use crate::send::error::SendError;
-use crate::send::view::{ExtentKind, FileExtent};
 
 use super::Planner;
 
@@ -30,27 +29,16 @@ impl<'a, W: Write> Planner<'a, W> {
                 size: len,
             });
         }
-        if self.opts.compressed_data && ext.compression != ondisk::BTRFS_COMPRESS_NONE {
-            let fits = match &ext.kind {
-                ExtentKind::Inline(data) => u64::try_from(data.len()).unwrap_or(u64::MAX) <= len,
-                ExtentKind::Regular { disk_num_bytes, .. } => *disk_num_bytes <= len,
-            };
-            if fits {
-                return self.send_encoded(ext, &path, offset, len);
-            }
+        if self.opts.compressed_data
+            && ext.compression != Compression::None
+            && encoded_len(ext) <= len
+        {
+            return self.send_encoded(ext, &path, offset, len);
         }
         // Holes and preallocated ranges of an existing file read as zeros.
-        let zeros = matches!(
-            ext.kind,
-            ExtentKind::Regular { prealloc: true, .. } | ExtentKind::Regular { disk_bytenr: 0, .. }
-        );
-        let source = if zeros {
-            None
-        } else {
-            Some(data::fs_extent(ext)?)
-        };
+        let source = (!ext.is_hole_or_prealloc()).then_some(ext);
         self.out
-            .write_data(self.cur.ino, &path, offset, len, source.as_ref())?;
+            .write_data(self.cur.ino, &path, offset, len, source)?;
         self.progress.data(len);
         self.stats.data_bytes = self.stats.data_bytes.saturating_add(len);
         Ok(())
@@ -64,18 +52,13 @@ impl<'a, W: Write> Planner<'a, W> {
         offset: u64,
         len: u64,
     ) -> Result<(), SendError> {
-        let compression =
-            data::encoded_compression(ext.compression, self.fs.volume().superblock().sectorsize)
-                .ok_or_else(|| SendError::corrupt(ext.ino, "unknown compression type"))?;
-        let source = data::fs_extent(ext)?;
-        let n = match &ext.kind {
-            ExtentKind::Inline(data) => u64::try_from(data.len()).unwrap_or(u64::MAX),
-            ExtentKind::Regular { disk_num_bytes, .. } => *disk_num_bytes,
-        };
+        let compression = data::encoded_compression(ext.compression, self.sectorsize)
+            .ok_or_else(|| SendError::corrupt(self.cur.ino, "unknown compression type"))?;
+        let n = encoded_len(ext);
         // The data is read by a job of the pipeline.
         let bytes: &[u8] = &[];
-        let cmd = match &ext.kind {
-            ExtentKind::Inline(_) => Command::EncodedWrite {
+        let cmd = match &ext.data {
+            ExtentData::Inline(_) => Command::EncodedWrite {
                 path: path.into(),
                 offset,
                 unencoded_file_len: (ext.file_offset + ext.ram_bytes - offset).min(len),
@@ -85,25 +68,30 @@ impl<'a, W: Write> Planner<'a, W> {
                 encryption: None,
                 data: bytes.into(),
             },
-            ExtentKind::Regular {
-                offset: eoff,
-                num_bytes,
-                ..
-            } => Command::EncodedWrite {
+            ExtentData::Regular(d) | ExtentData::Prealloc(d) => Command::EncodedWrite {
                 path: path.into(),
                 offset,
-                unencoded_file_len: (ext.file_offset + num_bytes - offset).min(len),
+                unencoded_file_len: (ext.file_offset + d.num_bytes - offset).min(len),
                 unencoded_len: ext.ram_bytes,
-                unencoded_offset: offset - ext.file_offset + eoff,
+                unencoded_offset: offset - ext.file_offset + d.offset,
                 compression: Some(compression),
                 encryption: Some(0),
                 data: bytes.into(),
             },
         };
         self.out
-            .write_encoded(self.cur.ino, cmd.into_owned(), &source)?;
+            .write_encoded(self.cur.ino, cmd.into_owned(), ext)?;
         self.progress.data(len);
         self.stats.encoded_bytes = self.stats.encoded_bytes.saturating_add(n);
         Ok(())
+    }
+}
+
+/// The encoded (on-disk) size of an extent's data: the inline payload, or
+/// `disk_num_bytes`.
+fn encoded_len(ext: &FileExtent) -> u64 {
+    match &ext.data {
+        ExtentData::Inline(data) => u64::try_from(data.len()).unwrap_or(u64::MAX),
+        ExtentData::Regular(d) | ExtentData::Prealloc(d) => d.disk_num_bytes,
     }
 }
