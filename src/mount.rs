@@ -2,10 +2,13 @@
 //! that back it and the subvolume's path from the top level, without
 //! ioctls — `/proc/self/mountinfo` and `/sys/fs/btrfs/<fsid>/devices/`.
 //!
-//! Used by `btrsend send PATH` without `--device`: the caller then
-//! [`sync`](MountedSubvol::sync)s the filesystem and drops the block
-//! devices' page cache ([`drop_page_cache`]) so that reading the devices
-//! directly sees what the kernel wrote, not stale cached copies.
+//! [`resolve`] serves `btrsend send PATH` without `--device`;
+//! [`mounted_filesystem_of`] tells whether a `--device` (a block device,
+//! or an image file backing a loop device) belongs to a mounted btrfs.
+//! The send policy for a mounted filesystem
+//! ([`crate::send::mounted`]) then [`sync`](MountedFs::sync)s it and drops
+//! the block devices' page cache ([`drop_page_cache`]) so that reading the
+//! devices directly sees what the kernel wrote, not stale cached copies.
 
 use std::fs::File;
 use std::io;
@@ -79,6 +82,9 @@ pub struct MountedSubvol {
     /// The subvolume's path from the top level, without a leading `/`
     /// (empty for the top level itself), as `btrsend list` prints it.
     pub subvol_path: String,
+    /// Whether the filesystem is mounted read-only (its superblock
+    /// options in mountinfo start with `ro`).
+    pub read_only: bool,
 }
 
 impl MountedSubvol {
@@ -89,13 +95,70 @@ impl MountedSubvol {
     ///
     /// The mount point cannot be opened or synced.
     pub fn sync(&self) -> Result<(), MountError> {
-        let err = |source| MountError::Io {
-            what: "cannot sync the filesystem mounted at",
-            path: self.mount_point.clone(),
-            source,
-        };
-        let dir = File::open(&self.mount_point).map_err(err)?;
-        rustix::fs::syncfs(&dir).map_err(|e| err(e.into()))
+        syncfs(&self.mount_point)
+    }
+
+    /// The filesystem as [`mounted_filesystem_of`] describes it.
+    pub fn filesystem(&self) -> MountedFs {
+        MountedFs {
+            fsid: self.fsid.clone(),
+            devices: self.devices.clone(),
+            mount_point: Some(self.mount_point.clone()),
+            read_only: self.read_only,
+        }
+    }
+}
+
+/// `syncfs` the filesystem mounted at `mount_point`.
+fn syncfs(mount_point: &Path) -> Result<(), MountError> {
+    let err = |source| MountError::Io {
+        what: "cannot sync the filesystem mounted at",
+        path: mount_point.to_path_buf(),
+        source,
+    };
+    let dir = File::open(mount_point).map_err(err)?;
+    rustix::fs::syncfs(&dir).map_err(|e| err(e.into()))
+}
+
+/// A mounted btrfs, as sysfs and mountinfo show it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MountedFs {
+    /// The filesystem's UUID (its directory in `/sys/fs/btrfs`), when
+    /// known.
+    pub fsid: Option<String>,
+    /// Its devices (`/dev/NAME` for each entry of
+    /// `/sys/fs/btrfs/<fsid>/devices`).
+    pub devices: Vec<PathBuf>,
+    /// A mount point of it in this mount namespace (none when it is
+    /// mounted only elsewhere, e.g. in another container).
+    pub mount_point: Option<PathBuf>,
+    /// Whether it is mounted read-only (mountinfo's superblock options;
+    /// `false` when no mount of it is visible here).
+    pub read_only: bool,
+}
+
+impl MountedFs {
+    /// `syncfs` the filesystem through its mount point, so that what was
+    /// written through the mount is on the devices (nothing when no mount
+    /// point is visible here).
+    ///
+    /// # Errors
+    ///
+    /// The mount point cannot be opened or synced.
+    pub fn sync(&self) -> Result<(), MountError> {
+        match &self.mount_point {
+            Some(m) => syncfs(m),
+            None => Ok(()),
+        }
+    }
+
+    /// A name for messages: the mount point, else the fsid.
+    pub fn describe(&self) -> String {
+        match (&self.mount_point, &self.fsid) {
+            (Some(m), _) => format!("the filesystem mounted at {}", m.display()),
+            (None, Some(f)) => format!("the mounted filesystem {f}"),
+            (None, None) => "the mounted filesystem".to_owned(),
+        }
     }
 }
 
@@ -108,6 +171,9 @@ struct MountLine {
     mount_point: PathBuf,
     fstype: String,
     source: String,
+    /// The superblock's options start with `ro` (the filesystem, not just
+    /// this mount, is read-only).
+    read_only: bool,
 }
 
 /// Undo mountinfo's octal escapes (`\040` for a space, …).
@@ -140,11 +206,17 @@ fn parse_mountinfo(text: &str) -> Vec<MountLine> {
             let (pre, post) = line.split_once(" - ")?;
             let pre: Vec<&str> = pre.split(' ').collect();
             let mut post = post.split(' ');
+            let fstype = post.next()?.to_owned();
+            let source = unescape(post.next()?);
+            let read_only = post
+                .next()
+                .is_some_and(|o| o.split(',').next() == Some("ro"));
             Some(MountLine {
                 root: unescape(pre.get(3)?),
                 mount_point: PathBuf::from(unescape(pre.get(4)?)),
-                fstype: post.next()?.to_owned(),
-                source: unescape(post.next()?),
+                fstype,
+                source,
+                read_only,
             })
         })
         .collect()
@@ -256,7 +328,136 @@ pub fn resolve(path: &Path) -> Result<MountedSubvol, MountError> {
         source,
         devices,
         fsid,
+        read_only: mount.read_only,
     })
+}
+
+/// What a path given as `--device` is: a block device (its device
+/// number) or a regular file (its identity, to match a loop device's
+/// backing file).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum DeviceId {
+    Block { major: u32, minor: u32 },
+    File { dev: u64, ino: u64 },
+}
+
+fn device_id(path: &Path) -> std::io::Result<DeviceId> {
+    use std::os::unix::fs::FileTypeExt;
+    let meta = std::fs::metadata(path)?;
+    Ok(if meta.file_type().is_block_device() {
+        let rdev = meta.rdev();
+        DeviceId::Block {
+            major: rustix::fs::major(rdev),
+            minor: rustix::fs::minor(rdev),
+        }
+    } else {
+        DeviceId::File {
+            dev: meta.dev(),
+            ino: meta.ino(),
+        }
+    })
+}
+
+/// `MAJOR:MINOR` from a sysfs `dev` file.
+fn sysfs_dev(path: &Path) -> Option<(u32, u32)> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let (major, minor) = text.trim().split_once(':')?;
+    Some((major.parse().ok()?, minor.parse().ok()?))
+}
+
+/// The loop devices (kernel names, e.g. `loop3`) whose backing file is
+/// the file with this identity.
+fn loops_backed_by(sys_block: &Path, dev: u64, ino: u64) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir(sys_block) else {
+        return Vec::new();
+    };
+    let mut found = Vec::new();
+    for e in entries.flatten() {
+        let Ok(text) = std::fs::read_to_string(e.path().join("loop/backing_file")) else {
+            continue;
+        };
+        let backing = text.trim_end_matches('\n');
+        if std::fs::metadata(backing).is_ok_and(|m| m.dev() == dev && m.ino() == ino) {
+            found.push(e.file_name().to_string_lossy().into_owned());
+        }
+    }
+    found
+}
+
+/// The mounted btrfs whose devices in sysfs (`/sys/fs/btrfs/<fsid>/devices`)
+/// include `path`: a block device with the same device number, or a
+/// loop device backed by the image file `path`. `None` when it belongs to
+/// no mounted btrfs (an unmounted device or image, or a copy of a mounted
+/// one's image: the fsid alone does not make it the mounted filesystem).
+///
+/// # Errors
+///
+/// Mountinfo cannot be read.
+pub fn mounted_filesystem_of(path: &Path) -> Result<Option<MountedFs>, MountError> {
+    // A path that cannot be examined is no mounted device; opening it
+    // reports why.
+    let Ok(id) = device_id(path) else {
+        return Ok(None);
+    };
+    let loops = match id {
+        DeviceId::File { dev, ino } => loops_backed_by(Path::new("/sys/block"), dev, ino),
+        DeviceId::Block { .. } => Vec::new(),
+    };
+    if matches!(id, DeviceId::File { .. }) && loops.is_empty() {
+        return Ok(None);
+    }
+    let Ok(filesystems) = std::fs::read_dir("/sys/fs/btrfs") else {
+        return Ok(None);
+    };
+    for fs in filesystems.flatten() {
+        let devices = fs.path().join("devices");
+        let Ok(entries) = std::fs::read_dir(&devices) else {
+            continue;
+        };
+        let names: Vec<String> = entries
+            .flatten()
+            .map(|d| d.file_name().to_string_lossy().into_owned())
+            .collect();
+        let hit = names.iter().any(|name| match id {
+            DeviceId::Block { major, minor } => {
+                sysfs_dev(&devices.join(name).join("dev")) == Some((major, minor))
+            }
+            DeviceId::File { .. } => loops.contains(name),
+        });
+        if !hit {
+            continue;
+        }
+        let mut list: Vec<PathBuf> = names.iter().map(|n| Path::new("/dev").join(n)).collect();
+        list.sort();
+        let info = Path::new("/proc/self/mountinfo");
+        let text = std::fs::read_to_string(info).map_err(|source| MountError::Io {
+            what: "cannot read",
+            path: info.to_path_buf(),
+            source,
+        })?;
+        let mount = parse_mountinfo(&text).into_iter().find(|m| {
+            m.fstype == "btrfs"
+                && std::fs::canonicalize(&m.source)
+                    .ok()
+                    .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+                    .is_some_and(|n| names.contains(&n))
+        });
+        return Ok(Some(MountedFs {
+            fsid: Some(fs.file_name().to_string_lossy().into_owned()),
+            devices: list,
+            read_only: mount.as_ref().is_some_and(|m| m.read_only),
+            mount_point: mount.map(|m| m.mount_point),
+        }));
+    }
+    Ok(None)
+}
+
+/// Whether `path` is a block device (whose page cache the kernel's btrfs
+/// bypasses when it writes, so cached pages of it can be stale; an image
+/// file backing a loop device is written through its own page cache).
+pub fn is_block_device(path: &Path) -> bool {
+    use std::os::unix::fs::FileTypeExt;
+    std::fs::metadata(path).is_ok_and(|m| m.file_type().is_block_device())
 }
 
 /// Drop the page-cache copies of these block devices
@@ -290,12 +491,15 @@ mod tests {
 22 1 259:2 / / rw,relatime shared:1 - ext4 /dev/nvme0n1p2 rw
 43 27 0:39 / /tmp/m\\040x rw,relatime - btrfs /dev/loop0 rw,space_cache=v2,subvolid=5,subvol=/
 44 27 0:39 /sv /tmp/m2 rw,relatime shared:7 - btrfs /dev/loop0 rw,subvolid=256,subvol=/sv
+45 27 0:40 / /tmp/r ro,relatime - btrfs /dev/loop1 ro,space_cache=v2,subvolid=5,subvol=/
 ";
 
     #[test]
     fn mountinfo_lines() {
         let m = parse_mountinfo(INFO);
-        assert_eq!(m.len(), 3);
+        assert_eq!(m.len(), 4);
+        assert!(!m[1].read_only && !m[2].read_only);
+        assert!(m[3].read_only, "superblock options start with ro");
         assert_eq!(m[1].mount_point, Path::new("/tmp/m x"));
         assert_eq!(m[1].fstype, "btrfs");
         assert_eq!(m[2].root, "/sv");

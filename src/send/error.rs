@@ -43,6 +43,85 @@ pub enum SendError {
     /// Writing the stream failed (a closed pipe: the receiver went away).
     #[error("cannot write the send stream: {0}")]
     Output(#[from] EncodeError),
+    /// Finding or preparing a mounted filesystem failed.
+    #[error(transparent)]
+    Mount(#[from] crate::mount::MountError),
+    /// The devices of a mounted filesystem could not be read.
+    #[error("cannot read {mount} from its devices ({devices})")]
+    OpenMounted {
+        /// The filesystem, as [`MountedFs::describe`](crate::mount::MountedFs::describe) names it.
+        mount: String,
+        /// The devices, comma-separated.
+        devices: String,
+        /// Why.
+        source: crate::Error,
+    },
+    /// A subvolume id was given where only a path in a mounted btrfs can
+    /// name the subvolume (no devices were given).
+    #[error("{0} needs --device: without it SUBVOL is a path in a mounted btrfs")]
+    NeedsDevice(String),
+    /// The path names the top level of a mounted filesystem, which is not
+    /// a read-only snapshot.
+    #[error("{0} is the top level of the filesystem, not a read-only snapshot")]
+    TopLevel(std::path::PathBuf),
+    /// A subvolume of a mounted filesystem that can change during the send
+    /// (only read-only snapshots can be sent from it, as with `btrfs
+    /// send`).
+    #[error(
+        "{role}{given} is not a read-only subvolume: on {mount} only read-only snapshots can be \
+         sent (as with btrfs send), since anything else may change during the send; make one \
+         with `btrfs subvolume snapshot -r SUBVOL SNAP` and send that"
+    )]
+    NotReadOnly {
+        /// `""`, `"parent "` or `"clone source "`.
+        role: &'static str,
+        /// The subvolume as given.
+        given: String,
+        /// The filesystem ("a mounted filesystem", "the filesystem mounted read-write at …").
+        mount: String,
+    },
+    /// A parent or clone source given by path lies on another filesystem
+    /// than the subvolume sent.
+    #[error("{given} is on another filesystem than the subvolume sent ({fsid})")]
+    OtherFilesystem {
+        /// The path as given.
+        given: String,
+        /// The filesystem of the subvolume sent.
+        fsid: String,
+    },
+    /// A block failed to read or verify on a mounted filesystem after part
+    /// of the stream had been written (too late to start again).
+    #[error(
+        "a block failed to read or verify on {mount} (generation {before} then {after}); the \
+         stream already written is incomplete: run the send again"
+    )]
+    Incomplete {
+        /// The filesystem.
+        mount: String,
+        /// Its generation when the send started.
+        before: u64,
+        /// Its generation after the failure.
+        after: u64,
+        /// The failure.
+        source: Box<SendError>,
+    },
+    /// The chunk layout of a mounted filesystem changed during the send (a
+    /// balance relocated block groups): blocks read through the old chunk
+    /// map may be stale. The stream's END command was withheld, so a
+    /// receiver of it fails too.
+    #[error(
+        "the chunk layout of {mount} changed during the send (chunks removed or moved; chunk \
+         tree generation {was} then {now}: a balance?); the stream may hold stale blocks, so its \
+         end was withheld (a receiver of it fails): run the send again"
+    )]
+    LayoutChanged {
+        /// The filesystem.
+        mount: String,
+        /// The chunk tree generation the send read.
+        was: u64,
+        /// The chunk tree generation afterwards.
+        now: u64,
+    },
 }
 
 impl SendError {

@@ -22,7 +22,10 @@
 //!   reads, `--verify-data` checksums with mirror fallback,
 //!   decompression);
 //! * `pipeline`: the planner's commands in order to one writer, with the
-//!   file data read ahead by worker threads.
+//!   file data read ahead by worker threads;
+//! * [`mounted`]: where the filesystem is read from ([`mounted::Source`]:
+//!   devices, or a path in a mounted btrfs) and the policy for a mounted
+//!   one (flush, drop stale caches, restart, the layout check).
 //!
 //! Threads: the calling thread walks the tree, plans, and writes every
 //! command in order; [`SendOptions::threads`] worker threads (default 4;
@@ -56,6 +59,7 @@
 
 pub mod error;
 pub mod extent_tree;
+pub mod mounted;
 pub mod planner;
 pub mod total;
 
@@ -91,7 +95,7 @@ pub struct SendOptions {
     /// Send UPDATE_EXTENT instead of file data (`--no-data`).
     pub no_data: bool,
     /// Verify file data against the csum tree, reading another copy when
-    /// one is bad (`--verify-data`).
+    /// one is bad (on by default; off: `--no-verify-data`).
     pub verify_data: bool,
     /// Threads that read, verify and decompress file data ahead of the
     /// writer; 0 reads it on the calling thread. `None` (default): 4, or
@@ -100,13 +104,13 @@ pub struct SendOptions {
 }
 
 impl SendOptions {
-    /// Protocol `version` without flags.
+    /// Protocol `version` without flags; data is verified.
     pub const fn new(version: u32) -> SendOptions {
         SendOptions {
             version,
             compressed_data: false,
             no_data: false,
-            verify_data: false,
+            verify_data: true,
             threads: None,
         }
     }

@@ -1,17 +1,15 @@
 //! `btrsend send`: write a full send stream of a subvolume read straight
 //! from the filesystem's devices (core `btrsend::send`), given as
 //! `--device` images or found from a path inside a mounted btrfs
-//! (core `btrsend::mount`).
+//! (core `btrsend::send::mounted`: the policy for a mounted filesystem).
 
 use std::fs::File;
 use std::io::{IsTerminal, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::{Context, bail};
-use btrsend::fs::Filesystem;
-use btrsend::fs::subvol::Subvolume;
-use btrsend::mount::{self, MountedSubvol};
+use btrsend::send::mounted::{Request, Source};
 use btrsend::send::{self, MAX_PROTO, SendError, SendOptions};
 use clap::builder::TypedValueParser as _;
 use clap::{Args, ValueHint};
@@ -23,7 +21,7 @@ use crate::progress::{Mode, Op, Reporter};
 #[command(after_long_help = SEND_HELP)]
 pub struct SendArgs {
     /// A device or image file of the filesystem (repeat for multi-device
-    /// filesystems). The filesystem should not be mounted read-write.
+    /// filesystems). It may be mounted: see MOUNTED FILESYSTEMS below.
     /// Without it, SUBVOL is a path inside a mounted btrfs.
     #[arg(short = 'd', long = "device", value_name = "PATH", value_hint = ValueHint::FilePath)]
     pub devices: Vec<PathBuf>,
@@ -44,11 +42,17 @@ pub struct SendArgs {
     #[arg(long = "no-data")]
     pub no_data: bool,
     /// Verify file data against the filesystem's data checksums while
-    /// sending; a bad copy is read from another mirror, and when no copy is
-    /// good the send fails naming the inode, path, file offset, logical
-    /// address and mirror.
-    #[arg(long = "verify-data")]
+    /// sending, as the kernel's own reads do (the default): a bad copy is
+    /// read from another mirror, and when no copy is good the send fails
+    /// naming the inode, path, file offset, logical address and mirror.
+    /// Files without checksums (nodatasum, nodatacow) are read unchecked,
+    /// as the kernel reads them.
+    #[arg(long = "verify-data", overrides_with = "no_verify_data")]
     pub verify_data: bool,
+    /// Send file data without verifying its checksums (faster by the cost
+    /// of the checksum lookups and crc32c; see VERIFICATION below).
+    #[arg(long = "no-verify-data", overrides_with = "verify_data")]
+    pub no_verify_data: bool,
     /// Threads that read, verify and decompress file data ahead of the
     /// stream writer (default 4); 0 does all of it on one thread. The
     /// stream is the same for every count.
@@ -92,16 +96,34 @@ fails with exit status 1.
 
 Without --device, SUBVOL is a path in a mounted btrfs: btrsend finds the
 mount (/proc/self/mountinfo), its devices (/sys/fs/btrfs/FSID/devices) and
-the subvolume's path from the top level, syncs the filesystem, drops the
-devices' page cache and reads them directly (reading the devices needs the
-permission to). As with `btrfs send`, only read-only snapshots of a mounted
-filesystem can be sent; of an image given with --device, any subvolume. If a
-block fails verification because the kernel moved it meanwhile (a balance),
+the subvolume's path from the top level, and reads the devices directly
+(reading them needs the permission to). As with `btrfs send`, only
+read-only snapshots of a mounted filesystem can be sent; of an unmounted
+image given with --device, any subvolume.
+
+MOUNTED FILESYSTEMS: a --device that belongs to a mounted btrfs (a block
+device listed in /sys/fs/btrfs/FSID/devices, or an image file backing a
+loop device listed there; a copy of an image with the same UUID does not
+count) is read as a path is. If it is mounted read-write: btrsend syncs the
+filesystem, drops the page cache of the block devices it reads (the kernel
+writes around that cache, so pages cached earlier can be stale), and sends
+only read-only subvolumes (parent and clone sources too). If a block fails
+to read or verify because the kernel moved it meanwhile (a balance),
 btrsend rereads the superblock and chunk map and starts again once if the
 failure came within the first 4 MiB of the stream (held back until then),
 and otherwise fails: the stream is then incomplete. After the send, btrsend
-fails if chunks were removed or moved meanwhile, since blocks read through
-the old chunk map may be stale.
+fails if chunks were removed or moved meanwhile (blocks read through the
+old chunk map may be stale); the stream's final END command is withheld
+then, so a receiver of it fails too. Run the send again after a balance.
+A read-only mount only has its block devices' page cache dropped first.
+
+VERIFICATION: every tree block is checked (checksum, address, generation)
+and, by default, every data block against its stored checksum, reading
+another copy (DUP, RAID1, …) when one is bad. This costs the checksum
+lookups and crc32c over the data: a few percent of a data send's time.
+Files without checksums (nodatasum or nodatacow) cannot be verified; on a
+mounted filesystem the sync, the cache drop and the layout check above
+keep them right. --no-verify-data sends data unchecked.
 
 Progress: the total is the file data the snapshot's extent items reference,
 from a metadata-only pass over its tree before the send (only when progress
@@ -128,189 +150,11 @@ pub fn options(args: &SendArgs) -> anyhow::Result<SendOptions> {
     let opts = SendOptions::new(version)
         .with_compressed_data(args.compressed_data)
         .with_no_data(args.no_data)
-        .with_verify_data(args.verify_data);
+        .with_verify_data(!args.no_verify_data);
     Ok(match args.threads {
         Some(n) => opts.with_threads(n.into()),
         None => opts,
     })
-}
-
-/// Where the filesystem comes from.
-struct Source {
-    fs: Filesystem,
-    /// The subvolume as `find_subvolume` takes it.
-    spec: String,
-    /// Set when SUBVOL was a path in a mounted btrfs.
-    mounted: Option<MountedSubvol>,
-}
-
-impl Source {
-    fn open(args: &SendArgs) -> anyhow::Result<Source> {
-        if !args.devices.is_empty() {
-            let fs = Filesystem::open(&args.devices)?;
-            return Ok(Source {
-                fs,
-                spec: args.subvol.clone(),
-                mounted: None,
-            });
-        }
-        if args.subvol.starts_with("id:") {
-            bail!(
-                "{} needs --device: without it SUBVOL is a path in a mounted btrfs",
-                args.subvol
-            );
-        }
-        let m = mount::resolve(Path::new(&args.subvol))?;
-        if m.subvol_path.is_empty() {
-            bail!(
-                "{} is the top level of the filesystem, not a read-only snapshot",
-                m.path.display()
-            );
-        }
-        let fs = open_mounted(&m)?;
-        Ok(Source {
-            fs,
-            spec: m.subvol_path.clone(),
-            mounted: Some(m),
-        })
-    }
-
-    fn subvolume(&self) -> anyhow::Result<Subvolume> {
-        let subvol = send::find_subvolume(&self.fs, &self.spec)?;
-        if let Some(m) = &self.mounted
-            && !subvol.root.is_readonly()
-        {
-            bail!(
-                "{} is not a read-only subvolume: on a mounted filesystem only read-only \
-                 snapshots can be sent (as with btrfs send); make one with \
-                 `btrfs subvolume snapshot -r {} SNAP`",
-                m.path.display(),
-                m.path.display()
-            );
-        }
-        Ok(subvol)
-    }
-}
-
-/// Sync the mounted filesystem, drop its devices' stale page cache, and
-/// open the devices.
-fn open_mounted(m: &MountedSubvol) -> anyhow::Result<Filesystem> {
-    m.sync()?;
-    mount::drop_page_cache(&m.devices)?;
-    let list = m
-        .devices
-        .iter()
-        .map(|d| d.display().to_string())
-        .collect::<Vec<_>>()
-        .join(", ");
-    Filesystem::open(&m.devices).with_context(|| {
-        format!(
-            "cannot read the filesystem mounted at {} from its devices ({list})",
-            m.mount_point.display()
-        )
-    })
-}
-
-/// After a send from a mounted filesystem: fail if its chunk layout
-/// changed meanwhile (a balance relocated block groups), since blocks read
-/// through the old chunk map may then be stale.
-fn check_layout(m: &MountedSubvol, fs: &Filesystem) -> anyhow::Result<()> {
-    let Some(dev) = m.devices.first() else {
-        return Ok(());
-    };
-    mount::drop_page_cache(std::slice::from_ref(dev))?;
-    let device = btrsend::device::FileDevice::open(dev)?;
-    let (now, _) = btrsend::superblock::read_superblock(&device)?;
-    let was = fs.volume().superblock().chunk_root_generation;
-    if now.chunk_root_generation == was {
-        return Ok(());
-    }
-    // New chunks being allocated is harmless; a chunk gone or changed is not.
-    let fresh = btrsend::volume::Volume::open(&m.devices)?;
-    let new = fresh.chunk_map().chunks();
-    let kept = fs
-        .volume()
-        .chunk_map()
-        .chunks()
-        .iter()
-        .all(|c| new.contains(c));
-    if !kept {
-        bail!(
-            "the chunk layout of the filesystem mounted at {} changed during the send (chunks \
-             removed or moved; chunk tree generation {} then {}: a balance?); the stream may hold stale blocks: run the \
-             send again",
-            m.mount_point.display(),
-            was.get(),
-            now.chunk_root_generation.get()
-        );
-    }
-    Ok(())
-}
-
-/// Bytes of the stream held back, when sending from a mounted filesystem,
-/// before any reaches the output: a send that fails within them (a block
-/// the kernel moved) starts again from a fresh superblock.
-const HOLD_BYTES: usize = 4 << 20;
-
-/// The output: holds back the first `hold` bytes, counts what reached the
-/// inner writer.
-struct Held<W> {
-    inner: W,
-    held: Vec<u8>,
-    hold: usize,
-    /// Bytes that reached `inner`.
-    written: u64,
-}
-
-impl<W: Write> Held<W> {
-    fn new(inner: W, hold: usize) -> Held<W> {
-        Held {
-            inner,
-            held: Vec::new(),
-            hold,
-            written: 0,
-        }
-    }
-
-    /// Pass the held bytes on and hold no more.
-    fn release(&mut self) -> std::io::Result<()> {
-        self.hold = 0;
-        if !self.held.is_empty() {
-            self.inner.write_all(&self.held)?;
-            self.written = self.written.saturating_add(self.held.len() as u64);
-            self.held = Vec::new();
-        }
-        Ok(())
-    }
-
-    /// Forget the held bytes (before starting again).
-    fn discard(&mut self) {
-        self.held.clear();
-    }
-}
-
-impl<W: Write> Write for Held<W> {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        if self.held.len().saturating_add(buf.len()) <= self.hold {
-            self.held.extend_from_slice(buf);
-            return Ok(buf.len());
-        }
-        self.release()?;
-        let n = self.inner.write(buf)?;
-        self.written = self.written.saturating_add(n as u64);
-        Ok(n)
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        self.release()?;
-        self.inner.flush()
-    }
-}
-
-/// Whether a send error is a failed read of the filesystem (which, on a
-/// mounted one, a concurrent balance may explain).
-fn is_read_error(e: &SendError) -> bool {
-    matches!(e, SendError::Fs { .. } | SendError::Corrupt { .. })
 }
 
 /// Send.
@@ -321,58 +165,29 @@ pub fn run(args: &SendArgs) -> anyhow::Result<()> {
             "not writing a binary send stream to a terminal: redirect standard output or use -f FILE"
         );
     }
-    let mut src = Source::open(args)?;
-    for notice in src.fs.volume().notices() {
+    let mut src = Source::open(&args.devices, &args.subvol)?;
+    for notice in src.fs().volume().notices() {
         eprintln!("btrsend: warning: {notice}");
     }
-    let mut subvol = src.subvolume()?;
-    let spec_of = |p: &String| -> anyhow::Result<String> {
-        if !args.devices.is_empty() || p.starts_with("id:") {
-            Ok(p.clone())
-        } else {
-            Ok(mount::resolve(Path::new(p))?.subvol_path.clone())
-        }
+    let req = Request {
+        subvol: &args.subvol,
+        parent: args.parent.as_deref(),
+        clone_sources: &args.clone_src,
     };
-    let parent_spec = args.parent.as_ref().map(spec_of).transpose()?;
-    let clone_specs = args
-        .clone_src
-        .iter()
-        .map(spec_of)
-        .collect::<anyhow::Result<Vec<_>>>()?;
-    let mounted = src.mounted.is_some();
-    let find_roots = |fs: &btrsend::fs::Filesystem,
-                      subvol: &Subvolume|
-     -> anyhow::Result<(Option<Subvolume>, Vec<Subvolume>)> {
-        let mut clones = Vec::new();
-        for (spec, given) in clone_specs.iter().zip(&args.clone_src) {
-            let c = send::find_subvolume(fs, spec)?;
-            if mounted && !c.root.is_readonly() {
-                bail!("clone source {given} is not a read-only subvolume (as with btrfs send)");
-            }
-            clones.push(c);
-        }
-        let parent = match &parent_spec {
-            Some(spec) => Some(send::find_subvolume(fs, spec)?),
-            None if !clones.is_empty() => Some(send::find_good_parent(fs, subvol, &clones)?),
-            None => None,
-        };
-        Ok((parent, clones))
-    };
-    let (mut parent, mut clones) = find_roots(&src.fs, &subvol)?;
+    // Checked before the output is created.
+    let subvol = src.check(&req)?;
     let out: Box<dyn Write> = match &args.file {
         Some(f) => {
             Box::new(File::create(f).with_context(|| format!("cannot create {}", f.display()))?)
         }
         None => Box::new(std::io::stdout().lock()),
     };
-    let hold = if src.mounted.is_some() { HOLD_BYTES } else { 0 };
-    let mut out = Held::new(out, hold);
     let mode = Mode::choose(args.progress, args.no_progress, false);
     let total = if mode == Mode::Off {
         0
     } else {
         let t = Instant::now();
-        let total = send::total::data_bytes(&src.fs, &subvol).map_err(|e| send_error(e, args))?;
+        let total = send::total::data_bytes(src.fs(), &subvol).map_err(|e| send_error(e, args))?;
         if std::env::var_os("BTRSEND_DEBUG_TOTAL").is_some() {
             eprintln!(
                 "btrsend: total pass: {total} bytes in {:.3}s",
@@ -382,44 +197,12 @@ pub fn run(args: &SendArgs) -> anyhow::Result<()> {
         total
     };
     let progress = Reporter::new(mode, Op::Send, Some(total), false);
-    let send_one = |fs: &btrsend::fs::Filesystem,
-                    subvol: &Subvolume,
-                    parent: Option<&Subvolume>,
-                    clones: &[Subvolume],
-                    out: &mut Held<Box<dyn Write>>| {
-        send::send_with_clone_sources(fs, subvol, parent, clones, out, opts, &progress)
-            .map(|(_, stats)| stats)
-    };
-    let mut res = send_one(&src.fs, &subvol, parent.as_ref(), &clones, &mut out);
-    if let (Err(e), Some(m)) = (&res, &src.mounted)
-        && is_read_error(e)
-    {
-        // The kernel may have moved blocks (balance): reread the superblock
-        // and the chunk map; start again if nothing was written yet.
-        let before = src.fs.volume().superblock().generation;
-        let fresh = open_mounted(m)?;
-        let after = fresh.volume().superblock().generation;
-        if out.written > 0 {
-            progress.finish(false, None);
-            let e = res.err().map(|e| send_error(e, args));
-            let e = e.unwrap_or_else(|| anyhow::anyhow!("send failed"));
-            return Err(e.context(format!(
-                "a block failed to read or verify on the mounted filesystem (generation \
-                 {before} then {after}); the stream already written is incomplete: run the \
-                 send again"
-            )));
-        }
-        out.discard();
-        src.fs = fresh;
-        subvol = src.subvolume()?;
-        (parent, clones) = find_roots(&src.fs, &subvol)?;
-        res = send_one(&src.fs, &subvol, parent.as_ref(), &clones, &mut out);
-    }
+    let res = src.send(&req, out, opts, &progress);
     progress.finish(
         res.is_ok(),
-        res.as_ref().ok().map(|stats| stats.stream_bytes),
+        res.as_ref().ok().map(|(_, stats)| stats.stream_bytes),
     );
-    if let Ok(stats) = &res
+    if let Ok((_, stats)) = &res
         && std::env::var_os("BTRSEND_DEBUG_EXTENT_TREE").is_some()
     {
         let x = stats.extent_tree;
@@ -437,17 +220,13 @@ pub fn run(args: &SendArgs) -> anyhow::Result<()> {
         );
     }
     if std::env::var_os("BTRSEND_DEBUG_CACHE").is_some() {
-        eprintln!("btrsend: block cache: {:?}", src.fs.volume().cache_stats());
+        eprintln!(
+            "btrsend: block cache: {:?}",
+            src.fs().volume().cache_stats()
+        );
     }
     match res {
-        Ok(_stats) => match out.flush() {
-            Ok(()) => match &src.mounted {
-                Some(m) => check_layout(m, &src.fs),
-                None => Ok(()),
-            },
-            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Err(broken_pipe()),
-            Err(e) => Err(anyhow::Error::new(e).context("cannot write the send stream")),
-        },
+        Ok(_) => Ok(()),
         Err(e) if e.is_broken_pipe() => Err(broken_pipe()),
         Err(e) => Err(send_error(e, args)),
     }
@@ -471,29 +250,4 @@ fn send_error(e: SendError, args: &SendArgs) -> anyhow::Error {
         format!(" from {}", list.join(", "))
     };
     anyhow::Error::new(e).context(format!("cannot send {}{dev}", args.subvol))
-}
-
-#[cfg(test)]
-mod tests {
-    use std::io::Write;
-
-    use super::Held;
-
-    #[test]
-    fn held_output_passes_on_only_past_the_hold_or_on_flush() {
-        let mut h = Held::new(Vec::new(), 8);
-        h.write_all(b"abcd").unwrap();
-        assert_eq!((h.written, h.inner.len()), (0, 0));
-        h.discard();
-        h.write_all(b"efgh").unwrap();
-        h.write_all(b"ijklm").unwrap();
-        assert_eq!(h.inner, b"efghijklm");
-        assert_eq!(h.written, 9);
-        h.write_all(b"n").unwrap();
-        assert_eq!(h.inner, b"efghijklmn", "holds no more once released");
-        let mut h = Held::new(Vec::new(), 8);
-        h.write_all(b"xy").unwrap();
-        h.flush().unwrap();
-        assert_eq!((h.inner.as_slice(), h.written), (&b"xy"[..], 2));
-    }
 }

@@ -16,5 +16,6 @@ mod man;
 mod manifest_devices;
 mod receive;
 mod send;
+mod send_device_mounted;
 mod send_incremental;
 mod send_mounted;

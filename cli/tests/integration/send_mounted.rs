@@ -10,9 +10,10 @@
 //!   from sysfs and the stream by path is byte for byte the kernel's;
 //! * progress: with stderr not a terminal nothing is printed on success;
 //!   `--progress` forces a plain-text summary;
-//! * `--verify-data`: a corrupted data block of a single-copy image fails
-//!   the send naming inode, path, file offset, logical address and mirror
-//!   (and without the option the send does not notice); on a RAID1 image
+//! * data verification (the default; `--verify-data` still accepted): a
+//!   corrupted data block of a single-copy image fails the send naming
+//!   inode, path, file offset, logical address and mirror (with
+//!   `--no-verify-data` the send does not notice); on a RAID1 image
 //!   with a bad sector on each mirror the send succeeds from the good copies and the
 //!   stream is byte for byte the kernel's stored stream.
 
@@ -372,9 +373,18 @@ fn verify_data_names_the_bad_block_and_uses_the_other_copy() {
     ] {
         assert!(e.contains(&want), "{want:?} not in {e}");
     }
-    // Without verification the bad block goes out unnoticed.
+    // Verification is the default: the same failure without the flag.
     let o = btrsend()
         .args(["send", "--device"])
+        .arg(&img)
+        .arg("snaps/basic")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o) == e, "{}", stderr(&o));
+    // With --no-verify-data the bad block goes out unnoticed.
+    let o = btrsend()
+        .args(["send", "--no-verify-data", "--device"])
         .arg(&img)
         .arg("snaps/basic")
         .output()
@@ -408,9 +418,20 @@ fn verify_data_names_the_bad_block_and_uses_the_other_copy() {
     f.read_to_end(&mut z).unwrap();
     zstd::stream::copy_decode(&z[..], &mut kernel).unwrap();
     assert!(o.stdout == kernel, "stream differs from the kernel's");
-    // Unverified, the corrupt first copy would have been sent.
+    // The default verifies too; unverified, the corrupt first copy would
+    // have been sent.
     let o = btrsend()
         .args(["send", "--device"])
+        .arg(&d1)
+        .arg("--device")
+        .arg(&d2)
+        .arg("snaps/raid1")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(o.stdout == kernel, "stream differs from the kernel's");
+    let o = btrsend()
+        .args(["send", "--no-verify-data", "--device"])
         .arg(&d1)
         .arg("--device")
         .arg(&d2)

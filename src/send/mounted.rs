@@ -1,0 +1,566 @@
+//! Where a send reads its filesystem from, and the policy for a mounted
+//! one: so that a send from the devices of a filesystem the kernel has
+//! mounted is never wrong and never a false alarm.
+//!
+//! A [`Source`] is opened from devices ([`Source::open_devices`]: image
+//! files or block devices, `btrsend send --device`) or from a path inside
+//! a mounted btrfs ([`Source::open_path`]: `btrsend send /mnt/snaps/x`).
+//! Devices that belong to a mounted btrfs — a block device listed in
+//! `/sys/fs/btrfs/<fsid>/devices`, or an image file backing a loop device
+//! listed there ([`mount::mounted_filesystem_of`]) — get the same policy as
+//! a path:
+//!
+//! * **Flush**: `syncfs` on a mount of the filesystem, so what was written
+//!   through it is on the devices.
+//! * **Read past stale caches**: the kernel's btrfs writes its blocks with
+//!   bios, around the block device's page cache, so pages cached there
+//!   earlier (an earlier send, `dd`, `blkid`) can be stale: the page cache
+//!   of every block device read is dropped before the filesystem is opened
+//!   (and again before every reread). An image file backing a loop device
+//!   is written through its own page cache and needs no drop.
+//! * **Read-only snapshots only** (as `btrfs send` demands): on a
+//!   filesystem mounted read-write, the subvolume, the parent and the
+//!   clone sources must be read-only; the data and trees of a read-only
+//!   snapshot do not change, except when a balance relocates them.
+//! * **Relocation** (read-write mounts): a block that fails to read or
+//!   verify may have been moved by a balance. The first
+//!   [`HOLD_BYTES`] of the stream are held back; a failure within them
+//!   rereads the superblock and chunk map and starts again once. After
+//!   the send, the chunk layout is read again: if chunks were removed or
+//!   moved, blocks read through the old chunk map may be stale, so the
+//!   send fails, and the stream's last command (END) is withheld so that a
+//!   receiver of what was written fails too. (Continuing across a
+//!   relocation needs the resume machinery, not built yet.)
+//!
+//! Every tree block is checked (checksum, bytenr, generation against its
+//! parent pointer) and, unless [`SendOptions::verify_data`] is off, every
+//! data block against its stored checksum, so a stale or relocated block
+//! does not pass; the two residual cases — files without data checksums
+//! (`nodatasum`, `nodatacow`) and sends without verification — are covered
+//! by the flush, the cache drop and the layout check above.
+//!
+//! A read-only mount keeps the fast path: its page cache is dropped once
+//! (pages cached during an earlier read-write mount may be stale), and
+//! nothing is held back or checked afterwards, since nothing can move.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use crate::fs::Filesystem;
+use crate::fs::subvol::Subvolume;
+use crate::mount::{self, MountedFs};
+
+use super::{Progress, SendError, SendOptions, SendStats};
+
+/// Bytes of the stream held back, when sending from a filesystem mounted
+/// read-write, before any reaches the output: a send that fails within
+/// them (a block the kernel moved) starts again from a fresh superblock.
+pub const HOLD_BYTES: usize = 4 << 20;
+
+/// Bytes withheld at the end of the stream until the layout check passes:
+/// an END command (a bare 10-byte command header). Without it the stock
+/// `btrfs receive` fails ("unexpected EOF in stream").
+const TAIL_BYTES: usize = 10;
+
+/// The subvolumes of one send, as given (paths from the top level or
+/// `id:N` with devices; paths in the mounted filesystem without).
+#[derive(Debug, Clone, Copy)]
+pub struct Request<'a> {
+    /// The subvolume to send.
+    pub subvol: &'a str,
+    /// The parent (incremental send), if any.
+    pub parent: Option<&'a str>,
+    /// Clone sources (`-c`); without a parent, the parent is chosen among
+    /// them as btrfs-progs does.
+    pub clone_sources: &'a [String],
+}
+
+/// A mounted filesystem being read, and how it was found.
+#[derive(Debug, Clone)]
+struct Mounted {
+    fs: MountedFs,
+    /// Subvolumes are named by paths in the mount (not from the top
+    /// level).
+    by_path: bool,
+}
+
+/// The filesystem a send reads, with the policy for a mounted one (see
+/// the module doc).
+#[derive(Debug)]
+pub struct Source {
+    fs: Filesystem,
+    /// The devices read.
+    devices: Vec<PathBuf>,
+    mounted: Option<Mounted>,
+}
+
+impl Source {
+    /// Open the filesystem on these devices (image files or block
+    /// devices). When they belong to a mounted btrfs, it is synced and the
+    /// block devices' page cache dropped first.
+    ///
+    /// # Errors
+    ///
+    /// [`SendError::Mount`] (a device cannot be examined, the sync fails),
+    /// [`SendError::Fs`] (the filesystem cannot be read).
+    pub fn open_devices(devices: &[PathBuf]) -> Result<Source, SendError> {
+        let mut found = None;
+        for d in devices {
+            if let Some(m) = mount::mounted_filesystem_of(d)? {
+                found = Some(m);
+                break;
+            }
+        }
+        let mounted = found.map(|fs| Mounted { fs, by_path: false });
+        let fs = match &mounted {
+            Some(m) => open_mounted(&m.fs, devices)?,
+            None => Filesystem::open(devices)?,
+        };
+        Ok(Source {
+            fs,
+            devices: devices.to_vec(),
+            mounted,
+        })
+    }
+
+    /// Open the mounted btrfs that `path` (a subvolume's root directory)
+    /// lies in, from its devices (found in sysfs), after syncing it and
+    /// dropping the devices' page cache.
+    ///
+    /// # Errors
+    ///
+    /// [`SendError::Mount`]: the path is not a subvolume of a mounted
+    /// btrfs; [`SendError::OpenMounted`]: its devices cannot be read.
+    pub fn open_path(path: &Path) -> Result<Source, SendError> {
+        let m = mount::resolve(path)?;
+        let fs = m.filesystem();
+        let devices = m.devices.clone();
+        let mounted = Mounted { fs, by_path: true };
+        Ok(Source {
+            fs: open_mounted(&mounted.fs, &devices)?,
+            devices,
+            mounted: Some(mounted),
+        })
+    }
+
+    /// Open from devices when there are any, else from the mounted path
+    /// `subvol` ([`open_devices`](Self::open_devices),
+    /// [`open_path`](Self::open_path)).
+    ///
+    /// # Errors
+    ///
+    /// As those; [`SendError::NeedsDevice`] for `id:N` without devices.
+    pub fn open(devices: &[PathBuf], subvol: &str) -> Result<Source, SendError> {
+        if !devices.is_empty() {
+            return Source::open_devices(devices);
+        }
+        if subvol.starts_with("id:") {
+            return Err(SendError::NeedsDevice(subvol.to_owned()));
+        }
+        Source::open_path(Path::new(subvol))
+    }
+
+    /// The filesystem as read now (after a restart, the fresh one).
+    pub fn fs(&self) -> &Filesystem {
+        &self.fs
+    }
+
+    /// The devices read.
+    pub fn devices(&self) -> &[PathBuf] {
+        &self.devices
+    }
+
+    /// The mounted filesystem the devices belong to, if mounted.
+    pub fn mounted(&self) -> Option<&MountedFs> {
+        self.mounted.as_ref().map(|m| &m.fs)
+    }
+
+    /// Whether the full mounted policy applies: the filesystem is mounted
+    /// read-write (or its mount is not visible here), so it may change.
+    fn may_change(&self) -> bool {
+        self.mounted.as_ref().is_some_and(|m| !m.fs.read_only)
+    }
+
+    /// Whether subvolumes must be read-only snapshots: given by path (as
+    /// `btrfs send` demands), or on a filesystem mounted read-write.
+    fn needs_read_only(&self) -> bool {
+        self.mounted
+            .as_ref()
+            .is_some_and(|m| m.by_path || !m.fs.read_only)
+    }
+
+    fn describe(&self) -> String {
+        self.mounted
+            .as_ref()
+            .map(|m| m.fs.describe())
+            .unwrap_or_else(|| "the filesystem".to_owned())
+    }
+
+    /// `given` as [`find_subvolume`](super::find_subvolume) takes it: a
+    /// path in the mount becomes the path from the top level.
+    fn spec(&self, given: &str) -> Result<String, SendError> {
+        let Some(m) = self.mounted.as_ref().filter(|m| m.by_path) else {
+            return Ok(given.to_owned());
+        };
+        if given.starts_with("id:") {
+            return Ok(given.to_owned());
+        }
+        let r = mount::resolve(Path::new(given))?;
+        if let (Some(want), Some(got)) = (&m.fs.fsid, &r.fsid)
+            && want != got
+        {
+            return Err(SendError::OtherFilesystem {
+                given: given.to_owned(),
+                fsid: want.clone(),
+            });
+        }
+        if r.subvol_path.is_empty() {
+            return Err(SendError::TopLevel(r.path));
+        }
+        Ok(r.subvol_path)
+    }
+
+    /// The subvolume `given` names (`role`: `""`, `"parent "`, `"clone
+    /// source "`), checked to be read-only where the policy demands.
+    fn find(&self, given: &str, role: &'static str) -> Result<Subvolume, SendError> {
+        let subvol = super::find_subvolume(&self.fs, &self.spec(given)?)?;
+        if self.needs_read_only() && !subvol.root.is_readonly() {
+            let mount = match &self.mounted {
+                Some(m) if m.by_path => "a mounted filesystem".to_owned(),
+                _ => format!("{} (read-write)", self.describe()),
+            };
+            return Err(SendError::NotReadOnly {
+                role,
+                given: given.to_owned(),
+                mount,
+            });
+        }
+        Ok(subvol)
+    }
+
+    /// The subvolume to send, as `given` (see [`Request::subvol`]).
+    ///
+    /// # Errors
+    ///
+    /// [`SendError::NoSubvolume`], [`SendError::NotReadOnly`],
+    /// [`SendError::TopLevel`], read errors.
+    pub fn subvolume(&self, given: &str) -> Result<Subvolume, SendError> {
+        self.find(given, "")
+    }
+
+    /// The subvolume `req` sends, after finding (and checking) its parent
+    /// and clone sources too: the errors [`send`](Self::send) would meet
+    /// first, before any output is made.
+    ///
+    /// # Errors
+    ///
+    /// As [`subvolume`](Self::subvolume), for each of them;
+    /// [`SendError::NoGoodParent`].
+    pub fn check(&self, req: &Request<'_>) -> Result<Subvolume, SendError> {
+        self.roots(req).map(|r| r.subvol)
+    }
+
+    /// The subvolume, parent and clone sources of `req`.
+    fn roots(&self, req: &Request<'_>) -> Result<Roots, SendError> {
+        let subvol = self.subvolume(req.subvol)?;
+        let clones = req
+            .clone_sources
+            .iter()
+            .map(|c| self.find(c, "clone source "))
+            .collect::<Result<Vec<_>, _>>()?;
+        let parent = match req.parent {
+            Some(p) => Some(self.find(p, "parent ")?),
+            None if !clones.is_empty() => {
+                Some(super::find_good_parent(&self.fs, &subvol, &clones)?)
+            }
+            None => None,
+        };
+        Ok(Roots {
+            subvol,
+            parent,
+            clones,
+        })
+    }
+
+    /// Sync again, drop the caches again, and reread the superblock and
+    /// chunk map.
+    fn reopen(&mut self) -> Result<(), SendError> {
+        if let Some(m) = &self.mounted {
+            self.fs = open_mounted(&m.fs, &self.devices)?;
+        }
+        Ok(())
+    }
+
+    /// After a send: whether chunks were removed or moved meanwhile (`Err`
+    /// with the chunk tree generations then and now).
+    fn layout_changed(&self) -> Result<Option<(u64, u64)>, SendError> {
+        let Some(dev) = self.devices.first() else {
+            return Ok(None);
+        };
+        drop_cache(std::slice::from_ref(dev))?;
+        let device = crate::device::FileDevice::open(dev)?;
+        let (now, _) = crate::superblock::read_superblock(&device)?;
+        let was = self.fs.volume().superblock().chunk_root_generation;
+        if now.chunk_root_generation == was {
+            return Ok(None);
+        }
+        // New chunks being allocated is harmless; a chunk gone or changed
+        // is not.
+        drop_cache(&self.devices)?;
+        let fresh = crate::volume::Volume::open(&self.devices)?;
+        let new = fresh.chunk_map().chunks();
+        let kept = self
+            .fs
+            .volume()
+            .chunk_map()
+            .chunks()
+            .iter()
+            .all(|c| new.contains(c));
+        Ok((!kept).then_some((was.get(), now.chunk_root_generation.get())))
+    }
+
+    /// Write the send stream `req` asks for to `out`, with the mounted
+    /// policy when the filesystem is mounted (see the module doc); `out`
+    /// is returned after a successful send.
+    ///
+    /// # Errors
+    ///
+    /// As [`send_with_clone_sources`](super::send_with_clone_sources);
+    /// the subvolumes' errors as [`subvolume`](Self::subvolume); on a
+    /// filesystem mounted read-write also [`SendError::Incomplete`] and
+    /// [`SendError::LayoutChanged`].
+    pub fn send<W: Write>(
+        &mut self,
+        req: &Request<'_>,
+        out: W,
+        opts: SendOptions,
+        progress: &dyn Progress,
+    ) -> Result<(W, SendStats), SendError> {
+        let policy = self.may_change();
+        let mut out = if policy {
+            Held::new(out, HOLD_BYTES, TAIL_BYTES)
+        } else {
+            Held::new(out, 0, 0)
+        };
+        let mut restarts = 1;
+        loop {
+            let roots = self.roots(req)?;
+            let res = super::send_with_clone_sources(
+                &self.fs,
+                &roots.subvol,
+                roots.parent.as_ref(),
+                &roots.clones,
+                &mut out,
+                opts,
+                progress,
+            );
+            let stats = match res {
+                Ok((_, stats)) => stats,
+                Err(e) if policy && is_read_error(&e) => {
+                    // The kernel may have moved blocks (balance): reread the
+                    // superblock and the chunk map; start again if nothing
+                    // was written yet.
+                    let before = self.fs.volume().superblock().generation.get();
+                    self.reopen()?;
+                    let after = self.fs.volume().superblock().generation.get();
+                    if out.written > 0 || restarts == 0 {
+                        return Err(SendError::Incomplete {
+                            mount: self.describe(),
+                            before,
+                            after,
+                            source: Box::new(e),
+                        });
+                    }
+                    restarts -= 1;
+                    out.discard();
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            if policy && let Some((was, now)) = self.layout_changed()? {
+                if out.written == 0 && restarts > 0 {
+                    restarts -= 1;
+                    self.reopen()?;
+                    out.discard();
+                    continue;
+                }
+                return Err(SendError::LayoutChanged {
+                    mount: self.describe(),
+                    was,
+                    now,
+                });
+            }
+            let offset = stats.stream_bytes;
+            let inner = out.finish().map_err(|source| {
+                SendError::Output(stream_format::EncodeError::Io { offset, source })
+            })?;
+            return Ok((inner, stats));
+        }
+    }
+}
+
+/// The subvolumes of a send.
+struct Roots {
+    subvol: Subvolume,
+    parent: Option<Subvolume>,
+    clones: Vec<Subvolume>,
+}
+
+/// Whether a send error is a failed read of the filesystem (which, on a
+/// mounted one, a concurrent balance may explain).
+fn is_read_error(e: &SendError) -> bool {
+    matches!(e, SendError::Fs { .. } | SendError::Corrupt { .. })
+}
+
+/// Drop the page cache of those `devices` that are block devices.
+fn drop_cache(devices: &[PathBuf]) -> Result<(), SendError> {
+    let block: Vec<PathBuf> = devices
+        .iter()
+        .filter(|d| mount::is_block_device(d))
+        .cloned()
+        .collect();
+    mount::drop_page_cache(&block)?;
+    Ok(())
+}
+
+/// Sync the mounted filesystem `m` (when it may change), drop the page
+/// cache of the block devices among `devices`, and open them.
+fn open_mounted(m: &MountedFs, devices: &[PathBuf]) -> Result<Filesystem, SendError> {
+    if !m.read_only {
+        m.sync()?;
+    }
+    drop_cache(devices)?;
+    Filesystem::open(devices).map_err(|source| SendError::OpenMounted {
+        mount: m.describe(),
+        devices: devices
+            .iter()
+            .map(|d| d.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", "),
+        source,
+    })
+}
+
+/// The output: holds back the first `hold` bytes (until more come) and
+/// always the last `tail` bytes (until [`finish`](Held::finish)); counts
+/// what reached the inner writer.
+struct Held<W> {
+    inner: W,
+    /// Bytes held at the start (while `hold` is not 0).
+    head: Vec<u8>,
+    hold: usize,
+    /// The last bytes written, withheld.
+    tail: Vec<u8>,
+    keep: usize,
+    /// Bytes that reached `inner`.
+    written: u64,
+}
+
+impl<W: Write> Held<W> {
+    fn new(inner: W, hold: usize, keep: usize) -> Held<W> {
+        Held {
+            inner,
+            head: Vec::new(),
+            hold,
+            tail: Vec::with_capacity(keep),
+            keep,
+            written: 0,
+        }
+    }
+
+    /// Pass `buf` on, except the last `keep` bytes of everything so far.
+    fn pass(&mut self, buf: &[u8]) -> std::io::Result<()> {
+        if buf.len() >= self.keep {
+            let (out, keep) = buf.split_at(buf.len().saturating_sub(self.keep));
+            if !self.tail.is_empty() {
+                self.inner.write_all(&self.tail)?;
+                self.written = self.written.saturating_add(self.tail.len() as u64);
+            }
+            self.inner.write_all(out)?;
+            self.written = self.written.saturating_add(out.len() as u64);
+            self.tail.clear();
+            self.tail.extend_from_slice(keep);
+        } else {
+            self.tail.extend_from_slice(buf);
+            let excess = self.tail.len().saturating_sub(self.keep);
+            if excess > 0 {
+                self.inner
+                    .write_all(self.tail.get(..excess).unwrap_or_default())?;
+                self.written = self.written.saturating_add(excess as u64);
+                self.tail.drain(..excess);
+            }
+        }
+        Ok(())
+    }
+
+    /// Forget what is held (before starting again).
+    fn discard(&mut self) {
+        self.head.clear();
+        self.tail.clear();
+    }
+
+    /// Pass everything held on, flush, and return the inner writer.
+    fn finish(mut self) -> std::io::Result<W> {
+        let head = std::mem::take(&mut self.head);
+        self.hold = 0;
+        self.keep = 0;
+        self.pass(&head)?;
+        let tail = std::mem::take(&mut self.tail);
+        self.inner.write_all(&tail)?;
+        self.inner.flush()?;
+        Ok(self.inner)
+    }
+}
+
+impl<W: Write> Write for Held<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.hold > 0 {
+            if self.head.len().saturating_add(buf.len()) <= self.hold {
+                self.head.extend_from_slice(buf);
+                return Ok(buf.len());
+            }
+            self.hold = 0;
+            let head = std::mem::take(&mut self.head);
+            self.pass(&head)?;
+        }
+        self.pass(buf)?;
+        Ok(buf.len())
+    }
+
+    /// Flushes the inner writer; what is held stays held.
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+
+    use super::Held;
+
+    #[test]
+    fn held_output_passes_on_only_past_the_hold_and_withholds_the_tail() {
+        let mut h = Held::new(Vec::new(), 8, 2);
+        h.write_all(b"abcd").unwrap();
+        assert_eq!((h.written, h.inner.len()), (0, 0));
+        h.discard();
+        h.write_all(b"efgh").unwrap();
+        h.flush().unwrap();
+        assert_eq!(h.written, 0, "flush does not release");
+        h.write_all(b"ijklm").unwrap();
+        assert_eq!(h.inner, b"efghijk", "the last 2 bytes withheld");
+        assert_eq!(h.written, 7);
+        h.write_all(b"n").unwrap();
+        assert_eq!(h.inner, b"efghijkl", "holds no more head once released");
+        h.write_all(b"opqrst").unwrap();
+        assert_eq!(h.inner, b"efghijklmnopqr");
+        assert_eq!(h.finish().unwrap(), b"efghijklmnopqrst");
+        let mut h = Held::new(Vec::new(), 8, 10);
+        h.write_all(b"xy").unwrap();
+        assert_eq!(h.finish().unwrap(), b"xy");
+        let mut h = Held::new(Vec::new(), 0, 0);
+        h.write_all(b"xy").unwrap();
+        assert_eq!((h.inner.as_slice(), h.written), (&b"xy"[..], 2));
+    }
+}
