@@ -5,10 +5,14 @@
 //!
 //! Differences from `btrfs receive`, all deliberate:
 //!
-//! * SUBVOL and SNAPSHOT make plain directories; the received UUID and
-//!   ctransid go into a record ([`super::meta`]) instead of the root item.
-//!   SNAPSHOT copies the parent (reflink where possible, holes kept, see
-//!   [`super::copy`]) and checks the parent's ctransid too.
+//! * On btrfs as root ([`Receiver::subvolumes`]), SUBVOL and SNAPSHOT make
+//!   real subvolumes and a finished one gets its received UUID and is made
+//!   read-only, as `btrfs receive` does ([`super::subvol`]); the parent must
+//!   have the stream's ctransid too. Elsewhere they make plain directories;
+//!   the received UUID and ctransid go into a record ([`super::meta`])
+//!   instead of the root item, and SNAPSHOT copies the parent (reflink where
+//!   possible, holes kept, see [`super::copy`]) and checks the parent's
+//!   ctransid too.
 //! * MKFILE uses `O_EXCL` and every creation refuses an existing entry; a
 //!   file is opened for I/O only after it was checked to be a regular file.
 //! * ENCODED_WRITE of compressed data is written as it is with
@@ -41,7 +45,8 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::unix::ffi::OsStringExt as _;
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -56,6 +61,7 @@ use super::copy::{self, Notes};
 use super::encoded;
 use super::lanes::{Job, Op, Pool};
 use super::meta::{Record, Records, State, Uuid};
+use super::subvol::{self, Btrfs, NotFound};
 use super::sys;
 use super::target::{self, ReceiveDir, Target, TargetError};
 use super::{ApplyError, ApplyErrorKind, Progress};
@@ -86,12 +92,8 @@ struct Current {
     fileattrs: Vec<(OwnedFd, Vec<u8>, u32)>,
     /// Its root as messages show it ([`Target::display`] of "").
     base: Arc<PathBuf>,
-}
-
-/// The error for a command taken for an ENCODED_WRITE that is none (a
-/// caller matched it first: never seen).
-pub(super) fn not_encoded() -> ApplyErrorKind {
-    ApplyErrorKind::Invalid("not an ENCODED_WRITE command".into())
+    /// A real btrfs subvolume (else a directory with a record).
+    subvolume: bool,
 }
 
 /// WRITE data smaller than this is written on the receiver's thread (unless
@@ -142,8 +144,7 @@ const LANE_FILES: usize = 256;
 pub struct Offload {
     info: CommandInfo,
     path: Vec<u8>,
-    /// The address of DATA in the payload buffer.
-    addr: usize,
+    /// DATA's length.
     len: usize,
     /// WRITE's offset.
     offset: u64,
@@ -188,6 +189,9 @@ pub struct Receiver<'p> {
     lane_errors: Vec<ApplyError>,
     /// The command being applied (for the lane jobs it queues).
     info: Option<CommandInfo>,
+    /// DIR's btrfs, when subvolumes are received as real subvolumes
+    /// ([`Receiver::subvolumes`]).
+    btrfs: Option<Btrfs>,
     progress: &'p mut dyn Progress,
 }
 
@@ -230,8 +234,21 @@ impl<'p> Receiver<'p> {
             lanes: None,
             lane_errors: Vec::new(),
             info: None,
+            btrfs: None,
             progress,
         })
+    }
+
+    /// Receive subvolumes as real btrfs subvolumes of `btrfs`, the
+    /// filesystem DIR is on (see [`super::subvol`]); `None`: as directories
+    /// with records (the default). Call before the first command.
+    pub fn subvolumes(&mut self, btrfs: Option<Btrfs>) {
+        self.btrfs = btrfs;
+    }
+
+    /// Whether subvolumes are received as real btrfs subvolumes.
+    pub fn receives_subvolumes(&self) -> bool {
+        self.btrfs.is_some()
     }
 
     /// Always decode ENCODED_WRITE data and write it (`--force-decompress`);
@@ -342,7 +359,21 @@ impl<'p> Receiver<'p> {
         for (fd, path, flags) in fileattrs {
             self.set_flags(&fd, &path, flags);
         }
-        if cur.errors == 0 {
+        if cur.errors == 0 && cur.subvolume {
+            // As btrfs-progs: received UUID and stransid, then read-only.
+            subvol::finish(cur.target.root(), cur.record.uuid.0, cur.record.ctransid).map_err(
+                |e| {
+                    Box::new(ApplyError {
+                        cmd: None,
+                        op: "finish subvolume",
+                        path: cur.record.name.clone(),
+                        target: Some(self.dir.display_path(&cur.record.name)),
+                        path2: None,
+                        kind: ApplyErrorKind::Io(e),
+                    })
+                },
+            )?;
+        } else if cur.errors == 0 {
             cur.record.state = State::Complete;
             self.records.write(&self.dir, &cur.record).map_err(|e| {
                 Box::new(ApplyError {
@@ -417,42 +448,44 @@ impl<'p> Receiver<'p> {
     pub fn apply(&mut self, info: &CommandInfo, cmd: &Command<'_>) -> Result<(), Box<ApplyError>> {
         let op = cmd.kind().map_or("unknown", CommandKind::name);
         self.info = Some(*info);
+        // Out-of-range offsets and sizes first (CLONE names its source
+        // below as path2 anyway).
+        let Err(kind) = file_ranges(cmd, &mut None).and_then(|()| self.dispatch(cmd)) else {
+            return Ok(());
+        };
         let path = cmd.path().map(<[u8]>::to_vec).unwrap_or_default();
-        let mut path2: Option<Vec<u8>> = None;
-        match file_ranges(cmd, &mut path2).and_then(|()| self.apply_inner(cmd, &mut path2)) {
-            Ok(()) => Ok(()),
-            Err(kind) => {
-                let is_subvol = matches!(cmd, Command::Subvol { .. } | Command::Snapshot { .. });
-                let disp = |p: &[u8]| {
-                    if is_subvol {
-                        Some(self.dir.display_path(p))
-                    } else {
-                        self.cur.as_ref().map(|c| c.target.display(p))
-                    }
-                };
-                let target = disp(&path);
-                let path2 = path2.map(|p| {
-                    // A clone source lives in another subvolume: its own display.
-                    let d = disp(&p);
-                    (p, d)
-                });
-                Err(Box::new(ApplyError {
-                    cmd: Some(*info),
-                    op,
-                    path,
-                    target,
-                    path2,
-                    kind,
-                }))
+        let path2 = match cmd {
+            Command::Rename { path_to: p, .. }
+            | Command::Link { path_link: p, .. }
+            | Command::Clone { clone_path: p, .. } => Some(p.to_vec()),
+            _ => None,
+        };
+        let is_subvol = matches!(cmd, Command::Subvol { .. } | Command::Snapshot { .. });
+        let disp = |p: &[u8]| {
+            if is_subvol {
+                Some(self.dir.display_path(p))
+            } else {
+                self.cur.as_ref().map(|c| c.target.display(p))
             }
-        }
+        };
+        let target = disp(&path);
+        // A clone source may live in another subvolume: shown as if in this one.
+        let path2 = path2.map(|p| {
+            let d = disp(&p);
+            (p, d)
+        });
+        Err(Box::new(ApplyError {
+            cmd: Some(*info),
+            op,
+            path,
+            target,
+            path2,
+            kind,
+        }))
     }
 
-    fn apply_inner(
-        &mut self,
-        cmd: &Command<'_>,
-        path2: &mut Option<Vec<u8>>,
-    ) -> Result<(), ApplyErrorKind> {
+    /// One method per command, in the order of the stream's command set.
+    fn dispatch(&mut self, cmd: &Command<'_>) -> Result<(), ApplyErrorKind> {
         use Command as C;
         match cmd {
             C::Subvol {
@@ -472,188 +505,23 @@ impl<'p> Receiver<'p> {
                 *ctransid,
                 Some((uuid_of(clone_uuid), *clone_ctransid)),
             ),
-            C::End => self.finish_subvol().map_err(|e| e.kind),
-            C::Mkfile { path, .. } => {
-                let t = &self.cur()?.target;
-                let l = t.locate_entry(path)?;
-                let f = create_file(&l)?;
-                // The new, empty regular file is the one the next WRITEs go
-                // to: keep it open (see `wcache`).
-                self.wcache = Some((path.to_vec(), Arc::new(f), true));
-                Ok(())
-            }
-            C::Mkdir { path, .. } => {
-                let l = self.cur()?.target.locate_entry(path)?;
-                rustix::fs::mkdirat(&l.parent, l.name(), Mode::from_raw_mode(0o700))?;
-                Ok(())
-            }
+            C::Mkfile { path, .. } => self.mkfile(path),
+            C::Mkdir { path, .. } => self.mkdir(path),
             C::Mknod {
                 path, rdev, mode, ..
-            } => {
-                let ft = FileType::from_raw_mode(
-                    u32::try_from(*mode).map_err(|_| ApplyErrorKind::BadMode(*mode))?,
-                );
-                if !matches!(
-                    ft,
-                    FileType::CharacterDevice
-                        | FileType::BlockDevice
-                        | FileType::Fifo
-                        | FileType::Socket
-                ) {
-                    return Err(ApplyErrorKind::BadMode(*mode));
-                }
-                let l = self.cur()?.target.locate_entry(path)?;
-                match rustix::fs::mknodat(
-                    &l.parent,
-                    l.name(),
-                    ft,
-                    Mode::from_raw_mode(0o600),
-                    *rdev,
-                ) {
-                    // Device nodes need CAP_MKNOD: as an ordinary user this is
-                    // an error (the subvolume would lack the node, and the
-                    // commands on it would fail), with what to do about it.
-                    Err(rustix::io::Errno::PERM)
-                        if matches!(ft, FileType::CharacterDevice | FileType::BlockDevice)
-                            && !rustix::process::geteuid().is_root() =>
-                    {
-                        Err(ApplyErrorKind::DeviceNeedsRoot)
-                    }
-                    r => Ok(r?),
-                }
-            }
-            C::Mkfifo { path, .. } | C::Mksock { path, .. } => {
-                let ft = if matches!(cmd, C::Mkfifo { .. }) {
-                    FileType::Fifo
-                } else {
-                    FileType::Socket
-                };
-                let l = self.cur()?.target.locate_entry(path)?;
-                rustix::fs::mknodat(&l.parent, l.name(), ft, Mode::from_raw_mode(0o600), 0)?;
-                Ok(())
-            }
+            } => self.mknod(path, *mode, *rdev),
+            C::Mkfifo { path, .. } => self.mkspecial(path, FileType::Fifo),
+            C::Mksock { path, .. } => self.mkspecial(path, FileType::Socket),
             C::Symlink {
                 path, path_link, ..
-            } => {
-                if path_link.contains(&0) {
-                    return Err(ApplyErrorKind::Invalid("NUL byte in symlink target".into()));
-                }
-                let l = self.cur()?.target.locate_entry(path)?;
-                rustix::fs::symlinkat(std::ffi::OsStr::from_bytes(path_link), &l.parent, l.name())?;
-                Ok(())
-            }
-            C::Rename { path, path_to } => {
-                *path2 = Some(path_to.to_vec());
-                // Lanes need nothing: their jobs hold fds (see `Lanes`).
-                let t = &self.cur()?.target;
-                let from = t.locate_entry(path)?;
-                let to = t.locate_entry(path_to)?;
-                let r = rustix::fs::renameat(&from.parent, from.name(), &to.parent, to.name());
-                drop((from, to));
-                self.renamed(path, path_to, r.is_ok());
-                r?;
-                Ok(())
-            }
-            C::Link { path, path_link } => {
-                *path2 = Some(path_link.to_vec());
-                // Its file gets a second name: no more lane jobs for it.
-                self.settle(path_link);
-                if matches!(&self.wcache, Some((p, _, _)) if p.as_slice() == &path_link[..]) {
-                    self.wcache = None;
-                }
-                let t = &self.cur()?.target;
-                let new = t.locate_entry(path)?;
-                let old = t.locate_entry(path_link)?;
-                rustix::fs::linkat(
-                    &old.parent,
-                    old.name(),
-                    &new.parent,
-                    new.name(),
-                    AtFlags::empty(),
-                )?;
-                Ok(())
-            }
-            C::Unlink { path } | C::Rmdir { path } => {
-                let flags = if matches!(cmd, C::Rmdir { .. }) {
-                    AtFlags::REMOVEDIR
-                } else {
-                    AtFlags::empty()
-                };
-                let t = &self.cur()?.target;
-                let l = t.locate_entry(path)?;
-                let r = rustix::fs::unlinkat(&l.parent, l.name(), flags);
-                drop(l);
-                self.removed(path, r.is_ok());
-                r?;
-                Ok(())
-            }
-            C::SetXattr { path, name, data } => {
-                self.settle(path);
-                let l = self.cur()?.target.locate(path)?;
-                let r = rustix::fs::lsetxattr(
-                    l.proc_path(),
-                    std::ffi::OsStr::from_bytes(name),
-                    data,
-                    XattrFlags::empty(),
-                );
-                match r {
-                    // btrfs.* xattrs are btrfs properties (btrfs.compression):
-                    // other filesystems have no such namespace.
-                    Err(rustix::io::Errno::OPNOTSUPP) if name.starts_with(b"btrfs.") => {
-                        self.note(
-                            "btrfs-xattr",
-                            format!(
-                                "the target filesystem has no btrfs.* properties: {}={} and other btrfs.* xattrs not set",
-                                name.escape_ascii(),
-                                data.escape_ascii()
-                            ),
-                        );
-                        Ok(())
-                    }
-                    // security.* and trusted.* need privileges: as an
-                    // ordinary user, like owners, reported once.
-                    Err(rustix::io::Errno::PERM)
-                        if !rustix::process::geteuid().is_root()
-                            && (name.starts_with(b"security.")
-                                || name.starts_with(b"trusted.")) =>
-                    {
-                        self.note(
-                            "priv-xattr",
-                            format!(
-                                "not running as root: privileged xattrs (security.*, trusted.*) not set, first {} on {}",
-                                name.escape_ascii(),
-                                path.escape_ascii()
-                            ),
-                        );
-                        Ok(())
-                    }
-                    r => Ok(r?),
-                }
-            }
-            C::RemoveXattr { path, name } => {
-                self.settle(path);
-                let l = self.cur()?.target.locate(path)?;
-                rustix::fs::lremovexattr(l.proc_path(), std::ffi::OsStr::from_bytes(name))?;
-                Ok(())
-            }
-            C::Write { path, offset, data } => {
-                if self.lanes.is_some() && self.queued(path) {
-                    let buf = data.to_vec();
-                    let len = buf.len();
-                    return self.queue_on_lane(
-                        path,
-                        Op::Write {
-                            buf,
-                            start: 0,
-                            len,
-                            offset: *offset,
-                        },
-                    );
-                }
-                let f = self.file(path)?;
-                f.write_all_at(data, *offset)?;
-                Ok(())
-            }
+            } => self.symlink(path, path_link),
+            C::Rename { path, path_to } => self.rename(path, path_to),
+            C::Link { path, path_link } => self.link(path, path_link),
+            C::Unlink { path } => self.unlink(path, AtFlags::empty()),
+            C::Rmdir { path } => self.unlink(path, AtFlags::REMOVEDIR),
+            C::SetXattr { path, name, data } => self.set_xattr(path, name, data),
+            C::RemoveXattr { path, name } => self.remove_xattr(path, name),
+            C::Write { path, offset, data } => self.write(path, *offset, data),
             C::Clone {
                 offset,
                 len,
@@ -662,174 +530,371 @@ impl<'p> Receiver<'p> {
                 clone_ctransid,
                 clone_path,
                 clone_offset,
-            } => {
-                *path2 = Some(clone_path.to_vec());
-                self.settle(path);
-                self.settle(clone_path);
-                self.clone_range(
-                    path,
-                    *offset,
-                    *len,
-                    uuid_of(clone_uuid),
-                    *clone_ctransid,
-                    clone_path,
-                    *clone_offset,
-                )
-            }
-            C::Truncate { path, size } => {
-                if self.queued(path) {
-                    return self.queue_on_lane(path, Op::Truncate(*size));
-                }
-                let f = self.file(path)?;
-                f.set_len(*size)?;
-                Ok(())
-            }
-            C::Chmod { path, mode } => {
-                let mode =
-                    u32::try_from(*mode & 0o7777).map_err(|_| ApplyErrorKind::BadMode(*mode))?;
-                if self.queued(path) {
-                    return self.queue_on_lane(path, Op::Chmod(mode));
-                }
-                if let Some(f) = self.cached_file(path) {
-                    // The open regular file that `path` names.
-                    rustix::fs::fchmod(f, Mode::from_raw_mode(mode))?;
-                    return Ok(());
-                }
-                let l = self.cur()?.target.locate(path)?;
-                copy::chmod_located(&l, mode)?;
-                Ok(())
-            }
-            C::Chown { path, uid, gid } => {
-                let bad = || ApplyErrorKind::Invalid(format!("uid {uid} / gid {gid} out of range"));
-                let uid = u32::try_from(*uid)
-                    .ok()
-                    .filter(|&u| u != u32::MAX)
-                    .ok_or_else(bad)?;
-                let gid = u32::try_from(*gid)
-                    .ok()
-                    .filter(|&g| g != u32::MAX)
-                    .ok_or_else(bad)?;
-                if self.queued(path) {
-                    return self.queue_on_lane(path, Op::Chown(uid, gid));
-                }
-                let cur = self.cur.as_ref().ok_or(ApplyErrorKind::NoSubvol)?;
-                let l = cur.target.locate(path)?;
-                let mut sink = NoteSink {
-                    seen: &mut self.seen_notes,
-                    progress: &mut *self.progress,
-                };
-                copy::set_owner(&l, uid, gid, &mut sink)?;
-                Ok(())
-            }
+            } => self.clone_range(
+                path,
+                *offset,
+                *len,
+                uuid_of(clone_uuid),
+                *clone_ctransid,
+                clone_path,
+                *clone_offset,
+            ),
+            C::Truncate { path, size } => self.truncate(path, *size),
+            C::Chmod { path, mode } => self.chmod(path, *mode),
+            C::Chown { path, uid, gid } => self.chown(path, *uid, *gid),
             C::Utimes {
                 path, atime, mtime, ..
-            } => {
-                let t = Timestamps {
-                    last_access: ts(*atime),
-                    last_modification: ts(*mtime),
-                };
-                if self.queued(path) {
-                    return self.queue_on_lane(path, Op::Utimes(t));
-                }
-                let l = self.cur()?.target.locate(path)?;
-                rustix::fs::utimensat(&l.parent, l.name(), &t, AtFlags::SYMLINK_NOFOLLOW)?;
-                Ok(())
-            }
+            } => self.utimes(path, *atime, *mtime),
+            C::End => self.finish_subvol().map_err(|e| e.kind),
             C::UpdateExtent { .. } => Err(ApplyErrorKind::NoData),
             C::Fallocate {
                 path,
                 mode,
                 offset,
                 size,
-            } => {
-                if self.queued(path) {
-                    let mode = *mode;
-                    return self.queue_on_lane(
-                        path,
-                        Op::Fallocate {
-                            mode,
-                            offset: *offset,
-                            size: *size,
-                        },
-                    );
-                }
-                let f = self.file(path)?;
-                rustix::fs::fallocate(f, FallocateFlags::from_bits_retain(*mode), *offset, *size)?;
-                Ok(())
-            }
-            C::Fileattr { path, attr } => {
-                let want = FLAG_MAP
-                    .iter()
-                    .filter(|(b, _, _)| attr & b != 0)
-                    .fold(0u32, |a, (_, f, _)| a | f.bits());
-                let want = if attr & (1 << 3) != 0 {
-                    want | FS_NOCOMP_FL
-                } else {
-                    want
-                };
-                self.settle(path);
-                let cur = self.cur.as_mut().ok_or(ApplyErrorKind::NoSubvol)?;
-                let l = cur.target.locate(path)?;
-                let fd = l.open_path()?;
-                cur.fileattrs.push((fd, path.to_vec(), want));
-                Ok(())
-            }
+            } => self.fallocate(path, *mode, *offset, *size),
+            C::Fileattr { path, attr } => self.fileattr(path, *attr),
             C::EncodedWrite { path, data, .. } => {
-                let e = encoded::fields(cmd).ok_or_else(not_encoded)??;
-                if self.lanes.is_some() && self.queued(path) {
-                    let buf = data.to_vec();
-                    let len = buf.len();
-                    let fields = sys::Encoded { data: &[], ..e };
-                    return self.queue_on_lane(
-                        path,
-                        Op::Encoded {
-                            buf,
-                            start: 0,
-                            len,
-                            fields,
-                        },
-                    );
-                }
-                // Uncompressed data cannot go through the ioctl: plain write.
-                if self.encoded_ioctl.load(Ordering::Relaxed) && e.compression != 0 {
-                    let f = self.file(path)?;
-                    match sys::encoded_write(f, &e) {
-                        Ok(()) => return Ok(()),
-                        Err(err) => match sys::refusal(err) {
-                            sys::Refusal::Never => {
-                                self.encoded_ioctl.store(false, Ordering::Relaxed)
-                            }
-                            sys::Refusal::ThisOne => {}
-                            sys::Refusal::Fail => return Err(err.into()),
-                        },
-                    }
-                }
-                let bytes = encoded::decode(
-                    e.compression,
-                    e.encryption,
-                    data,
-                    e.unencoded_len,
-                    e.unencoded_offset,
-                    e.unencoded_file_len,
-                )?;
-                let f = self.file(path)?;
-                f.write_all_at(&bytes, e.offset)?;
-                Ok(())
+                let e = encoded::fields(cmd).ok_or_else(encoded::not_encoded)??;
+                self.encoded_write(path, data, e)
             }
-            C::EnableVerity { path, .. } => {
-                self.settle(path);
-                let t = self.cur()?.target.display(path);
+            C::EnableVerity { path, .. } => self.enable_verity(path),
+            C::Unknown { .. } => Ok(()),
+        }
+    }
+
+    /// MKFILE: a new empty regular file, mode 0600 until CHMOD.
+    fn mkfile(&mut self, path: &[u8]) -> Result<(), ApplyErrorKind> {
+        let l = self.cur()?.target.locate_entry(path)?;
+        let f = create_file(&l)?;
+        // The new, empty regular file is the one the next WRITEs go to: keep
+        // it open (see `wcache`).
+        self.wcache = Some((path.to_vec(), Arc::new(f), true));
+        Ok(())
+    }
+
+    /// MKDIR: a new directory, mode 0700 until CHMOD.
+    fn mkdir(&mut self, path: &[u8]) -> Result<(), ApplyErrorKind> {
+        let l = self.cur()?.target.locate_entry(path)?;
+        rustix::fs::mkdirat(&l.parent, l.name(), Mode::from_raw_mode(0o700))?;
+        Ok(())
+    }
+
+    /// MKNOD: a device node, FIFO or socket of the type in `mode`, mode
+    /// 0600 until CHMOD.
+    fn mknod(&mut self, path: &[u8], mode: u64, rdev: u64) -> Result<(), ApplyErrorKind> {
+        let ft = FileType::from_raw_mode(
+            u32::try_from(mode).map_err(|_| ApplyErrorKind::BadMode(mode))?,
+        );
+        if !matches!(
+            ft,
+            FileType::CharacterDevice | FileType::BlockDevice | FileType::Fifo | FileType::Socket
+        ) {
+            return Err(ApplyErrorKind::BadMode(mode));
+        }
+        let l = self.cur()?.target.locate_entry(path)?;
+        match rustix::fs::mknodat(&l.parent, l.name(), ft, Mode::from_raw_mode(0o600), rdev) {
+            // Device nodes need CAP_MKNOD: as an ordinary user this is an
+            // error (the subvolume would lack the node, and the commands on
+            // it would fail), with what to do about it.
+            Err(rustix::io::Errno::PERM)
+                if matches!(ft, FileType::CharacterDevice | FileType::BlockDevice)
+                    && !rustix::process::geteuid().is_root() =>
+            {
+                Err(ApplyErrorKind::DeviceNeedsRoot)
+            }
+            r => Ok(r?),
+        }
+    }
+
+    /// MKFIFO, MKSOCK: a FIFO or socket (`ft`), mode 0600 until CHMOD.
+    fn mkspecial(&mut self, path: &[u8], ft: FileType) -> Result<(), ApplyErrorKind> {
+        let l = self.cur()?.target.locate_entry(path)?;
+        rustix::fs::mknodat(&l.parent, l.name(), ft, Mode::from_raw_mode(0o600), 0)?;
+        Ok(())
+    }
+
+    /// SYMLINK: a symbolic link to `link` (its bytes verbatim).
+    fn symlink(&mut self, path: &[u8], link: &[u8]) -> Result<(), ApplyErrorKind> {
+        if link.contains(&0) {
+            return Err(ApplyErrorKind::Invalid("NUL byte in symlink target".into()));
+        }
+        let l = self.cur()?.target.locate_entry(path)?;
+        rustix::fs::symlinkat(std::ffi::OsStr::from_bytes(link), &l.parent, l.name())?;
+        Ok(())
+    }
+
+    /// RENAME `path` to `to` (replacing what is there, as rename(2)).
+    fn rename(&mut self, path: &[u8], to: &[u8]) -> Result<(), ApplyErrorKind> {
+        // Lanes need nothing: their jobs hold fds (see `Lanes`).
+        let t = &self.cur()?.target;
+        let from = t.locate_entry(path)?;
+        let dst = t.locate_entry(to)?;
+        let r = rustix::fs::renameat(&from.parent, from.name(), &dst.parent, dst.name());
+        drop((from, dst));
+        self.renamed(path, to, r.is_ok());
+        r?;
+        Ok(())
+    }
+
+    /// LINK: a new name `path` for the existing `link`.
+    fn link(&mut self, path: &[u8], link: &[u8]) -> Result<(), ApplyErrorKind> {
+        // Its file gets a second name: no more lane jobs for it.
+        self.settle(link);
+        if matches!(&self.wcache, Some((p, _, _)) if p.as_slice() == link) {
+            self.wcache = None;
+        }
+        let t = &self.cur()?.target;
+        let new = t.locate_entry(path)?;
+        let old = t.locate_entry(link)?;
+        rustix::fs::linkat(
+            &old.parent,
+            old.name(),
+            &new.parent,
+            new.name(),
+            AtFlags::empty(),
+        )?;
+        Ok(())
+    }
+
+    /// UNLINK (`flags` empty) or RMDIR (`AtFlags::REMOVEDIR`).
+    fn unlink(&mut self, path: &[u8], flags: AtFlags) -> Result<(), ApplyErrorKind> {
+        let l = self.cur()?.target.locate_entry(path)?;
+        let r = rustix::fs::unlinkat(&l.parent, l.name(), flags);
+        drop(l);
+        self.removed(path, r.is_ok());
+        r?;
+        Ok(())
+    }
+
+    /// SET_XATTR (flags 0: create or replace).
+    fn set_xattr(&mut self, path: &[u8], name: &[u8], data: &[u8]) -> Result<(), ApplyErrorKind> {
+        self.settle(path);
+        let l = self.cur()?.target.locate(path)?;
+        let r = rustix::fs::lsetxattr(
+            l.proc_path(),
+            std::ffi::OsStr::from_bytes(name),
+            data,
+            XattrFlags::empty(),
+        );
+        match r {
+            // btrfs.* xattrs are btrfs properties (btrfs.compression): other
+            // filesystems have no such namespace.
+            Err(rustix::io::Errno::OPNOTSUPP) if name.starts_with(b"btrfs.") => {
                 self.note(
-                    "verity",
+                    "btrfs-xattr",
                     format!(
-                        "fs-verity is not enabled by btrsend receive: {} (and any later ENABLE_VERITY) received without it",
-                        t.display()
+                        "the target filesystem has no btrfs.* properties: {}={} and other btrfs.* xattrs not set",
+                        name.escape_ascii(),
+                        data.escape_ascii()
                     ),
                 );
                 Ok(())
             }
-            C::Unknown { .. } => Ok(()),
+            // security.* and trusted.* need privileges: as an ordinary user,
+            // like owners, reported once.
+            Err(rustix::io::Errno::PERM)
+                if !rustix::process::geteuid().is_root()
+                    && (name.starts_with(b"security.") || name.starts_with(b"trusted.")) =>
+            {
+                self.note(
+                    "priv-xattr",
+                    format!(
+                        "not running as root: privileged xattrs (security.*, trusted.*) not set, first {} on {}",
+                        name.escape_ascii(),
+                        path.escape_ascii()
+                    ),
+                );
+                Ok(())
+            }
+            r => Ok(r?),
         }
+    }
+
+    /// REMOVE_XATTR.
+    fn remove_xattr(&mut self, path: &[u8], name: &[u8]) -> Result<(), ApplyErrorKind> {
+        self.settle(path);
+        let l = self.cur()?.target.locate(path)?;
+        rustix::fs::lremovexattr(l.proc_path(), std::ffi::OsStr::from_bytes(name))?;
+        Ok(())
+    }
+
+    /// WRITE `data` at `offset` (after the file's queued jobs, if it has
+    /// any: then on its lane).
+    fn write(&mut self, path: &[u8], offset: u64, data: &[u8]) -> Result<(), ApplyErrorKind> {
+        if self.queued(path) {
+            let buf = data.to_vec();
+            let len = buf.len();
+            let op = Op::Write {
+                buf,
+                start: 0,
+                len,
+                offset,
+            };
+            return self.queue_on_lane(path, op);
+        }
+        self.file(path)?.write_all_at(data, offset)?;
+        Ok(())
+    }
+
+    /// TRUNCATE to `size`.
+    fn truncate(&mut self, path: &[u8], size: u64) -> Result<(), ApplyErrorKind> {
+        if self.queued(path) {
+            return self.queue_on_lane(path, Op::Truncate(size));
+        }
+        self.file(path)?.set_len(size)?;
+        Ok(())
+    }
+
+    /// CHMOD to `mode & 07777`.
+    fn chmod(&mut self, path: &[u8], mode: u64) -> Result<(), ApplyErrorKind> {
+        let mode = u32::try_from(mode & 0o7777).map_err(|_| ApplyErrorKind::BadMode(mode))?;
+        if self.queued(path) {
+            return self.queue_on_lane(path, Op::Chmod(mode));
+        }
+        if let Some(f) = self.cached_file(path) {
+            // The open regular file that `path` names.
+            rustix::fs::fchmod(f, Mode::from_raw_mode(mode))?;
+            return Ok(());
+        }
+        let l = self.cur()?.target.locate(path)?;
+        copy::chmod_located(&l, mode)?;
+        Ok(())
+    }
+
+    /// CHOWN (not following a final symlink); as an ordinary user, reported
+    /// once and skipped.
+    fn chown(&mut self, path: &[u8], uid: u64, gid: u64) -> Result<(), ApplyErrorKind> {
+        let bad = || ApplyErrorKind::Invalid(format!("uid {uid} / gid {gid} out of range"));
+        let id = |v: u64| u32::try_from(v).ok().filter(|&v| v != u32::MAX);
+        let uid = id(uid).ok_or_else(bad)?;
+        let gid = id(gid).ok_or_else(bad)?;
+        if self.queued(path) {
+            return self.queue_on_lane(path, Op::Chown(uid, gid));
+        }
+        let cur = self.cur.as_ref().ok_or(ApplyErrorKind::NoSubvol)?;
+        let l = cur.target.locate(path)?;
+        let mut sink = NoteSink {
+            seen: &mut self.seen_notes,
+            progress: &mut *self.progress,
+        };
+        copy::set_owner(&l, uid, gid, &mut sink)?;
+        Ok(())
+    }
+
+    /// UTIMES: atime and mtime (CTIME and OTIME cannot be set, as for
+    /// `btrfs receive`), not following a final symlink.
+    fn utimes(
+        &mut self,
+        path: &[u8],
+        atime: stream_format::Timespec,
+        mtime: stream_format::Timespec,
+    ) -> Result<(), ApplyErrorKind> {
+        let t = Timestamps {
+            last_access: ts(atime),
+            last_modification: ts(mtime),
+        };
+        if self.queued(path) {
+            return self.queue_on_lane(path, Op::Utimes(t));
+        }
+        let l = self.cur()?.target.locate(path)?;
+        rustix::fs::utimensat(&l.parent, l.name(), &t, AtFlags::SYMLINK_NOFOLLOW)?;
+        Ok(())
+    }
+
+    /// FALLOCATE with the stream's mode bits (the kernel sends hole punches).
+    fn fallocate(
+        &mut self,
+        path: &[u8],
+        mode: u32,
+        offset: u64,
+        size: u64,
+    ) -> Result<(), ApplyErrorKind> {
+        if self.queued(path) {
+            let op = Op::Fallocate { mode, offset, size };
+            return self.queue_on_lane(path, op);
+        }
+        let f = self.file(path)?;
+        rustix::fs::fallocate(f, FallocateFlags::from_bits_retain(mode), offset, size)?;
+        Ok(())
+    }
+
+    /// FILEATTR: the flags that have an `FS_*_FL` meaning, set at the
+    /// subvolume's end ([`Receiver::finish_subvol`]).
+    fn fileattr(&mut self, path: &[u8], attr: u64) -> Result<(), ApplyErrorKind> {
+        let want = FLAG_MAP
+            .iter()
+            .filter(|(b, _, _)| attr & b != 0)
+            .fold(0u32, |a, (_, f, _)| a | f.bits());
+        let want = if attr & (1 << 3) != 0 {
+            want | FS_NOCOMP_FL
+        } else {
+            want
+        };
+        self.settle(path);
+        let cur = self.cur.as_mut().ok_or(ApplyErrorKind::NoSubvol)?;
+        let l = cur.target.locate(path)?;
+        let fd = l.open_path()?;
+        cur.fileattrs.push((fd, path.to_vec(), want));
+        Ok(())
+    }
+
+    /// ENCODED_WRITE (fields `e` checked, `data` its DATA): as it is where
+    /// the target takes it, else decoded and written.
+    fn encoded_write(
+        &mut self,
+        path: &[u8],
+        data: &[u8],
+        e: sys::Encoded<'_>,
+    ) -> Result<(), ApplyErrorKind> {
+        if self.queued(path) {
+            let buf = data.to_vec();
+            let len = buf.len();
+            let fields = sys::Encoded { data: &[], ..e };
+            let op = Op::Encoded {
+                buf,
+                start: 0,
+                len,
+                fields,
+            };
+            return self.queue_on_lane(path, op);
+        }
+        // Uncompressed data cannot go through the ioctl: plain write.
+        if self.encoded_ioctl.load(Ordering::Relaxed) && e.compression != 0 {
+            let f = self.file(path)?;
+            match sys::encoded_write(f, &e) {
+                Ok(()) => return Ok(()),
+                Err(err) => match sys::refusal(err) {
+                    sys::Refusal::Never => self.encoded_ioctl.store(false, Ordering::Relaxed),
+                    sys::Refusal::ThisOne => {}
+                    sys::Refusal::Fail => return Err(err.into()),
+                },
+            }
+        }
+        let bytes = encoded::decode(
+            e.compression,
+            e.encryption,
+            data,
+            e.unencoded_len,
+            e.unencoded_offset,
+            e.unencoded_file_len,
+        )?;
+        self.file(path)?.write_all_at(&bytes, e.offset)?;
+        Ok(())
+    }
+
+    /// ENABLE_VERITY: reported once, not applied.
+    fn enable_verity(&mut self, path: &[u8]) -> Result<(), ApplyErrorKind> {
+        self.settle(path);
+        let t = self.cur()?.target.display(path);
+        self.note(
+            "verity",
+            format!(
+                "fs-verity is not enabled by btrsend receive: {} (and any later ENABLE_VERITY) received without it",
+                t.display()
+            ),
+        );
+        Ok(())
     }
 
     /// Apply MKFILE or MKDIR `mk` and the RENAME of its path to `to` that
@@ -1022,7 +1087,6 @@ impl<'p> Receiver<'p> {
         Some(Offload {
             info: *info,
             path: path.to_vec(),
-            addr: data.as_ptr() as usize,
             len: data.len(),
             offset,
             encoded,
@@ -1091,17 +1155,22 @@ impl<'p> Receiver<'p> {
     }
 
     /// Send an [`Offload`]ed command to its lane, with `buf`, the payload
-    /// buffer its data is in.
+    /// buffer its data is in, and `data`, where in `buf` the data is
+    /// ([`stream_format::StreamReader::data_range`]).
     ///
     /// # Errors
     ///
-    /// `buf` does not hold the data (a caller's mistake), or there is no
-    /// subvolume.
-    pub fn submit(&mut self, o: Offload, buf: Vec<u8>) -> Result<(), Box<ApplyError>> {
-        let start = o
-            .addr
-            .checked_sub(buf.as_ptr() as usize)
-            .filter(|s| s.checked_add(o.len).is_some_and(|e| e <= buf.len()));
+    /// `data` is not a range of `buf` of the command's data length (a
+    /// caller's mistake), or there is no subvolume.
+    pub fn submit(
+        &mut self,
+        o: Offload,
+        buf: Vec<u8>,
+        data: Option<std::ops::Range<usize>>,
+    ) -> Result<(), Box<ApplyError>> {
+        let start = data
+            .filter(|r| r.len() == o.len && r.end <= buf.len())
+            .map(|r| r.start);
         let (op_name, op) = match (start, o.encoded) {
             (Some(start), None) => (
                 "WRITE",
@@ -1158,13 +1227,36 @@ impl<'p> Receiver<'p> {
         clone_path: &[u8],
         clone_offset: u64,
     ) -> Result<(), ApplyErrorKind> {
+        self.settle(path);
+        self.settle(clone_path);
         let cur = self.cur()?;
         let other;
         let src_target = if cur.record.uuid == clone_uuid {
             &cur.target
         } else {
-            let rec = self.find_received(clone_uuid, clone_ctransid, false)?;
-            other = self.dir.target(&rec.name)?;
+            let found = self
+                .btrfs
+                .as_ref()
+                .map(|b| b.find(clone_uuid.0, clone_ctransid, false));
+            other = match found {
+                Some(Ok(f)) => subvol_target(&f.path)?,
+                None | Some(Err(NotFound::Missing)) => {
+                    let rec = self.find_received(clone_uuid, clone_ctransid, false)?;
+                    self.dir.target(&rec.name)?
+                }
+                Some(Err(e)) => {
+                    return Err(match not_found(e, clone_uuid, clone_ctransid) {
+                        ApplyErrorKind::ParentMissing { uuid, ctransid, .. } => {
+                            ApplyErrorKind::ParentMissing {
+                                uuid,
+                                ctransid,
+                                parent: false,
+                            }
+                        }
+                        k => k,
+                    });
+                }
+            };
             &other
         };
         let src = src_target.open_regular(clone_path, false)?;
@@ -1181,7 +1273,10 @@ impl<'p> Receiver<'p> {
         ctransid: u64,
         parent: bool,
     ) -> Result<Record, ApplyErrorKind> {
-        let recs = self.records.list().map_err(ApplyErrorKind::Io)?;
+        let mut recs = self.records.list().map_err(ApplyErrorKind::Io)?;
+        if !recs.iter().any(|r| r.uuid == uuid) {
+            recs.extend(subvol::received_in(self.dir.fd(), uuid.0));
+        }
         let same: Vec<&Record> = recs.iter().filter(|r| r.uuid == uuid).collect();
         let complete = || same.iter().filter(|r| r.state == State::Complete);
         if let Some(r) = complete().find(|r| r.ctransid == ctransid) {
@@ -1222,15 +1317,47 @@ impl<'p> Receiver<'p> {
     ) -> Result<(), ApplyErrorKind> {
         self.finish_subvol().map_err(|e| e.kind)?;
         target::check_subvol_name(name).map_err(TargetError::Path)?;
-        let parent_rec = match parent {
-            Some((pu, pc)) => Some(self.find_received(pu, pc, true)?),
-            None => None,
+        // Where the new subvolume starts from: a snapshot of a parent on
+        // this btrfs, or a copy of a parent received as a directory here.
+        let mut snapshot_of = None;
+        let mut copy_of = None;
+        if let Some((pu, pc)) = parent {
+            match self.btrfs.as_ref().map(|b| b.find(pu.0, pc, true)) {
+                Some(Ok(found)) => snapshot_of = Some(found),
+                None | Some(Err(NotFound::Missing)) => {
+                    copy_of = Some(self.find_received(pu, pc, true).map_err(|e| {
+                        match (e, self.btrfs.as_ref()) {
+                            (ApplyErrorKind::ParentMissing { .. }, Some(b)) => {
+                                ApplyErrorKind::NotOnFilesystem {
+                                    uuid: pu,
+                                    ctransid: pc,
+                                    mount: b.mount_root().to_path_buf(),
+                                    parent: true,
+                                }
+                            }
+                            (e, _) => e,
+                        }
+                    })?);
+                }
+                Some(Err(e)) => return Err(not_found(e, pu, pc)),
+            }
+        }
+        let created = match (&self.btrfs, &snapshot_of) {
+            (Some(_), Some(found)) => {
+                let dir = subvol::reopen_dir(self.dir.fd())?;
+                sys::snapshot_create(dir.as_fd(), name, found.fd.as_fd())
+            }
+            (Some(_), None) => {
+                let dir = subvol::reopen_dir(self.dir.fd())?;
+                sys::subvol_create(dir.as_fd(), name)
+            }
+            (None, _) => rustix::fs::mkdirat(
+                self.dir.fd(),
+                std::ffi::OsStr::from_bytes(name),
+                Mode::from_raw_mode(0o700),
+            ),
         };
-        match rustix::fs::mkdirat(
-            self.dir.fd(),
-            std::ffi::OsStr::from_bytes(name),
-            Mode::from_raw_mode(0o700),
-        ) {
+        match created {
             Ok(()) => {}
             Err(rustix::io::Errno::EXIST) => {
                 let incomplete = self.records.list().is_ok_and(|l| {
@@ -1255,15 +1382,10 @@ impl<'p> Receiver<'p> {
             parent,
             state: State::Incomplete,
         };
-        if let Err(e) = self.records.write(&self.dir, &record) {
-            // Nothing was received: leave nothing behind (the directory is
-            // empty, just made).
-            let _ = rustix::fs::unlinkat(
-                self.dir.fd(),
-                std::ffi::OsStr::from_bytes(name),
-                rustix::fs::AtFlags::REMOVEDIR,
-            );
-            return Err(ApplyErrorKind::RecordWrite(e));
+        // A subvolume keeps its received UUID in its root item (set at its
+        // end); a directory needs a record, incomplete until its end.
+        if self.btrfs.is_none() {
+            self.records.write(&self.dir, &record)?;
         }
         let target = self.dir.target(name)?;
         self.progress.subvol_start(name, parent.is_some());
@@ -1276,8 +1398,9 @@ impl<'p> Receiver<'p> {
             errors: 0,
             fileattrs: Vec::new(),
             base,
+            subvolume: self.btrfs.is_some(),
         });
-        if let Some(p) = parent_rec {
+        if let Some(p) = copy_of {
             let src = self.dir.target(&p.name)?;
             let mut sink = NoteSink {
                 seen: &mut self.seen_notes,
@@ -1290,6 +1413,41 @@ impl<'p> Receiver<'p> {
         }
         Ok(())
     }
+}
+
+/// The error for a parent or clone source that [`subvol::Btrfs::find`] did
+/// not find.
+fn not_found(e: NotFound, uuid: Uuid, ctransid: u64) -> ApplyErrorKind {
+    match e {
+        NotFound::Missing => ApplyErrorKind::ParentMissing {
+            uuid,
+            ctransid,
+            parent: true,
+        },
+        NotFound::Ctransid(path, found) => ApplyErrorKind::ParentCtransid {
+            uuid,
+            ctransid,
+            name: path.into_os_string().into_vec(),
+            found,
+        },
+        NotFound::Unreachable(p) => ApplyErrorKind::Invalid(format!(
+            "the subvolume with uuid {uuid} ({}) is not below the mounted subvolume: give the mount of the top level with -m",
+            p.escape_ascii()
+        )),
+        NotFound::Io(e) => ApplyErrorKind::Io(e),
+    }
+}
+
+/// A clone source found on the filesystem at `path`, as a [`Target`].
+fn subvol_target(path: &std::path::Path) -> Result<Target, ApplyErrorKind> {
+    let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+        return Err(ApplyErrorKind::Invalid(format!(
+            "cannot use {} as a clone source",
+            path.display()
+        )));
+    };
+    let dir = ReceiveDir::open(parent)?;
+    Ok(dir.target(name.as_bytes())?)
 }
 
 /// Create a new regular file at `l` (`O_EXCL`, never following a final
@@ -1395,4 +1553,627 @@ fn file_ranges(cmd: &Command<'_>, path2: &mut Option<Vec<u8>>) -> Result<(), App
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    //! One test per command, each on a scratch directory: the command's
+    //! effect as `cmds/receive.c` defines it (creations at mode 0600/0700
+    //! until CHMOD, rename(2), link(2) with PATH as the new name, …), and
+    //! the errors it must give.
+    use super::*;
+    use crate::receive::NoProgress;
+    use std::borrow::Cow;
+    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+    use std::path::Path;
+    use stream_format::Timespec as StreamTime;
+
+    const UUID: [u8; 16] = [7; 16];
+
+    fn b(s: &str) -> Cow<'static, [u8]> {
+        Cow::Owned(s.as_bytes().to_vec())
+    }
+
+    fn info(cmd: &Command<'_>) -> CommandInfo {
+        CommandInfo {
+            offset: 17,
+            index: 1,
+            cmd: cmd.kind().map_or(99, CommandKind::number),
+            len: 0,
+            stream: 0,
+            version: 2,
+        }
+    }
+
+    /// Receive SUBVOL "s" into `dir`, then `cmds`; the result of the last.
+    fn run_in(dir: &Path, cmds: &[Command<'_>]) -> Result<(), Box<ApplyError>> {
+        let mut p = NoProgress;
+        let mut rx = Receiver::new(dir, &mut p).unwrap();
+        let subvol = Command::Subvol {
+            path: b("s"),
+            uuid: UUID,
+            ctransid: 5,
+        };
+        rx.apply(&info(&subvol), &subvol).unwrap();
+        let mut last = Ok(());
+        for c in cmds {
+            last = rx.apply(&info(c), c);
+        }
+        rx.finish_subvol().unwrap();
+        last
+    }
+
+    /// [`run_in`] a new scratch directory; the directory and the result.
+    fn run(cmds: &[Command<'_>]) -> (tempfile::TempDir, Result<(), Box<ApplyError>>) {
+        let d = tempfile::tempdir().unwrap();
+        let r = run_in(d.path(), cmds);
+        (d, r)
+    }
+
+    fn mkfile(p: &str) -> Command<'static> {
+        Command::Mkfile {
+            path: b(p),
+            ino: 257,
+        }
+    }
+
+    fn write(p: &str, offset: u64, data: &[u8]) -> Command<'static> {
+        Command::Write {
+            path: b(p),
+            offset,
+            data: Cow::Owned(data.to_vec()),
+        }
+    }
+
+    fn kind_of(r: Result<(), Box<ApplyError>>) -> ApplyErrorKind {
+        r.unwrap_err().kind
+    }
+
+    fn errno_of(r: Result<(), Box<ApplyError>>) -> Option<i32> {
+        match kind_of(r) {
+            ApplyErrorKind::Io(e) => e.raw_os_error(),
+            ApplyErrorKind::Target(TargetError::Io(e)) => e.raw_os_error(),
+            k => panic!("not an OS error: {k}"),
+        }
+    }
+
+    #[test]
+    fn subvol_makes_the_directory_and_end_marks_it_complete() {
+        let (d, r) = run(&[Command::End]);
+        r.unwrap();
+        let m = std::fs::metadata(d.path().join("s")).unwrap();
+        assert!(m.is_dir());
+        let dir = ReceiveDir::open(d.path()).unwrap();
+        let recs = Records::open(&dir).unwrap().list().unwrap();
+        assert_eq!(recs.len(), 1);
+        assert_eq!(recs[0].uuid, Uuid(UUID));
+        assert_eq!(recs[0].ctransid, 5);
+        assert_eq!(recs[0].state, State::Complete);
+        // Again into the same DIR: the name is taken.
+        let mut p = NoProgress;
+        let mut rx = Receiver::new(d.path(), &mut p).unwrap();
+        let again = Command::Subvol {
+            path: b("s"),
+            uuid: UUID,
+            ctransid: 5,
+        };
+        let e = rx.apply(&info(&again), &again).unwrap_err();
+        assert!(matches!(e.kind, ApplyErrorKind::Exists), "{e}");
+    }
+
+    #[test]
+    fn a_failed_command_leaves_the_subvolume_incomplete() {
+        let d = tempfile::tempdir().unwrap();
+        let mut p = NoProgress;
+        let mut rx = Receiver::new(d.path(), &mut p).unwrap();
+        let s = Command::Subvol {
+            path: b("s"),
+            uuid: UUID,
+            ctransid: 5,
+        };
+        rx.apply(&info(&s), &s).unwrap();
+        rx.count_error();
+        rx.finish_subvol().unwrap();
+        let dir = ReceiveDir::open(d.path()).unwrap();
+        let recs = Records::open(&dir).unwrap().list().unwrap();
+        assert_eq!(recs[0].state, State::Incomplete);
+    }
+
+    #[test]
+    fn snapshot_copies_its_parent_and_needs_it() {
+        let (d, r) = run(&[mkfile("f"), write("f", 0, b"parent")]);
+        r.unwrap();
+        let mut p = NoProgress;
+        let mut rx = Receiver::new(d.path(), &mut p).unwrap();
+        let snap = |clone_ctransid| Command::Snapshot {
+            path: b("t"),
+            uuid: [8; 16],
+            ctransid: 6,
+            clone_uuid: UUID,
+            clone_ctransid,
+        };
+        // The parent has ctransid 5, not 4.
+        let e = rx.apply(&info(&snap(4)), &snap(4)).unwrap_err();
+        assert!(
+            matches!(e.kind, ApplyErrorKind::ParentCtransid { found: 5, .. }),
+            "{e}"
+        );
+        rx.apply(&info(&snap(5)), &snap(5)).unwrap();
+        rx.finish_subvol().unwrap();
+        assert_eq!(std::fs::read(d.path().join("t/f")).unwrap(), b"parent");
+        let other = Command::Snapshot {
+            path: b("u"),
+            uuid: [9; 16],
+            ctransid: 6,
+            clone_uuid: [1; 16],
+            clone_ctransid: 5,
+        };
+        let e = rx.apply(&info(&other), &other).unwrap_err();
+        assert!(
+            matches!(e.kind, ApplyErrorKind::ParentMissing { .. }),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_command_before_subvol_is_refused() {
+        let d = tempfile::tempdir().unwrap();
+        let mut p = NoProgress;
+        let mut rx = Receiver::new(d.path(), &mut p).unwrap();
+        let c = mkfile("f");
+        let e = rx.apply(&info(&c), &c).unwrap_err();
+        assert!(matches!(e.kind, ApplyErrorKind::NoSubvol), "{e}");
+    }
+
+    #[test]
+    fn mkfile_creates_an_empty_file_0600_and_refuses_an_existing_name() {
+        let (d, r) = run(&[mkfile("f")]);
+        r.unwrap();
+        let m = std::fs::symlink_metadata(d.path().join("s/f")).unwrap();
+        assert!(m.is_file());
+        assert_eq!(m.len(), 0);
+        assert_eq!(m.permissions().mode() & 0o7777, 0o600);
+        let (_d, r) = run(&[mkfile("f"), mkfile("f")]);
+        assert_eq!(errno_of(r), Some(libc_eexist()));
+    }
+
+    fn libc_eexist() -> i32 {
+        rustix::io::Errno::EXIST.raw_os_error()
+    }
+
+    #[test]
+    fn mkdir_creates_a_directory_0700() {
+        let (d, r) = run(&[Command::Mkdir {
+            path: b("d"),
+            ino: 257,
+        }]);
+        r.unwrap();
+        let m = std::fs::symlink_metadata(d.path().join("s/d")).unwrap();
+        assert!(m.is_dir());
+        assert_eq!(m.permissions().mode() & 0o7777, 0o700);
+    }
+
+    #[test]
+    fn mknod_makes_the_type_of_its_mode_and_refuses_others() {
+        let mk = |mode| Command::Mknod {
+            path: b("n"),
+            ino: 257,
+            rdev: 0,
+            mode,
+        };
+        let (d, r) = run(&[mk(0o10644)]);
+        r.unwrap();
+        let m = std::fs::symlink_metadata(d.path().join("s/n")).unwrap();
+        assert!(m.file_type().is_fifo());
+        // A regular file or a directory is not MKNOD's to make.
+        let (_d, r) = run(&[mk(0o100644)]);
+        assert!(matches!(kind_of(r), ApplyErrorKind::BadMode(0o100644)));
+        let (_d, r) = run(&[mk(1 << 40)]);
+        assert!(matches!(kind_of(r), ApplyErrorKind::BadMode(_)));
+    }
+
+    #[test]
+    fn mkfifo_and_mksock_make_their_types() {
+        let (d, r) = run(&[
+            Command::Mkfifo {
+                path: b("p"),
+                ino: 257,
+                rdev: Some(0),
+                mode: Some(0o10644),
+            },
+            Command::Mksock {
+                path: b("k"),
+                ino: 258,
+                rdev: None,
+                mode: None,
+            },
+        ]);
+        r.unwrap();
+        let p = std::fs::symlink_metadata(d.path().join("s/p")).unwrap();
+        assert!(p.file_type().is_fifo());
+        assert_eq!(p.permissions().mode() & 0o7777, 0o600);
+        let k = std::fs::symlink_metadata(d.path().join("s/k")).unwrap();
+        assert!(k.file_type().is_socket());
+    }
+
+    #[test]
+    fn symlink_stores_its_target_verbatim() {
+        let (d, r) = run(&[Command::Symlink {
+            path: b("l"),
+            ino: 257,
+            path_link: b("/etc/../x y"),
+        }]);
+        r.unwrap();
+        let t = std::fs::read_link(d.path().join("s/l")).unwrap();
+        assert_eq!(t, Path::new("/etc/../x y"));
+        let (_d, r) = run(&[Command::Symlink {
+            path: b("l"),
+            ino: 257,
+            path_link: Cow::Owned(b"a\0b".to_vec()),
+        }]);
+        assert!(matches!(kind_of(r), ApplyErrorKind::Invalid(_)));
+    }
+
+    #[test]
+    fn rename_moves_and_replaces_and_stays_inside() {
+        let (d, r) = run(&[
+            mkfile("a"),
+            write("a", 0, b"A"),
+            mkfile("b"),
+            Command::Rename {
+                path: b("a"),
+                path_to: b("b"),
+            },
+        ]);
+        r.unwrap();
+        assert!(!d.path().join("s/a").exists());
+        assert_eq!(std::fs::read(d.path().join("s/b")).unwrap(), b"A");
+        let (d, r) = run(&[
+            mkfile("a"),
+            Command::Rename {
+                path: b("a"),
+                path_to: b("../escaped"),
+            },
+        ]);
+        let e = r.unwrap_err();
+        assert!(
+            matches!(e.kind, ApplyErrorKind::Target(TargetError::Path(_))),
+            "{e}"
+        );
+        assert_eq!(
+            e.path2.as_ref().map(|p| p.0.as_slice()),
+            Some(&b"../escaped"[..])
+        );
+        assert!(!d.path().join("escaped").exists());
+    }
+
+    #[test]
+    fn link_gives_the_file_a_second_name() {
+        let (d, r) = run(&[
+            mkfile("a"),
+            write("a", 0, b"A"),
+            Command::Link {
+                path: b("b"),
+                path_link: b("a"),
+            },
+        ]);
+        r.unwrap();
+        let m = std::fs::metadata(d.path().join("s/b")).unwrap();
+        assert_eq!(m.nlink(), 2);
+        assert_eq!(std::fs::read(d.path().join("s/b")).unwrap(), b"A");
+    }
+
+    #[test]
+    fn unlink_and_rmdir_remove_their_kind_only() {
+        let (d, r) = run(&[
+            mkfile("f"),
+            Command::Mkdir {
+                path: b("d"),
+                ino: 258,
+            },
+            Command::Unlink { path: b("f") },
+            Command::Rmdir { path: b("d") },
+        ]);
+        r.unwrap();
+        assert_eq!(std::fs::read_dir(d.path().join("s")).unwrap().count(), 0);
+        let (_d, r) = run(&[
+            Command::Mkdir {
+                path: b("d"),
+                ino: 258,
+            },
+            Command::Unlink { path: b("d") },
+        ]);
+        assert!(errno_of(r).is_some());
+        let (_d, r) = run(&[mkfile("f"), Command::Rmdir { path: b("f") }]);
+        assert_eq!(errno_of(r), Some(rustix::io::Errno::NOTDIR.raw_os_error()));
+    }
+
+    #[test]
+    fn set_and_remove_xattr() {
+        let (d, r) = run(&[
+            mkfile("f"),
+            Command::SetXattr {
+                path: b("f"),
+                name: b("user.a"),
+                data: b("1"),
+            },
+            Command::SetXattr {
+                path: b("f"),
+                name: b("user.b"),
+                data: b("2"),
+            },
+            Command::RemoveXattr {
+                path: b("f"),
+                name: b("user.a"),
+            },
+        ]);
+        r.unwrap();
+        let f = d.path().join("s/f");
+        let mut buf = [0u8; 16];
+        let n = rustix::fs::lgetxattr(&f, "user.b", &mut buf).unwrap();
+        assert_eq!(&buf[..n], b"2");
+        assert_eq!(
+            rustix::fs::lgetxattr(&f, "user.a", &mut buf).unwrap_err(),
+            rustix::io::Errno::NODATA
+        );
+    }
+
+    #[test]
+    fn write_places_data_at_its_offset() {
+        let (d, r) = run(&[mkfile("f"), write("f", 3, b"xy"), write("f", 0, b"ab")]);
+        r.unwrap();
+        assert_eq!(std::fs::read(d.path().join("s/f")).unwrap(), b"ab\0xy");
+        // Only into a regular file.
+        let (_d, r) = run(&[
+            Command::Mkdir {
+                path: b("d"),
+                ino: 257,
+            },
+            write("d", 0, b"x"),
+        ]);
+        assert!(r.is_err());
+    }
+
+    #[test]
+    fn clone_copies_a_range_within_the_subvolume() {
+        let (d, r) = run(&[
+            mkfile("a"),
+            write("a", 0, b"0123456789"),
+            mkfile("b"),
+            Command::Clone {
+                offset: 2,
+                len: 4,
+                path: b("b"),
+                clone_uuid: UUID,
+                clone_ctransid: 5,
+                clone_path: b("a"),
+                clone_offset: 3,
+            },
+        ]);
+        r.unwrap();
+        assert_eq!(std::fs::read(d.path().join("s/b")).unwrap(), b"\0\x003456");
+        // From a subvolume that was never received here.
+        let (_d, r) = run(&[
+            mkfile("b"),
+            Command::Clone {
+                offset: 0,
+                len: 4,
+                path: b("b"),
+                clone_uuid: [3; 16],
+                clone_ctransid: 5,
+                clone_path: b("a"),
+                clone_offset: 0,
+            },
+        ]);
+        assert!(matches!(
+            kind_of(r),
+            ApplyErrorKind::ParentMissing { parent: false, .. }
+        ));
+    }
+
+    #[test]
+    fn truncate_sets_the_size() {
+        let (d, r) = run(&[
+            mkfile("f"),
+            write("f", 0, b"abcdef"),
+            Command::Truncate {
+                path: b("f"),
+                size: 2,
+            },
+        ]);
+        r.unwrap();
+        assert_eq!(std::fs::read(d.path().join("s/f")).unwrap(), b"ab");
+    }
+
+    #[test]
+    fn chmod_sets_permission_bits_only() {
+        let (d, r) = run(&[
+            Command::Mkdir {
+                path: b("d"),
+                ino: 257,
+            },
+            Command::Chmod {
+                path: b("d"),
+                mode: 0o41755,
+            },
+        ]);
+        r.unwrap();
+        let m = std::fs::metadata(d.path().join("s/d")).unwrap();
+        assert!(m.is_dir());
+        assert_eq!(m.permissions().mode() & 0o7777, 0o1755);
+    }
+
+    #[test]
+    fn chown_sets_owners_and_refuses_minus_one() {
+        let uid = rustix::process::geteuid().as_raw();
+        let gid = rustix::process::getegid().as_raw();
+        let (d, r) = run(&[
+            mkfile("f"),
+            Command::Chown {
+                path: b("f"),
+                uid: uid.into(),
+                gid: gid.into(),
+            },
+        ]);
+        r.unwrap();
+        let m = std::fs::metadata(d.path().join("s/f")).unwrap();
+        assert_eq!((m.uid(), m.gid()), (uid, gid));
+        let (_d, r) = run(&[
+            mkfile("f"),
+            Command::Chown {
+                path: b("f"),
+                uid: u32::MAX.into(),
+                gid: 0,
+            },
+        ]);
+        assert!(matches!(kind_of(r), ApplyErrorKind::Invalid(_)));
+    }
+
+    #[test]
+    fn utimes_sets_atime_and_mtime_without_following_symlinks() {
+        let t = |sec| StreamTime { sec, nsec: 5 };
+        let (d, r) = run(&[
+            Command::Symlink {
+                path: b("l"),
+                ino: 257,
+                path_link: b("nowhere"),
+            },
+            Command::Utimes {
+                path: b("l"),
+                atime: t(1000),
+                mtime: t(2000),
+                ctime: t(3000),
+                otime: None,
+            },
+        ]);
+        r.unwrap();
+        let m = std::fs::symlink_metadata(d.path().join("s/l")).unwrap();
+        assert_eq!((m.atime(), m.atime_nsec()), (1000, 5));
+        assert_eq!((m.mtime(), m.mtime_nsec()), (2000, 5));
+    }
+
+    #[test]
+    fn update_extent_is_refused() {
+        let (_d, r) = run(&[
+            mkfile("f"),
+            Command::UpdateExtent {
+                path: b("f"),
+                offset: 0,
+                size: 4096,
+            },
+        ]);
+        assert!(matches!(kind_of(r), ApplyErrorKind::NoData));
+    }
+
+    #[test]
+    fn fallocate_punches_a_hole() {
+        let (d, r) = run(&[
+            mkfile("f"),
+            write("f", 0, &[1; 8192]),
+            Command::Fallocate {
+                path: b("f"),
+                mode: 3,
+                offset: 0,
+                size: 4096,
+            },
+        ]);
+        r.unwrap();
+        let got = std::fs::read(d.path().join("s/f")).unwrap();
+        assert_eq!(got.len(), 8192);
+        assert!(got[..4096].iter().all(|&x| x == 0));
+        assert!(got[4096..].iter().all(|&x| x == 1));
+    }
+
+    #[test]
+    fn fileattr_flags_are_set_at_the_end() {
+        // NOATIME (1 << 9): set after the commands that follow it, at END.
+        let (d, r) = run(&[
+            mkfile("f"),
+            Command::Fileattr {
+                path: b("f"),
+                attr: 1 << 9,
+            },
+            write("f", 0, b"x"),
+        ]);
+        r.unwrap();
+        let f = std::fs::File::open(d.path().join("s/f")).unwrap();
+        if let Ok(flags) = rustix::fs::ioctl_getflags(&f) {
+            assert!(flags.contains(IFlags::NOATIME), "{flags:?}");
+        }
+        assert_eq!(std::fs::read(d.path().join("s/f")).unwrap(), b"x");
+    }
+
+    #[test]
+    fn encoded_write_decodes_where_the_ioctl_is_refused() {
+        let plain = b"hello hello hello hello".repeat(10);
+        let z = zstd::encode_all(&plain[..], 3).unwrap();
+        let (d, r) = run(&[
+            mkfile("f"),
+            Command::EncodedWrite {
+                path: b("f"),
+                offset: 0,
+                unencoded_file_len: 100,
+                unencoded_len: plain.len() as u64,
+                unencoded_offset: 6,
+                compression: Some(2),
+                encryption: Some(0),
+                data: Cow::Owned(z),
+            },
+        ]);
+        r.unwrap();
+        assert_eq!(std::fs::read(d.path().join("s/f")).unwrap(), &plain[6..106]);
+        let (_d, r) = run(&[
+            mkfile("f"),
+            Command::EncodedWrite {
+                path: b("f"),
+                offset: 0,
+                unencoded_file_len: 10,
+                unencoded_len: 10,
+                unencoded_offset: 0,
+                compression: Some(2),
+                encryption: Some(1),
+                data: b("xx"),
+            },
+        ]);
+        assert!(r.is_err());
+    }
+
+    #[test]
+    fn enable_verity_is_a_note_and_unknown_commands_are_ignored() {
+        struct Count(std::sync::atomic::AtomicUsize);
+        impl Progress for Count {
+            fn note(&self, _: &str) {
+                self.0.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        let d = tempfile::tempdir().unwrap();
+        let mut p = Count(0.into());
+        {
+            let mut rx = Receiver::new(d.path(), &mut p).unwrap();
+            let cmds = [
+                Command::Subvol {
+                    path: b("s"),
+                    uuid: UUID,
+                    ctransid: 5,
+                },
+                mkfile("f"),
+                Command::EnableVerity {
+                    path: b("f"),
+                    algorithm: 1,
+                    block_size: 4096,
+                    salt: b(""),
+                    sig: b(""),
+                },
+                Command::Unknown {
+                    cmd: 99,
+                    payload: b(""),
+                },
+            ];
+            for c in &cmds {
+                rx.apply(&info(c), c).unwrap();
+            }
+            rx.finish_subvol().unwrap();
+        }
+        assert_eq!(p.0.load(Ordering::Relaxed), 1);
+    }
 }

@@ -79,6 +79,12 @@ pub fn compression_name(c: u32) -> &'static str {
     }
 }
 
+/// The error for a command taken for an ENCODED_WRITE that is none (a
+/// caller matched it first: never seen).
+pub(super) fn not_encoded() -> super::ApplyErrorKind {
+    super::ApplyErrorKind::Invalid("not an ENCODED_WRITE command".into())
+}
+
 /// An ENCODED_WRITE command's fields as the ioctl takes them, checked with
 /// [`check`]; `None` for any other command.
 pub fn fields<'c>(cmd: &'c Command<'_>) -> Option<Result<sys::Encoded<'c>, DecodeDataError>> {

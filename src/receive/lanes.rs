@@ -478,7 +478,7 @@ fn run_stream(
             if **path != job.path[..] {
                 return Err(moved());
             }
-            let e = encoded::fields(&cmd).ok_or_else(super::apply::not_encoded)??;
+            let e = encoded::fields(&cmd).ok_or_else(encoded::not_encoded)??;
             encoded_write(f, &e, shared)?;
         }
         _ => {
@@ -551,4 +551,151 @@ fn data_of(buf: &[u8], start: usize, len: usize) -> Result<&[u8], ApplyErrorKind
         .checked_add(len)
         .and_then(|end| buf.get(start..end))
         .ok_or_else(|| ApplyErrorKind::Invalid("data outside its command buffer".into()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(index: u64) -> CommandInfo {
+        CommandInfo {
+            offset: 100 + index,
+            index,
+            cmd: stream_format::CommandKind::Write.number(),
+            len: 0,
+            stream: 0,
+            version: 2,
+        }
+    }
+
+    fn job(file: &Arc<File>, index: u64, op: Op) -> Job {
+        Job {
+            info: info(index),
+            path: b"f".to_vec(),
+            base: Arc::new(PathBuf::from("/x/s")),
+            file: Arc::clone(file),
+            op,
+        }
+    }
+
+    fn write(data: &[u8], offset: u64) -> Op {
+        // The data sits at an offset within its buffer, as in a payload.
+        let mut buf = b"HEAD".to_vec();
+        buf.extend_from_slice(data);
+        Op::Write {
+            buf,
+            start: 4,
+            len: data.len(),
+            offset,
+        }
+    }
+
+    fn scratch_file() -> (tempfile::TempDir, Arc<File>) {
+        let d = tempfile::tempdir().unwrap();
+        let f = File::options()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(d.path().join("f"))
+            .unwrap();
+        (d, Arc::new(f))
+    }
+
+    #[test]
+    fn a_lane_runs_its_jobs_in_order() {
+        let (d, f) = scratch_file();
+        let mut pool = Pool::new(2, 1 << 20, Arc::new(AtomicBool::new(false))).unwrap();
+        let w = pool.pick();
+        // Each job depends on the one before: write, overwrite, truncate,
+        // extend, chmod.
+        pool.submit(w, job(&f, 1, write(b"aaaa", 0)));
+        pool.submit(w, job(&f, 2, write(b"bb", 1)));
+        pool.submit(w, job(&f, 3, Op::Truncate(3)));
+        pool.submit(w, job(&f, 4, write(b"c", 4)));
+        let k = pool.submit(w, job(&f, 5, Op::Chmod(0o640)));
+        assert_eq!(k, 5);
+        pool.wait(w, k);
+        assert!(pool.done()[w] >= 5);
+        assert_eq!(std::fs::read(d.path().join("f")).unwrap(), b"abb\0c");
+        let m = std::fs::metadata(d.path().join("f")).unwrap();
+        assert_eq!(
+            std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o777,
+            0o640
+        );
+        let (errs, notes) = pool.take_reports();
+        assert!(errs.is_empty() && notes.is_empty());
+    }
+
+    #[test]
+    fn lanes_are_balanced_by_queued_bytes() {
+        let (_d, f) = scratch_file();
+        let mut pool = Pool::new(3, 1 << 20, Arc::new(AtomicBool::new(false))).unwrap();
+        let picks: Vec<usize> = (0..3).map(|_| pool.pick()).collect();
+        // Nothing queued: round robin over the three.
+        let mut sorted = picks.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted, [0, 1, 2]);
+        pool.wait_all();
+        drop(f);
+    }
+
+    #[test]
+    fn a_failed_job_is_reported_with_its_command_and_the_next_ones_run() {
+        let (d, f) = scratch_file();
+        let mut pool = Pool::new(1, 1 << 20, Arc::new(AtomicBool::new(false))).unwrap();
+        // Data outside its buffer: an error naming command 7 and its path.
+        let bad = Op::Write {
+            buf: vec![0; 4],
+            start: 2,
+            len: 10,
+            offset: 0,
+        };
+        pool.submit(0, job(&f, 7, bad));
+        let k = pool.submit(0, job(&f, 8, write(b"ok", 0)));
+        pool.wait(0, k);
+        let (errs, _) = pool.take_reports();
+        assert_eq!(errs.len(), 1);
+        let e = &errs[0];
+        assert_eq!(e.cmd.map(|c| c.index), Some(7));
+        assert_eq!(e.op, "WRITE");
+        assert_eq!(e.path, b"f");
+        assert_eq!(e.target.as_deref(), Some(std::path::Path::new("/x/s/f")));
+        assert!(
+            e.to_string().contains("data outside its command buffer"),
+            "{e}"
+        );
+        assert_eq!(std::fs::read(d.path().join("f")).unwrap(), b"ok");
+        // Taken once.
+        assert!(pool.take_reports().0.is_empty());
+    }
+
+    #[test]
+    fn the_cap_bounds_queued_data_and_buffers_come_back() {
+        let (d, f) = scratch_file();
+        // A cap smaller than two jobs: the second waits for the first.
+        let mut pool = Pool::new(2, 6000, Arc::new(AtomicBool::new(false))).unwrap();
+        for i in 0..20u64 {
+            let w = pool.pick();
+            pool.submit(w, job(&f, i, write(&[b'x'; 4000], i * 4000)));
+            assert!(pool.shared.lock().in_flight <= 6000 + 4100);
+        }
+        pool.wait_all();
+        assert_eq!(pool.shared.lock().in_flight, 0);
+        assert_eq!(std::fs::metadata(d.path().join("f")).unwrap().len(), 80_000);
+        // Emptied buffers are reused.
+        let b = pool.buffer();
+        assert!(b.capacity() >= 4000, "{}", b.capacity());
+    }
+
+    #[test]
+    fn dropping_the_pool_runs_the_queued_jobs() {
+        let (d, f) = scratch_file();
+        let mut pool = Pool::new(2, 1 << 20, Arc::new(AtomicBool::new(false))).unwrap();
+        for i in 0..50u64 {
+            pool.submit(0, job(&f, i, write(b"z", i)));
+        }
+        drop(pool);
+        assert_eq!(std::fs::read(d.path().join("f")).unwrap(), vec![b'z'; 50]);
+    }
 }

@@ -1,16 +1,30 @@
-//! The receiver: applies send streams to a directory on any filesystem.
+//! The receiver: applies send streams to a directory, on btrfs as real
+//! subvolumes (as `btrfs receive` does), elsewhere as plain directories.
 //!
 //! Flow: [`stream_format::StreamReader`] → [`apply`] (one typed command at a
-//! time) → [`target`] (the only stream-path → filesystem-path code) → the
-//! kernel's `*at` system calls. [`meta`] keeps a record beside each received
-//! subvolume (received UUID, ctransid, parent, completeness), the part of
-//! `btrfs receive`'s root-item bookkeeping that a plain directory cannot hold;
-//! [`copy`] makes a snapshot's starting point from its parent and copies
+//! time, one method per command) → [`target`] (the only stream-path →
+//! filesystem-path code) → the kernel's `*at` system calls. Two modes,
+//! chosen per receive ([`ReceiveOptions::subvolumes`],
+//! [`subvol_mode_possible`]):
+//!
+//! * on btrfs as root, [`subvol`]: SUBVOL creates a subvolume, SNAPSHOT
+//!   snapshots the parent found by UUID on the filesystem, and a finished
+//!   subvolume gets its received UUID and is made read-only, exactly as
+//!   btrfs-progs does, so `btrfs send -p`, btrbk and `btrfs receive` use it
+//!   as they would their own;
+//! * elsewhere (or asked for), [`meta`] keeps a record beside each received
+//!   directory (received UUID, ctransid, parent, completeness), the part of
+//!   the root-item bookkeeping that a plain directory cannot hold; [`copy`]
+//!   makes a snapshot's starting point from its parent.
+//!
+//! Either way a parent received in the other mode serves (a directory parent
+//! is copied into the new subvolume; a subvolume received by `btrfs
+//! receive` into DIR is found by its received UUID). [`copy`] also copies
 //! CLONE ranges; [`encoded`] decodes `--compressed-data` extents, which the
-//! private `sys` module (the crate's only unsafe code) writes as they are
-//! into a btrfs target. The private `lanes` module runs the worker threads
-//! that write file data (see [`receive`] for what they do and the memory
-//! bound, `apply`'s `Lanes` for the ordering rules).
+//! private `sys` module (the crate's only unsafe code: the btrfs ioctls)
+//! writes as they are into a btrfs target. The private `lanes` module runs
+//! the worker threads that write file data (see [`receive`] for what they
+//! do and the memory bound, `apply`'s `Lanes` for the ordering rules).
 //! Semantics per command follow btrfs-progs `cmds/receive.c` (see
 //! `shared/docs/send-stream-format.md` §9, §10).
 //!
@@ -27,6 +41,7 @@ pub mod copy;
 pub mod encoded;
 mod lanes;
 pub mod meta;
+pub mod subvol;
 mod sys;
 pub mod target;
 
@@ -49,9 +64,16 @@ use target::TargetError;
 pub use crate::progress::{NoProgress, Progress};
 
 /// How to receive.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ReceiveOptions {
+    /// Receive subvolumes as real btrfs subvolumes where DIR is on btrfs
+    /// and btrsend runs as root (default true; see [`subvol`]); false:
+    /// always as directories with records in `DIR/.btrsend/`.
+    pub subvolumes: bool,
+    /// The mount root that subvolume paths found by UUID are relative to
+    /// (`-m`); default: the mount point of DIR.
+    pub root_mount: Option<PathBuf>,
     /// Stop at the N-th error; 0 = never (`-E`, default 1).
     pub max_errors: u64,
     /// Stop after the first END (`-e`).
@@ -68,6 +90,8 @@ impl ReceiveOptions {
     /// The defaults: stop at the first error, read every concatenated stream.
     pub const fn new() -> ReceiveOptions {
         ReceiveOptions {
+            subvolumes: true,
+            root_mount: None,
             max_errors: 1,
             stop_at_end: false,
             force_decompress: false,
@@ -119,6 +143,18 @@ pub enum ApplyErrorKind {
         uuid: Uuid,
         /// The ctransid asked for.
         ctransid: u64,
+        /// A SNAPSHOT's parent (else a CLONE's source).
+        parent: bool,
+    },
+    /// No subvolume of DIR's btrfs has this received UUID or UUID, and none
+    /// was received into DIR as a directory.
+    NotOnFilesystem {
+        /// The UUID asked for.
+        uuid: Uuid,
+        /// The ctransid asked for.
+        ctransid: u64,
+        /// The mount root searched from.
+        mount: PathBuf,
         /// A SNAPSHOT's parent (else a CLONE's source).
         parent: bool,
     },
@@ -196,6 +232,12 @@ impl fmt::Display for ApplyErrorKind {
                 f,
                 "cannot find {} with uuid {uuid} ctransid {ctransid}: it was not received into this directory",
                 what(*parent)
+            ),
+            ApplyErrorKind::NotOnFilesystem { uuid, ctransid, mount, parent } => write!(
+                f,
+                "cannot find {} with uuid {uuid} ctransid {ctransid}: no subvolume of the btrfs mounted at {} has it as received UUID or UUID, and none was received into this directory",
+                what(*parent),
+                mount.display()
             ),
             ApplyErrorKind::ParentIncomplete { uuid, ctransid, name, parent } => write!(
                 f,
@@ -501,9 +543,21 @@ fn receiver<'p>(
         error,
     };
     let mut rx = Receiver::new(dir, progress).map_err(err)?;
+    if opts.subvolumes && subvol_mode_possible(dir) {
+        let b = subvol::Btrfs::open(dir, opts.root_mount.as_deref()).map_err(err)?;
+        rx.subvolumes(Some(b));
+    }
     rx.force_decompress(opts.force_decompress);
     rx.threads(opts.threads, MAX_QUEUED_DATA).map_err(err)?;
     Ok(rx)
+}
+
+/// Whether subvolumes can be received into `dir` as real btrfs
+/// subvolumes: it is on btrfs and btrsend runs as root (the subvolume and
+/// tree-search ioctls need `CAP_SYS_ADMIN`).
+pub fn subvol_mode_possible(dir: &Path) -> bool {
+    rustix::process::geteuid().is_root()
+        && target::ReceiveDir::open(dir).is_ok_and(|d| subvol::on_btrfs(d.fd()))
 }
 
 /// Bytes read at once from a regular file (commands longer than that are
@@ -606,6 +660,8 @@ trait Source {
     fn position(&self) -> u64;
     /// See [`StreamReader::swap_buffer`].
     fn swap_buffer(&mut self, buf: Vec<u8>) -> Vec<u8>;
+    /// See [`StreamReader::data_range`].
+    fn data_range(&self) -> Option<std::ops::Range<usize>>;
 }
 
 /// Every command read whole.
@@ -620,6 +676,9 @@ impl<R: Read> Source for Whole<R> {
     }
     fn swap_buffer(&mut self, buf: Vec<u8>) -> Vec<u8> {
         self.0.swap_buffer(buf)
+    }
+    fn data_range(&self) -> Option<std::ops::Range<usize>> {
+        self.0.data_range()
     }
 }
 
@@ -657,6 +716,9 @@ impl Source for Skim {
     }
     fn swap_buffer(&mut self, buf: Vec<u8>) -> Vec<u8> {
         self.reader.swap_buffer(buf)
+    }
+    fn data_range(&self) -> Option<std::ops::Range<usize>> {
+        self.reader.data_range()
     }
 }
 
@@ -828,8 +890,9 @@ fn decode_and_apply_from(
             } else if let Some(o) = rx.offload(&info, &cmd) {
                 // To a lane, with the buffer its data is in.
                 drop(cmd);
+                let data = reader.data_range();
                 let buf = reader.swap_buffer(rx.buffer());
-                if let Err(e) = rx.submit(o, buf) {
+                if let Err(e) = rx.submit(o, buf, data) {
                     failed(rx, e, false, &mut errors)?;
                 }
             } else {

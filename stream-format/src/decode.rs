@@ -335,10 +335,27 @@ impl<R: Read> StreamReader<R> {
     /// matter; its capacity is reused).
     ///
     /// A receiver that hands a WRITE's data to another thread takes the
-    /// buffer instead of copying the data out of it: the slices of the last
-    /// [`Command`] pointed into it, at the same addresses.
+    /// buffer instead of copying the data out of it, and finds the data in
+    /// it by [`StreamReader::data_range`].
     pub fn swap_buffer(&mut self, buf: Vec<u8>) -> Vec<u8> {
         std::mem::replace(&mut self.buf, buf)
+    }
+
+    /// Where the DATA value of the last command read whole lies in its
+    /// payload buffer (the one [`StreamReader::swap_buffer`] hands out):
+    /// the occurrence [`Command`] uses (the last). `None` if it has no DATA,
+    /// or the last command was skimmed.
+    ///
+    /// A receiver that hands the buffer to another thread names the data by
+    /// this range, not by the address of the [`Command`]'s slice.
+    pub fn data_range(&self) -> Option<std::ops::Range<usize>> {
+        let a = self
+            .attrs
+            .iter()
+            .rev()
+            .find(|a| a.ty == Attr::Data.number())?;
+        let end = a.start.checked_add(a.len)?;
+        (end <= self.buf.len()).then_some(a.start..end)
     }
 
     /// The next command with its attributes split but not interpreted.
@@ -588,6 +605,8 @@ impl<R: Read + Seek> StreamReader<R> {
             return Ok(Some(Next::Command(info, cmd)));
         };
         let n = want.min(len);
+        // Its attributes are not split: none of the last command's remain.
+        self.attrs.clear();
         self.read_buf(info, n)?;
         // `n <= len`.
         let rest = len.saturating_sub(n);

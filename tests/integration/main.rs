@@ -13,6 +13,7 @@ mod reader;
 mod receive;
 mod receive_errors;
 mod receive_lanes;
+mod receive_subvol;
 mod send;
 mod send_clone;
 mod send_incremental;

@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 
 use anyhow::Context;
+use btrsend::progress::Progress;
 use btrsend::receive::{self, ReceiveOptions};
 use clap::{Args, ValueHint};
 
@@ -56,24 +57,123 @@ pub struct ReceiveArgs {
     /// Never show progress.
     #[arg(long, overrides_with = "progress")]
     pub no_progress: bool,
-    /// The directory to receive into: each subvolume of the stream becomes a
-    /// directory `DIR/<name>`, with its record in `DIR/.btrsend/`.
+    /// Receive each subvolume as a plain directory with a record in
+    /// DIR/.btrsend/, even where it could be a real btrfs subvolume (DIR on
+    /// btrfs, running as root).
+    #[arg(long)]
+    pub directories: bool,
+    /// The root mount point of DIR's btrfs, as `btrfs receive -m`: the paths
+    /// of parent and clone-source subvolumes found by UUID are taken
+    /// relative to it (default: the mount point of DIR, from
+    /// /proc/self/mountinfo). Mount the top level (subvolid=5) there to let
+    /// every subvolume be found.
+    #[arg(short = 'm', value_name = "ROOTMOUNT")]
+    pub root_mount: Option<PathBuf>,
+    /// Accepted for `btrfs receive -C` compatibility: btrsend always
+    /// confines every path of the stream beneath DIR (no chroot needed).
+    #[arg(short = 'C', long = "chroot")]
+    pub chroot: bool,
+    /// Print nothing but errors and notes: no "At subvol NAME" (stderr) or
+    /// "At snapshot NAME" (stdout) lines, which are printed by default when
+    /// receiving real subvolumes, as `btrfs receive` prints them.
+    #[arg(short = 'q', long = "quiet", conflicts_with = "verbose")]
+    pub quiet: bool,
+    /// Print more: "At subvol NAME" / "At snapshot NAME" for every
+    /// subvolume in either mode, and whether each was received completely.
+    #[arg(short = 'v', long = "verbose", action = clap::ArgAction::Count)]
+    pub verbose: u8,
+    /// The directory to receive into: each subvolume of the stream becomes
+    /// `DIR/<name>`, a read-only btrfs subvolume with its received UUID (on
+    /// btrfs as root), else a directory with its record in `DIR/.btrsend/`.
     #[arg(value_name = "DIR", required_unless_present = "dump", value_hint = ValueHint::DirPath)]
     pub dir: Option<PathBuf>,
 }
 
 const RECORDS_HELP: &str = "\
-DIR may be on any filesystem. A full stream (SUBVOL) creates DIR/<name>; an
-incremental stream (SNAPSHOT) needs its parent received earlier into the same
-DIR: it is found by the parent's UUID and ctransid, copied (reflinked where the
-filesystem can, holes kept) to DIR/<name>, and the changes are applied. The
-record DIR/.btrsend/<name>.subvol keeps each subvolume's received UUID,
-ctransid, parent and whether it was received completely; an incomplete one is
-never used as a parent. Every path of the stream stays beneath DIR/<name>:
-absolute paths, '..' and symlinks in paths are refused.
+Two modes. On btrfs, as root, btrsend receive does what btrfs receive does: a
+full stream (SUBVOL) creates the subvolume DIR/<name>; an incremental stream
+(SNAPSHOT) snapshots its parent, the subvolume of the same filesystem whose
+received UUID (else UUID) and transid are the stream's parent's, found in the
+UUID tree (it may be anywhere below the mount root, see -m). At the end of
+each subvolume its received UUID and stransid are set and it is made
+read-only, so btrfs send -p, btrbk and a later btrsend receive can use it. A
+subvolume whose receive failed or was interrupted has no received UUID: it is
+incomplete, and never taken for a parent.
+
+Elsewhere (other filesystems, not root, or --directories) each subvolume is a
+directory: an incremental stream needs its parent received earlier into the
+same DIR (as a directory, or by btrfs receive as a subvolume): it is found by
+the parent's UUID and ctransid, copied (reflinked where the filesystem can,
+holes kept) to DIR/<name>, and the changes are applied. The record
+DIR/.btrsend/<name>.subvol keeps each subvolume's received UUID, ctransid,
+parent and whether it was received completely; an incomplete one is never used
+as a parent. On btrfs, a snapshot may also start from a parent received as a
+directory.
+
+Either way every path of the stream stays beneath DIR/<name>: absolute
+paths, '..' and symlinks in paths are refused.
+
+Receiving on a btrfs backup host over ssh:
+
+    btrsend send -p /mnt/snaps/day1 /mnt/snaps/day2 | ssh backup btrsend receive /backup/host1
 
 As an ordinary user, file owners cannot be set: this is reported once and is
 not an error.";
+
+/// The [`Reporter`], plus the lines `btrfs receive` prints: "At subvol
+/// NAME" (stderr) and "At snapshot NAME" (stdout), by default when
+/// receiving real subvolumes, in either mode with -v, never with -q; with
+/// -v also whether each subvolume was received completely.
+struct Lines {
+    reporter: Reporter,
+    /// -1 quiet, 0 default, 1+ verbose.
+    verbosity: i8,
+    /// Real subvolumes are received (the "At" lines are printed at default
+    /// verbosity).
+    subvolumes: bool,
+}
+
+impl Progress for Lines {
+    fn subvol_start(&self, name: &[u8], incremental: bool) {
+        self.reporter.subvol_start(name, incremental);
+        if self.verbosity >= 1 || (self.verbosity == 0 && self.subvolumes) {
+            let name = String::from_utf8_lossy(name);
+            if incremental {
+                // btrfs-progs 6.2 prints this one on standard output.
+                println!("At snapshot {name}");
+            } else {
+                self.reporter.println(&format!("At subvol {name}"));
+            }
+        }
+    }
+    fn subvol_done(&self, name: &[u8], complete: bool) {
+        self.reporter.subvol_done(name, complete);
+        if self.verbosity >= 1 {
+            let how = if complete {
+                "received completely"
+            } else {
+                "left incomplete"
+            };
+            self.reporter
+                .println(&format!("{} {how}", String::from_utf8_lossy(name)));
+        }
+    }
+    fn data(&self, bytes: u64) {
+        self.reporter.data(bytes);
+    }
+    fn position(&self, offset: u64, commands: u64) {
+        self.reporter.position(offset, commands);
+    }
+    fn inode(&self, ino: u64) {
+        self.reporter.inode(ino);
+    }
+    fn note(&self, msg: &str) {
+        self.reporter.note(msg);
+    }
+    fn error(&self, err: &dyn std::error::Error) {
+        self.reporter.error(err);
+    }
+}
 
 /// Receive (or dump).
 pub fn run(args: &ReceiveArgs) -> anyhow::Result<()> {
@@ -109,8 +209,18 @@ pub fn run(args: &ReceiveArgs) -> anyhow::Result<()> {
         .filter(std::fs::Metadata::is_file)
         .map(|m| m.len());
     let mode = Mode::choose(args.progress, args.no_progress, false);
-    let mut progress = Reporter::new(mode, Op::Receive, total, false);
+    let mut progress = Lines {
+        reporter: Reporter::new(mode, Op::Receive, total, false),
+        verbosity: if args.quiet {
+            -1
+        } else {
+            i8::try_from(args.verbose).unwrap_or(i8::MAX)
+        },
+        subvolumes: !args.directories && receive::subvol_mode_possible(dir),
+    };
     let mut opts = ReceiveOptions::new();
+    opts.subvolumes = !args.directories;
+    opts.root_mount.clone_from(&args.root_mount);
     opts.max_errors = args.max_errors;
     opts.stop_at_end = args.stop_at_end;
     opts.force_decompress = args.force_decompress;
@@ -119,7 +229,7 @@ pub fn run(args: &ReceiveArgs) -> anyhow::Result<()> {
             .map_or(receive::DEFAULT_THREADS, |n| n.get().clamp(2, 4))
     });
     let res = receive::receive_file(input, dir, &opts, &mut progress);
-    progress.finish(res.is_ok(), None);
+    progress.reporter.finish(res.is_ok(), None);
     res?;
     Ok(())
 }

@@ -246,6 +246,71 @@ fn receive_device_node_as_ordinary_user_says_it_needs_root() {
     assert!(rec.contains("state=incomplete"), "{rec}");
 }
 
+/// Into btrfs as root, `btrsend receive` prints what `btrfs receive` 6.2
+/// prints ("At subvol NAME" on stderr for a full stream, "At snapshot NAME"
+/// on stdout for an incremental one), and nothing with -q; `-m ROOTMOUNT`
+/// and `-C` are accepted as progs accepts them. The oracle is `btrfs
+/// receive` of the same streams into another filesystem (both receivers
+/// find parents across the whole filesystem, so they must not share one).
+#[test]
+fn receive_into_btrfs_prints_what_btrfs_receive_prints() {
+    let test = "receive_into_btrfs_prints_what_btrfs_receive_prints";
+    let Some(streams) = common::send_streams_dir() else {
+        return;
+    };
+    if !btrsend::testing::require_live(test) {
+        return;
+    }
+    let chain = ["full.v1", "inc12.v1"];
+    let kernel = btrsend::testing::LiveBtrfs::new().expect("scratch btrfs");
+    let ours = btrsend::testing::LiveBtrfs::new().expect("scratch btrfs");
+    let quiet = btrsend::testing::LiveBtrfs::new().expect("scratch btrfs");
+    for s in chain {
+        let f = streams.join(format!("{s}.stream"));
+        let k = Command::new("btrfs")
+            .arg("receive")
+            .arg("-f")
+            .arg(&f)
+            .arg(kernel.path())
+            .output()
+            .unwrap();
+        assert!(k.status.success(), "{}", String::from_utf8_lossy(&k.stderr));
+        let b = run(&[
+            "receive".as_ref(),
+            "-C".as_ref(),
+            "-m".as_ref(),
+            ours.path().as_os_str(),
+            "-f".as_ref(),
+            f.as_os_str(),
+            ours.path().as_os_str(),
+        ]);
+        assert!(b.status.success(), "{}", String::from_utf8_lossy(&b.stderr));
+        assert_eq!(
+            String::from_utf8_lossy(&b.stderr),
+            String::from_utf8_lossy(&k.stderr),
+            "{s}: stderr"
+        );
+        assert_eq!(b.stdout, k.stdout, "{s}: stdout");
+        let q = run(&[
+            "receive".as_ref(),
+            "-q".as_ref(),
+            "-f".as_ref(),
+            f.as_os_str(),
+            quiet.path().as_os_str(),
+        ]);
+        assert!(q.status.success(), "{}", String::from_utf8_lossy(&q.stderr));
+        assert!(q.stderr.is_empty() && q.stdout.is_empty());
+    }
+    // The snapshot is a read-only subvolume.
+    let show = Command::new("btrfs")
+        .args(["subvolume", "show"])
+        .arg(ours.path().join("src.s2"))
+        .output()
+        .unwrap();
+    let show = String::from_utf8_lossy(&show.stdout);
+    assert!(show.contains("readonly"), "{show}");
+}
+
 /// Issue 15, progress: `receive --progress` from a pipe with standard error
 /// not a terminal prints plain lines with bytes, rate and elapsed time —
 /// no total, since a pipe has none — and a summary; without `--progress`
