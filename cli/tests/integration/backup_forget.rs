@@ -327,15 +327,15 @@ fn change(root: &Path, night: u32) {
     if f(night + 3).exists() {
         fs::rename(f(night + 3), d.join(format!("moved{night}"))).unwrap();
     }
-    if night % 7 == 0 {
+    if night.is_multiple_of(7) {
         let _ = fs::hard_link(&log, d.join(format!("link{night}")));
     }
-    if night % 11 == 0 {
+    if night.is_multiple_of(11) {
         sh(Command::new("setfattr")
             .args(["-n", "user.night", "-v", &night.to_string()])
             .arg(f(night)));
     }
-    if night % 9 == 0 {
+    if night.is_multiple_of(9) {
         let _ = fs::remove_dir_all(root.join(format!("d{}", (night + 2) % 5)));
     }
 }
@@ -391,7 +391,7 @@ fn four_hundred_nights_of_import_and_forget() {
         let stream = work.path().join("night.stream");
         let mut send = Command::new("btrfs");
         send.args(["-q", "send", "-f"]).arg(&stream);
-        if night % 10 != 0 {
+        if !night.is_multiple_of(10) {
             send.arg("-p")
                 .arg(mnt.join(format!("home.{:03}", night - 1)));
         }
