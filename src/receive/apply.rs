@@ -1384,8 +1384,17 @@ impl<'p> Receiver<'p> {
         };
         // A subvolume keeps its received UUID in its root item (set at its
         // end); a directory needs a record, incomplete until its end.
-        if self.btrfs.is_none() {
-            self.records.write(&self.dir, &record)?;
+        if self.btrfs.is_none()
+            && let Err(e) = self.records.write(&self.dir, &record)
+        {
+            // Nothing was received: leave nothing behind (the directory is
+            // empty, just made).
+            let _ = rustix::fs::unlinkat(
+                self.dir.fd(),
+                std::ffi::OsStr::from_bytes(name),
+                rustix::fs::AtFlags::REMOVEDIR,
+            );
+            return Err(ApplyErrorKind::RecordWrite(e));
         }
         let target = self.dir.target(name)?;
         self.progress.subvol_start(name, parent.is_some());
