@@ -280,7 +280,7 @@ pub fn exit_of(e: &BackupError) -> Exit {
 }
 
 /// With `--json`: print the error as JSON on stderr and exit quietly.
-fn json_error(json: bool, e: anyhow::Error) -> anyhow::Error {
+pub(crate) fn json_error(json: bool, e: anyhow::Error) -> anyhow::Error {
     if !json {
         return e;
     }

@@ -8,8 +8,8 @@ use btrsend::backup::{ForgetOptions, Repository};
 use clap::Args;
 use serde_json::json;
 
-use super::backup::{LockArg, RepoArg, exit_of};
-use crate::exit::{ExitWith, UsageError};
+use super::backup::{LockArg, RepoArg, json_error};
+use crate::exit::UsageError;
 
 /// Arguments of `btrsend backup forget`.
 #[derive(Debug, Args)]
@@ -130,16 +130,9 @@ pub fn run(a: &ForgetArgs) -> anyhow::Result<()> {
     let opts = ForgetOptions::new()
         .with_dry_run(a.dry_run)
         .with_wait_lock(a.lock.retry_lock);
-    let report = match repo.forget(&policy, &opts, &btrsend::backup::NoProgress) {
-        Ok(r) => r,
-        Err(e) if a.json => {
-            let code = exit_of(&e);
-            let line = json!({"message_type": "error", "message": e.to_string(), "exit_code": code.code()});
-            eprintln!("{line}");
-            return Err(ExitWith::quiet(code).into());
-        }
-        Err(e) => return Err(e.into()),
-    };
+    let report = repo
+        .forget(&policy, &opts, &btrsend::backup::NoProgress)
+        .map_err(|e| json_error(a.json, e.into()))?;
     let mut out = std::io::stdout().lock();
     if a.json {
         let rows: Vec<_> = report
