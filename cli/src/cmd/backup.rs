@@ -38,12 +38,15 @@ backup list` shows them). The layout is described in btrsend-repository(5).
 
 Nightly from cron (silent on success):
   0 3 * * * btrsend backup run --repo /backup/home --device /dev/sdb1 'snaps/home.*'
+or, taking and pruning the snapshots too, with retention (as root):
+  0 3 * * * btrsend backup run --repo /backup/home --snapshot /mnt/pool/home --snapshot-dir /mnt/pool/snaps --keep-snapshots 7 && btrsend backup forget --repo /backup/home --keep-daily 7 --keep-weekly 4 --keep-monthly 12
 
 Exit status:
   0    success
   1    error
   2    usage error
-  3    some snapshots were stored and some failed
+  3    some snapshots were stored and some failed, or a source snapshot
+       could not be taken or deleted
   10   repository missing or unreachable
   11   the repository's lock is held (see --retry-lock)
   12   verify found damage

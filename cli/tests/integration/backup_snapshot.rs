@@ -341,3 +341,48 @@ fn snapshots_not_taken_not_stored_or_not_ours_are_handled() {
     assert!(!first.contains(newest) && !second.contains(newest));
     ok(&["backup", "verify", "--repo", repo, "--read-data"]);
 }
+
+/// Every nightly command line the README and `contrib/` show parses: run
+/// against a repository that does not exist, each part of each line gets
+/// exit status 10 (repository missing), never 2 (usage).
+#[test]
+fn documented_nightly_lines_parse() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let readme = fs::read_to_string(root.join("README.md")).unwrap();
+    let service = fs::read_to_string(root.join("contrib/btrsend-backup.service")).unwrap();
+    let mut lines: Vec<String> = readme
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("0 3 * * * "))
+        .flat_map(|l| l.split("&&"))
+        .map(|p| p.trim().to_owned())
+        .collect();
+    assert!(lines.len() >= 4, "{lines:?}");
+    let units: Vec<String> = service
+        .lines()
+        .filter_map(|l| l.strip_prefix("ExecStart=/usr/local/bin/"))
+        .map(|l| l.replace("snaps/home.*", "'snaps/home.*'"))
+        .collect();
+    assert_eq!(units.len(), 2, "{service}");
+    lines.extend(units);
+    let missing = tempfile::tempdir().unwrap();
+    let repo = missing.path().join("no-such-repo");
+    for line in &lines {
+        let cmd = line
+            .strip_prefix("btrsend ")
+            .unwrap_or_else(|| panic!("not a btrsend line: {line}"))
+            .replace("/backup/home", repo.to_str().unwrap());
+        let out = Command::new("sh")
+            .arg("-c")
+            .arg(format!("\"$BTRSEND\" {cmd}"))
+            .env("BTRSEND", env!("CARGO_BIN_EXE_btrsend"))
+            .env("BTRSEND_REPOSITORY", &repo)
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(10),
+            "{line}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
