@@ -237,6 +237,44 @@ pub fn send_incremental<W: Write>(
     send_with_clone_sources(fs, subvol, Some(parent), &[], out, opts, progress)
 }
 
+/// `--compressed-data` needs protocol 2 or later.
+fn check_options(opts: SendOptions) -> Result<(), SendError> {
+    if opts.compressed_data && opts.version < 2 {
+        return Err(SendError::Output(
+            stream_format::EncodeError::CommandNotInVersion {
+                cmd: stream_format::CommandKind::EncodedWrite,
+                version: opts.version,
+            },
+        ));
+    }
+    Ok(())
+}
+
+/// The exact size and commands of the stream
+/// [`send_with_clone_sources`] would write with these arguments
+/// ([`SendStats::stream_bytes`], [`SendStats::commands`] and the data
+/// counts), found by planning the whole send without reading any file
+/// data or writing anything (`btrsend send --estimate`): it costs the
+/// metadata walk of a send.
+///
+/// # Errors
+///
+/// As [`send_full`], but for output errors.
+pub fn estimate(
+    fs: &Filesystem,
+    subvol: &Subvolume,
+    parent: Option<&Subvolume>,
+    clone_sources: &[Subvolume],
+    opts: SendOptions,
+) -> Result<SendStats, SendError> {
+    check_options(opts)?;
+    let tree = fs.fs_tree(subvol.id())?;
+    let writer = StreamWriter::with_options(std::io::sink(), WriterOptions::new(opts.version))?;
+    let out = pipeline::Pipeline::sizing(writer, &tree);
+    let planner = planner::Planner::new(fs, subvol, parent, clone_sources, out, opts, &NoProgress)?;
+    planner.run(&subvol.name).map(|(_, stats)| stats)
+}
+
 /// Write a send stream of `subvol` to `out` with clone sources: full, or
 /// incremental against `parent`; data shared with `parent` or any of
 /// `clone_sources` (snapshots the receiver has) is sent as CLONE commands,
@@ -254,14 +292,7 @@ pub fn send_with_clone_sources<W: Write>(
     opts: SendOptions,
     progress: &dyn Progress,
 ) -> Result<(W, SendStats), SendError> {
-    if opts.compressed_data && opts.version < 2 {
-        return Err(SendError::Output(
-            stream_format::EncodeError::CommandNotInVersion {
-                cmd: stream_format::CommandKind::EncodedWrite,
-                version: opts.version,
-            },
-        ));
-    }
+    check_options(opts)?;
     let threads = opts.threads.unwrap_or_else(|| {
         std::env::var("BTRSEND_SEND_THREADS")
             .ok()

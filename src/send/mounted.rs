@@ -319,6 +319,24 @@ impl Source {
         Ok((!kept).then_some((was.get(), now.chunk_root_generation.get())))
     }
 
+    /// The exact size and commands of the stream [`send`](Self::send)
+    /// would write for `req` ([`super::estimate`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`super::estimate`]; the subvolumes' errors as
+    /// [`subvolume`](Self::subvolume).
+    pub fn estimate(&self, req: &Request<'_>, opts: SendOptions) -> Result<SendStats, SendError> {
+        let roots = self.roots(req)?;
+        super::estimate(
+            &self.fs,
+            &roots.subvol,
+            roots.parent.as_ref(),
+            &roots.clones,
+            opts,
+        )
+    }
+
     /// Write the send stream `req` asks for to `out`, with the mounted
     /// policy when the filesystem is mounted (see the module doc); `out`
     /// is returned after a successful send.

@@ -230,6 +230,24 @@ pub(crate) struct Pipeline<'t, W: Write> {
     zeros: Vec<u8>,
     /// An error was returned: nothing more is written.
     failed: bool,
+    /// Commands written (or counted), by command number.
+    counts: CommandCounts,
+    /// An estimate ([`Pipeline::sizing`]): the bytes of the commands
+    /// counted; nothing is read or written.
+    sizing: Option<u64>,
+}
+
+/// Commands by command number (every number the protocol has fits).
+pub type CommandCounts = [u64; 32];
+
+/// What [`Pipeline::finish`] hands back.
+pub(crate) struct Finished<W> {
+    /// The output.
+    pub(crate) out: W,
+    /// The stream's length.
+    pub(crate) len: u64,
+    /// The commands of the stream, END included.
+    pub(crate) counts: CommandCounts,
 }
 
 impl<'t, W: Write> Pipeline<'t, W> {
@@ -258,11 +276,40 @@ impl<'t, W: Write> Pipeline<'t, W> {
             pool_bytes: 0,
             zeros: Vec::new(),
             failed: false,
+            counts: [0; 32],
+            sizing: None,
+        }
+    }
+
+    /// A pipeline that only counts: the stream's length and commands as
+    /// the planner's output would make them, without reading any file
+    /// data or writing anything but the stream header to `out` (`send
+    /// --estimate`).
+    pub(crate) fn sizing(out: StreamWriter<W>, tree: &'t FsTree<'t>) -> Pipeline<'t, W> {
+        let mut p = Pipeline::new(out, tree, false, None);
+        p.sizing = Some(0);
+        p
+    }
+
+    /// Count `cmd`, whose data (if any) is `data_len` bytes not in `cmd`.
+    fn count(&mut self, cmd: &Command<'_>, data_len: u64) {
+        if let Some(n) = cmd.kind().map(|k| usize::from(k.number()))
+            && let Some(c) = self.counts.get_mut(n)
+        {
+            *c += 1;
+        }
+        if let Some(bytes) = &mut self.sizing {
+            let len = cmd.stream_len(self.out.version()).saturating_add(data_len);
+            *bytes = bytes.saturating_add(len);
         }
     }
 
     /// Queue a command without data.
     pub(crate) fn emit(&mut self, cmd: &Command<'_>) -> Result<(), SendError> {
+        if self.sizing.is_some() {
+            self.count(cmd, 0);
+            return Ok(());
+        }
         if self.queue.is_empty() {
             return self.write(cmd);
         }
@@ -287,6 +334,21 @@ impl<'t, W: Write> Pipeline<'t, W> {
             offset,
             len,
         };
+        if self.sizing.is_some() {
+            // The WRITEs write_chunks makes, each counted without its data.
+            let mut done = 0u64;
+            while done < len {
+                let n = (len - done).min(self.max_read);
+                let cmd = Command::Write {
+                    path: path.into(),
+                    offset: offset + done,
+                    data: (&[][..]).into(),
+                };
+                self.count(&cmd, n);
+                done += n;
+            }
+            return Ok(());
+        }
         let path_len = u64::try_from(path.len()).unwrap_or(u64::MAX);
         let Some(ext) = ext else {
             let entry = Entry::Data {
@@ -334,6 +396,10 @@ impl<'t, W: Write> Pipeline<'t, W> {
             ExtentData::Inline(b) => u64::try_from(b.len()).unwrap_or(u64::MAX),
             ExtentData::Regular(d) | ExtentData::Prealloc(d) => d.disk_num_bytes,
         };
+        if self.sizing.is_some() {
+            self.count(&cmd, len);
+            return Ok(());
+        }
         let other = cmd.encoded_len();
         let entry = |data| Entry::Data {
             ino,
@@ -643,7 +709,9 @@ impl<'t, W: Write> Pipeline<'t, W> {
         if self.failed {
             return Ok(());
         }
-        self.out.write(cmd).map_err(|e| self.fail(e.into()))
+        self.out.write(cmd).map_err(|e| self.fail(e.into()))?;
+        self.count(cmd, 0);
+        Ok(())
     }
 
     /// Stop: drop the queue and the jobs, tell the workers, pass `e` on.
@@ -671,11 +739,18 @@ impl<'t, W: Write> Pipeline<'t, W> {
 
     /// Write everything queued and END, flush; the output and the stream's
     /// length.
-    pub(crate) fn finish(mut self) -> Result<(W, u64), SendError> {
+    pub(crate) fn finish(mut self) -> Result<Finished<W>, SendError> {
         self.pump(true)?;
-        let len = self.out.bytes_written().saturating_add(10);
+        let end = Command::End.stream_len(self.out.version());
+        let len = self
+            .out
+            .bytes_written()
+            .saturating_add(self.sizing.unwrap_or(0))
+            .saturating_add(end);
+        self.counts[usize::from(stream_format::CommandKind::End.number())] += 1;
         self.workers = None;
-        let w = self.out.finish()?;
-        Ok((w, len))
+        let counts = self.counts;
+        let out = self.out.finish()?;
+        Ok(Finished { out, len, counts })
     }
 }

@@ -786,6 +786,22 @@ impl<'a> Command<'a> {
         n
     }
 
+    /// The bytes this command takes in a stream of `version`, as
+    /// [`crate::StreamWriter::write`] writes it: [`encoded_len`](Self::encoded_len),
+    /// less the length field DATA does not have from v2 on.
+    pub fn stream_len(&self, version: u32) -> u64 {
+        let mut n = self.encoded_len();
+        if version >= 2 && !matches!(self, Command::Unknown { .. }) {
+            let _ = self.visit_attrs(|attr, _| {
+                if attr == Attr::Data {
+                    n = n.saturating_sub(2);
+                }
+                Ok::<(), std::convert::Infallible>(())
+            });
+        }
+        n
+    }
+
     /// Call `f` for every attribute present, in the kernel's order.
     ///
     /// [`Command::Unknown`] has no typed attributes (its payload is raw).

@@ -2,6 +2,7 @@
 
 mod corruption;
 mod dump_model;
+mod estimate;
 mod extent_tree;
 mod fs_model;
 mod list;

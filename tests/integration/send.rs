@@ -29,7 +29,7 @@ use crate::reader::{Fixture, fixtures};
 
 /// The snapshots of a fixture (`snapshot` lines of `meta.txt`), as paths
 /// from the top level.
-fn snapshots(fx: &Fixture) -> Vec<String> {
+pub(crate) fn snapshots(fx: &Fixture) -> Vec<String> {
     let meta = std::fs::read_to_string(fx.dir.join("meta.txt")).unwrap();
     meta.lines()
         .filter_map(|l| l.strip_prefix("snapshot "))
@@ -139,7 +139,7 @@ pub fn our_stream(devices: &[PathBuf], snapshot: &str, opts: SendOptions) -> Vec
         .0
 }
 
-const VARIANTS: [(&str, SendOptions); 2] = [
+pub(crate) const VARIANTS: [(&str, SendOptions); 2] = [
     ("v1", SendOptions::new(1)),
     ("v2c", SendOptions::new(2).with_compressed_data(true)),
 ];

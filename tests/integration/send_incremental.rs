@@ -33,7 +33,7 @@ const VARIANTS: [(&str, SendOptions); 2] = [
 ];
 
 /// The `pair P C` lines of a fixture.
-fn pairs(fx: &Fixture) -> Vec<(String, String)> {
+pub(crate) fn pairs(fx: &Fixture) -> Vec<(String, String)> {
     let meta = std::fs::read_to_string(fx.dir.join("meta.txt")).unwrap();
     meta.lines()
         .filter_map(|l| l.strip_prefix("pair "))
@@ -44,7 +44,7 @@ fn pairs(fx: &Fixture) -> Vec<(String, String)> {
         .collect()
 }
 
-fn last(path: &str) -> &str {
+pub(crate) fn last(path: &str) -> &str {
     path.rsplit('/').next().unwrap_or(path)
 }
 

@@ -223,8 +223,10 @@ impl<'a, W: Write> Planner<'a, W> {
     pub(crate) fn run(mut self, name: &[u8]) -> Result<(W, SendStats), SendError> {
         match self.plan(name) {
             Ok(()) => {
-                let (w, len) = self.out.finish()?;
-                self.stats.stream_bytes = len;
+                let done = self.out.finish()?;
+                let w = done.out;
+                self.stats.stream_bytes = done.len;
+                self.stats.commands = done.counts;
                 self.stats.extent_tree = self.backrefs.extents.stats();
                 Ok((w, self.stats))
             }

@@ -128,4 +128,22 @@ pub struct SendStats {
     pub cloned_bytes: u64,
     /// The extent tree lookups of clone detection.
     pub extent_tree: ExtentTreeStats,
+    /// The stream's commands by command number (END included); see
+    /// [`SendStats::count`].
+    pub commands: crate::send::pipeline::CommandCounts,
+}
+
+impl SendStats {
+    /// How many commands of `kind` the stream has.
+    pub fn count(&self, kind: stream_format::CommandKind) -> u64 {
+        self.commands
+            .get(usize::from(kind.number()))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// How many commands the stream has, END included.
+    pub fn total_commands(&self) -> u64 {
+        self.commands.iter().sum()
+    }
 }

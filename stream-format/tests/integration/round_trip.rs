@@ -246,6 +246,12 @@ fn every_command_in_every_version() {
                     continue;
                 }
                 res.unwrap_or_else(|e| panic!("{kind} v{version}: {e}"));
+                // What an exact estimate counts: the bytes the writer wrote.
+                assert_eq!(
+                    cmd.stream_len(version),
+                    w.bytes_written() - 17,
+                    "stream_len of {kind} v{version}"
+                );
                 if cmd != Command::End {
                     w.write(&Command::End).unwrap();
                 }
