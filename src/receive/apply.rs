@@ -7,12 +7,11 @@
 //!
 //! * On btrfs as root ([`Receiver::subvolumes`]), SUBVOL and SNAPSHOT make
 //!   real subvolumes and a finished one gets its received UUID and is made
-//!   read-only, as `btrfs receive` does ([`super::subvol`]); the parent must
-//!   have the stream's ctransid too. Elsewhere they make plain directories;
-//!   the received UUID and ctransid go into a record ([`super::meta`])
-//!   instead of the root item, and SNAPSHOT copies the parent (reflink where
-//!   possible, holes kept, see [`super::copy`]) and checks the parent's
-//!   ctransid too.
+//!   read-only, as `btrfs receive` does ([`super::subvol`]). Elsewhere
+//!   they make plain directories; the received UUID and ctransid go into a
+//!   record ([`super::meta`]) instead of the root item, and SNAPSHOT copies
+//!   the parent (reflink where possible, holes kept, see [`super::copy`])
+//!   and checks the parent's ctransid too.
 //! * MKFILE uses `O_EXCL` and every creation refuses an existing entry; a
 //!   file is opened for I/O only after it was checked to be a regular file.
 //! * ENCODED_WRITE of compressed data is written as it is with
@@ -46,7 +45,6 @@ use std::collections::BTreeMap;
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
-use std::os::unix::ffi::OsStringExt as _;
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -1235,7 +1233,7 @@ impl<'p> Receiver<'p> {
             let found = self
                 .btrfs
                 .as_ref()
-                .map(|b| b.find(clone_uuid.0, clone_ctransid, false));
+                .map(|b| b.find(clone_uuid.0, clone_ctransid));
             other = match found {
                 Some(Ok(f)) => subvol_target(&f.path)?,
                 None | Some(Err(NotFound::Missing)) => {
@@ -1320,7 +1318,7 @@ impl<'p> Receiver<'p> {
         let mut snapshot_of = None;
         let mut copy_of = None;
         if let Some((pu, pc)) = parent {
-            match self.btrfs.as_ref().map(|b| b.find(pu.0, pc, true)) {
+            match self.btrfs.as_ref().map(|b| b.find(pu.0, pc)) {
                 Some(Ok(found)) => snapshot_of = Some(found),
                 None | Some(Err(NotFound::Missing)) => {
                     copy_of = Some(self.find_received(pu, pc, true).map_err(|e| {
@@ -1408,12 +1406,6 @@ fn not_found(e: NotFound, uuid: Uuid, ctransid: u64) -> ApplyErrorKind {
             uuid,
             ctransid,
             parent: true,
-        },
-        NotFound::Ctransid(path, found) => ApplyErrorKind::ParentCtransid {
-            uuid,
-            ctransid,
-            name: path.into_os_string().into_vec(),
-            found,
         },
         NotFound::Unreachable(p) => ApplyErrorKind::Invalid(format!(
             "the subvolume with uuid {uuid} ({}) is not below the mounted subvolume: give the mount of the top level with -m",

@@ -394,3 +394,54 @@ fn a_parent_received_by_btrfs_receive_serves_directory_mode() {
     assert_eq!(rec.len(), 1);
     assert!(rec[0].ends_with("state=complete\n"), "{rec:?}");
 }
+
+/// fstests btrfs/110's chain: a snapshot received on a second filesystem is
+/// snapshotted, changed and sent from there (`-p` the received one) to a
+/// third filesystem that received the first stream. The stream's parent
+/// ctransid is the second filesystem's, not the received subvolume's
+/// stransid: btrsend takes the parent anyway, as `btrfs receive` does.
+#[test]
+fn a_parent_with_another_ctransid_is_used_as_btrfs_receive_uses_it() {
+    let Some(streams) = streams_dir() else { return };
+    if !can_run_live("parent transid differs (fstests btrfs/110)") {
+        return;
+    }
+    let (two, three, oracle) = (
+        LoopBtrfs::new("512M"),
+        LoopBtrfs::new("512M"),
+        LoopBtrfs::new("512M"),
+    );
+    for fs in [&two, &three, &oracle] {
+        fs.remake();
+    }
+    let full = streams.join("full.v1.stream");
+    btrsend_receive(&full, &two.mnt).unwrap();
+    let s1 = subvol_names(&two.mnt).pop().unwrap();
+    run(Proc::new("btrfs")
+        .args(["-q", "subvolume", "snapshot"])
+        .arg(two.mnt.join(&s1))
+        .arg(two.mnt.join("rw")));
+    fs::write(two.mnt.join("rw/added-on-two"), b"two\n").unwrap();
+    run(Proc::new("btrfs")
+        .args(["-q", "subvolume", "snapshot", "-r"])
+        .arg(two.mnt.join("rw"))
+        .arg(two.mnt.join("s2")));
+    let tmp = tempfile::tempdir().unwrap();
+    let inc = tmp.path().join("inc.stream");
+    run(Proc::new("btrfs")
+        .args(["send", "-q", "-f"])
+        .arg(&inc)
+        .arg("-p")
+        .arg(two.mnt.join(&s1))
+        .arg(two.mnt.join("s2")));
+    btrsend_receive(&full, &three.mnt).unwrap();
+    btrsend_receive(&inc, &three.mnt).unwrap_or_else(|e| panic!("{e}"));
+    kernel_receive(&full, &oracle.mnt);
+    kernel_receive(&inc, &oracle.mnt);
+    let (o, g) = (oracle.mnt.join("s2"), three.mnt.join("s2"));
+    if let Some(d) = manifest::diff(&manifest_of(&o), &manifest_of(&g), 20) {
+        panic!("s2:\n{d}");
+    }
+    assert_eq!(received_fields(&o), received_fields(&g));
+    assert_eq!(fs::read(g.join("added-on-two")).unwrap(), b"two\n");
+}
