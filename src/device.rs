@@ -54,16 +54,50 @@ impl FileDevice {
     /// [`Error::Open`] if it cannot be opened or sized.
     pub fn open(path: impl AsRef<Path>) -> Result<FileDevice> {
         let path = path.as_ref().to_path_buf();
-        let open_err = |source| Error::Open {
+        let open_err = |error: io::Error| Error::Open {
+            hint: permission_hint(&path, &error),
             device: path.clone(),
-            source,
+            error,
         };
         let mut file = File::open(&path).map_err(open_err)?;
+        // A directory opens, but every read fails: say so at once.
+        if file.metadata().map_err(open_err)?.is_dir() {
+            return Err(open_err(io::Error::from_raw_os_error(21)));
+        }
         // A block device reports length 0 in its metadata; seeking to the
         // end gives its size for both kinds.
         let size = file.seek(SeekFrom::End(0)).map_err(open_err)?;
         Ok(FileDevice { file, path, size })
     }
+}
+
+/// What a permission error on `path` asks for: for a block device, root or
+/// read access through the group that owns it (usually `disk`).
+fn permission_hint(path: &Path, error: &io::Error) -> Option<String> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    if error.kind() != io::ErrorKind::PermissionDenied {
+        return None;
+    }
+    let meta = std::fs::metadata(path).ok()?;
+    if !meta.file_type().is_block_device() {
+        return None;
+    }
+    let group = group_name(meta.gid()).unwrap_or_else(|| format!("gid {}", meta.gid()));
+    Some(format!(
+        "reading a block device needs root, or read access to the device: \
+         membership in its group `{group}` (e.g. `usermod -aG {group} USER`, then log in again)"
+    ))
+}
+
+/// The name of group `gid` from `/etc/group`.
+fn group_name(gid: u32) -> Option<String> {
+    let text = std::fs::read_to_string("/etc/group").ok()?;
+    text.lines().find_map(|line| {
+        let mut f = line.split(':');
+        let name = f.next()?;
+        let id = f.nth(1)?;
+        (id.parse() == Ok(gid)).then(|| name.to_owned())
+    })
 }
 
 impl Device for FileDevice {
@@ -78,10 +112,10 @@ impl Device for FileDevice {
     fn read_at(&self, buf: &mut [u8], offset: Physical) -> Result<()> {
         self.file
             .read_exact_at(buf, offset.get())
-            .map_err(|source| Error::Io {
+            .map_err(|error| Error::Io {
                 device: self.path.clone(),
                 offset,
-                source,
+                error,
             })
     }
 }
@@ -137,7 +171,7 @@ impl Device for MemDevice {
             None => Err(Error::Io {
                 device: self.path.clone(),
                 offset,
-                source: io::Error::from(io::ErrorKind::UnexpectedEof),
+                error: io::Error::from(io::ErrorKind::UnexpectedEof),
             }),
         }
     }
@@ -171,6 +205,74 @@ mod tests {
             err.to_string()
                 .starts_with("cannot open /nonexistent/btrsend-test: ")
         );
+    }
+
+    /// The hint of a permission error on a block device names root and the
+    /// group owning the node (`disk` here, as udev makes it).
+    #[test]
+    fn permission_error_on_a_block_device_says_what_is_needed() {
+        use rustix::fs::{CWD, FileType, Mode};
+        if !rustix::process::geteuid().is_root() {
+            eprintln!(
+                "=== SKIPPED permission_error_on_a_block_device_says_what_is_needed: \
+                 needs root (mknod) ==="
+            );
+            return;
+        }
+        let Some(disk) = group_id("disk") else {
+            eprintln!(
+                "=== SKIPPED permission_error_on_a_block_device_says_what_is_needed: no group disk ==="
+            );
+            return;
+        };
+        let tmp = tempfile::tempdir().unwrap();
+        let node = tmp.path().join("loop200");
+        // A node for loop device 200 (7:200); never opened.
+        let dev = (7 << 8) | 200;
+        rustix::fs::mknodat(
+            CWD,
+            &node,
+            FileType::BlockDevice,
+            Mode::from_raw_mode(0o660),
+            dev,
+        )
+        .unwrap();
+        rustix::fs::chown(&node, None, Some(rustix::fs::Gid::from_raw(disk))).unwrap();
+        let denied = io::Error::from_raw_os_error(13);
+        let e = Error::Open {
+            hint: permission_hint(&node, &denied),
+            device: node.clone(),
+            error: denied,
+        };
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "cannot open {}: Permission denied (os error 13): reading a block device needs \
+                 root, or read access to the device: membership in its group `disk` (e.g. \
+                 `usermod -aG disk USER`, then log in again)",
+                node.display()
+            )
+        );
+        // An image file: the OS error says it all.
+        let file = tmp.path().join("img");
+        std::fs::write(&file, b"x").unwrap();
+        assert_eq!(
+            permission_hint(&file, &io::Error::from_raw_os_error(13)),
+            None
+        );
+        // Another error: no hint.
+        assert_eq!(
+            permission_hint(&node, &io::Error::from_raw_os_error(2)),
+            None
+        );
+    }
+
+    fn group_id(name: &str) -> Option<u32> {
+        let text = std::fs::read_to_string("/etc/group").ok()?;
+        text.lines().find_map(|l| {
+            let f: Vec<&str> = l.split(':').collect();
+            (f.first() == Some(&name)).then(|| f.get(2)?.parse().ok())?
+        })
     }
 
     #[test]

@@ -7,13 +7,20 @@
 //! conventions: lowercase, no trailing period, what then where, e.g.
 //! `corrupt leaf at logical 30408704 (tree 5): item 12 ends at 16400, past
 //! leaf end 16283`.
+//!
+//! Every message is complete on its own: a cause (an OS error, a corrupt
+//! block behind a send error) is part of the message and is *not* also
+//! returned by `source()`, since `main` prints `{err:#}`, which appends each
+//! `source()` — a cause in both places would be printed twice. The errors of
+//! the whole workspace follow this rule; `tests/integration/corruption.rs`
+//! checks it on thousands of damaged images.
 
 use std::fmt;
 use std::io;
 use std::path::PathBuf;
 
 use crate::csum::{Csum, CsumType};
-use crate::tree::key::Key;
+use crate::key::Key;
 use crate::types::{DevId, Generation, Logical, Physical, TreeId, Uuid};
 
 /// Result with the core [`Error`].
@@ -24,26 +31,62 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[non_exhaustive]
 pub enum Error {
     /// A device could not be opened.
-    #[error("cannot open {}: {source}", device.display())]
+    #[error("cannot open {}: {error}{}", device.display(), Hint(hint.as_deref()))]
     Open {
         /// The path given.
         device: PathBuf,
-        /// What the OS said.
-        source: io::Error,
+        /// What the OS said (part of the message, not a `source()`).
+        error: io::Error,
+        /// What would make it work (for a permission error on a block
+        /// device: root, or read access through the group owning it).
+        hint: Option<String>,
     },
     /// A read failed (or hit the end of the device).
-    #[error("read error on {} at physical {offset}: {source}", device.display())]
+    #[error("read error on {} at physical {offset}: {error}", device.display())]
     Io {
         /// The device.
         device: PathBuf,
         /// Where the read started.
         offset: Physical,
-        /// What the OS said.
-        source: io::Error,
+        /// What the OS said (part of the message, not a `source()`).
+        error: io::Error,
     },
-    /// The filesystem is damaged (or not btrfs).
+    /// The filesystem is damaged.
     #[error(transparent)]
     Corrupt(Box<Corrupt>),
+    /// The device or image holds no btrfs: no superblock copy carries the
+    /// magic, or it is too short to hold the primary copy.
+    #[error("not a btrfs filesystem: {} ({why})", device.display())]
+    NotBtrfs {
+        /// The device.
+        device: PathBuf,
+        /// What was found instead.
+        why: NotBtrfs,
+    },
+    /// Every superblock copy of a device is bad (at least one looks like
+    /// btrfs): each copy's failure, primary first.
+    #[error(
+        "every superblock copy on {} is bad: {}",
+        device.display(),
+        SuperCopies(copies)
+    )]
+    Superblocks {
+        /// The device.
+        device: PathBuf,
+        /// Where each copy was read and why it was refused.
+        copies: Vec<(Physical, Error)>,
+    },
+    /// Every copy of a tree block is bad: each copy's failure, in copy
+    /// order (DUP and RAID1 keep two or more).
+    #[error("{}", BlockCopies(*logical, *tree, failures))]
+    TreeBlockCopies {
+        /// The block.
+        logical: Logical,
+        /// The tree being read.
+        tree: TreeId,
+        /// Why each copy was refused, copy 1 first.
+        failures: Vec<Error>,
+    },
     /// The filesystem is valid but uses something not handled.
     #[error(transparent)]
     Unsupported(Unsupported),
@@ -73,6 +116,120 @@ impl Error {
         match self {
             Error::Corrupt(c) => Some(c),
             _ => None,
+        }
+    }
+}
+
+/// Why a device is not btrfs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum NotBtrfs {
+    /// Shorter than the end of the primary superblock.
+    TooShort {
+        /// Its size in bytes.
+        size: u64,
+    },
+    /// No copy that fits on the device has the magic.
+    NoMagic {
+        /// Where the copies were looked for.
+        copies: Vec<Physical>,
+    },
+}
+
+impl fmt::Display for NotBtrfs {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NotBtrfs::TooShort { size } => write!(
+                f,
+                "{size} bytes, too short to hold a superblock: the primary copy ends at byte 69632"
+            ),
+            NotBtrfs::NoMagic { copies } => {
+                f.write_str("no btrfs superblock magic at physical ")?;
+                for (i, p) in copies.iter().enumerate() {
+                    match i {
+                        0 => {}
+                        i if i + 1 == copies.len() => f.write_str(" or ")?,
+                        _ => f.write_str(", ")?,
+                    }
+                    write!(f, "{p}")?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// One copy's failure without the location the outer message already
+/// gives: the corruption kind for a corruption of that very place, else the
+/// whole error.
+fn fmt_copy_failure(f: &mut fmt::Formatter<'_>, e: &Error, same_place: bool) -> fmt::Result {
+    match e {
+        Error::Corrupt(c) if same_place => write!(f, "{}", c.kind),
+        e => write!(f, "{e}"),
+    }
+}
+
+/// `primary at physical 65536: …; mirror 1 at physical 67108864: …`.
+struct SuperCopies<'a>(&'a [(Physical, Error)]);
+
+impl fmt::Display for SuperCopies<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, (physical, e)) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str("; ")?;
+            }
+            match i {
+                0 => write!(f, "primary at physical {physical}: ")?,
+                i => write!(f, "mirror {i} at physical {physical}: ")?,
+            }
+            let same = matches!(e, Error::Corrupt(c)
+                if matches!(&c.location, Location::Superblock { physical: p, .. } if p == physical));
+            fmt_copy_failure(f, e, same)?;
+        }
+        Ok(())
+    }
+}
+
+/// `all 2 copies of tree block at logical L (tree T) are bad: copy 1: …;
+/// copy 2: …`, or when every copy failed alike, that failure once and
+/// `(the same in all 2 copies)`.
+struct BlockCopies<'a>(Logical, TreeId, &'a [Error]);
+
+impl fmt::Display for BlockCopies<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let n = self.2.len();
+        let texts: Vec<String> = self.2.iter().map(ToString::to_string).collect();
+        if let Some(first) = texts.first()
+            && texts.iter().all(|t| t == first)
+        {
+            return write!(f, "{first} (the same in all {n} copies)");
+        }
+        write!(
+            f,
+            "all {n} copies of tree block at logical {} (tree {}) are bad: ",
+            self.0, self.1
+        )?;
+        for (i, e) in self.2.iter().enumerate() {
+            if i > 0 {
+                f.write_str("; ")?;
+            }
+            write!(f, "copy {}: ", i.saturating_add(1))?;
+            let same = matches!(e, Error::Corrupt(c)
+                if matches!(c.location, Location::TreeBlock { logical, .. } if logical == self.0));
+            fmt_copy_failure(f, e, same)?;
+        }
+        Ok(())
+    }
+}
+
+/// `: HINT`, or nothing.
+struct Hint<'a>(Option<&'a str>);
+
+impl fmt::Display for Hint<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Some(h) => write!(f, ": {h}"),
+            None => Ok(()),
         }
     }
 }
@@ -408,6 +565,43 @@ pub enum CorruptKind {
         /// What the decoder said.
         reason: String,
     },
+    /// A DIR_ITEM or XATTR_ITEM whose key offset is not the hash of its
+    /// name (kernel tree-checker: "name hash mismatch with key").
+    #[error(
+        "name hash mismatch: key offset {found:#x}, but the name \"{name}\" hashes to {expected:#x}"
+    )]
+    NameHash {
+        /// The key offset.
+        found: u64,
+        /// The hash of the name.
+        expected: u64,
+        /// The name, escaped.
+        name: String,
+    },
+    /// A field that must be a multiple of the sector size.
+    #[error("unaligned {field} {value}: must be a multiple of the sector size {align}")]
+    Unaligned {
+        /// The field.
+        field: &'static str,
+        /// Its value.
+        value: u64,
+        /// The sector size.
+        align: u32,
+    },
+    /// A generation newer than the filesystem's last commit allows.
+    #[error(
+        "{what} {found} is newer than the filesystem: the superblock's generation is \
+         {super_generation}, so at most {} is possible",
+        super_generation.0.saturating_add(1)
+    )]
+    TooNew {
+        /// The field.
+        what: &'static str,
+        /// Its value.
+        found: Generation,
+        /// The superblock's generation.
+        super_generation: Generation,
+    },
     /// A reference chain that loops or is too deep.
     #[error("{what} loop at objectid {objectid}")]
     Loop {
@@ -562,7 +756,7 @@ mod tests {
         let e = Error::Io {
             device: "/dev/sdx".into(),
             offset: Physical(65536),
-            source: io::Error::from(io::ErrorKind::UnexpectedEof),
+            error: io::Error::from(io::ErrorKind::UnexpectedEof),
         };
         assert_eq!(
             e.to_string(),

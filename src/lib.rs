@@ -25,6 +25,7 @@ pub mod csum;
 pub mod device;
 pub mod error;
 pub mod fs;
+pub mod key;
 pub mod ondisk;
 pub mod superblock;
 pub mod tree;

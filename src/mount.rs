@@ -24,14 +24,14 @@ const SUBVOL_ROOT_INO: u64 = 256;
 #[non_exhaustive]
 pub enum MountError {
     /// A file could not be read or a path resolved.
-    #[error("{what} {}: {source}", path.display())]
+    #[error("{what} {}: {error}", path.display())]
     Io {
         /// What was being done.
         what: &'static str,
         /// The path.
         path: PathBuf,
-        /// The error.
-        source: io::Error,
+        /// The error (part of the message, not a `source()`).
+        error: io::Error,
     },
     /// The path lies on another kind of filesystem.
     #[error(
@@ -111,10 +111,10 @@ impl MountedSubvol {
 
 /// `syncfs` the filesystem mounted at `mount_point`.
 fn syncfs(mount_point: &Path) -> Result<(), MountError> {
-    let err = |source| MountError::Io {
+    let err = |error| MountError::Io {
         what: "cannot sync the filesystem mounted at",
         path: mount_point.to_path_buf(),
-        source,
+        error,
     };
     let dir = File::open(mount_point).map_err(err)?;
     rustix::fs::syncfs(&dir).map_err(|e| err(e.into()))
@@ -281,21 +281,21 @@ fn sysfs_devices(sysfs: &Path, dev: &Path) -> Option<(String, Vec<PathBuf>)> {
 /// [`MountError`]: the path does not exist, is not on btrfs, is not a
 /// subvolume root, or mountinfo cannot be read.
 pub fn resolve(path: &Path) -> Result<MountedSubvol, MountError> {
-    let resolved = std::fs::canonicalize(path).map_err(|source| MountError::Io {
+    let resolved = std::fs::canonicalize(path).map_err(|error| MountError::Io {
         what: "cannot resolve",
         path: path.to_path_buf(),
-        source,
+        error,
     })?;
-    let meta = std::fs::metadata(&resolved).map_err(|source| MountError::Io {
+    let meta = std::fs::metadata(&resolved).map_err(|error| MountError::Io {
         what: "cannot stat",
         path: resolved.clone(),
-        source,
+        error,
     })?;
     let info = Path::new("/proc/self/mountinfo");
-    let text = std::fs::read_to_string(info).map_err(|source| MountError::Io {
+    let text = std::fs::read_to_string(info).map_err(|error| MountError::Io {
         what: "cannot read",
         path: info.to_path_buf(),
-        source,
+        error,
     })?;
     let mounts = parse_mountinfo(&text);
     let mount = covering_mount(&mounts, &resolved).ok_or_else(|| MountError::NoMount {
@@ -430,10 +430,10 @@ pub fn mounted_filesystem_of(path: &Path) -> Result<Option<MountedFs>, MountErro
         let mut list: Vec<PathBuf> = names.iter().map(|n| Path::new("/dev").join(n)).collect();
         list.sort();
         let info = Path::new("/proc/self/mountinfo");
-        let text = std::fs::read_to_string(info).map_err(|source| MountError::Io {
+        let text = std::fs::read_to_string(info).map_err(|error| MountError::Io {
             what: "cannot read",
             path: info.to_path_buf(),
-            source,
+            error,
         })?;
         let mount = parse_mountinfo(&text).into_iter().find(|m| {
             m.fstype == "btrfs"
@@ -471,10 +471,10 @@ pub fn is_block_device(path: &Path) -> bool {
 /// A device cannot be opened or the advice is refused.
 pub fn drop_page_cache(devices: &[PathBuf]) -> Result<(), MountError> {
     for dev in devices {
-        let err = |source| MountError::Io {
+        let err = |error| MountError::Io {
             what: "cannot drop the page cache of",
             path: dev.clone(),
-            source,
+            error,
         };
         let f = File::open(dev).map_err(err)?;
         rustix::fs::fadvise(&f, 0, None, rustix::fs::Advice::DontNeed)

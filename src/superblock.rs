@@ -13,7 +13,7 @@ use zerocopy::FromBytes;
 
 use crate::csum::{Csum, CsumType};
 use crate::device::Device;
-use crate::error::{CorruptKind, Error, Location, Notice, Result, Unsupported};
+use crate::error::{CorruptKind, Error, Location, NotBtrfs, Notice, Result, Unsupported};
 use crate::ondisk::{self, SuperBlock};
 use crate::types::{DevId, Generation, Logical, Physical, Uuid};
 
@@ -134,7 +134,9 @@ impl Superblock {
                 found: raw.magic.get(),
             }));
         }
-        let csum_type = CsumType::from_raw(raw.csum_type.get())?;
+        let csum_type = CsumType::from_raw(raw.csum_type.get()).ok_or(Error::Unsupported(
+            Unsupported::CsumType(raw.csum_type.get()),
+        ))?;
         // OK to index: `raw` is 4096 bytes, so `bytes` is too.
         let covered = bytes.get(ondisk::BTRFS_CSUM_SIZE..).unwrap_or_default();
         if let Err(computed) = csum_type.verify(&raw.csum, covered) {
@@ -387,37 +389,76 @@ pub fn read_copy(dev: &dyn Device, mirror: u32) -> Result<Superblock> {
 ///
 /// # Errors
 ///
-/// The primary's error when no copy is valid.
+/// [`Error::NotBtrfs`] when the device is too short to hold the primary
+/// copy or no copy carries the btrfs magic; the copy's own error when it is
+/// the only one that fits on the device; else [`Error::Superblocks`], naming
+/// each copy's failure.
 pub fn read_superblock(dev: &dyn Device) -> Result<(Superblock, Option<Notice>)> {
+    let not_btrfs = |why| Error::NotBtrfs {
+        device: dev.path().to_path_buf(),
+        why,
+    };
+    let fits = |mirror: u32| {
+        super_offset(mirror)
+            .get()
+            .checked_add(len64(ondisk::BTRFS_SUPER_INFO_SIZE))
+            .is_some_and(|end| end <= dev.size())
+    };
+    if !fits(0) {
+        return Err(not_btrfs(NotBtrfs::TooShort { size: dev.size() }));
+    }
     let primary_err = match read_copy(dev, 0) {
         Ok(sb) => return Ok((sb, None)),
-        // Not even 68 KiB readable: no mirror can be there either.
-        Err(e @ Error::Io { .. }) => return Err(e),
         Err(e) => e,
     };
+    let mut failures = vec![(super_offset(0), primary_err)];
     let mut best: Option<Superblock> = None;
     for mirror in 1..ondisk::BTRFS_SUPER_MIRROR_MAX {
-        let end = super_offset(mirror).get().checked_add(4096);
-        if end.is_none_or(|end| end > dev.size()) {
+        if !fits(mirror) {
             break;
         }
-        if let Ok(sb) = read_copy(dev, mirror)
-            && best.as_ref().is_none_or(|b| sb.generation > b.generation)
-        {
-            best = Some(sb);
+        match read_copy(dev, mirror) {
+            Ok(sb) => {
+                if best.as_ref().is_none_or(|b| sb.generation > b.generation) {
+                    best = Some(sb);
+                }
+            }
+            Err(e) => failures.push((super_offset(mirror), e)),
         }
     }
-    match best {
-        Some(sb) => {
-            let notice = Notice::SuperblockMirror {
-                device: dev.path().to_path_buf(),
-                mirror: sb.bytenr,
-                reason: primary_err.to_string(),
-            };
-            Ok((sb, Some(notice)))
-        }
-        None => Err(primary_err),
+    if let Some(sb) = best {
+        let (_, primary_err) = failures.swap_remove(0);
+        let reason = match primary_err {
+            Error::Corrupt(c) => c.kind.to_string(),
+            e => e.to_string(),
+        };
+        let notice = Notice::SuperblockMirror {
+            device: dev.path().to_path_buf(),
+            mirror: sb.bytenr,
+            reason,
+        };
+        return Ok((sb, Some(notice)));
     }
+    let no_magic = failures.iter().all(|(_, e)| {
+        matches!(e.as_corrupt(), Some(c) if matches!(c.kind, CorruptKind::BadMagic { .. }))
+    });
+    if no_magic {
+        return Err(not_btrfs(NotBtrfs::NoMagic {
+            copies: failures.iter().map(|(p, _)| *p).collect(),
+        }));
+    }
+    if failures.len() == 1 {
+        let (_, e) = failures.swap_remove(0);
+        return Err(e);
+    }
+    Err(Error::Superblocks {
+        device: dev.path().to_path_buf(),
+        copies: failures,
+    })
+}
+
+fn len64(n: usize) -> u64 {
+    u64::try_from(n).unwrap_or(u64::MAX)
 }
 
 #[cfg(test)]
@@ -542,6 +583,14 @@ mod tests {
     }
 
     #[test]
+    fn unknown_checksum_type_is_unsupported() {
+        // csum_type (u16 at 0xc4) 9, resealed with crc32c as if it were.
+        let e = parse(&patched(0xc4, &9u16.to_le_bytes(), true)).unwrap_err();
+        assert!(matches!(e, Error::Unsupported(_)), "{e:?}");
+        assert_eq!(e.to_string(), "unsupported checksum type 9");
+    }
+
+    #[test]
     fn bad_nodesize() {
         let e = parse(&patched(0x94, &12288u32.to_le_bytes(), true)).unwrap_err();
         assert_eq!(
@@ -650,15 +699,85 @@ mod tests {
         );
         let msg = notice.unwrap().to_string();
         assert!(
-            msg.starts_with("primary superblock on mem is bad (corrupt superblock on mem at physical 65536: crc32c checksum mismatch"),
+            msg.starts_with(
+                "primary superblock on mem is bad (crc32c checksum mismatch: stored 0x"
+            ),
             "{msg}"
         );
         assert!(
             msg.ends_with("; using the mirror at physical 67108864"),
             "{msg}"
         );
+    }
+
+    /// The stored and computed crc32c of a copy `image_with` spoilt.
+    fn spoilt_csums(dev: &MemDevice, mirror: u32) -> (String, String) {
+        let mut b = vec![0u8; 4096];
+        dev.read_at(&mut b, super_offset(mirror)).unwrap();
+        // Printed as dump-super prints them: the stored bytes in order; the
+        // standard CRC-32C of the covered bytes (crate crc32c) stored
+        // little-endian.
+        let hex = |bytes: &[u8]| {
+            let digits: String = bytes.iter().map(|x| format!("{x:02x}")).collect();
+            format!("0x{digits}")
+        };
+        (hex(&b[..4]), hex(&crc32c::crc32c(&b[32..]).to_le_bytes()))
+    }
+
+    #[test]
+    fn every_bad_copy_is_named() {
         let dev = image_with(&[(0, 0), (1, 0)]);
-        let e = read_superblock(&dev).unwrap_err();
-        assert!(e.to_string().contains("at physical 65536"), "{e}");
+        let (s0, c0) = spoilt_csums(&dev, 0);
+        let (s1, c1) = spoilt_csums(&dev, 1);
+        assert_eq!(
+            read_superblock(&dev).unwrap_err().to_string(),
+            format!(
+                "every superblock copy on mem is bad: primary at physical 65536: crc32c checksum \
+                 mismatch: stored {s0}, computed {c0}; mirror 1 at physical 67108864: crc32c \
+                 checksum mismatch: stored {s1}, computed {c1}"
+            )
+        );
+        // A device holding only the primary: its own error.
+        let mut small = vec![0u8; 1 << 20];
+        small[65536..65536 + 4096].copy_from_slice(&patched(0x12B, b"x", false));
+        let e = read_superblock(&MemDevice::new(small, "mem")).unwrap_err();
+        assert!(
+            e.to_string().starts_with(
+                "corrupt superblock on mem at physical 65536: crc32c checksum mismatch: stored 0x"
+            ),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn not_btrfs() {
+        let e = read_superblock(&MemDevice::new(vec![0; 1000], "short.img")).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "not a btrfs filesystem: short.img (1000 bytes, too short to hold a superblock: \
+             the primary copy ends at byte 69632)"
+        );
+        let e = read_superblock(&MemDevice::new(vec![0; 69631], "short.img")).unwrap_err();
+        assert!(e.to_string().contains("(69631 bytes, too short"), "{e}");
+        let e = read_superblock(&MemDevice::new(vec![0; 69632], "zero.img")).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "not a btrfs filesystem: zero.img (no btrfs superblock magic at physical 65536)"
+        );
+        let e = read_superblock(&image_with(&[])).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "not a btrfs filesystem: mem (no btrfs superblock magic at physical 65536 or 67108864)"
+        );
+        // One copy with the magic: corrupt, not "not btrfs".
+        let e = read_superblock(&image_with(&[(1, 0)])).unwrap_err();
+        assert!(
+            e.to_string().starts_with(
+                "every superblock copy on mem is bad: primary at physical 65536: bad magic \
+                 0x0000000000000000, expected _BHRfS_M; mirror 1 at physical 67108864: crc32c \
+                 checksum mismatch: stored 0x"
+            ),
+            "{e}"
+        );
     }
 }

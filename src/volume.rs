@@ -167,6 +167,7 @@ impl Volume {
             csum_type: newest.csum_type,
             metadata_uuid: newest.metadata_uuid,
             chunk_tree_uuid: None,
+            super_generation: newest.generation,
         };
         // The chunk tree is read once, before the cache exists: directly
         // through the bootstrap map.
@@ -786,19 +787,19 @@ impl Io {
     /// Read and verify a tree block, trying every copy (uncached).
     fn read_block(&self, expect: &BlockExpect) -> Result<TreeBlock> {
         let nodesize = usize::try_from(self.check.nodesize).unwrap_or(usize::MAX);
-        let mut first_err = None;
+        let mut failures = Vec::new();
         for copy in 0..self.lookup(expect.logical)?.num_copies() {
             let mut buf = BlockBuf::new(nodesize);
             if let Err(e) = self.read_copy(expect.logical, &mut buf, copy) {
-                keep_most_telling(&mut first_err, e);
+                failures.push(e);
                 continue;
             }
             match TreeBlock::new(Arc::new(buf), &self.check, expect) {
                 Ok(block) => return Ok(block),
-                Err(e) => keep_most_telling(&mut first_err, e),
+                Err(e) => failures.push(e),
             }
         }
-        Err(first_err.unwrap_or_else(|| unmapped(expect.logical)))
+        Err(copies_failed(expect, failures))
     }
 }
 
@@ -835,6 +836,29 @@ fn fits(block: &TreeBlock, expect: &BlockExpect) -> bool {
     block.tree() == expect.tree
         && node.level() == expect.level
         && expect.first_key.is_none_or(|k| node.key(0) == Some(k))
+}
+
+/// The error of a tree block no copy could give: the one failure, or each
+/// copy's (a copy on a missing device says which device) — but when every
+/// copy is on a missing device, the first of them: giving the devices is
+/// what helps.
+fn copies_failed(expect: &BlockExpect, mut failures: Vec<Error>) -> Error {
+    if failures.len() > 1
+        && failures
+            .iter()
+            .all(|e| matches!(e, Error::MissingDevice { .. }))
+    {
+        failures.truncate(1);
+    }
+    match failures.len() {
+        0 => unmapped(expect.logical),
+        1 => failures.swap_remove(0),
+        _ => Error::TreeBlockCopies {
+            logical: expect.logical,
+            tree: expect.tree,
+            failures,
+        },
+    }
 }
 
 /// Keep the first error, but prefer any error over "missing device" (a

@@ -30,6 +30,9 @@ pub struct Cli {
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Store snapshots in a backup repository (a directory), verify and
+    /// restore them.
+    Backup(cmd::backup::BackupArgs),
     /// Print the commands of a send stream in the format of `btrfs receive --dump`.
     Dump(cmd::dump::DumpArgs),
     /// List the subvolumes of a filesystem, read straight from its devices.

@@ -5,7 +5,11 @@
 //! | --- | --- |
 //! | 0 | success |
 //! | 1 | the operation failed: bad input, an I/O error, a corrupt stream or filesystem, a closed pipe during `send` or `receive` |
-//! | 2 | usage error: a bad command line, or options that conflict (clap's code for its own errors) |
+//! | 2 | usage error: a bad command line, options that conflict (clap's code for its own errors), or `backup forget` with an empty policy |
+//! | 3 | `backup run`/`import`: some snapshots were stored and some failed |
+//! | 10 | `backup`: the repository is missing or unreachable |
+//! | 11 | `backup`: the repository's lock is held |
+//! | 12 | `backup verify`: damage found |
 //! | 130 | interrupted by SIGINT (Ctrl-C); 143 by SIGTERM |
 
 use std::fmt;
@@ -36,6 +40,14 @@ pub enum Exit {
     Usage,
     /// 128 + the signal number: stopped by SIGINT (130) or SIGTERM (143).
     Signal(u8),
+    /// 3: some snapshots were stored and some failed.
+    Partial,
+    /// 10: the repository is missing or unreachable.
+    RepoMissing,
+    /// 11: the repository's lock is held.
+    LockHeld,
+    /// 12: verify found damage.
+    Damage,
 }
 
 impl Exit {
@@ -46,10 +58,23 @@ impl Exit {
     /// is a usage error, everything else a failure.
     pub fn from_error(err: &anyhow::Error) -> Exit {
         if err.chain().any(|e| e.is::<UsageError>()) {
-            Exit::Usage
-        } else {
-            Exit::Failure
+            return Exit::Usage;
         }
+        for cause in err.chain() {
+            if let Some(w) = cause.downcast_ref::<ExitWith>() {
+                return w.code;
+            }
+            if let Some(b) = cause.downcast_ref::<btrsend::backup::BackupError>() {
+                return crate::cmd::backup::exit_of(b);
+            }
+        }
+        Exit::Failure
+    }
+
+    /// Whether the error behind this code still has to be printed.
+    pub fn prints(err: &anyhow::Error) -> bool {
+        !err.chain()
+            .any(|c| c.downcast_ref::<ExitWith>().is_some_and(|w| w.quiet))
     }
 
     /// The numeric status.
@@ -59,6 +84,10 @@ impl Exit {
             Exit::Failure | Exit::Quiet => 1,
             Exit::Usage => 2,
             Exit::Signal(n) => n,
+            Exit::Partial => 3,
+            Exit::RepoMissing => 10,
+            Exit::LockHeld => 11,
+            Exit::Damage => 12,
         }
     }
 }
@@ -68,6 +97,45 @@ impl From<Exit> for ExitCode {
         ExitCode::from(e.code())
     }
 }
+
+/// An error that carries its exit code; `quiet` when what went wrong has
+/// been printed already.
+#[derive(Debug)]
+pub struct ExitWith {
+    /// The exit code.
+    pub code: Exit,
+    /// Nothing more to print.
+    pub quiet: bool,
+    msg: String,
+}
+
+impl ExitWith {
+    /// An error with this message and code.
+    pub fn new(code: Exit, msg: String) -> ExitWith {
+        ExitWith {
+            code,
+            quiet: false,
+            msg,
+        }
+    }
+
+    /// An error that was reported already.
+    pub fn quiet(code: Exit) -> ExitWith {
+        ExitWith {
+            code,
+            quiet: true,
+            msg: String::new(),
+        }
+    }
+}
+
+impl fmt::Display for ExitWith {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.msg)
+    }
+}
+
+impl std::error::Error for ExitWith {}
 
 /// A command line that parsed but asks for something impossible, e.g.
 /// options that conflict: exit status 2, like clap's own errors.

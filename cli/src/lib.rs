@@ -6,4 +6,5 @@ pub mod cmd;
 pub mod exit;
 pub mod man;
 pub mod progress;
+pub mod repository_man;
 pub mod signal;

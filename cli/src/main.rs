@@ -17,7 +17,7 @@ fn main() -> ExitCode {
         Ok(()) => Exit::Success.into(),
         Err(err) => {
             let code = Exit::from_error(&err);
-            if code != Exit::Quiet {
+            if code != Exit::Quiet && Exit::prints(&err) {
                 eprintln!("btrsend: error: {err:#}");
             }
             code.into()
@@ -30,6 +30,7 @@ fn main() -> ExitCode {
 /// other's dispatch.
 fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
+        Command::Backup(a) => cmd::backup::run(&a),
         Command::Dump(a) => cmd::dump::run(&a),
         Command::List(a) => cmd::list::run(&a),
         Command::Send(a) => cmd::send::run(&a),

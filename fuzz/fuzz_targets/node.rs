@@ -44,6 +44,7 @@ fuzz_target!(|data: &[u8]| {
         csum_type,
         metadata_uuid: fsid,
         chunk_tree_uuid: (flags & 4 != 0).then_some(chunk_uuid),
+        super_generation: Generation(u64_at(head, 16)),
     };
     let tree = match head[3] % 6 {
         0 => 1,

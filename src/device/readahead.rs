@@ -513,7 +513,7 @@ mod tests {
                 return Err(Error::Io {
                     device: "test".into(),
                     offset: Physical(*job),
-                    source: io::Error::other("boom"),
+                    error: io::Error::other("boom"),
                 });
             }
             Ok(Arc::from(vec![u8::try_from(job % 256).unwrap(); 100]))

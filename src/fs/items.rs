@@ -692,9 +692,7 @@ impl FileExtent {
 /// The hash of a DIR_ITEM or XATTR_ITEM name (the key offset):
 /// `crc32c(~1, name)` without the final inversion (`btrfs_name_hash`).
 pub fn name_hash(name: &[u8]) -> u64 {
-    // The crate's crc32c_append(c, d) is !raw(!c, d), so raw(!1, d) is
-    // !crc32c_append(1, d).
-    u64::from(!crc32c::crc32c_append(1, name))
+    crate::tree::check::name_hash(name)
 }
 
 /// The key offset of an INODE_EXTREF (`btrfs_extref_hash`): the raw crc32c

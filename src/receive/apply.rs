@@ -446,7 +446,9 @@ impl<'p> Receiver<'p> {
     pub fn apply(&mut self, info: &CommandInfo, cmd: &Command<'_>) -> Result<(), Box<ApplyError>> {
         let op = cmd.kind().map_or("unknown", CommandKind::name);
         self.info = Some(*info);
-        let Err(kind) = self.dispatch(cmd) else {
+        // Out-of-range offsets and sizes first (CLONE names its source
+        // below as path2 anyway).
+        let Err(kind) = file_ranges(cmd, &mut None).and_then(|()| self.dispatch(cmd)) else {
             return Ok(());
         };
         let path = cmd.path().map(<[u8]>::to_vec).unwrap_or_default();
@@ -1355,7 +1357,20 @@ impl<'p> Receiver<'p> {
         };
         match created {
             Ok(()) => {}
-            Err(rustix::io::Errno::EXIST) => return Err(ApplyErrorKind::Exists),
+            Err(rustix::io::Errno::EXIST) => {
+                let incomplete = self.records.list().is_ok_and(|l| {
+                    l.iter()
+                        .any(|r| r.name == name && r.state != State::Complete)
+                });
+                return Err(if incomplete {
+                    ApplyErrorKind::ExistsIncomplete {
+                        dir: self.dir.display_path(name),
+                        record: self.records.path_of(name),
+                    }
+                } else {
+                    ApplyErrorKind::Exists
+                });
+            }
             Err(e) => return Err(e.into()),
         }
         let record = Record {
@@ -1367,8 +1382,17 @@ impl<'p> Receiver<'p> {
         };
         // A subvolume keeps its received UUID in its root item (set at its
         // end); a directory needs a record, incomplete until its end.
-        if self.btrfs.is_none() {
-            self.records.write(&self.dir, &record)?;
+        if self.btrfs.is_none()
+            && let Err(e) = self.records.write(&self.dir, &record)
+        {
+            // Nothing was received: leave nothing behind (the directory is
+            // empty, just made).
+            let _ = rustix::fs::unlinkat(
+                self.dir.fd(),
+                std::ffi::OsStr::from_bytes(name),
+                rustix::fs::AtFlags::REMOVEDIR,
+            );
+            return Err(ApplyErrorKind::RecordWrite(e));
         }
         let target = self.dir.target(name)?;
         self.progress.subvol_start(name, parent.is_some());
@@ -1481,6 +1505,55 @@ fn remove_under(files: &mut BTreeMap<Vec<u8>, LaneFile>, path: &[u8]) -> Vec<(Ve
         }
     }
     out
+}
+
+/// The largest file offset (and size) a file can have: `loff_t` is signed.
+const MAX_FILE_OFFSET: u64 = i64::MAX.unsigned_abs();
+
+/// Refuse a TRUNCATE size, or a WRITE, CLONE, FALLOCATE or ENCODED_WRITE
+/// range, that reaches past the largest file offset, with a message naming
+/// the field (the caller adds the command, its stream offset and the path),
+/// instead of the conversion error the system call wrapper would give.
+/// For CLONE, `path2` gets the source path the message names.
+fn file_ranges(cmd: &Command<'_>, path2: &mut Option<Vec<u8>>) -> Result<(), ApplyErrorKind> {
+    use Command as C;
+    let data_len = |d: &[u8]| u64::try_from(d.len()).unwrap_or(u64::MAX);
+    let checks: Vec<(&str, u64, u64)> = match cmd {
+        C::Truncate { size, .. } => vec![("size", *size, 0)],
+        C::Write { offset, data, .. } => vec![("offset", *offset, data_len(&data[..]))],
+        C::Clone {
+            offset,
+            len,
+            clone_offset,
+            ..
+        } => vec![
+            ("offset", *offset, *len),
+            ("clone offset", *clone_offset, *len),
+        ],
+        C::Fallocate { offset, size, .. } => vec![("offset", *offset, *size)],
+        C::EncodedWrite {
+            offset,
+            unencoded_file_len,
+            ..
+        } => vec![("offset", *offset, *unencoded_file_len)],
+        _ => Vec::new(),
+    };
+    for (what, at, len) in checks {
+        if at.checked_add(len).is_none_or(|end| end > MAX_FILE_OFFSET) {
+            let range = if len == 0 {
+                format!("{what} {at}")
+            } else {
+                format!("{what} {at} + length {len}")
+            };
+            if let C::Clone { clone_path, .. } = cmd {
+                *path2 = Some(clone_path.to_vec());
+            }
+            return Err(ApplyErrorKind::Invalid(format!(
+                "{range} is past the largest file offset {MAX_FILE_OFFSET} (2^63 - 1)"
+            )));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

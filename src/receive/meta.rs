@@ -271,6 +271,10 @@ impl Records {
             )?;
             Ok(())
         })();
+        if res.is_err() {
+            // No temporary record left behind (e.g. 0 bytes on a full disk).
+            let _ = rustix::fs::unlinkat(fd, OsStr::from_bytes(&tmp), rustix::fs::AtFlags::empty());
+        }
         res.map_err(|e| with_path(e, &path))
     }
 

@@ -125,6 +125,18 @@ pub enum ApplyErrorKind {
     NoSubvol,
     /// SUBVOL / SNAPSHOT: `DIR/<name>` exists already.
     Exists,
+    /// SUBVOL / SNAPSHOT: `DIR/<name>` exists already and its record says
+    /// an earlier receive of it did not finish.
+    ExistsIncomplete {
+        /// `DIR/<name>`.
+        dir: PathBuf,
+        /// Its record.
+        record: PathBuf,
+    },
+    /// SUBVOL / SNAPSHOT: the record of the new subvolume could not be
+    /// written (e.g. the disk is full); the new, empty `DIR/<name>` and the
+    /// temporary record were removed again.
+    RecordWrite(io::Error),
     /// No received subvolume has this UUID.
     ParentMissing {
         /// The UUID asked for.
@@ -202,6 +214,20 @@ impl fmt::Display for ApplyErrorKind {
             ApplyErrorKind::Target(e) => e.fmt(f),
             ApplyErrorKind::NoSubvol => f.write_str("no SUBVOL or SNAPSHOT command before it"),
             ApplyErrorKind::Exists => f.write_str("subvolume directory exists already"),
+            ApplyErrorKind::ExistsIncomplete { dir, record } => write!(
+                f,
+                "subvolume directory exists already, and its record {} says it is incomplete \
+                 (an earlier receive was interrupted or failed): to receive it again, delete \
+                 {} and {}",
+                record.display(),
+                dir.display(),
+                record.display()
+            ),
+            ApplyErrorKind::RecordWrite(e) => write!(
+                f,
+                "cannot write the subvolume's record: {e} (nothing was received: the new \
+                 subvolume directory was removed again)"
+            ),
             ApplyErrorKind::ParentMissing { uuid, ctransid, parent } => write!(
                 f,
                 "cannot find {} with uuid {uuid} ctransid {ctransid}: it was not received into this directory",
@@ -831,7 +857,7 @@ fn decode_and_apply_from(
                         read_payload(input, &info).map_err(|source| ReceiveError::Stream {
                             error: DecodeError::Io {
                                 offset: info.offset,
-                                source,
+                                error: source,
                             },
                             subvol: rx.current().map(|n| n.escape_ascii().to_string()),
                         })?;

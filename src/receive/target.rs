@@ -117,14 +117,9 @@ impl fmt::Display for TargetError {
     }
 }
 
-impl std::error::Error for TargetError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            TargetError::Path(e) => Some(e),
-            TargetError::Io(e) => Some(e),
-        }
-    }
-}
+/// The message is the cause's, so there is no `source()` (a chain printer
+/// would repeat it).
+impl std::error::Error for TargetError {}
 
 impl From<PathError> for TargetError {
     fn from(e: PathError) -> Self {

@@ -8,11 +8,13 @@ use std::fmt;
 use stream_format::EncodeError;
 
 /// Why a send failed.
-#[derive(Debug, thiserror::Error)]
+///
+/// Each message includes its cause, so there is no `source()` (see
+/// [`crate::error`]: `main` would print the cause a second time).
+#[derive(Debug)]
 #[non_exhaustive]
 pub enum SendError {
     /// Reading the filesystem failed while working on an inode.
-    #[error("{}{source}", InodeCtx(*ino, path.as_deref()))]
     Fs {
         /// The inode being processed (0: none yet).
         ino: u64,
@@ -22,32 +24,31 @@ pub enum SendError {
         source: crate::Error,
     },
     /// The snapshot has something inconsistent or that send cannot express.
-    #[error("{}{what}", InodeCtx(*ino, None))]
     Corrupt {
         /// The inode.
         ino: u64,
         /// What is wrong.
         what: String,
     },
+    /// The snapshot holds something valid that this sender cannot send
+    /// yet (an fs-verity file with protocol 3).
+    Unsupported {
+        /// The inode.
+        ino: u64,
+        /// What is not supported.
+        what: &'static str,
+    },
     /// The subvolume asked for does not exist.
-    #[error("no subvolume {0}")]
     NoSubvolume(String),
     /// `-c` without `-p`: no clone source is the snapshot's source
     /// subvolume or another snapshot of it (btrfs-progs
     /// `find_good_parent`).
-    #[error(
-        "parent determination failed for subvolume {0}: no clone source is the subvolume it \
-         was snapshotted from or another snapshot of that; give the parent with -p"
-    )]
     NoGoodParent(u64),
     /// Writing the stream failed (a closed pipe: the receiver went away).
-    #[error("cannot write the send stream: {0}")]
-    Output(#[from] EncodeError),
+    Output(EncodeError),
     /// Finding or preparing a mounted filesystem failed.
-    #[error(transparent)]
-    Mount(#[from] crate::mount::MountError),
+    Mount(crate::mount::MountError),
     /// The devices of a mounted filesystem could not be read.
-    #[error("cannot read {mount} from its devices ({devices})")]
     OpenMounted {
         /// The filesystem, as [`MountedFs::describe`](crate::mount::MountedFs::describe) names it.
         mount: String,
@@ -58,20 +59,13 @@ pub enum SendError {
     },
     /// A subvolume id was given where only a path in a mounted btrfs can
     /// name the subvolume (no devices were given).
-    #[error("{0} needs --device: without it SUBVOL is a path in a mounted btrfs")]
     NeedsDevice(String),
     /// The path names the top level of a mounted filesystem, which is not
     /// a read-only snapshot.
-    #[error("{0} is the top level of the filesystem, not a read-only snapshot")]
     TopLevel(std::path::PathBuf),
     /// A subvolume of a mounted filesystem that can change during the send
     /// (only read-only snapshots can be sent from it, as with `btrfs
     /// send`).
-    #[error(
-        "{role}{given} is not a read-only subvolume: on {mount} only read-only snapshots can be \
-         sent (as with btrfs send), since anything else may change during the send; make one \
-         with `btrfs subvolume snapshot -r SUBVOL SNAP` and send that"
-    )]
     NotReadOnly {
         /// `""`, `"parent "` or `"clone source "`.
         role: &'static str,
@@ -82,7 +76,6 @@ pub enum SendError {
     },
     /// A parent or clone source given by path lies on another filesystem
     /// than the subvolume sent.
-    #[error("{given} is on another filesystem than the subvolume sent ({fsid})")]
     OtherFilesystem {
         /// The path as given.
         given: String,
@@ -91,10 +84,6 @@ pub enum SendError {
     },
     /// A block failed to read or verify on a mounted filesystem after part
     /// of the stream had been written (too late to start again).
-    #[error(
-        "a block failed to read or verify on {mount} (generation {before} then {after}); the \
-         stream already written is incomplete: run the send again"
-    )]
     Incomplete {
         /// The filesystem.
         mount: String,
@@ -109,11 +98,6 @@ pub enum SendError {
     /// balance relocated block groups): blocks read through the old chunk
     /// map may be stale. The stream's END command was withheld, so a
     /// receiver of it fails too.
-    #[error(
-        "the chunk layout of {mount} changed during the send (chunks removed or moved; chunk \
-         tree generation {was} then {now}: a balance?); the stream may hold stale blocks, so its \
-         end was withheld (a receiver of it fails): run the send again"
-    )]
     LayoutChanged {
         /// The filesystem.
         mount: String,
@@ -122,6 +106,89 @@ pub enum SendError {
         /// The chunk tree generation afterwards.
         now: u64,
     },
+}
+
+impl fmt::Display for SendError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SendError::Fs { ino, path, source } => {
+                write!(f, "{}{source}", InodeCtx(*ino, path.as_deref()))
+            }
+            SendError::Corrupt { ino, what } => write!(f, "{}{what}", InodeCtx(*ino, None)),
+            SendError::Unsupported { ino, what } => write!(f, "{}{what}", InodeCtx(*ino, None)),
+            SendError::NoSubvolume(name) => write!(f, "no subvolume {name}"),
+            SendError::NoGoodParent(id) => write!(
+                f,
+                "parent determination failed for subvolume {id}: no clone source is the \
+                 subvolume it was snapshotted from or another snapshot of that; give the \
+                 parent with -p"
+            ),
+            SendError::Output(e) => write!(f, "cannot write the send stream: {e}"),
+            SendError::Mount(e) => write!(f, "{e}"),
+            SendError::OpenMounted { mount, devices, .. } => {
+                write!(f, "cannot read {mount} from its devices ({devices})")
+            }
+            SendError::NeedsDevice(s) => write!(
+                f,
+                "{s} needs --device: without it SUBVOL is a path in a mounted btrfs"
+            ),
+            SendError::TopLevel(p) => write!(
+                f,
+                "{} is the top level of the filesystem, not a read-only snapshot",
+                p.display()
+            ),
+            SendError::NotReadOnly { role, given, mount } => write!(
+                f,
+                "{role}{given} is not a read-only subvolume: on {mount} only read-only snapshots \
+                 can be sent (as with btrfs send), since anything else may change during the \
+                 send; make one with `btrfs subvolume snapshot -r SUBVOL SNAP` and send that"
+            ),
+            SendError::OtherFilesystem { given, fsid } => write!(
+                f,
+                "{given} is on another filesystem than the subvolume sent ({fsid})"
+            ),
+            SendError::Incomplete {
+                mount,
+                before,
+                after,
+                ..
+            } => write!(
+                f,
+                "a block failed to read or verify on {mount} (generation {before} then {after}); \
+                 the stream already written is incomplete: run the send again"
+            ),
+            SendError::LayoutChanged { mount, was, now } => write!(
+                f,
+                "the chunk layout of {mount} changed during the send (chunks removed or moved; \
+                 chunk tree generation {was} then {now}: a balance?); the stream may hold stale \
+                 blocks, so its end was withheld (a receiver of it fails): run the send again"
+            ),
+        }
+    }
+}
+
+/// Only the variants whose message does not include their cause return it
+/// here (`OpenMounted`, `Incomplete`), so that `{:#}` prints it once.
+impl std::error::Error for SendError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            SendError::OpenMounted { source, .. } => Some(source),
+            SendError::Incomplete { source, .. } => Some(&**source),
+            _ => None,
+        }
+    }
+}
+
+impl From<crate::mount::MountError> for SendError {
+    fn from(e: crate::mount::MountError) -> SendError {
+        SendError::Mount(e)
+    }
+}
+
+impl From<EncodeError> for SendError {
+    fn from(e: EncodeError) -> SendError {
+        SendError::Output(e)
+    }
 }
 
 impl SendError {
@@ -142,8 +209,8 @@ impl SendError {
 
     /// Whether the output was a pipe whose reader went away.
     pub fn is_broken_pipe(&self) -> bool {
-        matches!(self, SendError::Output(EncodeError::Io { source, .. })
-            if source.kind() == std::io::ErrorKind::BrokenPipe)
+        matches!(self, SendError::Output(EncodeError::Io { error, .. })
+            if error.kind() == std::io::ErrorKind::BrokenPipe)
     }
 }
 

@@ -303,7 +303,7 @@ pub fn send_with_clone_sources<W: Write>(
     let out = buffered.into_inner().map_err(|e| {
         SendError::Output(stream_format::EncodeError::Io {
             offset: stats.stream_bytes,
-            source: e.into_error(),
+            error: e.into_error(),
         })
     })?;
     Ok((out, stats))

@@ -391,8 +391,8 @@ impl Source {
                 });
             }
             let offset = stats.stream_bytes;
-            let inner = out.finish().map_err(|source| {
-                SendError::Output(stream_format::EncodeError::Io { offset, source })
+            let inner = out.finish().map_err(|error| {
+                SendError::Output(stream_format::EncodeError::Io { offset, error })
             })?;
             return Ok((inner, stats));
         }

@@ -4,6 +4,7 @@
 //! this module knows B-tree blocks but nothing of inodes or subvolumes.
 
 pub mod buf;
+pub mod check;
 pub mod key;
 pub mod node;
 pub mod walk;

@@ -42,6 +42,8 @@ pub struct BlockCheck {
     pub metadata_uuid: Uuid,
     /// The chunk tree UUID, once known (from the chunk root's header).
     pub chunk_tree_uuid: Option<Uuid>,
+    /// The superblock's generation: no inode may be newer than it + 1.
+    pub super_generation: Generation,
 }
 
 /// What the referrer (parent pointer, root item, superblock) says a block is.
@@ -308,6 +310,9 @@ impl<'a> Node<'a> {
         {
             return Err(at(CorruptKind::FirstKeyMismatch { expected, found }));
         }
+        if level == 0 {
+            super::check::leaf_items(&node, check, expect)?;
+        }
         Ok(node)
     }
 
@@ -557,6 +562,7 @@ mod tests {
             csum_type: CsumType::Crc32c,
             metadata_uuid: uuid(FSID),
             chunk_tree_uuid: Some(uuid(CHUNK_UUID)),
+            super_generation: Generation(u64::MAX - 1),
         }
     }
 

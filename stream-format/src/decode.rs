@@ -429,7 +429,10 @@ impl<R: Read> StreamReader<R> {
                 self.pos = add_offset(self.pos, n);
                 Ok(n)
             }
-            Err(source) => Err(self.fail(DecodeError::Io { offset, source })),
+            Err(source) => Err(self.fail(DecodeError::Io {
+                offset,
+                error: source,
+            })),
         }
     }
 
@@ -525,7 +528,10 @@ impl<R: Read> StreamReader<R> {
             Ok(n) => n,
             Err(source) => {
                 let offset = self.pos;
-                return Err(self.fail(DecodeError::Io { offset, source }));
+                return Err(self.fail(DecodeError::Io {
+                    offset,
+                    error: source,
+                }));
             }
         };
         self.pos = add_offset(self.pos, got);
@@ -607,7 +613,10 @@ impl<R: Read + Seek> StreamReader<R> {
         let skip = i64::try_from(rest).unwrap_or(i64::MAX);
         if let Err(source) = self.inner.seek_relative(skip) {
             let offset = self.pos;
-            return Err(self.fail(DecodeError::Io { offset, source }));
+            return Err(self.fail(DecodeError::Io {
+                offset,
+                error: source,
+            }));
         }
         self.pos = add_offset(self.pos, rest);
         self.index = self.index.saturating_add(1);

@@ -271,9 +271,10 @@ impl<W: Write> StreamWriter<W> {
     /// [`EncodeError::Io`].
     pub fn flush(&mut self) -> Result<(), EncodeError> {
         let offset = self.pos;
-        self.inner
-            .flush()
-            .map_err(|source| EncodeError::Io { offset, source })
+        self.inner.flush().map_err(|source| EncodeError::Io {
+            offset,
+            error: source,
+        })
     }
 
     /// Write END, flush, and give back the inner writer.
@@ -303,7 +304,10 @@ impl<W: Write> StreamWriter<W> {
                 self.inner.write_all(data)
             }
         });
-        res.map_err(|source| EncodeError::Io { offset, source })?;
+        res.map_err(|source| EncodeError::Io {
+            offset,
+            error: source,
+        })?;
         self.pos = self
             .pos
             .saturating_add(u64::try_from(head.len()).unwrap_or(u64::MAX))

@@ -58,12 +58,12 @@ impl fmt::Display for AttrName {
 #[non_exhaustive]
 pub enum DecodeError {
     /// Reading the input failed.
-    #[error("read error at stream offset {offset}: {source}")]
+    #[error("read error at stream offset {offset}: {error}")]
     Io {
         /// Offset of the first byte that could not be read.
         offset: u64,
-        /// The underlying error.
-        source: io::Error,
+        /// The underlying error (part of the message, not a `source()`).
+        error: io::Error,
     },
     /// The input is empty (btrfs-progs: `empty stream is not considered valid`).
     #[error("empty stream: no stream header at offset 0")]
@@ -252,12 +252,12 @@ impl DecodeError {
 #[non_exhaustive]
 pub enum EncodeError {
     /// Writing the output failed.
-    #[error("write error at stream offset {offset}: {source}")]
+    #[error("write error at stream offset {offset}: {error}")]
     Io {
         /// Offset of the command or header being written.
         offset: u64,
-        /// The underlying error.
-        source: io::Error,
+        /// The underlying error (part of the message, not a `source()`).
+        error: io::Error,
     },
     /// Only versions 1, 2 and 3 exist.
     #[error("cannot write send stream version {0}: only versions 1, 2 and 3 exist")]
@@ -318,7 +318,7 @@ pub enum DumpError {
     /// Writing the text failed (e.g. a closed pipe: check
     /// `io::ErrorKind::BrokenPipe`).
     #[error("cannot write the dump: {0}")]
-    Output(#[source] io::Error),
+    Output(io::Error),
     /// Joining the subvolume path and a path reaches `PATH_MAX` (btrfs-progs:
     /// `path invalid`).
     #[error("path invalid in {cmd}: joined path would reach PATH_MAX (4096 bytes)")]

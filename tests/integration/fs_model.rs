@@ -488,17 +488,29 @@ fn bad_inputs_give_clear_errors() {
     assert_eq!(
         err(&zeros),
         format!(
-            "corrupt superblock on {} at physical 65536: bad magic 0x0000000000000000, expected _BHRfS_M",
+            "not a btrfs filesystem: {} (no btrfs superblock magic at physical 65536)",
             zeros.display()
         )
     );
     let text = tmp.path().join("text.img");
     fs::write(&text, "hello\n".repeat(20000)).unwrap();
-    assert!(err(&text).ends_with(": bad magic 0x6c6c65680a6f6c6c, expected _BHRfS_M"));
+    assert_eq!(
+        err(&text),
+        format!(
+            "not a btrfs filesystem: {} (no btrfs superblock magic at physical 65536)",
+            text.display()
+        )
+    );
     let short = tmp.path().join("short.img");
     fs::write(&short, vec![0u8; 1000]).unwrap();
-    let msg = err(&short);
-    assert!(msg.contains(&short.display().to_string()), "{msg}");
+    assert_eq!(
+        err(&short),
+        format!(
+            "not a btrfs filesystem: {} (1000 bytes, too short to hold a superblock: the \
+             primary copy ends at byte 69632)",
+            short.display()
+        )
+    );
     let absent = tmp.path().join("absent.img");
     assert_eq!(
         err(&absent),
@@ -507,7 +519,13 @@ fn bad_inputs_give_clear_errors() {
             absent.display()
         )
     );
-    assert!(err(tmp.path()).ends_with("Is a directory (os error 21)"));
+    assert_eq!(
+        err(tmp.path()),
+        format!(
+            "cannot open {}: Is a directory (os error 21)",
+            tmp.path().display()
+        )
+    );
     let Some(fx) = fixtures().into_iter().find(|f| f.name().starts_with("001")) else {
         return;
     };
@@ -521,9 +539,15 @@ fn bad_inputs_give_clear_errors() {
             &mut &f,
         )
         .unwrap();
+        // Both DUP copies of the first block past the cut are unreadable:
+        // each read error is named.
         let msg = err(&img);
+        let read_error = format!("read error on {} at physical ", img.display());
         assert!(
-            msg.starts_with(&format!("read error on {} at physical ", img.display())),
+            msg.starts_with(&read_error)
+                || (msg.starts_with("all 2 copies of tree block at logical ")
+                    && msg.contains(&format!("copy 1: {read_error}"))
+                    && msg.contains(&format!("; copy 2: {read_error}"))),
             "{msg}"
         );
     }

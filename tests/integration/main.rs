@@ -1,5 +1,6 @@
 //! The core library's integration tests: one binary, one module per area.
 
+mod corruption;
 mod dump_model;
 mod extent_tree;
 mod fs_model;
@@ -10,6 +11,7 @@ mod raid56;
 mod readahead;
 mod reader;
 mod receive;
+mod receive_errors;
 mod receive_lanes;
 mod receive_subvol;
 mod send;
@@ -18,3 +20,4 @@ mod send_incremental;
 mod send_live;
 mod send_pipeline;
 mod send_random;
+mod tree_checker;

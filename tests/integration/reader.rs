@@ -570,17 +570,30 @@ fn corrupt_tree_block_copy_falls_back_then_fails_by_name() {
     let fs = Filesystem::open(&[&img]).unwrap();
     btrsend::fs::subvol::list_subvolumes(&fs).unwrap();
     drop(fs);
+    // Copy 2 resealed with another generation: both failures are named.
     let second = usize::try_from(copies[1]).unwrap();
-    bytes[second + 200] ^= 0xff;
+    let generation = u64::from_le_bytes(bytes[second + 80..second + 88].try_into().unwrap());
+    bytes[second + 80..second + 88].copy_from_slice(&(generation + 7).to_le_bytes());
+    let c = crc32c::crc32c(&bytes[second + 32..second + 16384]);
+    bytes[second..second + 4].copy_from_slice(&c.to_le_bytes());
     fs::write(&img, &bytes).unwrap();
+    // As dump-tree prints checksums: the stored bytes in order.
+    let hex = |b: &[u8]| {
+        let digits: String = b.iter().map(|x| format!("{x:02x}")).collect();
+        format!("0x{digits}")
+    };
+    let stored = hex(&bytes[first..first + 4]);
+    let computed = hex(&crc32c::crc32c(&bytes[first + 32..first + 16384]).to_le_bytes());
     let e = Filesystem::open(&[&img])
         .and_then(|fs| btrsend::fs::subvol::list_subvolumes(&fs))
         .unwrap_err();
-    let msg = e.to_string();
-    assert!(
-        msg.starts_with(&format!(
-            "corrupt tree block at logical {root} (tree 1): crc32c checksum mismatch: stored 0x"
-        )),
-        "{msg}"
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "all 2 copies of tree block at logical {root} (tree 1) are bad: copy 1: crc32c \
+             checksum mismatch: stored {stored}, computed {computed}; copy 2: parent \
+             transid verify failed: wanted {generation} found {}",
+            generation + 7
+        )
     );
 }

@@ -2,9 +2,11 @@
 //! `main` dispatches. Nothing here imports `args` (which lists these
 //! modules' arguments), so the two do not form a circle.
 
+pub mod backup;
 pub mod completions;
 pub mod debug;
 pub mod dump;
+pub mod forget;
 pub mod list;
 pub mod manifest;
 pub mod receive;

@@ -8,9 +8,12 @@
 //! `BTRSEND_UPDATE_MAN=1 cargo test --release -p btrsend-cli --test integration man::`
 //! regenerates `man/`.
 
+mod backup;
+mod backup_forget;
 mod common;
 mod completions;
 mod dump;
+mod errors;
 mod list;
 mod man;
 mod manifest_devices;

@@ -348,10 +348,10 @@ impl<'a, W: Write> Planner<'a, W> {
             ondisk::BTRFS_XATTR_ITEM_KEY => self.changed_xattr(change, left, right)?,
             ondisk::BTRFS_EXTENT_DATA_KEY => self.changed_extent(change, left)?,
             ondisk::BTRFS_VERITY_DESC_ITEM_KEY if key.offset == 0 && self.opts.version >= 3 => {
-                return Err(SendError::corrupt(
-                    key.objectid,
-                    "fs-verity files cannot be sent with protocol 3 yet",
-                ));
+                return Err(SendError::Unsupported {
+                    ino: key.objectid,
+                    what: "fs-verity files cannot be sent with protocol 3 yet",
+                });
             }
             _ => {}
         }

@@ -1,0 +1,567 @@
+//! `btrsend backup`: parsing and rendering for the backup repository (core
+//! `btrsend::backup`): init, run, list, verify, restore, import.
+
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use anyhow::Context;
+use btrsend::backup::{
+    self, BackupError, Entry, ImportOptions, Kind, Progress, Repository, RestoreTarget, RunOptions,
+};
+use clap::{Args, Subcommand};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use serde_json::json;
+
+use crate::exit::{Exit, ExitWith};
+
+/// Arguments of `btrsend backup`.
+#[derive(Debug, Args)]
+#[command(after_long_help = BACKUP_HELP)]
+pub struct BackupArgs {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: BackupCommand,
+}
+
+const BACKUP_HELP: &str = "\
+A repository is a directory. --repo falls back to the environment variable
+BTRSEND_REPOSITORY. (S3 repositories, s3://BUCKET[/PREFIX], are not
+supported by this build yet: they are refused with exit status 10.)
+
+Each stored stream is a zstd file whose frames hold the raw btrfs send
+stream: `zstd -dc FILE | btrfs receive DIR` restores it without btrsend
+(full stream first, then each incremental of the chain, as `btrsend
+backup list` shows them). The layout is described in btrsend-repository(5).
+
+Nightly from cron (silent on success):
+  0 3 * * * btrsend backup run --repo /backup/home --device /dev/sdb1 'snaps/home.*'
+
+Exit status:
+  0    success
+  1    error
+  2    usage error
+  3    some snapshots were stored and some failed
+  10   repository missing or unreachable
+  11   the repository's lock is held (see --retry-lock)
+  12   verify found damage
+  130  interrupted";
+
+/// The repository option every subcommand takes.
+#[derive(Debug, Args)]
+pub struct RepoArg {
+    /// The repository directory (default: the environment variable
+    /// BTRSEND_REPOSITORY).
+    #[arg(long = "repo", value_name = "REPO")]
+    pub repo: Option<String>,
+}
+
+impl RepoArg {
+    pub(crate) fn spec(&self) -> anyhow::Result<String> {
+        match &self.repo {
+            Some(r) => Ok(r.clone()),
+            None => match std::env::var(backup::REPO_ENV) {
+                Ok(r) if !r.is_empty() => Ok(r),
+                _ => Err(anyhow::anyhow!(
+                    "no repository given: use --repo REPO or set {}",
+                    backup::REPO_ENV
+                )),
+            },
+        }
+    }
+}
+
+/// Waiting for a held lock.
+#[derive(Debug, Args)]
+pub struct LockArg {
+    /// Wait up to DURATION for a lock another btrsend holds (e.g. 30s, 10m,
+    /// 1h; default 0: fail at once with exit status 11).
+    #[arg(long = "retry-lock", value_name = "DURATION", value_parser = parse_duration, default_value = "0")]
+    pub retry_lock: Duration,
+}
+
+/// `30`, `30s`, `10m`, `2h`.
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (num, mult) = match s.char_indices().last() {
+        Some((i, 's')) => (&s[..i], 1),
+        Some((i, 'm')) => (&s[..i], 60),
+        Some((i, 'h')) => (&s[..i], 3600),
+        _ => (s, 1),
+    };
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("{s}: not a duration (e.g. 30s, 10m, 2h)"))?;
+    Ok(Duration::from_secs(n.saturating_mul(mult)))
+}
+
+/// The subcommands of `btrsend backup`.
+#[derive(Debug, Subcommand)]
+pub enum BackupCommand {
+    /// Make a new, empty repository.
+    Init(InitArgs),
+    /// Store snapshots: each one not yet stored, incremental when a
+    /// parent is stored and still on the source.
+    Run(RunArgs),
+    /// List the stored streams.
+    List(ListArgs),
+    /// Check the repository: the catalog, every file and chain, and with
+    /// --read-data every byte.
+    Verify(VerifyArgs),
+    /// Restore a stored snapshot: its whole chain, into a directory or to
+    /// standard output.
+    Restore(RestoreArgs),
+    /// Store existing send-stream files (raw or zstd) as repository
+    /// entries.
+    Import(ImportArgs),
+    /// Delete old entries by a retention policy (restic's --keep-*
+    /// options), never one a kept entry's chain needs.
+    Forget(super::forget::ForgetArgs),
+}
+
+/// Arguments of `btrsend backup init`.
+#[derive(Debug, Args)]
+pub struct InitArgs {
+    #[command(flatten)]
+    repo: RepoArg,
+}
+
+/// Arguments of `btrsend backup run`.
+#[derive(Debug, Args)]
+#[command(after_long_help = RUN_HELP)]
+pub struct RunArgs {
+    #[command(flatten)]
+    repo: RepoArg,
+    /// A device or image file of the filesystem (repeat for multi-device
+    /// filesystems). Without it, each SNAPSHOT is the path of a read-only
+    /// snapshot in a mounted btrfs.
+    #[arg(short = 'd', long = "device", value_name = "DEV")]
+    devices: Vec<PathBuf>,
+    /// Make every N-th stream of a chain a full one, so chains stay
+    /// bounded and old ones can be dropped (default 0: only the first).
+    #[arg(long = "full-every", value_name = "N", default_value_t = 0)]
+    full_every: u32,
+    /// The zstd level of the stored streams (1-19, default 3).
+    #[arg(long = "compression-level", value_name = "L", default_value_t = 3,
+          value_parser = clap::value_parser!(i32).range(1..=19))]
+    level: i32,
+    /// Print JSON Lines on standard output (message_type status, stored,
+    /// then summary) and errors as JSON on standard error.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    lock: LockArg,
+    /// Raw bytes per zstd frame (for tests).
+    #[arg(long = "frame-bytes", hide = true, value_name = "N")]
+    frame_bytes: Option<usize>,
+    /// The snapshots: with --device, paths from the top level as `btrsend
+    /// list` prints them (a shell-style glob such as 'snaps/home.*' selects
+    /// several) or id:N; without, paths of read-only snapshots in a mounted
+    /// btrfs.
+    #[arg(value_name = "SNAPSHOT", required = true)]
+    snapshots: Vec<String>,
+}
+
+const RUN_HELP: &str = "\
+Every selected snapshot not yet stored (same UUID and ctransid) is stored,
+oldest first: as an incremental stream from the newest stored snapshot of
+the same origin subvolume (the subvolume it was taken of) whose chain is
+intact and which is still on the source, else as a full stream. A stream
+becomes visible in the repository only once it is complete and durable:
+a run that is killed leaves nothing half-written, and the next run
+completes the work. Silent on success unless standard error is a
+terminal (then a progress bar) or --json is given.";
+
+/// Arguments of `btrsend backup list`.
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    #[command(flatten)]
+    repo: RepoArg,
+    /// Print a JSON array, one object per stored stream (id, path, uuid,
+    /// ctransid, parent_uuid, parent_id, kind, time, origin, stream_bytes,
+    /// stored_bytes, …).
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    lock: LockArg,
+}
+
+/// Arguments of `btrsend backup verify`.
+#[derive(Debug, Args)]
+pub struct VerifyArgs {
+    #[command(flatten)]
+    repo: RepoArg,
+    /// Also read every stored byte: every frame's BLAKE3, every command's
+    /// CRC, every stream's BLAKE3.
+    #[arg(long = "read-data")]
+    read_data: bool,
+    /// Print the report as JSON.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    lock: LockArg,
+}
+
+/// Arguments of `btrsend backup restore`.
+#[derive(Debug, Args)]
+pub struct RestoreArgs {
+    #[command(flatten)]
+    repo: RepoArg,
+    /// Receive the chain into DIR with btrsend's receiver (DIR/NAME appears
+    /// for each stream of the chain, as `btrsend receive` makes it).
+    #[arg(
+        long = "to",
+        value_name = "DIR",
+        required_unless_present = "stdout",
+        conflicts_with = "stdout"
+    )]
+    to: Option<PathBuf>,
+    /// Write the chain's raw send streams, full first, to standard output
+    /// (for `btrfs receive DIR`).
+    #[arg(long)]
+    stdout: bool,
+    #[command(flatten)]
+    lock: LockArg,
+    /// The stored snapshot: its uuid, its id, or its path (the newest if
+    /// several match).
+    #[arg(value_name = "SNAPSHOT")]
+    snapshot: String,
+}
+
+/// Arguments of `btrsend backup import`.
+#[derive(Debug, Args)]
+pub struct ImportArgs {
+    #[command(flatten)]
+    repo: RepoArg,
+    /// The entries' time, RFC 3339 (default: each file's modification
+    /// time).
+    #[arg(long = "time", value_name = "RFC3339")]
+    time: Option<String>,
+    /// The origin the entries belong to, for retention (default:
+    /// `imported`).
+    #[arg(long = "origin", value_name = "NAME")]
+    origin: Option<String>,
+    #[command(flatten)]
+    lock: LockArg,
+    /// Send-stream files, raw or zstd-compressed (e.g. from `btrfs send
+    /// -f`); an incremental one needs its parent in the repository or
+    /// among the files.
+    #[arg(value_name = "FILE", required = true)]
+    files: Vec<PathBuf>,
+}
+
+/// Run `btrsend backup`.
+pub fn run(args: &BackupArgs) -> anyhow::Result<()> {
+    match &args.command {
+        BackupCommand::Init(a) => {
+            let spec = a.repo.spec()?;
+            Repository::init(&spec).map_err(anyhow::Error::new)?;
+            Ok(())
+        }
+        BackupCommand::Run(a) => run_run(a),
+        BackupCommand::List(a) => run_list(a),
+        BackupCommand::Verify(a) => run_verify(a),
+        BackupCommand::Restore(a) => run_restore(a),
+        BackupCommand::Import(a) => run_import(a),
+        BackupCommand::Forget(a) => super::forget::run(a),
+    }
+}
+
+/// The exit code for a backup error.
+pub fn exit_of(e: &BackupError) -> Exit {
+    if e.is_repo_missing() {
+        Exit::RepoMissing
+    } else if e.is_lock_held() {
+        Exit::LockHeld
+    } else {
+        Exit::Failure
+    }
+}
+
+/// With `--json`: print the error as JSON on stderr and exit quietly.
+pub(crate) fn json_error(json: bool, e: anyhow::Error) -> anyhow::Error {
+    if !json {
+        return e;
+    }
+    let code = e
+        .downcast_ref::<BackupError>()
+        .map_or(Exit::Failure, exit_of);
+    let line =
+        json!({"message_type": "error", "message": format!("{e:#}"), "exit_code": code.code()});
+    eprintln!("{line}");
+    anyhow::Error::new(ExitWith::quiet(code))
+}
+
+/// Progress of `run` / `import`: JSON Lines, a bar on a terminal, or
+/// nothing.
+struct RunProgress {
+    json: bool,
+    bar: Option<ProgressBar>,
+    out: Mutex<std::io::Stdout>,
+}
+
+impl RunProgress {
+    fn new(json: bool) -> RunProgress {
+        let bar = (!json && std::io::stderr().is_terminal()).then(|| {
+            let b = ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stderr());
+            let style = ProgressStyle::with_template(
+                "{spinner} {msg} {bytes}/{total_bytes} {wide_bar} {bytes_per_sec} eta {eta}",
+            )
+            .unwrap_or_else(|_| ProgressStyle::default_bar());
+            b.set_style(style);
+            b
+        });
+        RunProgress {
+            json,
+            bar,
+            out: Mutex::new(std::io::stdout()),
+        }
+    }
+
+    fn line(&self, v: serde_json::Value) {
+        if let Ok(mut out) = self.out.lock() {
+            let _ = writeln!(out, "{v}");
+            let _ = out.flush();
+        }
+    }
+
+    fn finish(&self) {
+        if let Some(b) = &self.bar {
+            b.finish_and_clear();
+        }
+    }
+}
+
+impl Progress for RunProgress {
+    fn notice(&self, msg: &str) {
+        if self.json {
+            self.line(json!({"message_type": "status", "notice": msg}));
+        } else if let Some(b) = &self.bar {
+            b.println(format!("btrsend: notice: {msg}"));
+        }
+    }
+
+    fn start(&self, path: &str, kind: Kind, data_total: u64) {
+        if self.json {
+            self.line(json!({"message_type": "status", "snapshot": path, "kind": kind.as_str(), "data_bytes": data_total}));
+        }
+        if let Some(b) = &self.bar {
+            b.set_length(data_total);
+            b.set_position(0);
+            b.reset_eta();
+            b.set_message(format!("{path} ({})", kind.as_str()));
+        }
+    }
+
+    fn data(&self, bytes: u64) {
+        if let Some(b) = &self.bar {
+            b.inc(bytes);
+        }
+    }
+
+    fn stored(&self, e: &Entry) {
+        if self.json {
+            let mut v = serde_json::to_value(e).unwrap_or_default();
+            if let Some(o) = v.as_object_mut() {
+                o.insert("message_type".into(), "stored".into());
+            }
+            self.line(v);
+        }
+    }
+
+    fn skipped(&self, path: &str, e: &Entry) {
+        if self.json {
+            self.line(json!({"message_type": "status", "snapshot": path, "already_stored": e.id}));
+        }
+    }
+
+    fn failed(&self, path: &str, err: &BackupError) {
+        if self.json {
+            let v = json!({"message_type": "error", "snapshot": path, "message": err.to_string()});
+            eprintln!("{v}");
+        } else {
+            if let Some(b) = &self.bar {
+                b.suspend(|| ());
+            }
+            eprintln!("btrsend: error: {path}: {err}");
+        }
+    }
+
+    fn wants_total(&self) -> bool {
+        self.bar.is_some()
+    }
+}
+
+/// The exit for a run that stored `ok` and failed `failed` snapshots.
+fn partial(ok: usize, failed: usize, what: &str) -> anyhow::Result<()> {
+    match (ok, failed) {
+        (_, 0) => Ok(()),
+        (0, n) => Err(anyhow::Error::new(ExitWith::quiet(Exit::Failure))
+            .context(format!("{n} {what} failed"))),
+        (_, n) => Err(anyhow::Error::new(ExitWith::quiet(Exit::Partial))
+            .context(format!("{n} {what} failed, {ok} stored"))),
+    }
+}
+
+fn run_run(a: &RunArgs) -> anyhow::Result<()> {
+    let go = || -> anyhow::Result<()> {
+        let repo = Repository::open(&a.repo.spec()?)?;
+        let mut opts = RunOptions::new()
+            .with_devices(a.devices.clone())
+            .with_full_every(a.full_every)
+            .with_level(a.level)
+            .with_wait_lock(a.lock.retry_lock);
+        if let Some(n) = a.frame_bytes {
+            opts = opts.with_frame_bytes(n.max(1));
+        }
+        let progress = RunProgress::new(a.json);
+        let report = repo.run(&a.snapshots, &opts, &progress);
+        progress.finish();
+        let report = report?;
+        if a.json {
+            progress.line(json!({
+                "message_type": "summary",
+                "stored": report.stored.len(),
+                "already_stored": report.skipped.len(),
+                "failed": report.failed.len(),
+                "stream_bytes": report.stored.iter().map(|e| e.stream_bytes).sum::<u64>(),
+                "stored_bytes": report.stored.iter().map(|e| e.stored_bytes).sum::<u64>(),
+            }));
+        }
+        if report.failed.len() == 1 && report.stored.is_empty() {
+            // One snapshot, one error: its exit code.
+            if let Some((_, e)) = report.failed.first() {
+                return Err(anyhow::Error::new(ExitWith::quiet(exit_of(e))));
+            }
+        }
+        partial(report.stored.len(), report.failed.len(), "snapshots")
+    };
+    go().map_err(|e| json_error(a.json, e))
+}
+
+fn run_list(a: &ListArgs) -> anyhow::Result<()> {
+    let repo = Repository::open(&a.repo.spec()?)?;
+    let entries = repo.list(a.lock.retry_lock)?;
+    let mut out = std::io::stdout().lock();
+    if a.json {
+        serde_json::to_writer_pretty(&mut out, &entries)?;
+        writeln!(out)?;
+        return Ok(());
+    }
+    writeln!(
+        out,
+        "{:>5}  {:<11}  {:<25}  {:>12}  {:>12}  {:>6}  path",
+        "id", "kind", "time", "stream", "stored", "parent"
+    )?;
+    for e in &entries {
+        writeln!(
+            out,
+            "{:>5}  {:<11}  {:<25}  {:>12}  {:>12}  {:>6}  {}",
+            e.id,
+            e.kind.as_str(),
+            e.time,
+            e.stream_bytes,
+            e.stored_bytes,
+            e.parent_id
+                .map_or_else(|| String::from("-"), |p| p.to_string()),
+            e.path
+        )?;
+    }
+    Ok(())
+}
+
+fn run_verify(a: &VerifyArgs) -> anyhow::Result<()> {
+    let repo = Repository::open(&a.repo.spec()?)?;
+    let rep = repo.verify(a.read_data, a.lock.retry_lock, &backup::NoProgress)?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&rep)?);
+    } else {
+        for n in &rep.notices {
+            eprintln!("btrsend: notice: {n}");
+        }
+        for p in &rep.problems {
+            eprintln!("btrsend: damage: {}", p.message);
+        }
+        for (id, path) in &rep.unrestorable {
+            eprintln!("btrsend: unrestorable: entry {id} ({path})");
+        }
+    }
+    if rep.problems.is_empty() {
+        Ok(())
+    } else {
+        let msg = format!(
+            "verify found damage in {}: {} problems, {} of {} stored snapshots cannot be restored",
+            repo.store().name(),
+            rep.problems.len(),
+            rep.unrestorable.len(),
+            rep.entries
+        );
+        Err(anyhow::Error::new(ExitWith::new(Exit::Damage, msg)))
+    }
+}
+
+fn run_restore(a: &RestoreArgs) -> anyhow::Result<()> {
+    let repo = Repository::open(&a.repo.spec()?)?;
+    let mut progress = btrsend::receive::NoProgress;
+    if a.stdout {
+        if std::io::stdout().is_terminal() {
+            anyhow::bail!(
+                "not writing binary send streams to a terminal: redirect standard output"
+            );
+        }
+        let mut out = std::io::stdout().lock();
+        repo.restore(
+            &a.snapshot,
+            RestoreTarget::Writer(&mut out),
+            a.lock.retry_lock,
+            &mut progress,
+        )?;
+    } else if let Some(dir) = &a.to {
+        repo.restore(
+            &a.snapshot,
+            RestoreTarget::Dir(dir),
+            a.lock.retry_lock,
+            &mut progress,
+        )?;
+    }
+    Ok(())
+}
+
+fn run_import(a: &ImportArgs) -> anyhow::Result<()> {
+    let repo = Repository::open(&a.repo.spec()?)?;
+    let time = a
+        .time
+        .as_deref()
+        .map(|t| {
+            t.parse::<jiff::Timestamp>()
+                .with_context(|| format!("--time {t}: not an RFC 3339 time"))
+        })
+        .transpose()?;
+    let mut opts = ImportOptions::default();
+    opts.time = time;
+    opts.origin = a.origin.clone();
+    opts.wait_lock = a.lock.retry_lock;
+    let progress = RunProgress::new(false);
+    let report = repo.import(&a.files, &opts, &progress)?;
+    partial(
+        report.stored.len() + report.skipped.len(),
+        report.failed.len(),
+        "files",
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_duration;
+    use std::time::Duration;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("30"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("10m"), Ok(Duration::from_secs(600)));
+        assert_eq!(parse_duration("2h"), Ok(Duration::from_secs(7200)));
+        assert!(parse_duration("x").is_err());
+    }
+}

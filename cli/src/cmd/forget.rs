@@ -1,0 +1,179 @@
+//! `btrsend backup forget`: parsing and rendering for the retention policy
+//! (core `btrsend::backup::forget`).
+
+use std::io::{IsTerminal, Write};
+
+use btrsend::backup::retention::{Keep, Policy, Within};
+use btrsend::backup::{ForgetOptions, Repository};
+use clap::Args;
+use serde_json::json;
+
+use super::backup::{LockArg, RepoArg, json_error};
+use crate::exit::UsageError;
+
+/// Arguments of `btrsend backup forget`.
+#[derive(Debug, Args)]
+#[command(after_long_help = FORGET_HELP)]
+pub struct ForgetArgs {
+    #[command(flatten)]
+    repo: RepoArg,
+    /// Keep the N newest entries (-1: all).
+    #[arg(
+        long = "keep-last",
+        value_name = "N",
+        allow_negative_numbers = true,
+        default_value = "0"
+    )]
+    keep_last: Keep,
+    /// Keep the newest entry of each of the N most recent hours that have
+    /// one (-1: every hour).
+    #[arg(
+        long = "keep-hourly",
+        value_name = "N",
+        allow_negative_numbers = true,
+        default_value = "0"
+    )]
+    keep_hourly: Keep,
+    /// Keep the newest entry of each of the N most recent days that have
+    /// one (-1: every day).
+    #[arg(
+        long = "keep-daily",
+        value_name = "N",
+        allow_negative_numbers = true,
+        default_value = "0"
+    )]
+    keep_daily: Keep,
+    /// Keep the newest entry of each of the N most recent ISO weeks
+    /// (Monday to Sunday) that have one (-1: every week).
+    #[arg(
+        long = "keep-weekly",
+        value_name = "N",
+        allow_negative_numbers = true,
+        default_value = "0"
+    )]
+    keep_weekly: Keep,
+    /// Keep the newest entry of each of the N most recent months that have
+    /// one (-1: every month).
+    #[arg(
+        long = "keep-monthly",
+        value_name = "N",
+        allow_negative_numbers = true,
+        default_value = "0"
+    )]
+    keep_monthly: Keep,
+    /// Keep the newest entry of each of the N most recent years that have
+    /// one (-1: every year).
+    #[arg(
+        long = "keep-yearly",
+        value_name = "N",
+        allow_negative_numbers = true,
+        default_value = "0"
+    )]
+    keep_yearly: Keep,
+    /// Keep every entry newer than the newest entry's time minus DURATION:
+    /// years, months, days and hours, e.g. 1y6m, 30d, 2d12h.
+    #[arg(long = "keep-within", value_name = "DURATION")]
+    keep_within: Option<Within>,
+    /// Delete nothing: print, for every entry, keep or delete and why.
+    #[arg(long = "dry-run", short = 'n')]
+    dry_run: bool,
+    /// Print the decisions as a JSON array, one object per entry (id, path,
+    /// uuid, time, origin, kind, action: "keep" or "delete", reasons).
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    lock: LockArg,
+}
+
+const FORGET_HELP: &str = "\
+The policy is restic's `forget`, applied to each origin (the subvolume the
+snapshots were taken of, or the --origin of an import) apart, on the
+entries' times in the local time zone (TZ). An entry is kept when any
+option keeps it; while an option's count is not used up, the oldest entry
+is kept too. Then every ancestor of a kept entry (the base of its
+incremental stream, and so on down to its full stream) is kept as well
+(\"parent of ID\"), so that every kept entry stays restorable; entries whose
+time is in the future are never deleted. The catalog is replaced
+atomically before any stream file is deleted.
+
+Without any --keep-* option (or with only zeros) nothing is deleted and the
+exit status is 2.
+
+Examples:
+  btrsend backup forget --repo /backup/home --keep-daily 7 --keep-weekly 4 --keep-monthly 12
+  btrsend backup forget --repo s3://bucket/home --keep-within 30d --dry-run";
+
+impl ForgetArgs {
+    fn policy(&self) -> Policy {
+        Policy {
+            last: self.keep_last,
+            hourly: self.keep_hourly,
+            daily: self.keep_daily,
+            weekly: self.keep_weekly,
+            monthly: self.keep_monthly,
+            yearly: self.keep_yearly,
+            within: self.keep_within,
+        }
+    }
+}
+
+/// Run `btrsend backup forget`.
+pub fn run(a: &ForgetArgs) -> anyhow::Result<()> {
+    let policy = a.policy();
+    if policy.is_empty() {
+        return Err(UsageError(String::from(
+            "refusing an empty policy, which would delete every backup: give at least one --keep-* option",
+        ))
+        .into());
+    }
+    let repo = Repository::open(&a.repo.spec()?)?;
+    let opts = ForgetOptions::new()
+        .with_dry_run(a.dry_run)
+        .with_wait_lock(a.lock.retry_lock);
+    let report = repo
+        .forget(&policy, &opts, &btrsend::backup::NoProgress)
+        .map_err(|e| json_error(a.json, e.into()))?;
+    let mut out = std::io::stdout().lock();
+    if a.json {
+        let rows: Vec<_> = report
+            .verdicts
+            .iter()
+            .map(|v| {
+                json!({
+                    "id": v.entry.id,
+                    "path": v.entry.path,
+                    "uuid": v.entry.uuid,
+                    "time": v.entry.time,
+                    "origin": v.entry.origin,
+                    "kind": v.entry.kind.as_str(),
+                    "parent_id": v.entry.parent_id,
+                    "action": if v.keep { "keep" } else { "delete" },
+                    "reasons": v.reasons,
+                })
+            })
+            .collect();
+        serde_json::to_writer_pretty(&mut out, &rows)?;
+        writeln!(out)?;
+    } else if a.dry_run || std::io::stdout().is_terminal() {
+        let deleted = if a.dry_run { "would delete" } else { "deleted" };
+        for v in &report.verdicts {
+            let action = if v.keep { "keep" } else { deleted };
+            writeln!(
+                out,
+                "{action:<12}  {:>5}  {:<25}  {}{}{}",
+                v.entry.id,
+                v.entry.time,
+                v.entry.path,
+                if v.keep { "  (" } else { "" },
+                v.reasons.join(", ") + if v.keep { ")" } else { "" },
+            )?;
+        }
+        let kept = report.verdicts.iter().filter(|v| v.keep).count();
+        writeln!(
+            out,
+            "{kept} kept, {} {deleted}",
+            report.verdicts.len() - kept
+        )?;
+    }
+    Ok(())
+}

@@ -1,0 +1,102 @@
+//! The text of `btrsend-repository(5)`: the repository layout, the catalog
+//! and the stream-file trailer, so that backups can be read without
+//! btrsend. A test renders it to `man/btrsend-repository.5` (roff) and
+//! keeps the committed page current (`BTRSEND_UPDATE_MAN=1`).
+
+/// Title line: name, section, one-line description.
+pub const NAME: (&str, &str, &str) = (
+    "btrsend-repository",
+    "5",
+    "layout of a btrsend backup repository",
+);
+
+/// Sections: heading, then paragraphs; a paragraph starting with two
+/// spaces is shown as it is (preformatted).
+pub const SECTIONS: &[(&str, &[&str])] = &[
+    (
+        "DESCRIPTION",
+        &[
+            "A btrsend backup repository (made by btrsend backup init) is a directory holding btrfs send streams as zstd files, a catalog that lists them, and a config object. Everything is plain JSON or zstd: a backup can be read and restored with zstd(1) and btrfs-receive(8) alone.",
+        ],
+    ),
+    (
+        "LAYOUT",
+        &[
+            "  config                              repository format\n  catalog/NNNNNNNNNNNNNNNN.json       the catalog, one object per generation\n  streams/UUID-CTRANSID-RANDOM.btrs.zst   one stored send stream each\n  lock                                flock(2) target (directories)\n  locks/KIND-HOST-PID-RANDOM.json     lock objects (stores without flock)\n  tmp/                                unfinished uploads (directories)",
+            "config is {\"format\":\"btrsend-repository\",\"version\":1,\"id\":HEX,\"created\":RFC3339}. This page describes version 1.",
+        ],
+    ),
+    (
+        "CATALOG",
+        &[
+            "The current catalog is the catalog/*.json file with the highest number (its generation, 16 decimal digits). A change writes the next generation with a create-if-absent operation (link(2) of a flushed file), so a catalog is replaced atomically; the three newest generations are kept.",
+            "  {\"format\":\"btrsend-catalog\",\"version\":1,\"generation\":G,\"next_id\":N,\n   \"entries\":[ENTRY,...]}",
+            "Each ENTRY describes one stored stream: id (unique, never reused), path (the snapshot's path from the top level of its filesystem, or the stream's subvolume name for imports), uuid and ctransid (as the stream's SUBVOL or SNAPSHOT command carries them), parent_uuid, parent_ctransid and parent_id (the base of an incremental stream; null for a full one), kind (full or incremental), time (RFC 3339: the snapshot's creation time, or the time given to import), origin (the UUID of the subvolume the snapshot was taken of, or the --origin of import), file (the stream file's key), stream_bytes (raw stream length), stored_bytes (file length), stream_blake3 (BLAKE3 of the raw stream, hex), commands, proto, stored_at.",
+            "To restore an entry, follow parent_id to the full stream, then receive the chain's files in order, full stream first:",
+            "  zstd -dc REPO/streams/FULL.btrs.zst | btrfs receive DIR\n  zstd -dc REPO/streams/NEXT.btrs.zst | btrfs receive DIR",
+            "Only files the catalog names belong to the repository: a file written by an interrupted run is not listed, is reported by verify and is removed by the next run.",
+        ],
+    ),
+    (
+        "STREAM FILES",
+        &[
+            "A stream file is a sequence of ordinary zstd frames (each with its content size and checksum) followed by a trailer. The frames decompress, in order, to the raw btrfs send stream; each frame holds whole send-stream commands (the first also the 17-byte stream header), about 4 MiB of raw stream each.",
+            "The trailer is a zstd skippable frame, which zstd -d ignores:",
+            "  4 bytes   magic 0x184D2A5E, little-endian\n  4 bytes   length L of the rest, little-endian (L = J + 16)\n  J bytes   the trailer JSON\n  8 bytes   J, little-endian\n  8 bytes   \"BTRSTRL1\"",
+            "A reader finds the trailer from the last 16 bytes of the file. The trailer JSON is {\"format\":\"btrsend-stream\",\"version\":1, \"stream_bytes\", \"stream_blake3\", \"commands\", \"proto\", \"uuid\", \"ctransid\", \"parent_uuid\", \"parent_ctransid\", \"frames\":[{\"offset\",\"len\",\"raw_len\",\"blake3\"},...]}: for each frame its offset and length in the file, its decompressed length, and the BLAKE3 of its stored (compressed) bytes. The frames cover the file from offset 0 to the trailer without gaps.",
+        ],
+    ),
+    (
+        "CHECKS",
+        &[
+            "btrsend backup verify checks the catalog, the presence and size of every file, every trailer against its entry, and every chain; with --read-data also every frame's BLAKE3, every command's CRC-32C and every stream's BLAKE3. btrsend backup restore checks every frame of the chain before it applies or writes anything.",
+        ],
+    ),
+    (
+        "SEE ALSO",
+        &["btrsend-backup(1), zstd(1), btrfs-receive(8)"],
+    ),
+];
+
+/// The page as roff.
+pub fn render() -> String {
+    let esc = |s: &str| {
+        s.replace('\\', "\\\\")
+            .replace('-', "\\-")
+            .lines()
+            .map(|l| {
+                if l.starts_with('.') || l.starts_with('\'') {
+                    format!("\\&{l}")
+                } else {
+                    l.to_owned()
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let (name, section, what) = NAME;
+    let mut out = format!(
+        ".TH {name} {section}\n.SH NAME\n{} \\- {}\n",
+        esc(name),
+        esc(what)
+    );
+    for (head, paras) in SECTIONS {
+        out.push_str(&format!(".SH \"{head}\"\n"));
+        for p in *paras {
+            if p.starts_with("  ") {
+                out.push_str(&format!(".PP\n.nf\n{}\n.fi\n", esc(&body_lines(p))));
+            } else {
+                out.push_str(&format!(".PP\n{}\n", esc(p)));
+            }
+        }
+    }
+    out
+}
+
+/// A preformatted paragraph's lines without their two-space indent.
+fn body_lines(p: &str) -> String {
+    p.lines()
+        .map(|l| l.strip_prefix("  ").unwrap_or(l))
+        .collect::<Vec<_>>()
+        .join("\n")
+}

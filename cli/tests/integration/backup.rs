@@ -1,0 +1,723 @@
+//! `btrsend backup` end to end on the kernel-made fixture images: what is
+//! stored is judged by the kernel's own streams (`restore --stdout` must
+//! equal `btrfs send` of the chain byte for byte) and manifests (`restore
+//! --to` must reproduce the kernel mount's manifest), damage by what
+//! `verify` and `restore` say, and exit codes as `--help` documents them.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use crate::common::{fixture_dir, unpack};
+
+const FIX: &str = "014-incremental";
+
+fn btrsend() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_btrsend"));
+    c.env("TZ", "UTC")
+        .env_remove("BTRSEND_REPOSITORY")
+        .stdin(Stdio::null());
+    c
+}
+
+fn backup(args: &[&str], extra: &[&Path]) -> Output {
+    btrsend()
+        .arg("backup")
+        .args(args)
+        .args(extra)
+        .output()
+        .expect("run btrsend")
+}
+
+/// Standard output of a command that must succeed.
+fn ok_bytes(out: &Output) -> Vec<u8> {
+    assert!(
+        out.status.success(),
+        "exit {:?}: {}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout.clone()
+}
+
+fn ok(out: &Output) -> String {
+    String::from_utf8(ok_bytes(out)).unwrap()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+struct Env {
+    dir: tempfile::TempDir,
+    img: PathBuf,
+    repo: PathBuf,
+}
+
+impl Env {
+    fn new() -> Env {
+        let dir = tempfile::tempdir().unwrap();
+        let img = unpack(dir.path(), FIX, "dev1.img");
+        let repo = dir.path().join("repo");
+        Env { dir, img, repo }
+    }
+
+    fn repo(&self) -> &str {
+        self.repo.to_str().unwrap()
+    }
+
+    fn init(&self) {
+        ok(&backup(&["init", "--repo", self.repo()], &[]));
+    }
+
+    /// `backup run` of the fixture's snapshots with small frames (several
+    /// per stream).
+    fn run(&self, extra: &[&str]) -> Output {
+        let img = self.img.to_str().unwrap();
+        let mut args = vec!["run", "--repo", self.repo(), "--device", img];
+        args.extend_from_slice(&["--frame-bytes", "4096"]);
+        args.extend_from_slice(extra);
+        backup(&args, &[])
+    }
+
+    fn list(&self) -> Vec<serde_json::Value> {
+        let out = ok(&backup(&["list", "--repo", self.repo(), "--json"], &[]));
+        serde_json::from_str::<serde_json::Value>(&out)
+            .unwrap()
+            .as_array()
+            .unwrap()
+            .clone()
+    }
+
+    fn stream_file(&self, entry: &serde_json::Value) -> PathBuf {
+        self.repo.join(entry["file"].as_str().unwrap())
+    }
+}
+
+/// The kernel's stream `name` of the fixture, decompressed.
+fn kernel_stream(name: &str) -> Vec<u8> {
+    zstd::decode_all(fs::File::open(fixture_dir(FIX).join(name)).unwrap()).unwrap()
+}
+
+/// `uuid=… transid=…` of the first line of the kernel's dump.
+fn kernel_uuid(dump: &str) -> (String, u64) {
+    let text = fs::read_to_string(fixture_dir(FIX).join(dump)).unwrap();
+    let line = text.lines().next().unwrap();
+    let field = |k: &str| {
+        line.split_whitespace()
+            .find_map(|w| w.strip_prefix(k))
+            .unwrap()
+            .to_owned()
+    };
+    (field("uuid="), field("transid=").parse().unwrap())
+}
+
+/// The `parent_uuid` of a snapshot in the kernel's `btrfs subvolume list`.
+fn kernel_parent_uuid(path: &str) -> String {
+    let text = fs::read_to_string(fixture_dir(FIX).join("subvol-list.txt")).unwrap();
+    let line = text
+        .lines()
+        .find(|l| l.ends_with(&format!(" path {path}")))
+        .unwrap();
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let i = words.iter().position(|w| *w == "parent_uuid").unwrap();
+    words[i + 1].to_owned()
+}
+
+/// The kernel manifest without hole maps: the fixture README explains
+/// that even `btrfs receive` of these incrementals differs there (protocol
+/// 1 writes punched holes as zeros).
+fn kernel_manifest(snap: &str) -> String {
+    let text = fs::read_to_string(fixture_dir(FIX).join(format!("{snap}.manifest"))).unwrap();
+    text.lines()
+        .map(|l| {
+            l.split(' ')
+                .filter(|w| !w.starts_with("data="))
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+        + "\n"
+}
+
+fn manifest(dir: &Path) -> String {
+    let out = btrsend().arg("manifest").arg(dir).output().unwrap();
+    ok(&out)
+}
+
+#[test]
+fn chain_is_stored_as_the_kernel_sends_it_and_restores_to_its_manifests() {
+    let env = Env::new();
+    env.init();
+    let out = env.run(&["--json", "snaps/s*"]);
+    let text = ok(&out);
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let last = lines.last().unwrap();
+    assert_eq!(last["message_type"], "summary", "{text}");
+    assert_eq!(last["stored"], 3);
+    assert_eq!(
+        lines
+            .iter()
+            .filter(|l| l["message_type"] == "stored")
+            .count(),
+        3
+    );
+    assert!(out.stderr.is_empty(), "{}", stderr(&out));
+
+    // The catalog: uuids and ctransids as the kernel's streams carry them,
+    // parents linked, oldest first.
+    let list = env.list();
+    assert_eq!(list.len(), 3);
+    let expect = [
+        ("snaps/s1", "s1.full.v1.dump", "full", None),
+        ("snaps/s2", "s1--s2.inc.v1.dump", "incremental", Some(0)),
+        ("snaps/s3", "s2--s3.inc.v1.dump", "incremental", Some(1)),
+    ];
+    for (i, (path, dump, kind, parent)) in expect.iter().enumerate() {
+        let e = &list[i];
+        let (uuid, ctransid) = kernel_uuid(dump);
+        assert_eq!(e["path"], *path);
+        assert_eq!(e["uuid"], uuid);
+        assert_eq!(e["ctransid"], ctransid);
+        assert_eq!(e["kind"], *kind);
+        match parent {
+            None => assert!(e["parent_uuid"].is_null() && e["parent_id"].is_null()),
+            Some(p) => {
+                assert_eq!(e["parent_uuid"], list[*p]["uuid"]);
+                assert_eq!(e["parent_id"], list[*p]["id"]);
+            }
+        }
+        assert!(e["time"].as_str().unwrap().starts_with("2026-"), "{e}");
+        assert_eq!(e["origin"], kernel_parent_uuid(path));
+        let stored = fs::metadata(env.stream_file(e)).unwrap().len();
+        assert_eq!(e["stored_bytes"], stored);
+        // `zstd -dc FILE` gives the kernel's stream.
+        let z = Command::new("zstd")
+            .arg("-dc")
+            .arg(env.stream_file(e))
+            .output()
+            .unwrap();
+        assert!(z.status.success());
+        let k = kernel_stream(&dump.replace(".dump", ".stream.zst"));
+        assert_eq!(z.stdout.len(), k.len(), "{path}");
+        assert!(
+            z.stdout == k,
+            "{path}: zstd -dc differs from the kernel's stream"
+        );
+        assert_eq!(e["stream_bytes"], k.len());
+    }
+
+    // A re-run stores nothing.
+    let again = ok(&env.run(&["--json", "snaps/s*"]));
+    let summary: serde_json::Value = serde_json::from_str(again.lines().last().unwrap()).unwrap();
+    assert_eq!(
+        (
+            summary["stored"].as_u64(),
+            summary["already_stored"].as_u64()
+        ),
+        (Some(0), Some(3))
+    );
+
+    // verify --read-data: clean and silent.
+    let v = backup(&["verify", "--read-data", "--repo", env.repo()], &[]);
+    ok(&v);
+    assert!(v.stderr.is_empty(), "{}", stderr(&v));
+
+    // restore --stdout of s3 = the kernel's s1 full + s1→s2 + s2→s3.
+    let out = ok_bytes(&backup(
+        &["restore", "--repo", env.repo(), "--stdout", "snaps/s3"],
+        &[],
+    ));
+    let mut chain = kernel_stream("s1.full.v1.stream.zst");
+    chain.extend(kernel_stream("s1--s2.inc.v1.stream.zst"));
+    chain.extend(kernel_stream("s2--s3.inc.v1.stream.zst"));
+    assert!(
+        out == chain,
+        "restore --stdout differs from the kernel chain"
+    );
+
+    // restore --to by uuid, by id, by path: the kernel mount's manifests.
+    let s2_uuid = list[1]["uuid"].as_str().unwrap().to_owned();
+    for (spec, last) in [("snaps/s3", "s3"), (s2_uuid.as_str(), "s2"), ("1", "s1")] {
+        let to = env.dir.path().join(format!("to-{last}"));
+        fs::create_dir(&to).unwrap();
+        let o = backup(&["restore", "--repo", env.repo(), "--to"], &[&to]);
+        assert_eq!(o.status.code(), Some(2), "SNAPSHOT is required");
+        let o = btrsend()
+            .args(["backup", "restore", "--repo", env.repo(), "--to"])
+            .arg(&to)
+            .arg(spec)
+            .output()
+            .unwrap();
+        ok(&o);
+        assert!(o.stderr.is_empty(), "{}", stderr(&o));
+        for snap in ["s1", "s2", "s3"] {
+            let p = to.join(snap);
+            if snap > last {
+                assert!(!p.exists(), "{spec}: {snap} restored too");
+                continue;
+            }
+            assert_eq!(manifest(&p), kernel_manifest(snap), "{spec}: {snap}");
+        }
+    }
+}
+
+#[test]
+fn full_every_bounds_chains() {
+    let env = Env::new();
+    env.init();
+    ok(&env.run(&["--full-every", "2", "snaps/s1", "snaps/s2", "snaps/s3"]));
+    let list = env.list();
+    let kinds: Vec<&str> = list.iter().map(|e| e["kind"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["full", "incremental", "full"]);
+    // One at a time, in any order of the arguments, is the same.
+    let env2 = Env::new();
+    env2.init();
+    ok(&env2.run(&["snaps/s2"]));
+    ok(&env2.run(&["--full-every", "2", "snaps/s3", "id:257"]));
+    let list = env2.list();
+    let got: Vec<(&str, &str)> = list
+        .iter()
+        .map(|e| (e["path"].as_str().unwrap(), e["kind"].as_str().unwrap()))
+        .collect();
+    // s2 first (full); then s1 (older, full: s2 is newer), then s3 (from s2).
+    assert_eq!(
+        got,
+        [
+            ("snaps/s2", "full"),
+            ("snaps/s1", "full"),
+            ("snaps/s3", "incremental")
+        ]
+    );
+    assert_eq!(list[2]["parent_id"], list[0]["id"]);
+}
+
+/// Damage one stream file in `how`; verify must name it (exit 12) and
+/// restore must refuse every snapshot whose chain has it.
+fn damage_case(how: &str) {
+    let env = Env::new();
+    env.init();
+    ok(&env.run(&["snaps/s*"]));
+    let list = env.list();
+    let s2 = env.stream_file(&list[1]);
+    let mut bytes = fs::read(&s2).unwrap();
+    match how {
+        "flip" => {
+            let at = bytes.len() / 3;
+            bytes[at] ^= 0x10;
+        }
+        "truncate" => bytes.truncate(bytes.len() - 100),
+        "missing" => bytes.clear(),
+        "swap" => {
+            // Swap frames 1 and 2.
+            let f = frames(&bytes);
+            assert!(f.len() > 2, "{f:?}");
+            let (a, b) = (f[1], f[2]);
+            let mut swapped = bytes[b.0..b.0 + b.1].to_vec();
+            swapped.extend_from_slice(&bytes[a.0..a.0 + a.1]);
+            bytes.splice(a.0..b.0 + b.1, swapped);
+        }
+        _ => unreachable!(),
+    }
+    if how == "missing" {
+        fs::remove_file(&s2).unwrap();
+    } else {
+        fs::write(&s2, &bytes).unwrap();
+    }
+    let name = list[1]["file"].as_str().unwrap();
+    let args: &[&str] = if how == "flip" || how == "swap" {
+        &["verify", "--read-data"]
+    } else {
+        &["verify"]
+    };
+    let mut a = args.to_vec();
+    a.extend(["--repo", env.repo()]);
+    let v = backup(&a, &[]);
+    assert_eq!(v.status.code(), Some(12), "{how}: {}", stderr(&v));
+    let err = stderr(&v);
+    assert!(err.contains(name), "{how}: {err}");
+    assert!(
+        err.contains("unrestorable: entry 2 (snaps/s2)"),
+        "{how}: {err}"
+    );
+    assert!(
+        err.contains("unrestorable: entry 3 (snaps/s3)"),
+        "{how}: {err}"
+    );
+    assert!(!err.contains("entry 1 (snaps/s1)"), "{how}: {err}");
+    if how == "flip" || how == "swap" {
+        assert!(
+            err.contains("frame ") && err.contains("BLAKE3 mismatch"),
+            "{how}: {err}"
+        );
+    }
+    assert!(
+        err.contains("btrsend: error: verify found damage"),
+        "{how}: {err}"
+    );
+    // Restore refuses s2 and s3 before applying anything; s1 restores.
+    for snap in ["snaps/s3", "snaps/s2"] {
+        let to = env.dir.path().join(format!("to-{how}-{}", &snap[6..]));
+        fs::create_dir(&to).unwrap();
+        let o = btrsend()
+            .args(["backup", "restore", "--repo", env.repo(), "--to"])
+            .arg(&to)
+            .arg(snap)
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(1), "{how} {snap}");
+        assert!(stderr(&o).contains(name), "{how}: {}", stderr(&o));
+        assert_eq!(
+            fs::read_dir(&to).unwrap().count(),
+            0,
+            "{how}: {snap}: something was applied"
+        );
+        let o = backup(&["restore", "--repo", env.repo(), "--stdout", snap], &[]);
+        assert_eq!(o.status.code(), Some(1), "{how} {snap}");
+        assert!(o.stdout.is_empty(), "{how}: {snap}: bytes were written");
+    }
+    let to = env.dir.path().join("to-s1");
+    fs::create_dir(&to).unwrap();
+    let o = btrsend()
+        .args(["backup", "restore", "--repo", env.repo(), "--to"])
+        .arg(&to)
+        .arg("snaps/s1")
+        .output()
+        .unwrap();
+    ok(&o);
+    assert_eq!(manifest(&to.join("s1")), kernel_manifest("s1"));
+}
+
+/// The (offset, length) of each frame, from the trailer at the end of a
+/// stream file (its layout: btrsend-repository(5)).
+fn frames(b: &[u8]) -> Vec<(usize, usize)> {
+    let n = b.len();
+    assert_eq!(&b[n - 8..], b"BTRSTRL1");
+    let json_len = u64::from_le_bytes(b[n - 16..n - 8].try_into().unwrap()) as usize;
+    let t: serde_json::Value = serde_json::from_slice(&b[n - 16 - json_len..n - 16]).unwrap();
+    t["frames"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            (
+                f["offset"].as_u64().unwrap() as usize,
+                f["len"].as_u64().unwrap() as usize,
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn flipped_byte_is_found_and_refused() {
+    damage_case("flip");
+}
+
+#[test]
+fn truncated_file_is_found_and_refused() {
+    damage_case("truncate");
+}
+
+#[test]
+fn missing_file_is_found_and_refused() {
+    damage_case("missing");
+}
+
+#[test]
+fn swapped_frames_are_found_and_refused() {
+    damage_case("swap");
+}
+
+#[test]
+fn exit_codes_for_missing_repository_and_held_lock() {
+    let env = Env::new();
+    let o = backup(&["list", "--repo", env.repo()], &[]);
+    assert_eq!(o.status.code(), Some(10), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("repository unreachable"),
+        "{}",
+        stderr(&o)
+    );
+    let o = backup(&["list"], &[]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("use --repo REPO or set BTRSEND_REPOSITORY"));
+    // BTRSEND_REPOSITORY: a directory that is no repository.
+    fs::create_dir(&env.repo).unwrap();
+    let o = btrsend()
+        .args(["backup", "verify"])
+        .env("BTRSEND_REPOSITORY", &env.repo)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(10));
+    assert!(
+        stderr(&o).contains("not a btrsend repository"),
+        "{}",
+        stderr(&o)
+    );
+    env.init();
+    let o = backup(&["init", "--repo", env.repo()], &[]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("exists there already"),
+        "{}",
+        stderr(&o)
+    );
+
+    // Hold the lock as another process would: run waits, then exits 11.
+    let lock = fs::OpenOptions::new()
+        .write(true)
+        .open(env.repo.join("lock"))
+        .unwrap();
+    lock.lock().unwrap();
+    let t = std::time::Instant::now();
+    let o = env.run(&["--retry-lock", "1s", "snaps/s1"]);
+    assert_eq!(o.status.code(), Some(11), "{}", stderr(&o));
+    assert!(t.elapsed() >= std::time::Duration::from_secs(1));
+    assert!(stderr(&o).contains("is locked by"), "{}", stderr(&o));
+    let o = env.run(&["--json", "snaps/s1"]);
+    assert_eq!(o.status.code(), Some(11));
+    let err: serde_json::Value = serde_json::from_str(stderr(&o).trim()).unwrap();
+    assert_eq!(err["message_type"], "error");
+    assert_eq!(err["exit_code"], 11);
+    drop(lock);
+    // Shared readers do not block each other; a held shared lock blocks run.
+    let shared = fs::File::open(env.repo.join("lock")).unwrap();
+    shared.lock_shared().unwrap();
+    ok(&backup(&["list", "--repo", env.repo()], &[]));
+    assert_eq!(env.run(&["snaps/s1"]).status.code(), Some(11));
+    drop(shared);
+    ok(&env.run(&["snaps/s1"]));
+    // A snapshot that is not there: nothing stored, exit 1.
+    let o = env.run(&["snaps/none"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("matches snaps/none"), "{}", stderr(&o));
+}
+
+#[test]
+fn import_of_kernel_streams_in_any_order_restores_the_chain() {
+    let env = Env::new();
+    env.init();
+    let dir = fixture_dir(FIX);
+    // Raw and compressed, children first.
+    let raw_s1 = env.dir.path().join("s1.stream");
+    fs::write(&raw_s1, kernel_stream("s1.full.v1.stream.zst")).unwrap();
+    let files = [
+        dir.join("s2--s3.inc.v1.stream.zst"),
+        dir.join("s1--s2.inc.v1.stream.zst"),
+        raw_s1,
+    ];
+    let mut cmd = btrsend();
+    cmd.args([
+        "backup",
+        "import",
+        "--repo",
+        env.repo(),
+        "--time",
+        "2026-01-02T03:04:05Z",
+        "--origin",
+        "home",
+    ]);
+    ok(&cmd.args(&files).output().unwrap());
+    let list = env.list();
+    let paths: Vec<&str> = list.iter().map(|e| e["path"].as_str().unwrap()).collect();
+    assert_eq!(paths, ["s1", "s2", "s3"]);
+    for e in &list {
+        assert_eq!(e["time"], "2026-01-02T03:04:05Z");
+        assert_eq!(e["origin"], "home");
+    }
+    assert_eq!(list[2]["parent_id"], list[1]["id"]);
+    assert_eq!(list[1]["parent_id"], list[0]["id"]);
+    let to = env.dir.path().join("to");
+    fs::create_dir(&to).unwrap();
+    ok(&btrsend()
+        .args(["backup", "restore", "--repo", env.repo(), "--to"])
+        .arg(&to)
+        .arg("s3")
+        .output()
+        .unwrap());
+    assert_eq!(manifest(&to.join("s3")), kernel_manifest("s3"));
+    // Importing again stores nothing; an incremental without its parent
+    // and a file that is no stream fail, the others are stored: exit 3.
+    let env2 = Env::new();
+    env2.init();
+    let junk = env2.dir.path().join("junk");
+    fs::write(&junk, b"not a stream").unwrap();
+    let o = btrsend()
+        .args(["backup", "import", "--repo", env2.repo()])
+        .arg(dir.join("s1.full.v2c.stream.zst"))
+        .arg(dir.join("s2--s3.inc.v1.stream.zst"))
+        .arg(&junk)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(err.contains("junk: not a send stream"), "{err}");
+    assert!(
+        err.contains("neither in the repository nor among the files"),
+        "{err}"
+    );
+    let list = env2.list();
+    assert_eq!(list.len(), 1);
+    assert_eq!(list[0]["origin"], "imported");
+    assert_eq!(list[0]["proto"], 2);
+}
+
+/// `restore --stdout | btrfs receive` (the stock receiver, root): the
+/// kernel mount's manifests.
+#[test]
+fn restore_stdout_into_btrfs_receive() {
+    if !btrsend::testing::require_live("restore_stdout_into_btrfs_receive") {
+        return;
+    }
+    let env = Env::new();
+    env.init();
+    ok(&env.run(&["snaps/s*"]));
+    let live = btrsend::testing::LiveBtrfs::new().unwrap();
+    let stream = env.dir.path().join("chain");
+    let out = backup(
+        &["restore", "--repo", env.repo(), "--stdout", "snaps/s3"],
+        &[],
+    );
+    fs::write(&stream, ok_bytes(&out)).unwrap();
+    live.receive("recv", &[&stream]).unwrap();
+    for snap in ["s1", "s2", "s3"] {
+        let m = live
+            .manifest(
+                &format!("recv/{snap}"),
+                btrsend::manifest::Options::default(),
+            )
+            .unwrap();
+        assert_eq!(m, kernel_manifest(snap), "{snap}");
+    }
+}
+
+/// kill -9 of `backup run` at ≥ 20 points spread over its run time: each
+/// time the repository verifies (`--read-data`, exit 0: a leftover file is
+/// only a notice), and a re-run completes; at the end every snapshot
+/// restores to the kernel mount's manifest.
+#[test]
+fn kill_9_during_run_leaves_a_repository_that_verifies() {
+    use std::os::unix::process::ExitStatusExt;
+    let env = Env::new();
+    let img = env.img.to_str().unwrap().to_owned();
+    let run_args = |repo: &str, level: &str| -> Vec<String> {
+        [
+            "backup",
+            "run",
+            "--repo",
+            repo,
+            "--device",
+            &img,
+            "--frame-bytes",
+            "4096",
+            "--compression-level",
+            level,
+            "snaps/s*",
+        ]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect()
+    };
+    // How long an uninterrupted run takes: the kills are spread over it.
+    let probe = env.dir.path().join("probe");
+    ok(&backup(&["init", "--repo", probe.to_str().unwrap()], &[]));
+    let t = std::time::Instant::now();
+    ok(&btrsend()
+        .args(run_args(probe.to_str().unwrap(), "19"))
+        .output()
+        .unwrap());
+    let span = t.elapsed().as_micros() as u64;
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    let (mut kills, mut tries) = (0, 0);
+    while kills < 20 {
+        tries += 1;
+        assert!(
+            tries < 200,
+            "only {kills} runs were killed in {tries} tries"
+        );
+        let repo = env.dir.path().join(format!("repo{tries}"));
+        let repo_s = repo.to_str().unwrap().to_owned();
+        ok(&backup(&["init", "--repo", &repo_s], &[]));
+        // Half the runs start on a repository holding s1 already.
+        if tries % 2 == 0 {
+            let img2 = img.clone();
+            ok(&backup(
+                &["run", "--repo", &repo_s, "--device", &img2, "snaps/s1"],
+                &[],
+            ));
+        }
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        let delay = seed % span.max(1);
+        let mut child = btrsend()
+            .args(run_args(&repo_s, "19"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_micros(delay));
+        let _ = child.kill();
+        let status = child.wait().unwrap();
+        if status.signal() == Some(9) {
+            kills += 1;
+        }
+        let v = backup(&["verify", "--read-data", "--repo", &repo_s], &[]);
+        assert!(
+            v.status.success(),
+            "after a kill at {delay} µs: {}",
+            stderr(&v)
+        );
+        ok(&btrsend().args(run_args(&repo_s, "3")).output().unwrap());
+        let v = backup(&["verify", "--read-data", "--repo", &repo_s], &[]);
+        assert!(v.status.success() && v.stderr.is_empty(), "{}", stderr(&v));
+        let list = serde_json::from_str::<serde_json::Value>(&ok(&backup(
+            &["list", "--json", "--repo", &repo_s],
+            &[],
+        )))
+        .unwrap();
+        assert_eq!(list.as_array().unwrap().len(), 3);
+        assert_eq!(
+            fs::read_dir(repo.join("streams")).unwrap().count(),
+            3,
+            "leftovers removed by the re-run"
+        );
+        if kills % 7 == 1 {
+            let to = env.dir.path().join(format!("to{tries}"));
+            fs::create_dir(&to).unwrap();
+            ok(&btrsend()
+                .args(["backup", "restore", "--repo", &repo_s, "--to"])
+                .arg(&to)
+                .arg("snaps/s3")
+                .output()
+                .unwrap());
+            for snap in ["s1", "s2", "s3"] {
+                assert_eq!(manifest(&to.join(snap)), kernel_manifest(snap), "{snap}");
+            }
+        }
+        let _ = fs::remove_dir_all(&repo);
+    }
+    eprintln!("{kills} runs killed with SIGKILL in {tries} tries (run time {span} µs)");
+}
+
+/// `man/btrsend-repository.5` is rendered from `repository_man.rs`
+/// (`BTRSEND_UPDATE_MAN=1` rewrites it).
+#[test]
+fn repository_man_page_is_current() {
+    let page = btrsend_cli::repository_man::render();
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../man/btrsend-repository.5");
+    if std::env::var_os("BTRSEND_UPDATE_MAN").is_some() {
+        fs::write(&path, &page).unwrap();
+        return;
+    }
+    let committed = fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        committed == page,
+        "man/btrsend-repository.5 is out of date; run BTRSEND_UPDATE_MAN=1 cargo test --release -p btrsend-cli --test integration backup::"
+    );
+    assert!(page.contains("BTRSTRL1") && page.contains(".SH \"CATALOG\""));
+}

@@ -1,0 +1,466 @@
+//! The catalog: the list of stored streams, the only thing that makes a
+//! stream file part of the repository.
+//!
+//! It is a JSON object stored as `catalog/NNNNNNNNNNNNNNNN.json` (16
+//! decimal digits: its generation). A change writes the next generation
+//! with put-if-absent (a link that refuses an existing name on a local
+//! disk, `If-None-Match: *` on S3), so a catalog is replaced atomically and
+//! two writers can never both succeed; readers take the highest generation.
+//! The three newest generations are kept, older ones removed.
+//!
+//! ```json
+//! {"format":"btrsend-catalog","version":1,"generation":7,"next_id":5,
+//!  "entries":[{"id":1,"path":"snaps/home.1","uuid":"…","ctransid":12,
+//!    "parent_uuid":null,"parent_ctransid":null,"parent_id":null,
+//!    "kind":"full","time":"2026-11-20T01:00:00Z","origin":"…",
+//!    "file":"streams/….btrs.zst","stream_bytes":…,"stored_bytes":…,
+//!    "stream_blake3":"…","commands":…,"proto":1,
+//!    "stored_at":"2026-11-20T01:02:03Z"}]}
+//! ```
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+
+use super::BackupError;
+use super::store::Store;
+
+/// The catalog format this code writes.
+pub const CATALOG_VERSION: u32 = 1;
+/// Where the catalog generations live.
+pub const CATALOG_DIR: &str = "catalog/";
+/// Catalog generations kept besides the newest.
+const KEEP_OLD: usize = 2;
+
+/// Full or incremental.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    /// A full stream (SUBVOL first).
+    Full,
+    /// An incremental stream (SNAPSHOT first) against its parent.
+    Incremental,
+}
+
+impl Kind {
+    /// `full` or `incremental`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Full => "full",
+            Kind::Incremental => "incremental",
+        }
+    }
+}
+
+/// One stored stream.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Entry {
+    /// Unique in the repository, never reused.
+    pub id: u64,
+    /// The snapshot's path from the top level of its filesystem (for
+    /// `run`), or the stream's subvolume name (for `import`).
+    pub path: String,
+    /// The snapshot's UUID as its stream carries it (its received UUID if
+    /// it has one, else its UUID).
+    pub uuid: String,
+    /// Its ctransid.
+    pub ctransid: u64,
+    /// The parent's UUID for an incremental stream.
+    pub parent_uuid: Option<String>,
+    /// The parent's ctransid.
+    pub parent_ctransid: Option<u64>,
+    /// The parent's entry.
+    pub parent_id: Option<u64>,
+    /// Full or incremental.
+    pub kind: Kind,
+    /// RFC 3339: the snapshot's creation time (its root item's otime), or
+    /// the time given to `import`.
+    pub time: String,
+    /// The origin the entry belongs to (for retention): the UUID of the
+    /// subvolume the snapshot was taken of (its own UUID if none), or the
+    /// `--origin` of an import.
+    pub origin: String,
+    /// The stream file's key.
+    pub file: String,
+    /// Length of the raw stream.
+    pub stream_bytes: u64,
+    /// Length of the stream file.
+    pub stored_bytes: u64,
+    /// BLAKE3 of the raw stream, hex.
+    pub stream_blake3: String,
+    /// Commands in the stream.
+    pub commands: u64,
+    /// Protocol version.
+    pub proto: u32,
+    /// When it was stored (RFC 3339).
+    pub stored_at: String,
+}
+
+impl Entry {
+    /// [`Entry::time`] parsed.
+    pub fn timestamp(&self) -> Option<jiff::Timestamp> {
+        self.time.parse().ok()
+    }
+}
+
+/// The catalog (see the module docs).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Catalog {
+    /// Always `btrsend-catalog`.
+    pub format: String,
+    /// [`CATALOG_VERSION`].
+    pub version: u32,
+    /// This generation's number.
+    pub generation: u64,
+    /// The id the next entry gets.
+    pub next_id: u64,
+    /// The entries, oldest first.
+    pub entries: Vec<Entry>,
+}
+
+/// The key of generation `g`.
+fn key_of(g: u64) -> String {
+    format!("{CATALOG_DIR}{g:016}.json")
+}
+
+/// The generation of a key, if it is a catalog's.
+fn generation_of(key: &str) -> Option<u64> {
+    let name = key.strip_prefix(CATALOG_DIR)?.strip_suffix(".json")?;
+    (name.len() == 16 && name.bytes().all(|b| b.is_ascii_digit()))
+        .then(|| name.parse().ok())
+        .flatten()
+}
+
+impl Catalog {
+    /// An empty catalog, generation 0 (not stored yet).
+    pub fn empty() -> Catalog {
+        Catalog {
+            format: String::from("btrsend-catalog"),
+            version: CATALOG_VERSION,
+            generation: 0,
+            next_id: 1,
+            entries: Vec::new(),
+        }
+    }
+
+    /// The newest generation in `store`.
+    ///
+    /// # Errors
+    ///
+    /// [`BackupError::Catalog`] when there is none or it is unreadable;
+    /// store errors.
+    pub fn load(store: &dyn Store) -> Result<Catalog, BackupError> {
+        let list = store.list(CATALOG_DIR)?;
+        let newest = list
+            .iter()
+            .filter_map(|o| generation_of(&o.key).map(|g| (g, &o.key)))
+            .max();
+        let Some((g, key)) = newest else {
+            return Err(BackupError::Catalog {
+                repo: store.name().to_owned(),
+                what: String::from("no catalog (catalog/*.json) in the repository"),
+            });
+        };
+        let bytes = store.get(key, None)?;
+        let cat: Catalog = serde_json::from_slice(&bytes).map_err(|e| BackupError::Catalog {
+            repo: store.name().to_owned(),
+            what: format!("{key}: unreadable JSON: {e}"),
+        })?;
+        if cat.format != "btrsend-catalog" || cat.version != CATALOG_VERSION {
+            return Err(BackupError::Catalog {
+                repo: store.name().to_owned(),
+                what: format!(
+                    "{key}: format {} version {} (this btrsend reads btrsend-catalog version {CATALOG_VERSION})",
+                    cat.format, cat.version
+                ),
+            });
+        }
+        if cat.generation != g {
+            return Err(BackupError::Catalog {
+                repo: store.name().to_owned(),
+                what: format!("{key}: records generation {}", cat.generation),
+            });
+        }
+        cat.check().map_err(|what| BackupError::Catalog {
+            repo: store.name().to_owned(),
+            what: format!("{key}: {what}"),
+        })?;
+        Ok(cat)
+    }
+
+    /// Internal consistency: unique ids below `next_id`, unique
+    /// uuid+ctransid, parents that exist and come earlier.
+    ///
+    /// # Errors
+    ///
+    /// What is wrong, as text.
+    pub fn check(&self) -> Result<(), String> {
+        let mut ids = BTreeSet::new();
+        let mut keys = BTreeSet::new();
+        for e in &self.entries {
+            if e.id >= self.next_id || !ids.insert(e.id) {
+                return Err(format!("entry {} has a duplicate or too large id", e.id));
+            }
+            if !keys.insert((e.uuid.as_str(), e.ctransid)) {
+                return Err(format!(
+                    "entry {}: uuid {} ctransid {} is stored twice",
+                    e.id, e.uuid, e.ctransid
+                ));
+            }
+            match (e.kind, e.parent_id) {
+                (Kind::Full, None) => {}
+                (Kind::Incremental, Some(p)) if ids.contains(&p) && p != e.id => {}
+                _ => {
+                    return Err(format!(
+                        "entry {} ({}) has parent {:?}, which is not an earlier entry",
+                        e.id,
+                        e.kind.as_str(),
+                        e.parent_id
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Store this catalog as the next generation (atomically), and drop
+    /// old generations.
+    ///
+    /// # Errors
+    ///
+    /// [`BackupError::Catalog`] when another writer stored that generation
+    /// first; store errors.
+    pub fn commit(&mut self, store: &dyn Store) -> Result<(), BackupError> {
+        let next = self.generation + 1;
+        let mut cat = self.clone();
+        cat.generation = next;
+        let bytes = serde_json::to_vec_pretty(&cat).map_err(|e| BackupError::Catalog {
+            repo: store.name().to_owned(),
+            what: format!("cannot encode the catalog: {e}"),
+        })?;
+        if !store.put_if_absent(&key_of(next), &bytes)? {
+            return Err(BackupError::Catalog {
+                repo: store.name().to_owned(),
+                what: format!(
+                    "{} was written by another process meanwhile (not holding the lock?)",
+                    key_of(next)
+                ),
+            });
+        }
+        self.generation = next;
+        // Old generations: best effort (a leftover is harmless).
+        if let Ok(list) = store.list(CATALOG_DIR) {
+            let mut gens: Vec<u64> = list.iter().filter_map(|o| generation_of(&o.key)).collect();
+            gens.sort_unstable();
+            let keep_from = gens.len().saturating_sub(KEEP_OLD + 1);
+            for g in gens.iter().take(keep_from) {
+                let _ = store.delete(&key_of(*g));
+            }
+        }
+        Ok(())
+    }
+
+    /// Add an entry (its id is assigned here and returned).
+    pub fn add(&mut self, mut entry: Entry) -> u64 {
+        entry.id = self.next_id;
+        self.next_id += 1;
+        let id = entry.id;
+        self.entries.push(entry);
+        id
+    }
+
+    /// The entry with this id.
+    pub fn get(&self, id: u64) -> Option<&Entry> {
+        self.entries.iter().find(|e| e.id == id)
+    }
+
+    /// The entry storing this snapshot.
+    pub fn find(&self, uuid: &str, ctransid: u64) -> Option<&Entry> {
+        self.entries
+            .iter()
+            .find(|e| e.uuid == uuid && e.ctransid == ctransid)
+    }
+
+    /// The chain that restores entry `id`: the full stream first, `id`
+    /// last.
+    ///
+    /// # Errors
+    ///
+    /// The id of the first missing ancestor.
+    pub fn chain(&self, id: u64) -> Result<Vec<&Entry>, u64> {
+        let by_id: BTreeMap<u64, &Entry> = self.entries.iter().map(|e| (e.id, e)).collect();
+        let mut out = Vec::new();
+        let mut cur = Some(id);
+        while let Some(i) = cur {
+            let e = by_id.get(&i).ok_or(i)?;
+            if out.len() > self.entries.len() {
+                return Err(i);
+            }
+            out.push(*e);
+            cur = e.parent_id;
+        }
+        out.reverse();
+        Ok(out)
+    }
+
+    /// How many streams the chain of `id` has (1 for a full stream).
+    pub fn depth(&self, id: u64) -> Option<usize> {
+        self.chain(id).ok().map(|c| c.len())
+    }
+
+    /// Remove the entries `ids` and store the catalog (atomically), then
+    /// delete their stream files, children before parents. Refused, with
+    /// nothing changed, when a remaining entry is an incremental stream of
+    /// a removed one. This is what `forget` uses; it must hold the
+    /// exclusive lock.
+    ///
+    /// # Errors
+    ///
+    /// [`BackupError::Invalid`] for an unknown id or a child left behind;
+    /// what [`Catalog::commit`] returns. File deletion errors are not
+    /// errors (a leftover file is removed by the next `run`).
+    pub fn remove_entries(&mut self, store: &dyn Store, ids: &[u64]) -> Result<(), BackupError> {
+        let gone: BTreeSet<u64> = ids.iter().copied().collect();
+        for id in &gone {
+            if self.get(*id).is_none() {
+                return Err(BackupError::Invalid(format!(
+                    "no entry {id} in the catalog of {}",
+                    store.name()
+                )));
+            }
+        }
+        if let Some(child) = self
+            .entries
+            .iter()
+            .find(|e| !gone.contains(&e.id) && e.parent_id.is_some_and(|p| gone.contains(&p)))
+        {
+            return Err(BackupError::Invalid(format!(
+                "cannot remove entry {} of {}: entry {} is an incremental stream based on it",
+                child.parent_id.unwrap_or_default(),
+                store.name(),
+                child.id
+            )));
+        }
+        let mut next = self.clone();
+        next.entries.retain(|e| !gone.contains(&e.id));
+        next.commit(store)?;
+        // Children before parents: newest ids first (a child always has a
+        // larger id than its parent).
+        let mut files: Vec<(u64, String)> = self
+            .entries
+            .iter()
+            .filter(|e| gone.contains(&e.id))
+            .map(|e| (e.id, e.file.clone()))
+            .collect();
+        files.sort_by_key(|f| std::cmp::Reverse(f.0));
+        for (_, f) in files {
+            let _ = store.delete(&f);
+        }
+        *self = next;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backup::store::LocalStore;
+
+    pub(crate) fn entry(parent: Option<u64>) -> Entry {
+        Entry {
+            id: 0,
+            path: "snaps/a".into(),
+            uuid: format!("u{}", crate::backup::store::random_u64()),
+            ctransid: 5,
+            parent_uuid: parent.map(|_| "p".into()),
+            parent_ctransid: parent.map(|_| 4),
+            parent_id: parent,
+            kind: if parent.is_some() {
+                Kind::Incremental
+            } else {
+                Kind::Full
+            },
+            time: "2026-11-20T01:00:00Z".into(),
+            origin: "o".into(),
+            file: format!("streams/{}", crate::backup::store::random_u64()),
+            stream_bytes: 10,
+            stored_bytes: 20,
+            stream_blake3: "h".into(),
+            commands: 3,
+            proto: 1,
+            stored_at: "2026-11-20T01:00:00Z".into(),
+        }
+    }
+
+    #[test]
+    fn commit_load_generations_and_conflict() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = LocalStore::new(dir.path());
+        let mut c = Catalog::empty();
+        c.commit(&s).unwrap();
+        assert_eq!(Catalog::load(&s).unwrap().generation, 1);
+        let a = c.add(entry(None));
+        let b = c.add(entry(Some(a)));
+        c.commit(&s).unwrap();
+        let l = Catalog::load(&s).unwrap();
+        assert_eq!(l, c);
+        assert_eq!(
+            l.chain(b).unwrap().iter().map(|e| e.id).collect::<Vec<_>>(),
+            [a, b]
+        );
+        assert_eq!(l.depth(b), Some(2));
+        // A second writer with a stale copy cannot overwrite.
+        let mut stale = l.clone();
+        c.commit(&s).unwrap();
+        let e = stale.commit(&s).unwrap_err();
+        assert!(e.to_string().contains("written by another process"), "{e}");
+        for _ in 0..5 {
+            c.commit(&s).unwrap();
+        }
+        assert_eq!(s.list(CATALOG_DIR).unwrap().len(), KEEP_OLD + 1);
+        assert_eq!(Catalog::load(&s).unwrap().generation, c.generation);
+    }
+
+    #[test]
+    fn remove_entries_refuses_orphaning_children() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = LocalStore::new(dir.path());
+        let mut c = Catalog::empty();
+        let a = c.add(entry(None));
+        let b = c.add(entry(Some(a)));
+        for e in &c.entries {
+            assert!(s.put_if_absent(&e.file, b"x").unwrap());
+        }
+        c.commit(&s).unwrap();
+        let e = c.remove_entries(&s, &[a]).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("entry 2 is an incremental stream based on it"),
+            "{e}"
+        );
+        assert_eq!(Catalog::load(&s).unwrap().entries.len(), 2);
+        let fb = c.get(b).unwrap().file.clone();
+        c.remove_entries(&s, &[a, b]).unwrap();
+        assert!(Catalog::load(&s).unwrap().entries.is_empty());
+        assert!(s.get(&fb, None).unwrap_err().is_not_found());
+        assert!(c.remove_entries(&s, &[a]).is_err());
+    }
+
+    #[test]
+    fn damaged_catalog_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = LocalStore::new(dir.path());
+        let mut c = Catalog::empty();
+        c.add(entry(Some(9)));
+        assert!(c.check().unwrap_err().contains("not an earlier entry"));
+        assert!(s.put_if_absent(&key_of(1), b"{\"format\":").unwrap());
+        let e = Catalog::load(&s).unwrap_err().to_string();
+        assert!(
+            e.contains("catalog/0000000000000001.json: unreadable JSON"),
+            "{e}"
+        );
+        let empty = tempfile::tempdir().unwrap();
+        let e = Catalog::load(&LocalStore::new(empty.path())).unwrap_err();
+        assert!(e.to_string().contains("no catalog"), "{e}");
+    }
+}

@@ -1,0 +1,182 @@
+//! `backup forget`: apply a retention policy ([`retention`]) to the
+//! catalog and delete what it does not keep.
+//!
+//! Under the exclusive lock: the catalog is read, [`retention::plan`]
+//! decides, and [`Catalog::remove_entries`] stores the catalog without the
+//! deleted entries in one atomic replace before their stream files are
+//! deleted, children before parents. A crash at any point leaves either the
+//! old catalog (nothing deleted) or the new one (with at most stream files
+//! no entry names, which `verify` reports and the next `run` removes):
+//! never a kept entry whose chain is broken.
+
+use std::time::Duration;
+
+use jiff::Timestamp;
+use jiff::tz::TimeZone;
+use serde::Serialize;
+
+use super::retention::{self, Candidate, Policy, RetentionError};
+use super::{BackupError, Catalog, Entry, LockKind, Progress, Repository};
+
+/// How `forget` runs.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct ForgetOptions {
+    /// Decide and report, delete nothing.
+    pub dry_run: bool,
+    /// How long to wait for a held lock.
+    pub wait_lock: Duration,
+    /// The present: entries after it are never deleted.
+    pub now: Timestamp,
+    /// The time zone of the periods (hours, days, weeks, …).
+    pub tz: TimeZone,
+}
+
+impl ForgetOptions {
+    /// Now, in the local time zone (`TZ`), deleting, no wait for the lock.
+    pub fn new() -> ForgetOptions {
+        ForgetOptions {
+            dry_run: false,
+            wait_lock: Duration::ZERO,
+            now: Timestamp::now(),
+            tz: TimeZone::system(),
+        }
+    }
+
+    /// Decide and report only.
+    pub fn with_dry_run(mut self, dry_run: bool) -> ForgetOptions {
+        self.dry_run = dry_run;
+        self
+    }
+
+    /// Wait up to `wait` for a held lock.
+    pub fn with_wait_lock(mut self, wait: Duration) -> ForgetOptions {
+        self.wait_lock = wait;
+        self
+    }
+}
+
+impl Default for ForgetOptions {
+    fn default() -> ForgetOptions {
+        ForgetOptions::new()
+    }
+}
+
+/// What `forget` decided for one entry.
+#[derive(Debug, Clone, Serialize)]
+pub struct Verdict {
+    /// The entry (as it was in the catalog).
+    pub entry: Entry,
+    /// Kept, or deleted (or to delete, in a dry run).
+    pub keep: bool,
+    /// Why it is kept: `last`, `daily`, `oldest weekly`, `within 7d`,
+    /// `newer than now`, `parent of 12`, …
+    pub reasons: Vec<String>,
+}
+
+/// The outcome of `forget`.
+#[derive(Debug, Clone, Serialize)]
+pub struct ForgetReport {
+    /// One verdict per entry: origins in name order, each newest first.
+    pub verdicts: Vec<Verdict>,
+    /// The deleted entries' ids, in the order they went (children before
+    /// parents); in a dry run, the order they would go in.
+    pub deleted: Vec<u64>,
+    /// Whether this was a dry run (nothing deleted).
+    pub dry_run: bool,
+}
+
+impl Repository {
+    /// Apply `policy` (see [`retention`]) and, unless a dry run, delete
+    /// the entries it does not keep.
+    ///
+    /// # Errors
+    ///
+    /// [`BackupError::Invalid`] for an empty policy or a catalog retention
+    /// cannot plan for (an unreadable time, parent links in a cycle); lock,
+    /// catalog and store errors.
+    pub fn forget(
+        &self,
+        policy: &Policy,
+        opts: &ForgetOptions,
+        progress: &dyn Progress,
+    ) -> Result<ForgetReport, BackupError> {
+        if policy.is_empty() {
+            return Err(BackupError::Invalid(
+                RetentionError::<u64>::EmptyPolicy.to_string(),
+            ));
+        }
+        let kind = if opts.dry_run {
+            LockKind::Shared
+        } else {
+            LockKind::Exclusive
+        };
+        let _lock = self.lock(kind, opts.wait_lock, progress)?;
+        let mut catalog = self.catalog()?;
+        let plan = plan(&catalog, policy, opts, self.store().name())?;
+        if !opts.dry_run {
+            if !plan.delete_order.is_empty() {
+                catalog.remove_entries(&**self.store(), &plan.delete_order)?;
+            }
+            // Stream files of entries that an interrupted forget (or run)
+            // had already dropped from the catalog.
+            self.clean_leftovers(&catalog, progress)?;
+        }
+        Ok(ForgetReport {
+            verdicts: plan.verdicts,
+            deleted: plan.delete_order,
+            dry_run: opts.dry_run,
+        })
+    }
+}
+
+struct Planned {
+    verdicts: Vec<Verdict>,
+    delete_order: Vec<u64>,
+}
+
+/// [`retention::plan`] over the catalog's entries.
+fn plan(
+    catalog: &Catalog,
+    policy: &Policy,
+    opts: &ForgetOptions,
+    repo: &str,
+) -> Result<Planned, BackupError> {
+    let invalid = |what: String| BackupError::Invalid(format!("{repo}: {what}"));
+    let candidates = catalog
+        .entries
+        .iter()
+        .map(|e| {
+            let time = e.timestamp().ok_or_else(|| {
+                invalid(format!(
+                    "catalog entry {} has an unreadable time {:?}",
+                    e.id, e.time
+                ))
+            })?;
+            Ok(Candidate {
+                id: e.id,
+                origin: e.origin.clone(),
+                time,
+                parent: e.parent_id,
+            })
+        })
+        .collect::<Result<Vec<_>, BackupError>>()?;
+    let plan = retention::plan(&candidates, policy, opts.now, &opts.tz)
+        .map_err(|e| invalid(e.to_string()))?;
+    let verdicts = plan
+        .decisions
+        .into_iter()
+        .filter_map(|d| {
+            let entry = catalog.get(d.id)?.clone();
+            Some(Verdict {
+                entry,
+                keep: d.keep,
+                reasons: d.reasons.iter().map(ToString::to_string).collect(),
+            })
+        })
+        .collect();
+    Ok(Planned {
+        verdicts,
+        delete_order: plan.delete_order,
+    })
+}

@@ -1,0 +1,389 @@
+//! Repository locks: exclusive for `run` (and `forget`), shared for `list`,
+//! `verify` and `restore`.
+//!
+//! * A local directory: `flock(2)` on the file `lock` in the repository.
+//!   The kernel drops the lock of a process that dies, so a lock is never
+//!   stale. The exclusive holder writes `PID HOST TIME` into the file, for
+//!   the "lock held" message.
+//! * S3: lock objects `locks/KIND-HOST-PID-RANDOM.json` (`{"kind",
+//!   "host", "pid", "time"}`), written with put-if-absent and re-written
+//!   every [`REFRESH`] while held. A lock conflicts with every other
+//!   exclusive lock, and an exclusive one with every lock. A lock object is
+//!   stale, and removed with a notice, when its process is gone (same host,
+//!   no such PID) or it was last refreshed more than [`STALE_AFTER`] ago.
+//!   Two processes that take conflicting locks at the same moment both
+//!   see the other and both back off (and retry while `--retry-lock`
+//!   allows).
+
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Seek, Write};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use super::BackupError;
+use super::store::{Store, random_u64};
+
+/// Shared or exclusive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LockKind {
+    /// Readers: `list`, `verify`, `restore`.
+    Shared,
+    /// Writers: `run`, `forget`.
+    Exclusive,
+}
+
+/// How often a lock object is re-written.
+pub const REFRESH: Duration = Duration::from_secs(5 * 60);
+/// A lock object older than this is stale.
+pub const STALE_AFTER: Duration = Duration::from_secs(15 * 60);
+/// The local lock file.
+pub const LOCK_FILE: &str = "lock";
+/// Where lock objects live.
+pub const LOCK_DIR: &str = "locks/";
+
+/// A held lock; dropping it releases it.
+#[derive(Debug)]
+pub struct RepoLock {
+    _file: Option<File>,
+    _object: Option<ObjectLock>,
+}
+
+#[derive(Debug)]
+struct ObjectLock {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for ObjectLock {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The content of a lock object.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct LockInfo {
+    kind: LockKind,
+    host: String,
+    pid: u32,
+    /// Seconds since the epoch of the last refresh.
+    time: i64,
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_else(|_| String::from("unknown"))
+}
+
+fn now_secs() -> i64 {
+    jiff::Timestamp::now().as_second()
+}
+
+/// Take the repository's lock, waiting up to `wait`; `notice` hears about
+/// stale locks taken over.
+///
+/// # Errors
+///
+/// [`BackupError::LockHeld`] when it is still held after `wait`; store
+/// errors.
+pub fn lock(
+    store: &Arc<dyn Store>,
+    kind: LockKind,
+    wait: Duration,
+    notice: &mut dyn FnMut(&str),
+) -> Result<RepoLock, BackupError> {
+    match store.local_root() {
+        Some(root) => lock_file(store.name(), &root.join(LOCK_FILE), kind, wait),
+        None => lock_object(store, kind, wait, notice),
+    }
+}
+
+fn lock_file(
+    repo: &str,
+    path: &std::path::Path,
+    kind: LockKind,
+    wait: Duration,
+) -> Result<RepoLock, BackupError> {
+    let io_err = |e: std::io::Error| BackupError::Io {
+        what: format!("cannot open the lock file {}", path.display()),
+        error: e,
+    };
+    let mut file = match OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+    {
+        Ok(f) => f,
+        // A read-only repository can still be read under a shared lock.
+        Err(e) if kind == LockKind::Shared && e.kind() == std::io::ErrorKind::PermissionDenied => {
+            File::open(path).map_err(io_err)?
+        }
+        Err(e) => return Err(io_err(e)),
+    };
+    let deadline = Instant::now() + wait;
+    loop {
+        let res = match kind {
+            LockKind::Shared => file.try_lock_shared(),
+            LockKind::Exclusive => file.try_lock(),
+        };
+        match res {
+            Ok(()) => break,
+            Err(std::fs::TryLockError::WouldBlock) => {
+                if Instant::now() >= deadline {
+                    let mut holder = String::new();
+                    let _ = file.read_to_string(&mut holder);
+                    let holder = holder.trim();
+                    return Err(BackupError::LockHeld {
+                        repo: repo.to_owned(),
+                        holder: if holder.is_empty() {
+                            String::from("readers (a list, verify or restore)")
+                        } else {
+                            format!("process {holder} (or readers after it)")
+                        },
+                    });
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            Err(std::fs::TryLockError::Error(e)) => return Err(io_err(e)),
+        }
+    }
+    if kind == LockKind::Exclusive {
+        let line = format!(
+            "{} on {} since {}\n",
+            std::process::id(),
+            hostname(),
+            jiff::Timestamp::now()
+        );
+        let _ = file
+            .set_len(0)
+            .and_then(|()| file.rewind())
+            .and_then(|()| file.write_all(line.as_bytes()));
+    }
+    Ok(RepoLock {
+        _file: Some(file),
+        _object: None,
+    })
+}
+
+/// Whether a lock object is stale.
+fn stale(info: &LockInfo, host: &str) -> bool {
+    let age = now_secs().saturating_sub(info.time);
+    if age > i64::try_from(STALE_AFTER.as_secs()).unwrap_or(i64::MAX) {
+        return true;
+    }
+    info.host == host && !std::path::Path::new(&format!("/proc/{}", info.pid)).exists()
+}
+
+fn lock_object(
+    store: &Arc<dyn Store>,
+    kind: LockKind,
+    wait: Duration,
+    notice: &mut dyn FnMut(&str),
+) -> Result<RepoLock, BackupError> {
+    let host = hostname();
+    let pid = std::process::id();
+    let kind_name = match kind {
+        LockKind::Shared => "shared",
+        LockKind::Exclusive => "exclusive",
+    };
+    let deadline = Instant::now() + wait;
+    loop {
+        let key = format!(
+            "{LOCK_DIR}{kind_name}-{host}-{pid}-{:016x}.json",
+            random_u64()
+        );
+        let info = LockInfo {
+            kind,
+            host: host.clone(),
+            pid,
+            time: now_secs(),
+        };
+        let body = serde_json::to_vec(&info).unwrap_or_default();
+        store.put_if_absent(&key, &body)?;
+        let mut holder = None;
+        for o in store.list(LOCK_DIR)? {
+            if o.key == key {
+                continue;
+            }
+            let other: Option<LockInfo> = store
+                .get(&o.key, None)
+                .ok()
+                .and_then(|b| serde_json::from_slice(&b).ok());
+            let Some(other) = other else {
+                // Gone meanwhile, or unreadable: a damaged lock object is
+                // stale.
+                if store.get(&o.key, None).is_ok() {
+                    notice(&format!("removing unreadable lock object {}", o.key));
+                    store.delete(&o.key)?;
+                }
+                continue;
+            };
+            if stale(&other, &host) {
+                notice(&format!(
+                    "taking over the stale {} lock of process {} on {} ({})",
+                    match other.kind {
+                        LockKind::Shared => "shared",
+                        LockKind::Exclusive => "exclusive",
+                    },
+                    other.pid,
+                    other.host,
+                    o.key
+                ));
+                store.delete(&o.key)?;
+                continue;
+            }
+            if kind == LockKind::Exclusive || other.kind == LockKind::Exclusive {
+                holder = Some(format!(
+                    "process {} on {} ({})",
+                    other.pid, other.host, o.key
+                ));
+                break;
+            }
+        }
+        let Some(holder) = holder else {
+            return Ok(RepoLock {
+                _file: None,
+                _object: Some(refresher(Arc::clone(store), key, info)),
+            });
+        };
+        store.delete(&key)?;
+        if Instant::now() >= deadline {
+            return Err(BackupError::LockHeld {
+                repo: store.name().to_owned(),
+                holder,
+            });
+        }
+        // Back off a random while, so two contenders do not meet again.
+        let ms = 200 + random_u64() % 800;
+        std::thread::sleep(Duration::from_millis(ms));
+    }
+}
+
+/// A thread that re-writes the lock object every [`REFRESH`] and removes
+/// it at the end.
+fn refresher(store: Arc<dyn Store>, key: String, mut info: LockInfo) -> ObjectLock {
+    let stop = Arc::new(AtomicBool::new(false));
+    let stop2 = Arc::clone(&stop);
+    let thread = std::thread::Builder::new()
+        .name(String::from("btrsend-lock"))
+        .spawn(move || {
+            let mut last = Instant::now();
+            while !stop2.load(Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(100));
+                if last.elapsed() >= REFRESH {
+                    info.time = now_secs();
+                    let body = serde_json::to_vec(&info).unwrap_or_default();
+                    // Replace: delete then create (the store has no
+                    // overwrite); a lock object missing for a moment is
+                    // harmless to its holder.
+                    let _ = store.delete(&key);
+                    let _ = store.put_if_absent(&key, &body);
+                    last = Instant::now();
+                }
+            }
+            let _ = store.delete(&key);
+        })
+        .ok();
+    ObjectLock { stop, thread }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backup::store::LocalStore;
+
+    #[test]
+    fn flock_exclusive_and_shared() {
+        let dir = tempfile::tempdir().unwrap();
+        let s: Arc<dyn Store> = Arc::new(LocalStore::new(dir.path()));
+        let mut n = |_: &str| {};
+        let a = lock(&s, LockKind::Shared, Duration::ZERO, &mut n).unwrap();
+        let b = lock(&s, LockKind::Shared, Duration::ZERO, &mut n).unwrap();
+        let e = lock(&s, LockKind::Exclusive, Duration::ZERO, &mut n).unwrap_err();
+        assert!(matches!(e, BackupError::LockHeld { .. }), "{e}");
+        drop((a, b));
+        let x = lock(&s, LockKind::Exclusive, Duration::ZERO, &mut n).unwrap();
+        let e = lock(&s, LockKind::Shared, Duration::from_millis(250), &mut n).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains(&format!("process {}", std::process::id())),
+            "{e}"
+        );
+        drop(x);
+        lock(&s, LockKind::Shared, Duration::ZERO, &mut n).unwrap();
+    }
+
+    #[test]
+    fn lock_objects_conflict_and_stale_ones_are_taken_over() {
+        let dir = tempfile::tempdir().unwrap();
+        let s: Arc<dyn Store> = Arc::new(LocalStore::new(dir.path()));
+        let mut notes = Vec::new();
+        let mut n = |m: &str| notes.push(m.to_owned());
+        let a = lock_object(&s, LockKind::Shared, Duration::ZERO, &mut n).unwrap();
+        let b = lock_object(&s, LockKind::Shared, Duration::ZERO, &mut n).unwrap();
+        let e = lock_object(&s, LockKind::Exclusive, Duration::ZERO, &mut n).unwrap_err();
+        assert!(matches!(e, BackupError::LockHeld { .. }), "{e}");
+        assert_eq!(
+            s.list(LOCK_DIR).unwrap().len(),
+            2,
+            "the loser removed its object"
+        );
+        drop((a, b));
+        assert!(s.list(LOCK_DIR).unwrap().is_empty());
+        // A dead process's lock (same host, no such pid) and an old one.
+        let dead = LockInfo {
+            kind: LockKind::Exclusive,
+            host: hostname(),
+            pid: u32::MAX - 1,
+            time: now_secs(),
+        };
+        s.put_if_absent(
+            "locks/exclusive-dead.json",
+            &serde_json::to_vec(&dead).unwrap(),
+        )
+        .unwrap();
+        let old = LockInfo {
+            kind: LockKind::Exclusive,
+            host: String::from("elsewhere"),
+            pid: 1,
+            time: now_secs() - 3600,
+        };
+        s.put_if_absent(
+            "locks/exclusive-old.json",
+            &serde_json::to_vec(&old).unwrap(),
+        )
+        .unwrap();
+        let live = LockInfo {
+            kind: LockKind::Exclusive,
+            host: String::from("elsewhere"),
+            pid: 1,
+            time: now_secs(),
+        };
+        let x = lock_object(&s, LockKind::Exclusive, Duration::ZERO, &mut n).unwrap();
+        drop(x);
+        s.put_if_absent(
+            "locks/exclusive-live.json",
+            &serde_json::to_vec(&live).unwrap(),
+        )
+        .unwrap();
+        let e = lock_object(&s, LockKind::Shared, Duration::ZERO, &mut n).unwrap_err();
+        assert!(e.to_string().contains("process 1 on elsewhere"), "{e}");
+        assert_eq!(notes.len(), 2, "{notes:?}");
+        assert!(
+            notes
+                .iter()
+                .any(|m| m.contains(&format!("process {}", u32::MAX - 1)))
+        );
+        assert!(notes.iter().any(|m| m.contains("exclusive-old")));
+    }
+}

@@ -1,0 +1,368 @@
+//! The kernel's tree-checker refusals (`fs/btrfs/tree-checker.c`), each on a
+//! resealed real block: one field of a leaf of the kernel-made `001-basic`
+//! image is patched in both DUP copies and the checksum recomputed, then
+//!
+//! * btrsend must refuse the send with the exact message naming the leaf,
+//!   the slot, the key and the rule;
+//! * the kernel (live, as root; CI must run it) must refuse the same leaf:
+//!   the patched image mounted read-only gives EIO when the snapshot is
+//!   read, and the kernel log names the same block and slot with its own
+//!   reason ("corrupt leaf: root=… block=… slot=…, name hash mismatch …").
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use btrsend::fs::Filesystem;
+use btrsend::ondisk;
+use btrsend::send::{self, NoProgress, SendOptions};
+use btrsend::tree::key::Key;
+use btrsend::tree::walk::Cursor;
+use btrsend::types::{Logical, TreeId};
+use btrsend::volume::Volume;
+
+use crate::reader::fixtures;
+
+/// An item of the clean image: where it lives and where its data starts in
+/// its leaf.
+struct Found {
+    leaf: Logical,
+    slot: u32,
+    key: Key,
+    tree: TreeId,
+    data_at: usize,
+    data: Vec<u8>,
+}
+
+fn image_001() -> Option<PathBuf> {
+    fixtures()
+        .into_iter()
+        .find(|f| f.name().starts_with("001"))
+        .map(|f| f.devices[0].clone())
+}
+
+/// The first item of the snapshot's tree (257, `snaps/basic`) that `pick`
+/// accepts.
+fn find(img: &Path, pick: impl Fn(&Key, &[u8]) -> bool) -> Found {
+    let fs = Filesystem::open(&[img]).unwrap();
+    let tree = TreeId(257);
+    let root = fs.tree_root(tree).unwrap();
+    let mut c = Cursor::new(fs.volume(), root);
+    c.seek(&Key::MIN).unwrap();
+    loop {
+        let leaf = c.leaf().unwrap().clone();
+        let it = c.current().unwrap();
+        if pick(&it.key, it.data) {
+            let base = leaf.bytes().as_ptr() as usize;
+            return Found {
+                leaf: it.leaf,
+                slot: it.slot,
+                key: it.key,
+                tree: it.tree,
+                data_at: it.data.as_ptr() as usize - base,
+                data: it.data.to_vec(),
+            };
+        }
+        assert!(c.advance().unwrap(), "no such item in tree 257");
+    }
+}
+
+/// A copy of `img` in `dir` with `patch` applied to the leaf of `f` (its
+/// bytes, and the item data's offset in them) in every copy, resealed.
+fn patched(img: &Path, dir: &Path, f: &Found, patch: impl Fn(&mut [u8], usize)) -> PathBuf {
+    let vol = Volume::open(&[img]).unwrap();
+    let nodesize = vol.superblock().nodesize as usize;
+    let copies: Vec<usize> = vol
+        .chunk_map()
+        .map(f.leaf, nodesize as u64)
+        .unwrap()
+        .copies()
+        .map(|c| c.physical.get() as usize)
+        .collect();
+    assert_eq!(copies.len(), 2, "001 has DUP metadata");
+    drop(vol);
+    let mut bytes = fs::read(img).unwrap();
+    for p in copies {
+        let block = &mut bytes[p..p + nodesize];
+        patch(block, f.data_at);
+        let c = crc32c::crc32c(&block[32..]);
+        block[..4].copy_from_slice(&c.to_le_bytes());
+    }
+    let out = dir.join("patched.img");
+    fs::write(&out, &bytes).unwrap();
+    out
+}
+
+/// Our error sending the snapshot `snaps/basic` of `img`, without the
+/// `inode N (path): ` the planner puts before it when it was working on an
+/// inode.
+fn our_error(img: &Path) -> String {
+    let r = Filesystem::open(&[img])
+        .map_err(|e| e.to_string())
+        .and_then(|fs| {
+            let sv = send::find_subvolume(&fs, "snaps/basic").map_err(|e| e.to_string())?;
+            send::send_full(&fs, &sv, std::io::sink(), SendOptions::new(2), &NoProgress)
+                .map_err(|e| e.to_string())?;
+            Ok(())
+        });
+    let e = match r {
+        Ok(()) => panic!("{}: the patched leaf was accepted", img.display()),
+        Err(e) => e,
+    };
+    match e
+        .strip_prefix("inode ")
+        .and_then(|r| r.find(": corrupt item "))
+    {
+        Some(i) => e["inode ".len() + i + 2..].to_owned(),
+        None => e,
+    }
+}
+
+/// The message for the item `f` with `what`, both DUP copies patched alike.
+fn item_error(f: &Found, what: &str) -> String {
+    format!(
+        "corrupt item {} key {} in leaf at logical {} (tree {}): {what} (the same in all 2 copies)",
+        f.slot, f.key, f.leaf, f.tree
+    )
+}
+
+/// The kernel's view: mount `img` read-only, read the snapshot; it must
+/// fail with EIO and the kernel log must name the leaf and slot of `f`
+/// and `reason`. Skipped loudly (failing in CI) without root.
+fn kernel_refuses(test: &str, img: &Path, f: &Found, reason: &str) {
+    if !btrsend::testing::require_live(test) {
+        return;
+    }
+    // One at a time: the patched images share the fixture's fsid.
+    static MOUNTS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = MOUNTS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mnt = tempfile::tempdir().unwrap();
+    let before = dmesg();
+    let st = Command::new("mount")
+        .args(["-o", "ro,loop"])
+        .arg(img)
+        .arg(mnt.path())
+        .status()
+        .unwrap();
+    assert!(st.success(), "{test}: mount failed");
+    struct Umount<'a>(&'a Path);
+    impl Drop for Umount<'_> {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg(self.0).status();
+        }
+    }
+    let _guard = Umount(mnt.path());
+    let snap = mnt.path().join("snaps/basic");
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(
+            "find \"$1\" -print0 | xargs -0 stat > /dev/null; \
+             find \"$1\" -type f -print0 | xargs -0 cat > /dev/null",
+        )
+        .arg("sh")
+        .arg(&snap)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("Input/output error"),
+        "{test}: the kernel read the patched snapshot without EIO: {err}"
+    );
+    let after = dmesg();
+    let new = after.strip_prefix(before.as_str()).unwrap_or(&after);
+    let want = format!("block={} slot={}", f.leaf, f.slot);
+    assert!(
+        new.lines()
+            .any(|l| l.contains("corrupt leaf") && l.contains(&want) && l.contains(reason)),
+        "{test}: no kernel message with {want:?} and {reason:?} in:\n{new}"
+    );
+}
+
+fn dmesg() -> String {
+    let out = Command::new("dmesg").output().unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().unwrap())
+}
+
+#[test]
+fn dir_item_name_hash_is_checked() {
+    let Some(img) = image_001() else { return };
+    let f = find(&img, |k, _| k.item_type == ondisk::BTRFS_DIR_ITEM_KEY);
+    // The first name byte of the first record (after the 30-byte header).
+    let name_len = u16::from_le_bytes(f.data[27..29].try_into().unwrap()) as usize;
+    let mut name = f.data[30..30 + name_len].to_vec();
+    name[0] ^= 0x20;
+    let tmp = tempfile::tempdir().unwrap();
+    let p = patched(&img, tmp.path(), &f, |b, at| b[at + 30] ^= 0x20);
+    // The hash of the patched name: the kernel's btrfs_name_hash, i.e. the
+    // raw crc32c seeded with ~1 (crate crc32c: !crc32c_append(1, name)).
+    let hash = u64::from(!crc32c::crc32c_append(1, &name));
+    assert_eq!(
+        our_error(&p),
+        item_error(
+            &f,
+            &format!(
+                "name hash mismatch: key offset {:#x}, but the name \"{}\" hashes to {hash:#x}",
+                f.key.offset,
+                name.escape_ascii()
+            )
+        )
+    );
+    kernel_refuses(
+        "dir_item_name_hash_is_checked",
+        &p,
+        &f,
+        "name hash mismatch",
+    );
+}
+
+#[test]
+fn dir_item_location_key_offset_is_checked() {
+    let Some(img) = image_001() else { return };
+    let f = find(&img, |k, d| {
+        k.item_type == ondisk::BTRFS_DIR_INDEX_KEY && d[8] == ondisk::BTRFS_INODE_ITEM_KEY
+    });
+    let tmp = tempfile::tempdir().unwrap();
+    // location = (objectid u64, type u8, offset u64): offset at 9.
+    let p = patched(&img, tmp.path(), &f, |b, at| b[at + 9] = 1);
+    assert_eq!(
+        our_error(&p),
+        item_error(&f, "invalid location key offset 1: must be 0")
+    );
+    kernel_refuses(
+        "dir_item_location_key_offset_is_checked",
+        &p,
+        &f,
+        "invalid location key offset",
+    );
+}
+
+#[test]
+fn inode_generation_newer_than_the_superblock_is_checked() {
+    let Some(img) = image_001() else { return };
+    let f = find(&img, |k, _| {
+        k.item_type == ondisk::BTRFS_INODE_ITEM_KEY && k.objectid > 256
+    });
+    // The superblock's generation as btrfs-progs prints it.
+    let Some(dump) = crate::reader::progs(
+        &["inspect-internal", "dump-super"],
+        std::slice::from_ref(&img),
+    ) else {
+        return;
+    };
+    let generation: u64 = dump
+        .lines()
+        .find_map(|l| l.strip_prefix("generation"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    // + 1 is allowed (the log tree's transaction): + 2 is not.
+    let ok = patched(&img, tmp.path(), &f, |b, at| {
+        b[at..at + 8].copy_from_slice(&(generation + 1).to_le_bytes())
+    });
+    let fs = Filesystem::open(&[&ok]).unwrap();
+    for sv in btrsend::fs::subvol::list_subvolumes(&fs).unwrap() {
+        send::send_full(&fs, &sv, std::io::sink(), SendOptions::new(2), &NoProgress).unwrap();
+    }
+    drop(fs);
+    let p = patched(&img, tmp.path(), &f, |b, at| {
+        b[at..at + 8].copy_from_slice(&(generation + 2).to_le_bytes())
+    });
+    assert_eq!(
+        our_error(&p),
+        item_error(
+            &f,
+            &format!(
+                "inode generation {} is newer than the filesystem: the superblock's generation \
+                 is {generation}, so at most {} is possible",
+                generation + 2,
+                generation + 1
+            )
+        )
+    );
+    kernel_refuses(
+        "inode_generation_newer_than_the_superblock_is_checked",
+        &p,
+        &f,
+        "invalid inode generation",
+    );
+}
+
+/// A regular (not inline) extent with data.
+fn regular_extent(k: &Key, d: &[u8]) -> bool {
+    k.item_type == ondisk::BTRFS_EXTENT_DATA_KEY
+        && d[20] == ondisk::BTRFS_FILE_EXTENT_REG
+        && u64_at(d, 21) != 0
+}
+
+#[test]
+fn unaligned_file_extent_offsets_are_checked() {
+    let Some(img) = image_001() else { return };
+    let f = find(&img, regular_extent);
+    let tmp = tempfile::tempdir().unwrap();
+    // The extent's data offset (header 21 + disk_bytenr 8 + disk_num_bytes 8).
+    let offset = u64_at(&f.data, 37);
+    let p = patched(&img, tmp.path(), &f, |b, at| {
+        b[at + 37..at + 45].copy_from_slice(&(offset + 512).to_le_bytes())
+    });
+    assert_eq!(
+        our_error(&p),
+        item_error(
+            &f,
+            &format!(
+                "unaligned file extent data offset {}: must be a multiple of the sector size 4096",
+                offset + 512
+            )
+        )
+    );
+    kernel_refuses(
+        "unaligned_file_extent_offsets_are_checked",
+        &p,
+        &f,
+        "invalid offset for file extent",
+    );
+}
+
+#[test]
+fn unaligned_file_offset_is_checked() {
+    let Some(img) = image_001() else { return };
+    // An extent whose key offset can move by 512 without passing the next
+    // key: the last EXTENT_DATA of its inode in the leaf is enough, as the
+    // next key belongs to another inode.
+    let f = find(&img, regular_extent);
+    assert!(f.slot > 0, "slot 0 would also change the parent's key");
+    let tmp = tempfile::tempdir().unwrap();
+    // The key offset in the item header: slot * 25 + 101, offset at 9.
+    let slot = f.slot as usize;
+    let p = patched(&img, tmp.path(), &f, |b, _| {
+        let at = 101 + slot * 25 + 9;
+        let off = u64_at(b, at);
+        b[at..at + 8].copy_from_slice(&(off + 512).to_le_bytes());
+    });
+    let key = Key::new(f.key.objectid, f.key.item_type, f.key.offset + 512);
+    let f = Found { key, ..f };
+    let msg = our_error(&p);
+    assert_eq!(
+        msg,
+        item_error(
+            &f,
+            &format!(
+                "unaligned file extent offset {}: must be a multiple of the sector size 4096",
+                f.key.offset
+            )
+        )
+    );
+    kernel_refuses(
+        "unaligned_file_offset_is_checked",
+        &p,
+        &f,
+        "unaligned file_offset for file extent",
+    );
+}
