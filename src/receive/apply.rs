@@ -1121,6 +1121,23 @@ impl<'p> Receiver<'p> {
         Some(())
     }
 
+    /// `DIR/<name>` is a subvolume that an earlier receive left incomplete:
+    /// writable and without a received UUID (how btrfs-progs and btrbk
+    /// recognise a garbled receive).
+    fn incomplete_subvolume(&self, name: &[u8]) -> bool {
+        let Ok(fd) = rustix::fs::openat(
+            self.dir.fd(),
+            std::ffi::OsStr::from_bytes(name),
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+            Mode::empty(),
+        ) else {
+            return false;
+        };
+        rustix::fs::fstat(&fd).is_ok_and(|st| st.st_ino == subvol::FIRST_FREE)
+            && sys::subvol_info(fd.as_fd()).is_ok_and(|i| i.received_uuid == [0; 16])
+            && sys::subvol_flags(fd.as_fd()).is_ok_and(|f| f & sys::SUBVOL_RDONLY == 0)
+    }
+
     /// A WRITE or ENCODED_WRITE skimmed by the reader
     /// ([`stream_format::Next::Skimmed`]: its header and the first bytes of
     /// its payload, `prefix`): queue it on its file's lane, which reads the
@@ -1357,6 +1374,15 @@ impl<'p> Receiver<'p> {
         };
         match created {
             Ok(()) => {}
+            Err(rustix::io::Errno::EXIST) if self.btrfs.is_some() => {
+                return Err(if self.incomplete_subvolume(name) {
+                    ApplyErrorKind::ExistsIncompleteSubvol {
+                        dir: self.dir.display_path(name),
+                    }
+                } else {
+                    ApplyErrorKind::Exists
+                });
+            }
             Err(rustix::io::Errno::EXIST) => {
                 let incomplete = self.records.list().is_ok_and(|l| {
                     l.iter()

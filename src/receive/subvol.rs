@@ -41,7 +41,7 @@ const UUID_TREE: u64 = 9;
 /// `BTRFS_FS_TREE_OBJECTID`: the top-level subvolume.
 const FS_TREE: u64 = 5;
 /// `BTRFS_FIRST_FREE_OBJECTID`: a subvolume's root directory.
-const FIRST_FREE: u64 = 256;
+pub(super) const FIRST_FREE: u64 = 256;
 /// `BTRFS_ROOT_BACKREF_KEY`.
 const ROOT_BACKREF_KEY: u32 = 144;
 /// `BTRFS_UUID_KEY_SUBVOL`.
