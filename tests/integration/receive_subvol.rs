@@ -11,13 +11,17 @@
 //!   matches the kernel receive's field by field (name, received UUID,
 //!   read-only flag, send transid, whether it has a parent UUID and a
 //!   receive transid);
+//! * so does every kernel fixture of `tests/fixtures/` (v1 and v2c; full,
+//!   incremental and clone-source streams), manifests with `btrfs.*`
+//!   xattrs and hole maps;
 //! * mixed chains: a parent received by `btrfs receive` serves btrsend's
 //!   incremental receive, and the other way round;
 //! * `btrfs send -p` of btrsend-received subvolumes, received by `btrfs
 //!   receive` elsewhere, gives the same snapshot again;
 //! * a receive cut short (truncated stream, or the process killed with
 //!   SIGKILL) leaves a writable subvolume without a received UUID, which
-//!   neither btrsend nor `btrfs receive` takes for a parent;
+//!   neither btrsend nor `btrfs receive` takes for a parent, and which a
+//!   second receive of the stream reports as incomplete;
 //! * a parent received as a directory (`--directories` mode) serves an
 //!   incremental receive as a subvolume.
 
