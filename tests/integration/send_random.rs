@@ -23,6 +23,9 @@
 //!    (v1 sends punched holes as zeros; prealloc ranges arrive as zeros);
 //!    file contents (`b3=`) and sizes always are.
 //!
+//! Each incremental's exact estimate (`send::estimate`) must be the length
+//! of our stream.
+//!
 //! The kernel's own incremental stream is received the same way into a
 //! second copy (a check of the harness and the reference for hole maps):
 //! where it fails to reproduce the snapshot *and* our stream makes exactly
@@ -391,6 +394,20 @@ fn run_seed(live: &mut LiveBtrfs, seed: u64, ops: usize) -> Result<SeedResult, S
             }
         };
         result.streams += 1;
+        // The exact estimate of the same send: the stream's length.
+        let est = send::find_subvolume(&fs, &format!("snaps/s{seed}.{p}"))
+            .and_then(|ps| {
+                let cs = send::find_subvolume(&fs, &format!("snaps/{cname}"))?;
+                send::estimate(&fs, &cs, Some(&ps), &[], opts)
+            })
+            .map_err(|e| format!("{what}: estimate: {e}"))?;
+        if est.stream_bytes != u64::try_from(ours.len()).unwrap_or(u64::MAX) {
+            return Err(format!(
+                "{what}: estimate {} bytes, the stream {}",
+                est.stream_bytes,
+                ours.len()
+            ));
+        }
         let odump = dump_text(&ours);
         let same_dump = odump == kdump;
         if same_dump {
