@@ -258,3 +258,95 @@ fn proto_3_is_read_by_dump_and_receive() {
     let got = btrsend::testing::compare::exempt_mtimes(&want, &got, &["times/year-1901".into()]);
     assert_eq!(got, want);
 }
+
+/// The length of a stored kernel stream (`tests/fixtures/<fx>/<stem>.stream.zst`).
+fn kernel_stream_len(fixture: &str, stem: &str) -> u64 {
+    let path = common::fixture_dir(fixture).join(format!("{stem}.stream.zst"));
+    let bytes = zstd::decode_all(std::fs::File::open(&path).unwrap()).unwrap();
+    u64::try_from(bytes.len()).unwrap()
+}
+
+/// `send --estimate` prints the length of the kernel's stream of the
+/// same send (full and incremental, v1 and v2 --compressed-data, on the
+/// compression fixture); `--json` says the same and counts the commands
+/// the kernel's stream has; the options that make no sense with it exit 2.
+#[test]
+fn estimate_prints_the_kernels_stream_length() {
+    const FX: &str = "006-compression";
+    let tmp = tempfile::tempdir().unwrap();
+    let img = common::unpack(tmp.path(), FX, "dev1.img");
+    let cases: [(&[&str], &str); 4] = [
+        (&["snaps/c1"], "c1.full.v1"),
+        (&["--compressed-data", "snaps/c2"], "c2.full.v2c"),
+        (&["-p", "snaps/c1", "snaps/c2"], "c1--c2.inc.v1"),
+        (
+            &["--compressed-data", "-p", "snaps/c1", "snaps/c2"],
+            "c1--c2.inc.v2c",
+        ),
+    ];
+    for (args, stem) in cases {
+        let out = btrsend()
+            .args(["send", "--estimate", "--device"])
+            .arg(&img)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let printed: u64 = String::from_utf8(out.stdout)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        assert_eq!(printed, kernel_stream_len(FX, stem), "{stem}");
+    }
+    // --json: the same length, and the kernel stream's command counts.
+    let out = btrsend()
+        .args([
+            "send",
+            "--estimate",
+            "--json",
+            "--compressed-data",
+            "--device",
+        ])
+        .arg(&img)
+        .arg("snaps/c2")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["stream_bytes"], kernel_stream_len(FX, "c2.full.v2c"));
+    let dump = std::fs::read_to_string(common::fixture_dir(FX).join("c2.full.v2c.dump")).unwrap();
+    let count = |word: &str| {
+        dump.lines()
+            .filter(|l| l.split_whitespace().next() == Some(word))
+            .count() as u64
+    };
+    assert_eq!(v["by_command"]["ENCODED_WRITE"], count("encoded_write"));
+    assert_eq!(v["encoded_writes"], count("encoded_write"));
+    assert_eq!(v["files"], count("mkfile"));
+    assert_eq!(v["directories"], count("mkdir"));
+    assert!(
+        count("encoded_write") > 0,
+        "the fixture has compressed extents"
+    );
+    // Usage errors.
+    for bad in [
+        &["--estimate", "-f", "x"][..],
+        &["--json"][..],
+        &["--estimate", "--proto", "1", "--compressed-data"][..],
+    ] {
+        let out = btrsend()
+            .arg("send")
+            .args(bad)
+            .arg("--device")
+            .arg(&img)
+            .arg("snaps/c2")
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{bad:?}");
+    }
+}
