@@ -18,7 +18,8 @@
 //! REPO/tmp/…                        unfinished uploads (local directories)
 //! ```
 //!
-//! * [`store`]: where objects live (a directory, an S3 bucket);
+//! * [`store`]: where objects live (a directory; an S3 bucket in `s3`,
+//!   with the `s3` feature);
 //! * [`mod@file`]: the stream-file format — zstd frames cut at command
 //!   boundaries, BLAKE3 per frame, a trailer in a skippable frame;
 //! * [`catalog`]: the list of stored streams, replaced atomically;
@@ -37,6 +38,8 @@ pub mod file;
 pub mod forget;
 pub mod lock;
 pub mod retention;
+#[cfg(feature = "s3")]
+pub mod s3;
 pub mod store;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -57,6 +60,8 @@ pub use catalog::{Catalog, Entry, Kind};
 pub use file::{Damage, FileWriter, ReadError, StreamFile, StreamIdentity, WriterOptions};
 pub use forget::{ForgetOptions, ForgetReport, Verdict};
 pub use lock::{LockKind, RepoLock};
+#[cfg(feature = "s3")]
+pub use s3::S3Store;
 pub use store::{LocalStore, Store, StoreError};
 
 /// The repository format this code writes (the `version` in `config`).
@@ -250,6 +255,9 @@ pub fn store_for(spec: &str) -> Result<Arc<dyn Store>, BackupError> {
         )));
     }
     if spec.starts_with("s3://") {
+        #[cfg(feature = "s3")]
+        return Ok(Arc::new(S3Store::new(spec)?));
+        #[cfg(not(feature = "s3"))]
         return Err(BackupError::RepoMissing {
             repo: spec.to_owned(),
             what: String::from("S3 repositories are not supported by this build"),
