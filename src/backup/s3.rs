@@ -403,3 +403,32 @@ impl Drop for S3Upload {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn specs_are_checked() {
+        for (spec, why) in [
+            ("s3://", "no bucket name"),
+            ("s3:///prefix", "no bucket name"),
+            ("s3://b/a//c", "empty, . or .. component"),
+            ("s3://b/a/../c", "empty, . or .. component"),
+            ("/local", "not an s3://"),
+        ] {
+            let e = S3Store::new(spec).unwrap_err();
+            let text = e.to_string();
+            assert!(
+                text.starts_with(spec) && text.contains(why),
+                "{spec}: {text}"
+            );
+        }
+        let s = S3Store::new("s3://bucket/some/prefix/").unwrap();
+        assert_eq!(s.name(), "s3://bucket/some/prefix");
+        assert_eq!(s.path("catalog/x").as_ref(), "some/prefix/catalog/x");
+        assert_eq!(s.location("config"), "s3://bucket/some/prefix/config");
+        let s = S3Store::new("s3://bucket").unwrap();
+        assert_eq!(s.path("config").as_ref(), "config");
+    }
+}
