@@ -104,7 +104,11 @@ fn series_case(kind: Kind, test: &str, seed: u64) {
         .arg(&vol));
     let mut w = Workload::new(&vol, seed);
     for i in 0..SNAPSHOTS {
-        let step = if i == 0 { w.populate(POPULATE) } else { w.run(OPS) };
+        let step = if i == 0 {
+            w.populate(POPULATE)
+        } else {
+            w.run(OPS)
+        };
         step.unwrap_or_else(|e| panic!("seed {seed}: workload: {e}\n{}", w.log().join("\n")));
         sh(Command::new("btrfs")
             .args(["-q", "subvolume", "snapshot", "-r"])
