@@ -52,7 +52,7 @@ macro_rules! both {
     };
 }
 
-fn run(args: &[&str]) -> Output {
+pub(crate) fn run(args: &[&str]) -> Output {
     btrsend()
         .args(args)
         .stdin(Stdio::null())
@@ -61,7 +61,7 @@ fn run(args: &[&str]) -> Output {
 }
 
 #[track_caller]
-fn ok(args: &[&str]) -> String {
+pub(crate) fn ok(args: &[&str]) -> String {
     let out = run(args);
     assert!(
         out.status.success(),
@@ -98,7 +98,7 @@ fn decisions(repo: &str, policy: &[&str], delete: bool) -> BTreeMap<u64, (String
 }
 
 /// `backup list --json`: path -> id.
-fn listed(repo: &str) -> BTreeMap<String, u64> {
+pub(crate) fn listed(repo: &str) -> BTreeMap<String, u64> {
     let rows: Value =
         serde_json::from_str(&ok(&["backup", "list", "--repo", repo, "--json"])).unwrap();
     rows.as_array()
@@ -345,7 +345,7 @@ fn killed_case(kind: Kind, test: &str) {
     }
 }
 
-fn sh(cmd: &mut Command) {
+pub(crate) fn sh(cmd: &mut Command) {
     let out = cmd.stdin(Stdio::null()).output().expect("spawn");
     assert!(
         out.status.success(),
@@ -357,7 +357,7 @@ fn sh(cmd: &mut Command) {
 /// One night's changes: plain creates, rewrites, appends, deletes,
 /// renames, a directory, a hard link and an xattr now and then, so that
 /// the kernel's own stream reproduces the snapshot exactly.
-fn change(root: &Path, night: u32) {
+pub(crate) fn change(root: &Path, night: u32) {
     let f = |i: u32| root.join(format!("f{:02}", i % 40));
     fs::write(
         f(night),

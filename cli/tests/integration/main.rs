@@ -11,6 +11,7 @@
 mod backup;
 mod backup_forget;
 mod backup_series;
+mod backup_snapshot;
 mod common;
 mod completions;
 mod dump;
