@@ -4,13 +4,14 @@
 //! | code | meaning |
 //! | --- | --- |
 //! | 0 | success |
-//! | 1 | the operation failed: bad input, an I/O error, a corrupt stream or filesystem, a closed pipe during `send` or `receive` |
+//! | 1 | the operation failed: bad input, an I/O error, a corrupt stream or filesystem |
 //! | 2 | usage error: a bad command line, options that conflict (clap's code for its own errors), or `backup forget` with an empty policy |
 //! | 3 | `backup run`/`import`: some snapshots were stored and some failed |
 //! | 10 | `backup`: the repository is missing or unreachable |
 //! | 11 | `backup`: the repository's lock is held |
 //! | 12 | `backup verify`: damage found |
 //! | 130 | interrupted by SIGINT (Ctrl-C); 143 by SIGTERM |
+//! | 141 | standard output's reader went away (a closed pipe), in every subcommand |
 
 use std::fmt;
 use std::process::ExitCode;
@@ -19,12 +20,15 @@ use std::process::ExitCode;
 pub const EXIT_STATUS: &str = "\
   0    success
   1    the operation failed (bad input, an I/O error, a corrupt stream or
-       filesystem, a closed pipe during send or receive); the error is printed
-       once, as `btrsend: error: ...`
+       filesystem); the error is printed once, as `btrsend: error: ...`
   2    usage error: a bad command line or options that conflict (e.g.
        --proto 1 --compressed-data)
   130  interrupted (SIGINT, Ctrl-C); 143 terminated (SIGTERM). Nothing
-       half-written is left: send -f FILE removes its temporary file";
+       half-written is left: send -f FILE removes its temporary file
+  141  standard output was closed by its reader (a broken pipe, e.g. `| head`),
+       in every subcommand alike (send, dump, receive --dump, list, manifest,
+       completions): btrsend stops, says once that the output is incomplete,
+       and exits 128 + SIGPIPE, the status of a command killed by SIGPIPE";
 
 /// What the process reports to its caller.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,17 +52,31 @@ pub enum Exit {
     LockHeld,
     /// 12: verify found damage.
     Damage,
+    /// 141 (128 + SIGPIPE): standard output's reader went away.
+    BrokenPipe,
 }
 
 impl Exit {
     /// SIGINT's exit status (128 + 2).
     pub const INTERRUPTED: u8 = 130;
 
+    /// What `main` prints for [`Exit::BrokenPipe`], whatever the subcommand.
+    pub const BROKEN_PIPE: &str =
+        "standard output was closed by its reader (broken pipe): the output it got is incomplete";
+
     /// Map an error to its exit code: a [`UsageError`] anywhere in the chain
-    /// is a usage error, everything else a failure.
+    /// is a usage error, a broken pipe (an I/O error of that kind anywhere
+    /// in the chain: only standard output is a pipe btrsend writes) is
+    /// [`Exit::BrokenPipe`], everything else a failure.
     pub fn from_error(err: &anyhow::Error) -> Exit {
         if err.chain().any(|e| e.is::<UsageError>()) {
             return Exit::Usage;
+        }
+        if err.chain().any(|e| {
+            e.downcast_ref::<std::io::Error>()
+                .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+        }) {
+            return Exit::BrokenPipe;
         }
         for cause in err.chain() {
             if let Some(w) = cause.downcast_ref::<ExitWith>() {
@@ -88,6 +106,7 @@ impl Exit {
             Exit::RepoMissing => 10,
             Exit::LockHeld => 11,
             Exit::Damage => 12,
+            Exit::BrokenPipe => 141,
         }
     }
 }
@@ -169,5 +188,9 @@ mod tests {
         assert_eq!(Exit::Usage.code(), 2);
         assert_eq!(Exit::from_error(&anyhow::anyhow!("io")), Exit::Failure);
         assert_eq!(Exit::Signal(Exit::INTERRUPTED).code(), 130);
+        let pipe = anyhow::Error::new(std::io::Error::from(std::io::ErrorKind::BrokenPipe))
+            .context("cannot write");
+        assert_eq!(Exit::from_error(&pipe), Exit::BrokenPipe);
+        assert_eq!(Exit::BrokenPipe.code(), 141);
     }
 }

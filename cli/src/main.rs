@@ -17,8 +17,11 @@ fn main() -> ExitCode {
         Ok(()) => Exit::Success.into(),
         Err(err) => {
             let code = Exit::from_error(&err);
-            if code != Exit::Quiet && Exit::prints(&err) {
-                eprintln!("btrsend: error: {err:#}");
+            match code {
+                Exit::Quiet => {}
+                _ if !Exit::prints(&err) => {}
+                Exit::BrokenPipe => eprintln!("btrsend: error: {}", Exit::BROKEN_PIPE),
+                _ => eprintln!("btrsend: error: {err:#}"),
             }
             code.into()
         }

@@ -232,10 +232,10 @@ pub fn run(args: &SendArgs) -> anyhow::Result<()> {
     }
 }
 
+/// The reader of the stream went away: the broken pipe itself, which
+/// `main` reports (exit 141) as in every subcommand.
 fn broken_pipe() -> anyhow::Error {
-    anyhow::anyhow!(
-        "the reader of the stream went away (broken pipe): the stream it got is incomplete"
-    )
+    std::io::Error::from(std::io::ErrorKind::BrokenPipe).into()
 }
 
 fn send_error(e: SendError, args: &SendArgs) -> anyhow::Error {

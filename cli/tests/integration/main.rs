@@ -17,6 +17,7 @@ mod errors;
 mod list;
 mod man;
 mod manifest_devices;
+mod pipe;
 mod receive;
 mod send;
 mod send_device_mounted;
