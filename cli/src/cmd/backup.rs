@@ -298,7 +298,7 @@ pub(crate) fn json_error(json: bool, e: anyhow::Error) -> anyhow::Error {
 struct RunProgress {
     json: bool,
     bar: Option<ProgressBar>,
-    out: Mutex<std::io::Stdout>,
+    out: Mutex<crate::exit::Watch<std::io::Stdout>>,
 }
 
 impl RunProgress {
@@ -315,7 +315,7 @@ impl RunProgress {
         RunProgress {
             json,
             bar,
-            out: Mutex::new(std::io::stdout()),
+            out: Mutex::new(crate::exit::Watch(std::io::stdout())),
         }
     }
 
@@ -443,7 +443,7 @@ fn run_run(a: &RunArgs) -> anyhow::Result<()> {
 fn run_list(a: &ListArgs) -> anyhow::Result<()> {
     let repo = Repository::open(&a.repo.spec()?)?;
     let entries = repo.list(a.lock.retry_lock)?;
-    let mut out = std::io::stdout().lock();
+    let mut out = crate::exit::stdout();
     if a.json {
         serde_json::to_writer_pretty(&mut out, &entries)?;
         writeln!(out)?;
@@ -475,7 +475,11 @@ fn run_verify(a: &VerifyArgs) -> anyhow::Result<()> {
     let repo = Repository::open(&a.repo.spec()?)?;
     let rep = repo.verify(a.read_data, a.lock.retry_lock, &backup::NoProgress)?;
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&rep)?);
+        writeln!(
+            crate::exit::stdout(),
+            "{}",
+            serde_json::to_string_pretty(&rep)?
+        )?;
     } else {
         for n in &rep.notices {
             eprintln!("btrsend: notice: {n}");
@@ -510,7 +514,7 @@ fn run_restore(a: &RestoreArgs) -> anyhow::Result<()> {
                 "not writing binary send streams to a terminal: redirect standard output"
             );
         }
-        let mut out = std::io::stdout().lock();
+        let mut out = crate::exit::stdout();
         repo.restore(
             &a.snapshot,
             RestoreTarget::Writer(&mut out),

@@ -20,6 +20,6 @@ pub fn run(args: &CompletionsArgs, mut cli: clap::Command) -> anyhow::Result<()>
     // pipe), which must end like in every subcommand instead.
     let mut script = Vec::new();
     clap_complete::generate(args.shell, &mut cli, "btrsend", &mut script);
-    std::io::stdout().lock().write_all(&script)?;
+    crate::exit::stdout().write_all(&script)?;
     Ok(())
 }

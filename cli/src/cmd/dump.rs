@@ -48,7 +48,7 @@ pub fn run(args: &DumpArgs) -> anyhow::Result<()> {
 }
 
 fn dump_to_stdout<R: Read>(input: R) -> anyhow::Result<()> {
-    let mut out = BufWriter::with_capacity(64 << 10, io::stdout().lock());
+    let mut out = BufWriter::with_capacity(64 << 10, crate::exit::stdout());
     let mut options = DumpOptions::default();
     options.reader = ReaderOptions::new().with_max_version(MAX_VERSION);
     match dump(input, &mut out, &options) {

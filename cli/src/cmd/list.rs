@@ -40,7 +40,7 @@ pub fn run(args: &ListArgs) -> anyhow::Result<()> {
     } else {
         table(&subvols)
     };
-    std::io::stdout().lock().write_all(text.as_bytes())?;
+    crate::exit::stdout().write_all(text.as_bytes())?;
     Ok(())
 }
 

@@ -89,7 +89,7 @@ pub fn run(args: &ManifestArgs) -> anyhow::Result<()> {
         match &args.output {
             Some(path) => std::fs::write(path, text)
                 .with_context(|| format!("cannot write {}", path.display()))?,
-            None => io::Write::write_all(&mut io::stdout().lock(), text.as_bytes())?,
+            None => io::Write::write_all(&mut crate::exit::stdout(), text.as_bytes())?,
         }
         return Ok(());
     }
@@ -102,8 +102,7 @@ pub fn run(args: &ManifestArgs) -> anyhow::Result<()> {
                 .with_context(|| format!("cannot write {}", path.display()))?;
         }
         None => {
-            let stdout = io::stdout();
-            manifest::write_manifest(&args.dir, opts, &mut stdout.lock())?;
+            manifest::write_manifest(&args.dir, opts, &mut crate::exit::stdout())?;
         }
     }
     Ok(())

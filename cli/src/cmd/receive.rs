@@ -1,6 +1,7 @@
 //! `btrsend receive`: apply send streams to a directory (core
 //! `btrsend::receive`), or `--dump` them.
 
+use std::io::Write as _;
 use std::path::PathBuf;
 
 use anyhow::Context;
@@ -139,8 +140,10 @@ impl Progress for Lines {
         if self.verbosity >= 1 || (self.verbosity == 0 && self.subvolumes) {
             let name = String::from_utf8_lossy(name);
             if incremental {
-                // btrfs-progs 6.2 prints this one on standard output.
-                println!("At snapshot {name}");
+                // btrfs-progs 6.2 prints this one on standard output. A
+                // closed pipe does not stop the receive (`main` reports it
+                // at the end: see `exit::stdout_closed`).
+                let _ = writeln!(crate::exit::stdout(), "At snapshot {name}");
             } else {
                 self.reporter.println(&format!("At subvol {name}"));
             }
