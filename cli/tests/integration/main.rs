@@ -20,6 +20,8 @@ mod manifest_devices;
 mod pipe;
 mod receive;
 mod send;
+mod send_output;
+mod send_several;
 mod send_device_mounted;
 mod send_incremental;
 mod send_mounted;

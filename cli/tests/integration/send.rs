@@ -1,7 +1,7 @@
 //! `btrsend send` end to end (issue 4): the real binary on a kernel-made
 //! fixture image prints a stream whose `btrsend dump` equals the kernel's
 //! stored `btrfs receive --dump` of its own stream; `-f` writes the same
-//! bytes; a closed pipe and bad arguments fail with exit status 1 and a
+//! bytes; bad arguments fail with exit status 1 and a closed pipe with 141, each with a
 //! clear message, never a panic; a terminal is refused.
 
 use std::io::Read;
@@ -122,6 +122,29 @@ fn bad_arguments_fail_with_status_1() {
         assert_eq!(String::from_utf8_lossy(&out.stderr), msg, "{args:?}");
         assert!(out.stdout.is_empty());
     }
+    // Several SUBVOLs: every one is found before anything is written, so
+    // a wrong second one leaves no stream of the first (issue 15).
+    let file = tmp.path().join("several.stream");
+    let out = btrsend()
+        .arg("send")
+        .arg("-d")
+        .arg(&img)
+        .arg("-f")
+        .arg(&file)
+        .args(["snaps/basic", "snaps/nope"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        "btrsend: error: no subvolume snaps/nope\n"
+    );
+    assert!(!file.exists(), "nothing written");
+    assert_eq!(
+        std::fs::read_dir(tmp.path()).unwrap().count(),
+        1,
+        "only the image: no temporary file"
+    );
     let out = btrsend()
         .args(["send", "-d", "/nonexistent/img", "snaps/basic"])
         .stdout(Stdio::piped())
