@@ -466,6 +466,9 @@ pub struct RunOptions {
     pub wait_lock: Duration,
     /// Raw bytes per frame (tests use small ones).
     pub frame_bytes: usize,
+    /// Read a filesystem with missing devices from the remaining copies
+    /// ([`ReadOptions::degraded`](crate::device::readahead::ReadOptions::degraded)).
+    pub degraded: bool,
 }
 
 impl RunOptions {
@@ -478,6 +481,7 @@ impl RunOptions {
             level: 3,
             wait_lock: Duration::ZERO,
             frame_bytes: WriterOptions::new().frame_bytes,
+            degraded: false,
         }
     }
 
@@ -509,6 +513,16 @@ impl RunOptions {
     pub fn with_frame_bytes(mut self, n: usize) -> RunOptions {
         self.frame_bytes = n;
         self
+    }
+
+    /// Set [`RunOptions::degraded`].
+    pub fn with_degraded(mut self, on: bool) -> RunOptions {
+        self.degraded = on;
+        self
+    }
+
+    fn read_options(&self) -> crate::device::readahead::ReadOptions {
+        crate::device::readahead::ReadOptions::default().with_degraded(self.degraded)
     }
 }
 
@@ -654,7 +668,7 @@ fn select(opts: &RunOptions, specs: &[String]) -> Result<Sources, BackupError> {
             .map(|d| d.display().to_string())
             .collect::<Vec<_>>()
             .join(", ");
-        let fs = Filesystem::open(&opts.devices)
+        let fs = Filesystem::open_with(&opts.devices, &opts.read_options())
             .map_err(fs_error(format!("cannot open the filesystem on {list}")))?;
         let subs = list_subvolumes(&fs)
             .map_err(fs_error(format!("cannot list the subvolumes on {list}")))?;
@@ -715,10 +729,12 @@ fn select(opts: &RunOptions, specs: &[String]) -> Result<Sources, BackupError> {
                     .map_err(|e| BackupError::Invalid(format!("{spec}: {e}")))?;
                 crate::mount::drop_page_cache(&m.devices)
                     .map_err(|e| BackupError::Invalid(format!("{spec}: {e}")))?;
-                let fs = Filesystem::open(&m.devices).map_err(fs_error(format!(
-                    "cannot read the filesystem mounted at {} from its devices",
-                    m.mount_point.display()
-                )))?;
+                let fs = Filesystem::open_with(&m.devices, &opts.read_options()).map_err(
+                    fs_error(format!(
+                        "cannot read the filesystem mounted at {} from its devices",
+                        m.mount_point.display()
+                    )),
+                )?;
                 let subs = list_subvolumes(&fs).map_err(fs_error(format!(
                     "cannot list the subvolumes of {}",
                     m.mount_point.display()
