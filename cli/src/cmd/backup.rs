@@ -63,10 +63,11 @@ impl RepoArg {
             Some(r) => Ok(r.clone()),
             None => match std::env::var(backup::REPO_ENV) {
                 Ok(r) if !r.is_empty() => Ok(r),
-                _ => Err(anyhow::anyhow!(
+                // A missing option: a usage error (exit 2).
+                _ => Err(anyhow::Error::new(crate::exit::UsageError(format!(
                     "no repository given: use --repo REPO or set {}",
                     backup::REPO_ENV
-                )),
+                )))),
             },
         }
     }
@@ -138,6 +139,13 @@ pub struct RunArgs {
     /// snapshot in a mounted btrfs.
     #[arg(short = 'd', long = "device", value_name = "DEV")]
     devices: Vec<PathBuf>,
+    /// Read a filesystem some of whose devices are missing from the
+    /// remaining copies (RAID1, RAID10, DUP on the others; RAID5/6 from
+    /// parity), as `mount -o degraded` does. Without it, a device the
+    /// filesystem lists that is not given is an error naming its devid and
+    /// uuid.
+    #[arg(long)]
+    degraded: bool,
     /// Make every N-th stream of a chain a full one, so chains stay
     /// bounded and old ones can be dropped (default 0: only the first).
     #[arg(long = "full-every", value_name = "N", default_value_t = 0)]
@@ -284,9 +292,7 @@ pub(crate) fn json_error(json: bool, e: anyhow::Error) -> anyhow::Error {
     if !json {
         return e;
     }
-    let code = e
-        .downcast_ref::<BackupError>()
-        .map_or(Exit::Failure, exit_of);
+    let code = Exit::from_error(&e);
     let line =
         json!({"message_type": "error", "message": format!("{e:#}"), "exit_code": code.code()});
     eprintln!("{line}");
@@ -409,6 +415,7 @@ fn run_run(a: &RunArgs) -> anyhow::Result<()> {
         let repo = Repository::open(&a.repo.spec()?)?;
         let mut opts = RunOptions::new()
             .with_devices(a.devices.clone())
+            .with_degraded(a.degraded)
             .with_full_every(a.full_every)
             .with_level(a.level)
             .with_wait_lock(a.lock.retry_lock);

@@ -18,7 +18,10 @@ use crate::progress::{Mode, Op, Reporter};
 pub struct ReceiveArgs {
     /// Do not receive: print the stream's commands like `btrfs receive --dump`
     /// (the same as `btrsend dump`).
-    #[arg(long)]
+    #[arg(
+        long,
+        conflicts_with_all = ["dir", "directories", "root_mount", "force_decompress", "threads", "stop_at_end", "max_errors"]
+    )]
     pub dump: bool,
     /// Read the stream from FILE instead of standard input.
     #[arg(short = 'f', long = "file", value_name = "FILE", value_hint = ValueHint::FilePath)]
@@ -186,7 +189,7 @@ pub fn run(args: &ReceiveArgs) -> anyhow::Result<()> {
         });
     }
     let Some(dir) = &args.dir else {
-        anyhow::bail!("DIR is required");
+        crate::usage_bail!("DIR is required");
     };
     // A regular file (also as standard input) is read without a reader
     // thread, straight into the command buffers; a pipe on a reader thread.

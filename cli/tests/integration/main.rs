@@ -12,6 +12,7 @@ mod backup;
 mod backup_forget;
 mod common;
 mod completions;
+mod degraded;
 mod dump;
 mod errors;
 mod list;

@@ -281,3 +281,21 @@ fn proto_3_is_read_by_dump_and_receive() {
     let got = btrsend::testing::compare::exempt_mtimes(&want, &got, &["times/year-1901".into()]);
     assert_eq!(got, want);
 }
+
+/// Issue 15: `send --help` states what data verification costs as
+/// measured (CPU time per GiB), not "a few percent", and how to skip it;
+/// and documents --degraded.
+#[test]
+fn help_states_the_verification_cost_and_degraded() {
+    let out = btrsend().args(["send", "--help"]).output().unwrap();
+    assert!(out.status.success());
+    let help = String::from_utf8(out.stdout).unwrap();
+    assert!(!help.contains("few percent"), "{help}");
+    assert!(help.contains("about 0.1 s per GiB of file data"), "{help}");
+    assert!(
+        help.contains("--no-verify-data skips verification and sends data unchecked"),
+        "{help}"
+    );
+    assert!(help.contains("--degraded"), "{help}");
+    assert!(help.contains("as `mount -o degraded` does"), "{help}");
+}
