@@ -542,6 +542,7 @@ mod tests {
             window: 8,
             cache_bytes,
             data_queue_bytes: 0,
+            degraded: false,
         }
     }
 
