@@ -442,8 +442,9 @@ fn exit_codes_for_missing_repository_and_held_lock() {
         "{}",
         stderr(&o)
     );
+    // No repository given at all: a usage error (issue 15).
     let o = backup(&["list"], &[]);
-    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("use --repo REPO or set BTRSEND_REPOSITORY"));
     // BTRSEND_REPOSITORY: a directory that is no repository.
     fs::create_dir(&env.repo).unwrap();

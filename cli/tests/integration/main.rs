@@ -19,6 +19,7 @@ mod list;
 mod man;
 mod manifest_devices;
 mod pipe;
+mod readme;
 mod receive;
 mod send;
 mod send_device_mounted;

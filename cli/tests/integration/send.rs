@@ -298,4 +298,14 @@ fn help_states_the_verification_cost_and_degraded() {
     );
     assert!(help.contains("--degraded"), "{help}");
     assert!(help.contains("as `mount -o degraded` does"), "{help}");
+    // The summary says full or incremental, in --help, -h and the
+    // subcommand list.
+    for args in [&["send", "--help"][..], &["send", "-h"], &["--help"]] {
+        let out = btrsend().args(args).output().unwrap();
+        let text = String::from_utf8(out.stdout).unwrap();
+        assert!(
+            text.contains("Write a full or incremental send stream"),
+            "{args:?}: {text}"
+        );
+    }
 }
