@@ -7,12 +7,11 @@
 //!
 //! * On btrfs as root ([`Receiver::subvolumes`]), SUBVOL and SNAPSHOT make
 //!   real subvolumes and a finished one gets its received UUID and is made
-//!   read-only, as `btrfs receive` does ([`super::subvol`]); the parent must
-//!   have the stream's ctransid too. Elsewhere they make plain directories;
-//!   the received UUID and ctransid go into a record ([`super::meta`])
-//!   instead of the root item, and SNAPSHOT copies the parent (reflink where
-//!   possible, holes kept, see [`super::copy`]) and checks the parent's
-//!   ctransid too.
+//!   read-only, as `btrfs receive` does ([`super::subvol`]). Elsewhere
+//!   they make plain directories; the received UUID and ctransid go into a
+//!   record ([`super::meta`]) instead of the root item, and SNAPSHOT copies
+//!   the parent (reflink where possible, holes kept, see [`super::copy`])
+//!   and checks the parent's ctransid too.
 //! * MKFILE uses `O_EXCL` and every creation refuses an existing entry; a
 //!   file is opened for I/O only after it was checked to be a regular file.
 //! * ENCODED_WRITE of compressed data is written as it is with
@@ -46,7 +45,6 @@ use std::collections::BTreeMap;
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
-use std::os::unix::ffi::OsStringExt as _;
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -1123,6 +1121,23 @@ impl<'p> Receiver<'p> {
         Some(())
     }
 
+    /// `DIR/<name>` is a subvolume that an earlier receive left incomplete:
+    /// writable and without a received UUID (how btrfs-progs and btrbk
+    /// recognise a garbled receive).
+    fn incomplete_subvolume(&self, name: &[u8]) -> bool {
+        let Ok(fd) = rustix::fs::openat(
+            self.dir.fd(),
+            std::ffi::OsStr::from_bytes(name),
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+            Mode::empty(),
+        ) else {
+            return false;
+        };
+        rustix::fs::fstat(&fd).is_ok_and(|st| st.st_ino == subvol::FIRST_FREE)
+            && sys::subvol_info(fd.as_fd()).is_ok_and(|i| i.received_uuid == [0; 16])
+            && sys::subvol_flags(fd.as_fd()).is_ok_and(|f| f & sys::SUBVOL_RDONLY == 0)
+    }
+
     /// A WRITE or ENCODED_WRITE skimmed by the reader
     /// ([`stream_format::Next::Skimmed`]: its header and the first bytes of
     /// its payload, `prefix`): queue it on its file's lane, which reads the
@@ -1237,7 +1252,7 @@ impl<'p> Receiver<'p> {
             let found = self
                 .btrfs
                 .as_ref()
-                .map(|b| b.find(clone_uuid.0, clone_ctransid, false));
+                .map(|b| b.find(clone_uuid.0, clone_ctransid));
             other = match found {
                 Some(Ok(f)) => subvol_target(&f.path)?,
                 None | Some(Err(NotFound::Missing)) => {
@@ -1322,7 +1337,7 @@ impl<'p> Receiver<'p> {
         let mut snapshot_of = None;
         let mut copy_of = None;
         if let Some((pu, pc)) = parent {
-            match self.btrfs.as_ref().map(|b| b.find(pu.0, pc, true)) {
+            match self.btrfs.as_ref().map(|b| b.find(pu.0, pc)) {
                 Some(Ok(found)) => snapshot_of = Some(found),
                 None | Some(Err(NotFound::Missing)) => {
                     copy_of = Some(self.find_received(pu, pc, true).map_err(|e| {
@@ -1359,6 +1374,15 @@ impl<'p> Receiver<'p> {
         };
         match created {
             Ok(()) => {}
+            Err(rustix::io::Errno::EXIST) if self.btrfs.is_some() => {
+                return Err(if self.incomplete_subvolume(name) {
+                    ApplyErrorKind::ExistsIncompleteSubvol {
+                        dir: self.dir.display_path(name),
+                    }
+                } else {
+                    ApplyErrorKind::Exists
+                });
+            }
             Err(rustix::io::Errno::EXIST) => {
                 let incomplete = self.records.list().is_ok_and(|l| {
                     l.iter()
@@ -1432,12 +1456,6 @@ fn not_found(e: NotFound, uuid: Uuid, ctransid: u64) -> ApplyErrorKind {
             uuid,
             ctransid,
             parent: true,
-        },
-        NotFound::Ctransid(path, found) => ApplyErrorKind::ParentCtransid {
-            uuid,
-            ctransid,
-            name: path.into_os_string().into_vec(),
-            found,
         },
         NotFound::Unreachable(p) => ApplyErrorKind::Invalid(format!(
             "the subvolume with uuid {uuid} ({}) is not below the mounted subvolume: give the mount of the top level with -m",

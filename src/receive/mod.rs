@@ -133,6 +133,13 @@ pub enum ApplyErrorKind {
         /// Its record.
         record: PathBuf,
     },
+    /// SUBVOL / SNAPSHOT: `DIR/<name>` exists already as a real subvolume
+    /// that an earlier receive left incomplete (writable, no received
+    /// UUID).
+    ExistsIncompleteSubvol {
+        /// `DIR/<name>`.
+        dir: PathBuf,
+    },
     /// SUBVOL / SNAPSHOT: the record of the new subvolume could not be
     /// written (e.g. the disk is full); the new, empty `DIR/<name>` and the
     /// temporary record were removed again.
@@ -222,6 +229,13 @@ impl fmt::Display for ApplyErrorKind {
                 record.display(),
                 dir.display(),
                 record.display()
+            ),
+            ApplyErrorKind::ExistsIncompleteSubvol { dir } => write!(
+                f,
+                "subvolume exists already and is incomplete (writable, no received UUID: an \
+                 earlier receive was interrupted or failed): to receive it again, delete it \
+                 (btrfs subvolume delete {})",
+                dir.display()
             ),
             ApplyErrorKind::RecordWrite(e) => write!(
                 f,

@@ -15,11 +15,11 @@
 //! built from its ROOT_BACKREF and `BTRFS_IOC_INO_LOOKUP`, from the top
 //! level, and made relative to the mount root (`-m ROOTMOUNT`, else the
 //! mount point of DIR in `/proc/self/mountinfo`), whose own subvolume path
-//! must prefix it. Unlike btrfs-progs, the candidate must also have the
-//! stream's ctransid (its stransid if found by received UUID, its ctransid
-//! if by UUID): a parent that is not the one the stream was made against
-//! is refused rather than used (clone sources: any, as progs, if none
-//! matches).
+//! must prefix it. Among several candidates, one with the stream's
+//! ctransid (its stransid if found by received UUID, its ctransid if by
+//! UUID) is preferred; if none has it, the first is used, as btrfs-progs
+//! does (the transids legitimately differ in chains through received
+//! subvolumes, see [`Btrfs::find`]).
 
 use std::ffi::OsStr;
 use std::io;
@@ -41,7 +41,7 @@ const UUID_TREE: u64 = 9;
 /// `BTRFS_FS_TREE_OBJECTID`: the top-level subvolume.
 const FS_TREE: u64 = 5;
 /// `BTRFS_FIRST_FREE_OBJECTID`: a subvolume's root directory.
-const FIRST_FREE: u64 = 256;
+pub(super) const FIRST_FREE: u64 = 256;
 /// `BTRFS_ROOT_BACKREF_KEY`.
 const ROOT_BACKREF_KEY: u32 = 144;
 /// `BTRFS_UUID_KEY_SUBVOL`.
@@ -113,8 +113,6 @@ pub struct Found {
 pub enum NotFound {
     /// None has the UUID (as received UUID nor as UUID).
     Missing,
-    /// One has it, but not the ctransid: its path and transid.
-    Ctransid(PathBuf, u64),
     /// One has it, but lies outside the mounted subvolume.
     Unreachable(Vec<u8>),
     /// The search failed.
@@ -164,14 +162,14 @@ impl Btrfs {
         &self.mnt_path
     }
 
-    /// The subvolume with received UUID `uuid` (else UUID `uuid`) and
-    /// transid `ctransid`; for a clone source (`!parent`), any with the UUID
-    /// if none has the transid.
+    /// The subvolume with received UUID `uuid` (else UUID `uuid`),
+    /// preferably with transid `ctransid`, else the first found (as
+    /// btrfs-progs, for parents and clone sources alike).
     ///
     /// # Errors
     ///
     /// See [`NotFound`].
-    pub fn find(&self, uuid: [u8; 16], ctransid: u64, parent: bool) -> Result<Found, NotFound> {
+    pub fn find(&self, uuid: [u8; 16], ctransid: u64) -> Result<Found, NotFound> {
         let mut other: Option<Found> = None;
         let mut unreachable = None;
         for (key, received) in [(UUID_KEY_RECEIVED_SUBVOL, true), (UUID_KEY_SUBVOL, false)] {
@@ -204,18 +202,13 @@ impl Btrfs {
                 other.get_or_insert(f);
             }
         }
-        match other {
-            Some(f) if !parent => Ok(f),
-            Some(f) => {
-                let t = if f.info.received_uuid == uuid {
-                    f.info.stransid
-                } else {
-                    f.info.ctransid
-                };
-                Err(NotFound::Ctransid(f.path, t))
-            }
-            None => Err(unreachable.map_or(NotFound::Missing, NotFound::Unreachable)),
-        }
+        // None with the transid: the first found, as btrfs-progs takes it.
+        // The kernel sends a parent's own ctransid, which is not the
+        // stransid of a copy received from another sender in the chain
+        // (fstests btrfs/110), and a dedupe into a read-only snapshot
+        // raises its ctransid (btrfs/191): refusing would fail where
+        // `btrfs receive` succeeds.
+        other.ok_or_else(|| unreachable.map_or(NotFound::Missing, NotFound::Unreachable))
     }
 }
 

@@ -11,23 +11,28 @@
 //!   matches the kernel receive's field by field (name, received UUID,
 //!   read-only flag, send transid, whether it has a parent UUID and a
 //!   receive transid);
+//! * so does every kernel fixture of `tests/fixtures/` (v1 and v2c; full,
+//!   incremental and clone-source streams), manifests with `btrfs.*`
+//!   xattrs and hole maps;
 //! * mixed chains: a parent received by `btrfs receive` serves btrsend's
 //!   incremental receive, and the other way round;
 //! * `btrfs send -p` of btrsend-received subvolumes, received by `btrfs
 //!   receive` elsewhere, gives the same snapshot again;
 //! * a receive cut short (truncated stream, or the process killed with
 //!   SIGKILL) leaves a writable subvolume without a received UUID, which
-//!   neither btrsend nor `btrfs receive` takes for a parent;
+//!   neither btrsend nor `btrfs receive` takes for a parent, and which a
+//!   second receive of the stream reports as incomplete;
 //! * a parent received as a directory (`--directories` mode) serves an
 //!   incremental receive as a subvolume.
 
 use std::fs;
 use std::io::Write as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command as Proc, Stdio};
 
 use btrsend::manifest;
 use btrsend::receive::{self, NoProgress, ReceiveOptions};
+use btrsend::testing::{FixtureMeta, compare};
 
 use super::receive::{
     CHAINS, LoopBtrfs, can_run_live, manifest_of, run, streams_dir, subvol_names,
@@ -247,6 +252,18 @@ fn an_interrupted_receive_leaves_no_received_uuid() {
     assert!(e.contains("left incomplete"), "{e}");
     let name = subvol_names(&b.mnt).pop().unwrap();
     assert_incomplete(&b.mnt.join(&name), "truncated");
+    // Received again: reported as incomplete, with what to do.
+    let e = btrsend_receive(&streams.join("full.v1.stream"), &b.mnt)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("subvolume exists already and is incomplete (writable, no received UUID")
+            && e.contains(&format!(
+                "btrfs subvolume delete {}",
+                b.mnt.join(&name).display()
+            )),
+        "{e}"
+    );
     // Neither receiver takes it for a parent.
     let inc = streams.join("inc12.v1.stream");
     let e = btrsend_receive(&inc, &b.mnt).unwrap_err().to_string();
@@ -299,6 +316,20 @@ fn an_interrupted_receive_leaves_no_received_uuid() {
     drop(stdin);
     let name = subvol_names(&b.mnt).pop().unwrap();
     assert_incomplete(&b.mnt.join(&name), "SIGKILL");
+    let e = btrsend_receive(&streams.join("full.v1.stream"), &b.mnt)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("is incomplete"), "{e}");
+    // A complete one is not called incomplete.
+    b.remake();
+    btrsend_receive(&streams.join("full.v1.stream"), &b.mnt).unwrap();
+    let e = btrsend_receive(&streams.join("full.v1.stream"), &b.mnt)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("subvolume directory exists already") && !e.contains("incomplete ("),
+        "{e}"
+    );
 }
 
 /// Run by [`an_interrupted_receive_leaves_no_received_uuid`] in a child
@@ -393,4 +424,171 @@ fn a_parent_received_by_btrfs_receive_serves_directory_mode() {
         .collect::<Vec<_>>();
     assert_eq!(rec.len(), 1);
     assert!(rec[0].ends_with("state=complete\n"), "{rec:?}");
+}
+
+/// fstests btrfs/110's chain: a snapshot received on a second filesystem is
+/// snapshotted, changed and sent from there (`-p` the received one) to a
+/// third filesystem that received the first stream. The stream's parent
+/// ctransid is the second filesystem's, not the received subvolume's
+/// stransid: btrsend takes the parent anyway, as `btrfs receive` does.
+#[test]
+fn a_parent_with_another_ctransid_is_used_as_btrfs_receive_uses_it() {
+    let Some(streams) = streams_dir() else { return };
+    if !can_run_live("parent transid differs (fstests btrfs/110)") {
+        return;
+    }
+    let (two, three, oracle) = (
+        LoopBtrfs::new("512M"),
+        LoopBtrfs::new("512M"),
+        LoopBtrfs::new("512M"),
+    );
+    for fs in [&two, &three, &oracle] {
+        fs.remake();
+    }
+    let full = streams.join("full.v1.stream");
+    btrsend_receive(&full, &two.mnt).unwrap();
+    let s1 = subvol_names(&two.mnt).pop().unwrap();
+    run(Proc::new("btrfs")
+        .args(["-q", "subvolume", "snapshot"])
+        .arg(two.mnt.join(&s1))
+        .arg(two.mnt.join("rw")));
+    fs::write(two.mnt.join("rw/added-on-two"), b"two\n").unwrap();
+    run(Proc::new("btrfs")
+        .args(["-q", "subvolume", "snapshot", "-r"])
+        .arg(two.mnt.join("rw"))
+        .arg(two.mnt.join("s2")));
+    let tmp = tempfile::tempdir().unwrap();
+    let inc = tmp.path().join("inc.stream");
+    run(Proc::new("btrfs")
+        .args(["send", "-q", "-f"])
+        .arg(&inc)
+        .arg("-p")
+        .arg(two.mnt.join(&s1))
+        .arg(two.mnt.join("s2")));
+    btrsend_receive(&full, &three.mnt).unwrap();
+    btrsend_receive(&inc, &three.mnt).unwrap_or_else(|e| panic!("{e}"));
+    kernel_receive(&full, &oracle.mnt);
+    kernel_receive(&inc, &oracle.mnt);
+    let (o, g) = (oracle.mnt.join("s2"), three.mnt.join("s2"));
+    if let Some(d) = manifest::diff(&manifest_of(&o), &manifest_of(&g), 20) {
+        panic!("s2:\n{d}");
+    }
+    assert_eq!(received_fields(&o), received_fields(&g));
+    assert_eq!(fs::read(g.join("added-on-two")).unwrap(), b"two\n");
+}
+
+/// The streams of one fixture (`tests/fixtures/NNN-*`) in one protocol
+/// (`v1`, `v2c`), as (directory, stream) in receive order: every
+/// snapshot's full stream into `full/`, then each pair's incremental stream
+/// and each `clonesend` stream (`-c` sources, with or without `-p`) into a
+/// directory of its own, their parents and clone sources found in `full/`
+/// by received UUID (by both receivers alike).
+fn fixture_streams(meta: &FixtureMeta, v: &str) -> Vec<(String, PathBuf)> {
+    let mut out: Vec<(String, PathBuf)> = meta
+        .snapshots
+        .iter()
+        .map(|s| ("full".to_string(), meta.full_stream(s, v)))
+        .collect();
+    for (i, pair) in meta.pairs.iter().enumerate() {
+        out.push((format!("pair{i}"), meta.inc_stream(pair, v)));
+    }
+    let clonesends = meta.other.iter().filter(|(k, _)| k == "clonesend");
+    for (i, (_, line)) in clonesends.enumerate() {
+        let name = line.split(' ').next().unwrap();
+        let file = meta.dir.join(format!("{name}.{v}.stream.zst"));
+        out.push((format!("clone{i}"), file));
+    }
+    out
+}
+
+/// Every kernel fixture under `tests/fixtures/` (v1 and v2
+/// `--compressed-data` streams; full, incremental and clone-source sends)
+/// received into btrfs as subvolumes by btrsend and, as the oracle, by the
+/// stock `btrfs receive` into another btrfs: each subvolume's manifest
+/// (times, xattrs, hole maps) and `btrfs subvolume show` fields are the
+/// kernel receive's. One pair of filesystems, made afresh per fixture and
+/// protocol.
+#[test]
+fn kernel_fixture_chains_into_btrfs_match_btrfs_receive() {
+    if !can_run_live("kernel fixtures into btrfs subvolumes vs btrfs receive") {
+        return;
+    }
+    let metas = FixtureMeta::all().expect("tests/fixtures/*/meta.txt");
+    assert!(metas.len() >= 15, "{} fixtures", metas.len());
+    let (k, b) = (LoopBtrfs::new("1G"), LoopBtrfs::new("1G"));
+    let tmp = tempfile::tempdir().unwrap();
+    let mut failures = Vec::new();
+    let (mut subvols, mut streams) = (0, 0);
+    for meta in &metas {
+        for v in ["v1", "v2c"] {
+            k.remake();
+            b.remake();
+            let what = format!("{} {v}", meta.name());
+            let mut dirs = Vec::new();
+            for (dir, zst) in fixture_streams(meta, v) {
+                let file = tmp.path().join("stream");
+                let plain = fs::File::create(&file).unwrap();
+                let st = Proc::new("zstd")
+                    .arg("-dc")
+                    .arg(&zst)
+                    .stdout(plain)
+                    .status()
+                    .unwrap();
+                assert!(st.success(), "zstd -dc {}", zst.display());
+                for fs_ in [&k, &b] {
+                    let _ = fs::create_dir(fs_.mnt.join(&dir));
+                }
+                let orphans = compare::orphan_dirs_without_utimes(fs::File::open(&file).unwrap())
+                    .expect("kernel stream decodes");
+                kernel_receive(&file, &k.mnt.join(&dir));
+                if let Err(e) = btrsend_receive(&file, &b.mnt.join(&dir)) {
+                    failures.push(format!("{what} {}: {e}", zst.display()));
+                }
+                streams += 1;
+                if !dirs.iter().any(|(d, _)| *d == dir) {
+                    dirs.push((dir, orphans));
+                }
+            }
+            for (dir, orphans) in &dirs {
+                let names = subvol_names(&k.mnt.join(dir));
+                let ours = subvol_names(&b.mnt.join(dir));
+                if names != ours {
+                    failures.push(format!("{what} {dir}: subvolumes {names:?} vs {ours:?}"));
+                    continue;
+                }
+                for n in names {
+                    let (kp, bp) = (k.mnt.join(dir).join(&n), b.mnt.join(dir).join(&n));
+                    assert!(is_subvolume(&bp), "{what} {dir}/{n} is not a subvolume");
+                    let km = manifest::manifest(&kp, manifest::Options { holes: true }).unwrap();
+                    let bm = manifest::manifest(&bp, manifest::Options { holes: true }).unwrap();
+                    assert!(
+                        km.lines().count() > 1,
+                        "{what}: empty kernel manifest {dir}/{n}"
+                    );
+                    // A directory in which the stream makes orphan-named
+                    // inodes and which gets no UTIMES: `btrfs receive`
+                    // leaves it the time of the receive (`007` r1->r2, the
+                    // root), btrsend the parent's; neither is the source's.
+                    let bm = compare::exempt_mtimes(&km, &bm, orphans);
+                    if let Some(d) = manifest::diff(&km, &bm, 20) {
+                        failures.push(format!("{what} {dir}/{n}:\n{d}"));
+                    }
+                    let (kf, bf) = (received_fields(&kp), received_fields(&bp));
+                    assert_eq!(field(&kf, "Flags"), "readonly", "{what} {dir}/{n}: kernel");
+                    if kf != bf {
+                        failures.push(format!(
+                            "{what} {dir}/{n}: subvolume show\nkernel:  {kf:?}\nbtrsend: {bf:?}"
+                        ));
+                    }
+                    subvols += 1;
+                }
+            }
+        }
+    }
+    eprintln!(
+        "kernel_fixture_chains_into_btrfs_match_btrfs_receive: {streams} streams of {} fixtures, {subvols} subvolumes compared",
+        metas.len()
+    );
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    assert!(subvols >= 100, "{subvols} subvolumes compared");
 }
