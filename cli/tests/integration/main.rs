@@ -10,6 +10,7 @@
 
 mod backup;
 mod backup_forget;
+mod backup_series;
 mod backup_snapshot;
 mod common;
 mod completions;
@@ -22,6 +23,7 @@ mod manifest_devices;
 mod pipe;
 mod readme;
 mod receive;
+mod repo_store;
 mod send;
 mod send_device_mounted;
 mod send_incremental;
