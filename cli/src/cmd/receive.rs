@@ -1,6 +1,7 @@
 //! `btrsend receive`: apply send streams to a directory (core
 //! `btrsend::receive`), or `--dump` them.
 
+use std::io::Write as _;
 use std::path::PathBuf;
 
 use anyhow::Context;
@@ -17,7 +18,10 @@ use crate::progress::{Mode, Op, Reporter};
 pub struct ReceiveArgs {
     /// Do not receive: print the stream's commands like `btrfs receive --dump`
     /// (the same as `btrsend dump`).
-    #[arg(long)]
+    #[arg(
+        long,
+        conflicts_with_all = ["dir", "directories", "root_mount", "force_decompress", "threads", "stop_at_end", "max_errors"]
+    )]
     pub dump: bool,
     /// Read the stream from FILE instead of standard input.
     #[arg(short = 'f', long = "file", value_name = "FILE", value_hint = ValueHint::FilePath)]
@@ -139,8 +143,10 @@ impl Progress for Lines {
         if self.verbosity >= 1 || (self.verbosity == 0 && self.subvolumes) {
             let name = String::from_utf8_lossy(name);
             if incremental {
-                // btrfs-progs 6.2 prints this one on standard output.
-                println!("At snapshot {name}");
+                // btrfs-progs 6.2 prints this one on standard output. A
+                // closed pipe does not stop the receive (`main` reports it
+                // at the end: see `exit::stdout_closed`).
+                let _ = writeln!(crate::exit::stdout(), "At snapshot {name}");
             } else {
                 self.reporter.println(&format!("At subvol {name}"));
             }
@@ -183,7 +189,7 @@ pub fn run(args: &ReceiveArgs) -> anyhow::Result<()> {
         });
     }
     let Some(dir) = &args.dir else {
-        anyhow::bail!("DIR is required");
+        crate::usage_bail!("DIR is required");
     };
     // A regular file (also as standard input) is read without a reader
     // thread, straight into the command buffers; a pipe on a reader thread.
