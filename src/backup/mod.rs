@@ -37,6 +37,7 @@ pub mod file;
 pub mod forget;
 pub mod lock;
 pub mod retention;
+pub mod snapshots;
 pub mod store;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -48,9 +49,9 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use stream_format::{Command, ReaderOptions, StreamReader};
 
-use crate::fs::Filesystem;
 use crate::fs::subvol::{Subvolume, list_subvolumes};
 use crate::receive::{self, ReceiveError, ReceiveOptions};
+use crate::send::mounted::{Request, Source};
 use crate::send::{self, SendError, SendOptions};
 
 pub use catalog::{Catalog, Entry, Kind};
@@ -466,6 +467,21 @@ pub struct RunOptions {
     pub wait_lock: Duration,
     /// Raw bytes per frame (tests use small ones).
     pub frame_bytes: usize,
+    /// Take (and prune) source snapshots first (`--snapshot`).
+    pub snapshots: Option<SnapshotOptions>,
+}
+
+/// `backup run --snapshot SUBVOL --snapshot-dir DIR [--keep-snapshots N]`
+/// (see [`snapshots`]).
+#[derive(Debug, Clone)]
+pub struct SnapshotOptions {
+    /// The subvolumes to snapshot (paths in a mounted btrfs).
+    pub subvols: Vec<PathBuf>,
+    /// Where the snapshots go (on the same filesystem).
+    pub dir: PathBuf,
+    /// Keep this many of the snapshots btrsend took, per subvolume, and
+    /// delete older ones (`None`: delete none).
+    pub keep: Option<usize>,
 }
 
 impl RunOptions {
@@ -478,7 +494,14 @@ impl RunOptions {
             level: 3,
             wait_lock: Duration::ZERO,
             frame_bytes: WriterOptions::new().frame_bytes,
+            snapshots: None,
         }
+    }
+
+    /// Set [`RunOptions::snapshots`].
+    pub fn with_snapshots(mut self, s: SnapshotOptions) -> RunOptions {
+        self.snapshots = Some(s);
+        self
     }
 
     /// Set [`RunOptions::devices`].
@@ -527,6 +550,111 @@ pub struct RunReport {
     pub skipped: Vec<(String, u64)>,
     /// Snapshots that failed.
     pub failed: Vec<(String, BackupError)>,
+    /// Source snapshots taken (`--snapshot`).
+    pub taken: Vec<PathBuf>,
+    /// Source snapshots deleted (`--keep-snapshots`).
+    pub pruned: Vec<PathBuf>,
+    /// Source snapshots that could not be taken or deleted (the subvolume
+    /// or snapshot, why).
+    pub snapshot_failed: Vec<(PathBuf, BackupError)>,
+}
+
+/// Take a read-only snapshot of each subvolume (`--snapshot`), then find
+/// the snapshots of each in the snapshot directory. A snapshot that cannot
+/// be taken is a failure of its own; the others proceed.
+fn take_snapshots(
+    so: &SnapshotOptions,
+    report: &mut RunReport,
+    progress: &dyn Progress,
+) -> Result<Vec<Found>, BackupError> {
+    let now = jiff::Timestamp::now();
+    let mut found = Vec::new();
+    for subvol in &so.subvols {
+        match snapshots::take(subvol, &so.dir, now) {
+            Ok(path) => {
+                progress.notice(&format!("took the snapshot {}", path.display()));
+                report.taken.push(path);
+            }
+            Err(e) => {
+                progress.failed(&subvol.display().to_string(), &e);
+                report.snapshot_failed.push((subvol.clone(), e));
+            }
+        }
+        let paths = snapshots::subvolumes_in(&so.dir)?
+            .into_iter()
+            .map(|n| so.dir.join(n).display().to_string())
+            .collect();
+        found.push(Found {
+            paths,
+            origin: subvol.clone(),
+        });
+    }
+    Ok(found)
+}
+
+/// Delete the source snapshots btrsend took beyond the newest `keep`
+/// (see [`snapshots::prune_plan`]).
+fn prune_snapshots(
+    so: &SnapshotOptions,
+    keep: usize,
+    found: &[Found],
+    src: &Sources,
+    cat: &Catalog,
+    report: &mut RunReport,
+    progress: &dyn Progress,
+) {
+    for f in found {
+        let base = snapshots::base_name(&f.origin);
+        let Ok(origin) = crate::mount::resolve(&f.origin) else {
+            continue;
+        };
+        let mut cands = Vec::new();
+        for (fs, subs) in src.subvols.iter().enumerate() {
+            let Some(o) = subs
+                .iter()
+                .find(|s| s.path == origin.subvol_path.as_bytes())
+            else {
+                continue;
+            };
+            for p in &f.paths {
+                let Ok(m) = crate::mount::resolve(Path::new(p)) else {
+                    continue;
+                };
+                let Some(s) = src.subvols[fs].iter().find(|s| {
+                    s.path == m.subvol_path.as_bytes() && s.root.parent_uuid == o.root.uuid
+                }) else {
+                    continue;
+                };
+                let name = Path::new(p)
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                cands.push(snapshots::Candidate {
+                    ours: snapshots::parse_snapshot_name(&base, &name).is_some(),
+                    name,
+                    otransid: s.root.otransid.get(),
+                    stored: cat.find(&stream_uuid(s), s.root.ctransid.get()).is_some(),
+                });
+            }
+            break;
+        }
+        for (c, v) in cands.iter().zip(snapshots::prune_plan(&cands, keep)) {
+            if v != snapshots::PruneVerdict::Delete {
+                continue;
+            }
+            let path = so.dir.join(&c.name);
+            match snapshots::destroy(&so.dir, &c.name) {
+                Ok(()) => {
+                    progress.notice(&format!("deleted the snapshot {}", path.display()));
+                    report.pruned.push(path);
+                }
+                Err(e) => {
+                    progress.failed(&path.display().to_string(), &e);
+                    report.snapshot_failed.push((path, e));
+                }
+            }
+        }
+    }
 }
 
 /// A selected snapshot and the filesystem it lives in.
@@ -625,10 +753,14 @@ fn has_glob(s: &str) -> bool {
 
 /// The filesystems and snapshots a run reads.
 struct Sources {
-    fss: Vec<Filesystem>,
+    /// The filesystems, each with the policy for a mounted one
+    /// ([`send::mounted`]).
+    fss: Vec<Source>,
     /// Per filesystem: its subvolumes.
     subvols: Vec<Vec<Subvolume>>,
     selected: Vec<Selected>,
+    /// Snapshots that cannot be backed up (path, why); the others go on.
+    rejected: Vec<(String, BackupError)>,
 }
 
 fn fs_error(what: String) -> impl FnOnce(crate::Error) -> BackupError {
@@ -638,13 +770,75 @@ fn fs_error(what: String) -> impl FnOnce(crate::Error) -> BackupError {
     }
 }
 
-fn select(opts: &RunOptions, specs: &[String]) -> Result<Sources, BackupError> {
+fn source_error(what: String) -> impl FnOnce(SendError) -> BackupError {
+    move |error| BackupError::Send {
+        snapshot: what,
+        error: Box::new(error),
+    }
+}
+
+/// Snapshots of one subvolume found in a snapshot directory (`run
+/// --snapshot`): stored when newer than the newest of them stored.
+struct Found {
+    /// Their paths (`DIR/NAME`).
+    paths: Vec<String>,
+    /// The subvolume they are snapshots of.
+    origin: PathBuf,
+}
+
+impl Sources {
+    fn push(&mut self, fs: usize, s: &Subvolume, path: String) {
+        if self
+            .selected
+            .iter()
+            .any(|x| x.fs == fs && x.subvol.id() == s.id())
+        {
+            return;
+        }
+        self.selected.push(Selected {
+            fs,
+            subvol: s.clone(),
+            path,
+        });
+    }
+
+    /// The filesystem mounted where `path` lies (opened once per
+    /// filesystem), and `path`'s top-level path in it.
+    fn mounted(
+        &mut self,
+        path: &str,
+        by_devices: &mut BTreeMap<Vec<PathBuf>, usize>,
+    ) -> Result<(usize, String), BackupError> {
+        let m = crate::mount::resolve(Path::new(path))
+            .map_err(|e| BackupError::Invalid(format!("{path}: {e}")))?;
+        if let Some(&i) = by_devices.get(&m.devices) {
+            return Ok((i, m.subvol_path));
+        }
+        let source = Source::open_path(Path::new(path)).map_err(source_error(path.to_owned()))?;
+        let subs = list_subvolumes(source.fs()).map_err(fs_error(format!(
+            "cannot list the subvolumes of {}",
+            m.mount_point.display()
+        )))?;
+        self.fss.push(source);
+        self.subvols.push(subs);
+        by_devices.insert(m.devices.clone(), self.fss.len() - 1);
+        Ok((self.fss.len() - 1, m.subvol_path))
+    }
+}
+
+fn select(
+    opts: &RunOptions,
+    specs: &[String],
+    found: &[Found],
+    cat: &Catalog,
+) -> Result<Sources, BackupError> {
     let mut src = Sources {
         fss: Vec::new(),
         subvols: Vec::new(),
         selected: Vec::new(),
+        rejected: Vec::new(),
     };
-    if specs.is_empty() {
+    if specs.is_empty() && found.is_empty() && opts.snapshots.is_none() {
         return Err(BackupError::Invalid(String::from("no snapshot given")));
     }
     if !opts.devices.is_empty() {
@@ -654,10 +848,10 @@ fn select(opts: &RunOptions, specs: &[String]) -> Result<Sources, BackupError> {
             .map(|d| d.display().to_string())
             .collect::<Vec<_>>()
             .join(", ");
-        let fs = Filesystem::open(&opts.devices)
-            .map_err(fs_error(format!("cannot open the filesystem on {list}")))?;
-        let subs = list_subvolumes(&fs)
+        let source = Source::open_devices(&opts.devices).map_err(source_error(list.clone()))?;
+        let subs = list_subvolumes(source.fs())
             .map_err(fs_error(format!("cannot list the subvolumes on {list}")))?;
+        let mut chosen = Vec::new();
         for spec in specs {
             let matched: Vec<&Subvolume> = if let Some(id) = spec.strip_prefix("id:") {
                 let id: u64 = id
@@ -678,18 +872,18 @@ fn select(opts: &RunOptions, specs: &[String]) -> Result<Sources, BackupError> {
                     "no subvolume on {list} matches {spec}"
                 )));
             }
-            for s in matched {
-                if src.selected.iter().any(|x| x.subvol.id() == s.id()) {
-                    continue;
-                }
-                src.selected.push(Selected {
-                    fs: 0,
-                    subvol: s.clone(),
-                    path: String::from_utf8_lossy(&s.path).into_owned(),
-                });
+            chosen.extend(matched.into_iter().cloned());
+        }
+        for s in chosen {
+            let path = String::from_utf8_lossy(&s.path).into_owned();
+            // On a filesystem mounted read-write only read-only snapshots
+            // may be sent (the source's policy).
+            match source.subvolume(&format!("id:{}", s.id().get())) {
+                Ok(_) => src.push(0, &s, path),
+                Err(e) => src.rejected.push((path.clone(), source_error(path)(e))),
             }
         }
-        src.fss.push(fs);
+        src.fss.push(source);
         src.subvols.push(subs);
         return Ok(src);
     }
@@ -701,53 +895,74 @@ fn select(opts: &RunOptions, specs: &[String]) -> Result<Sources, BackupError> {
                 "{spec} needs --device: without it each SNAPSHOT is the path of a read-only snapshot in a mounted btrfs"
             )));
         }
-        let m = crate::mount::resolve(Path::new(spec))
-            .map_err(|e| BackupError::Invalid(format!("{spec}: {e}")))?;
-        if m.subvol_path.is_empty() {
+        let (fs, subvol_path) = src.mounted(spec, &mut by_devices)?;
+        if subvol_path.is_empty() {
             return Err(BackupError::Invalid(format!(
                 "{spec} is the top level of its filesystem, not a read-only snapshot"
             )));
         }
-        let fs_index = match by_devices.get(&m.devices) {
-            Some(&i) => i,
-            None => {
-                m.sync()
-                    .map_err(|e| BackupError::Invalid(format!("{spec}: {e}")))?;
-                crate::mount::drop_page_cache(&m.devices)
-                    .map_err(|e| BackupError::Invalid(format!("{spec}: {e}")))?;
-                let fs = Filesystem::open(&m.devices).map_err(fs_error(format!(
-                    "cannot read the filesystem mounted at {} from its devices",
-                    m.mount_point.display()
-                )))?;
-                let subs = list_subvolumes(&fs).map_err(fs_error(format!(
-                    "cannot list the subvolumes of {}",
-                    m.mount_point.display()
-                )))?;
-                src.fss.push(fs);
-                src.subvols.push(subs);
-                by_devices.insert(m.devices.clone(), src.fss.len() - 1);
-                src.fss.len() - 1
-            }
-        };
-        let want = m.subvol_path.as_bytes();
-        let Some(s) = src.subvols[fs_index].iter().find(|s| s.path == want) else {
-            return Err(BackupError::Invalid(format!(
-                "{spec}: subvolume {} not found on the devices",
-                m.subvol_path
-            )));
-        };
-        if !s.root.is_readonly() {
-            return Err(BackupError::Invalid(format!(
-                "{spec} is not a read-only snapshot: on a mounted filesystem only read-only snapshots can be backed up (make one with `btrfs subvolume snapshot -r`)"
-            )));
+        let s = src.fss[fs]
+            .subvolume(spec)
+            .map_err(source_error(spec.clone()))?;
+        src.push(fs, &s, subvol_path);
+    }
+    // Snapshots found in a snapshot directory: those of the origin, read-
+    // only, newer than the newest of them stored.
+    for f in found {
+        // A subvolume that cannot be read is its own failure: the others
+        // proceed.
+        if let Err(e) = select_found(&mut src, f, cat, &mut by_devices) {
+            src.rejected.push((f.origin.display().to_string(), e));
         }
-        src.selected.push(Selected {
-            fs: fs_index,
-            subvol: s.clone(),
-            path: m.subvol_path.clone(),
-        });
     }
     Ok(src)
+}
+
+/// The snapshots of `f.origin` among `f.paths` that are newer than the
+/// newest of them stored (see [`snapshots`]).
+fn select_found(
+    src: &mut Sources,
+    f: &Found,
+    cat: &Catalog,
+    by_devices: &mut BTreeMap<Vec<PathBuf>, usize>,
+) -> Result<(), BackupError> {
+    let origin = f.origin.display().to_string();
+    let (fs, origin_path) = src.mounted(&origin, by_devices)?;
+    let Some(origin_uuid) = src.subvols[fs]
+        .iter()
+        .find(|s| s.path == origin_path.as_bytes())
+        .map(|o| o.root.uuid)
+    else {
+        return Err(BackupError::Invalid(format!(
+            "{origin}: subvolume {origin_path} not found on the devices"
+        )));
+    };
+    let mut snaps = Vec::new();
+    for p in &f.paths {
+        let (pfs, top) = src.mounted(p, by_devices)?;
+        if pfs != fs {
+            continue;
+        }
+        let subs = &src.subvols[fs];
+        if let Some(s) = subs.iter().find(|s| {
+            s.path == top.as_bytes() && s.root.parent_uuid == origin_uuid && s.root.is_readonly()
+        }) {
+            snaps.push((top, s.clone()));
+        }
+    }
+    // By creation (otransid): a snapshot taken when nothing changed
+    // has the ctransid of the one before, and is new all the same.
+    let newest_stored = snaps
+        .iter()
+        .filter(|(_, s)| cat.find(&stream_uuid(s), s.root.ctransid.get()).is_some())
+        .map(|(_, s)| s.root.otransid.get())
+        .max();
+    for (top, s) in snaps {
+        if newest_stored.is_none_or(|n| s.root.otransid.get() > n) {
+            src.push(fs, &s, top);
+        }
+    }
+    Ok(())
 }
 
 impl Repository {
@@ -755,22 +970,34 @@ impl Repository {
     /// incremental from the newest stored snapshot of the same origin
     /// whose chain is intact and which is still on the source, else full
     /// (see [`RunOptions::full_every`]). One snapshot's failure does not
-    /// stop the others.
+    /// stop the others. With [`RunOptions::snapshots`], first take a
+    /// read-only snapshot of each subvolume, and afterwards prune the old
+    /// ones (see [`snapshots`]).
     ///
     /// # Errors
     ///
     /// Errors before any snapshot is tried (the source, the lock, the
-    /// catalog); per-snapshot failures are in [`RunReport::failed`].
+    /// catalog); per-snapshot failures are in [`RunReport::failed`] and
+    /// [`RunReport::snapshot_failed`].
     pub fn run(
         &self,
         specs: &[String],
         opts: &RunOptions,
         progress: &dyn Progress,
     ) -> Result<RunReport, BackupError> {
-        let mut src = select(opts, specs)?;
         let _lock = self.lock(LockKind::Exclusive, opts.wait_lock, progress)?;
         let mut cat = self.catalog()?;
+        let mut report = RunReport::default();
+        let found = match &opts.snapshots {
+            Some(so) => take_snapshots(so, &mut report, progress)?,
+            None => Vec::new(),
+        };
+        let mut src = select(opts, specs, &found, &cat)?;
         self.clean_leftovers(&cat, progress)?;
+        for (path, err) in std::mem::take(&mut src.rejected) {
+            progress.failed(&path, &err);
+            report.failed.push((path, err));
+        }
         src.selected.sort_by_key(|s| {
             (
                 s.subvol.root.otransid.get(),
@@ -778,7 +1005,6 @@ impl Repository {
                 s.subvol.id().get(),
             )
         });
-        let mut report = RunReport::default();
         let selected = std::mem::take(&mut src.selected);
         for sel in &selected {
             let uuid = stream_uuid(&sel.subvol);
@@ -788,7 +1014,7 @@ impl Repository {
                 report.skipped.push((sel.path.clone(), e.id));
                 continue;
             }
-            match self.store_one(&mut cat, &src, sel, opts, progress) {
+            match self.store_one(&mut cat, &mut src, sel, opts, progress) {
                 Ok(e) => {
                     progress.stored(&e);
                     report.stored.push(e);
@@ -798,10 +1024,15 @@ impl Repository {
                     let fatal = err.is_lock_held() || matches!(err, BackupError::Catalog { .. });
                     report.failed.push((sel.path.clone(), err));
                     if fatal {
-                        break;
+                        return Ok(report);
                     }
                 }
             }
+        }
+        if let Some(so) = &opts.snapshots
+            && let Some(keep) = so.keep
+        {
+            prune_snapshots(so, keep, &found, &src, &cat, &mut report, progress);
         }
         Ok(report)
     }
@@ -857,7 +1088,7 @@ impl Repository {
     fn store_one(
         &self,
         cat: &mut Catalog,
-        src: &Sources,
+        src: &mut Sources,
         sel: &Selected,
         opts: &RunOptions,
         progress: &dyn Progress,
@@ -869,7 +1100,7 @@ impl Repository {
             .map(|o| (o.key, o.size))
             .collect();
         let parent = self.pick_parent(cat, src, sel, opts, &present);
-        let fs = &src.fss[sel.fs];
+        let source = &mut src.fss[sel.fs];
         let uuid = stream_uuid(&sel.subvol);
         let ctransid = sel.subvol.root.ctransid.get();
         let kind = if parent.is_some() {
@@ -882,7 +1113,7 @@ impl Repository {
             error: Box::new(source),
         };
         let total = if progress.wants_total() {
-            send::total::data_bytes(fs, &sel.subvol).map_err(send_err)?
+            send::total::data_bytes(source.fs(), &sel.subvol).map_err(send_err)?
         } else {
             0
         };
@@ -898,11 +1129,17 @@ impl Repository {
         let writer = FileWriter::new(upload, wopts);
         let sopts = SendOptions::new(1);
         let bridge = SendBridge(progress);
-        let (writer, _stats) = match &parent {
-            Some((_, p)) => send::send_incremental(fs, &sel.subvol, p, writer, sopts, &bridge),
-            None => send::send_full(fs, &sel.subvol, writer, sopts, &bridge),
-        }
-        .map_err(send_err)?;
+        // By id: unambiguous on devices and in a mount alike.
+        let subvol = format!("id:{}", sel.subvol.id().get());
+        let parent_spec = parent.as_ref().map(|(_, p)| format!("id:{}", p.id().get()));
+        let req = Request {
+            subvol: &subvol,
+            parent: parent_spec.as_deref(),
+            clone_sources: &[],
+        };
+        let (writer, _stats) = source
+            .send(&req, writer, sopts, &bridge)
+            .map_err(send_err)?;
         let id = StreamIdentity {
             uuid: uuid.clone(),
             ctransid,

@@ -42,7 +42,7 @@ pub mod encoded;
 mod lanes;
 pub mod meta;
 pub mod subvol;
-mod sys;
+pub(crate) mod sys;
 pub mod target;
 
 use std::fmt;

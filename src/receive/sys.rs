@@ -270,6 +270,8 @@ struct GetSubvolInfoArgs {
 
 /// `BTRFS_IOC_SUBVOL_CREATE`: `_IOW(0x94, 14, struct btrfs_ioctl_vol_args)`.
 const BTRFS_IOC_SUBVOL_CREATE: Opcode = opcode::write::<VolArgs>(BTRFS_IOCTL_MAGIC, 14);
+/// `BTRFS_IOC_SNAP_DESTROY`: `_IOW(0x94, 15, struct btrfs_ioctl_vol_args)`.
+const BTRFS_IOC_SNAP_DESTROY: Opcode = opcode::write::<VolArgs>(BTRFS_IOCTL_MAGIC, 15);
 /// `BTRFS_IOC_TREE_SEARCH`: `_IOWR(0x94, 17, struct btrfs_ioctl_search_args)`.
 const BTRFS_IOC_TREE_SEARCH: Opcode = opcode::read_write::<SearchArgs>(BTRFS_IOCTL_MAGIC, 17);
 /// `BTRFS_IOC_INO_LOOKUP`: `_IOWR(0x94, 18, struct btrfs_ioctl_ino_lookup_args)`.
@@ -333,18 +335,63 @@ pub fn snapshot_create(
     name: &[u8],
     source: BorrowedFd<'_>,
 ) -> Result<(), Errno> {
+    snapshot_create_flags(dir, name, source, 0)
+}
+
+/// Create `name` in `dir` as a read-only snapshot of the subvolume open as
+/// `source`, as `btrfs subvolume snapshot -r` does (`backup run
+/// --snapshot`).
+///
+/// # Errors
+///
+/// As [`snapshot_create`].
+pub fn snapshot_create_readonly(
+    dir: BorrowedFd<'_>,
+    name: &[u8],
+    source: BorrowedFd<'_>,
+) -> Result<(), Errno> {
+    snapshot_create_flags(dir, name, source, SUBVOL_RDONLY)
+}
+
+/// Delete the subvolume or snapshot `name` in the directory `dir`, as
+/// `btrfs subvolume delete` does (the space is freed by the kernel's
+/// cleaner afterwards).
+///
+/// # Errors
+///
+/// The kernel's (`ENOENT`, `EPERM` without CAP_SYS_ADMIN, `ENOTEMPTY` for
+/// a subvolume that holds others, `ENOTTY` off btrfs, …); `EINVAL` or
+/// `ENAMETOOLONG` for a name the ioctl cannot carry.
+pub fn snap_destroy(dir: BorrowedFd<'_>, name: &[u8]) -> Result<(), Errno> {
+    let args = VolArgs {
+        fd: 0,
+        name: name_array(name)?,
+    };
+    // SAFETY: BTRFS_IOC_SNAP_DESTROY takes a `struct btrfs_ioctl_vol_args`
+    // (`_IOW`: only read), whose layout `VolArgs` has (pinned by the tests);
+    // the name is NUL-terminated within its array (`name_array`).
+    unsafe { ioctl(dir, Setter::<BTRFS_IOC_SNAP_DESTROY, VolArgs>::new(args)) }
+}
+
+/// SNAP_CREATE_V2 with `flags` (0 or [`SUBVOL_RDONLY`]).
+fn snapshot_create_flags(
+    dir: BorrowedFd<'_>,
+    name: &[u8],
+    source: BorrowedFd<'_>,
+    flags: u64,
+) -> Result<(), Errno> {
     let args = VolArgsV2 {
         fd: source.as_raw_fd().into(),
         transid: 0,
-        flags: 0,
+        flags,
         unused: [0; 4],
         name: name_array(name)?,
     };
     // SAFETY: BTRFS_IOC_SNAP_CREATE_V2 takes a `struct
     // btrfs_ioctl_vol_args_v2` (`_IOW`: only read), whose layout `VolArgsV2`
     // has (pinned by the tests); `fd` is an open fd borrowed for the call,
-    // flags 0 (no qgroup inherit pointer, no async), the union zeroed, the
-    // name NUL-terminated.
+    // flags 0 or RDONLY (no qgroup inherit pointer, no async), the union
+    // zeroed, the name NUL-terminated.
     unsafe {
         ioctl(
             dir,
@@ -680,6 +727,7 @@ mod tests {
         // _IOC(dir, 0x94, nr, size): dir W = 1, R = 2, RW = 3 at bit 30.
         let ioc = |dir: u32, nr: u32, size: u32| (dir << 30) | (size << 16) | (0x94 << 8) | nr;
         assert_eq!(BTRFS_IOC_SUBVOL_CREATE, ioc(1, 14, 4096));
+        assert_eq!(BTRFS_IOC_SNAP_DESTROY, ioc(1, 15, 4096));
         assert_eq!(BTRFS_IOC_TREE_SEARCH, ioc(3, 17, 4096));
         assert_eq!(BTRFS_IOC_INO_LOOKUP, ioc(3, 18, 4096));
         assert_eq!(BTRFS_IOC_SNAP_CREATE_V2, ioc(1, 23, 4096));
@@ -689,6 +737,7 @@ mod tests {
         assert_eq!(BTRFS_IOC_GET_SUBVOL_INFO, ioc(2, 60, 504));
         // The well-known values (btrfs-progs' headers, strace).
         assert_eq!(BTRFS_IOC_SUBVOL_CREATE, 0x5000_940e);
+        assert_eq!(BTRFS_IOC_SNAP_DESTROY, 0x5000_940f);
         assert_eq!(BTRFS_IOC_SET_RECEIVED_SUBVOL, 0xc0c8_9425);
     }
 
@@ -713,6 +762,11 @@ mod tests {
             return;
         }
         assert!(subvol_create(d.as_fd(), b"x").is_err());
+        assert!(snapshot_create_readonly(d.as_fd(), b"y", d.as_fd()).is_err());
+        assert!(!dir.path().join("y").exists());
+        std::fs::create_dir(dir.path().join("z")).unwrap();
+        assert!(snap_destroy(d.as_fd(), b"z").is_err());
+        assert!(dir.path().join("z").exists());
         assert!(!dir.path().join("x").exists());
         assert!(subvol_info(d.as_fd()).is_err());
         assert!(tree_search(d.as_fd(), 1, 132, (5, 5), (0, u64::MAX), 1).is_err());

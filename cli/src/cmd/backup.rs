@@ -9,6 +9,7 @@ use std::time::Duration;
 use anyhow::Context;
 use btrsend::backup::{
     self, BackupError, Entry, ImportOptions, Kind, Progress, Repository, RestoreTarget, RunOptions,
+    SnapshotOptions,
 };
 use clap::{Args, Subcommand};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -37,12 +38,15 @@ backup list` shows them). The layout is described in btrsend-repository(5).
 
 Nightly from cron (silent on success):
   0 3 * * * btrsend backup run --repo /backup/home --device /dev/sdb1 'snaps/home.*'
+or, taking and pruning the snapshots too, with retention (as root):
+  0 3 * * * btrsend backup run --repo /backup/home --snapshot /mnt/pool/home --snapshot-dir /mnt/pool/snaps --keep-snapshots 7 && btrsend backup forget --repo /backup/home --keep-daily 7 --keep-weekly 4 --keep-monthly 12
 
 Exit status:
   0    success
   1    error
   2    usage error
-  3    some snapshots were stored and some failed
+  3    some snapshots were stored and some failed, or a source snapshot
+       could not be taken or deleted
   10   repository missing or unreachable
   11   the repository's lock is held (see --retry-lock)
   12   verify found damage
@@ -136,8 +140,30 @@ pub struct RunArgs {
     /// A device or image file of the filesystem (repeat for multi-device
     /// filesystems). Without it, each SNAPSHOT is the path of a read-only
     /// snapshot in a mounted btrfs.
-    #[arg(short = 'd', long = "device", value_name = "DEV")]
+    #[arg(
+        short = 'd',
+        long = "device",
+        value_name = "DEV",
+        conflicts_with = "snapshot"
+    )]
     devices: Vec<PathBuf>,
+    /// First take a read-only snapshot DIR/NAME.YYYY-MM-DDTHHMMSSZ (UTC) of
+    /// the subvolume SUBVOL, a path in a mounted btrfs (as `btrfs subvolume
+    /// snapshot -r` does; needs root), then store every snapshot of SUBVOL
+    /// in DIR newer than the newest one stored (repeat for several
+    /// subvolumes).
+    #[arg(long = "snapshot", value_name = "SUBVOL", requires = "snapshot_dir")]
+    snapshot: Vec<PathBuf>,
+    /// Where --snapshot puts its snapshots: a directory on the same btrfs
+    /// (DIR).
+    #[arg(long = "snapshot-dir", value_name = "DIR", requires = "snapshot")]
+    snapshot_dir: Option<PathBuf>,
+    /// After storing, delete the snapshots --snapshot took beyond the
+    /// newest N (per subvolume); the newest stored one (the next
+    /// incremental's parent) and newer ones not stored yet always stay, and
+    /// a snapshot btrsend did not name is never deleted.
+    #[arg(long = "keep-snapshots", value_name = "N", requires = "snapshot")]
+    keep_snapshots: Option<usize>,
     /// Make every N-th stream of a chain a full one, so chains stay
     /// bounded and old ones can be dropped (default 0: only the first).
     #[arg(long = "full-every", value_name = "N", default_value_t = 0)]
@@ -159,7 +185,7 @@ pub struct RunArgs {
     /// list` prints them (a shell-style glob such as 'snaps/home.*' selects
     /// several) or id:N; without, paths of read-only snapshots in a mounted
     /// btrfs.
-    #[arg(value_name = "SNAPSHOT", required = true)]
+    #[arg(value_name = "SNAPSHOT", required_unless_present = "snapshot")]
     snapshots: Vec<String>,
 }
 
@@ -171,7 +197,15 @@ intact and which is still on the source, else as a full stream. A stream
 becomes visible in the repository only once it is complete and durable:
 a run that is killed leaves nothing half-written, and the next run
 completes the work. Silent on success unless standard error is a
-terminal (then a progress bar) or --json is given.";
+terminal (then a progress bar) or --json is given.
+
+With --snapshot the job takes its own snapshots (one cron line does
+everything; needs root):
+  btrsend backup run --repo /backup/home --snapshot /mnt/pool/home \
+      --snapshot-dir /mnt/pool/snaps --keep-snapshots 7
+
+A source snapshot that cannot be taken or deleted makes the exit status 3;
+the other snapshots are stored all the same.";
 
 /// Arguments of `btrsend backup list`.
 #[derive(Debug, Args)]
@@ -415,6 +449,13 @@ fn run_run(a: &RunArgs) -> anyhow::Result<()> {
         if let Some(n) = a.frame_bytes {
             opts = opts.with_frame_bytes(n.max(1));
         }
+        if let Some(dir) = &a.snapshot_dir {
+            opts = opts.with_snapshots(SnapshotOptions {
+                subvols: a.snapshot.clone(),
+                dir: dir.clone(),
+                keep: a.keep_snapshots,
+            });
+        }
         let progress = RunProgress::new(a.json);
         let report = repo.run(&a.snapshots, &opts, &progress);
         progress.finish();
@@ -425,9 +466,21 @@ fn run_run(a: &RunArgs) -> anyhow::Result<()> {
                 "stored": report.stored.len(),
                 "already_stored": report.skipped.len(),
                 "failed": report.failed.len(),
+                "snapshots_taken": report.taken.len(),
+                "snapshots_deleted": report.pruned.len(),
+                "snapshot_failures": report.snapshot_failed.len(),
                 "stream_bytes": report.stored.iter().map(|e| e.stream_bytes).sum::<u64>(),
                 "stored_bytes": report.stored.iter().map(|e| e.stored_bytes).sum::<u64>(),
             }));
+        }
+        if !report.snapshot_failed.is_empty()
+            && (report.failed.is_empty() || !report.stored.is_empty())
+        {
+            // A source snapshot not taken or not deleted: the others
+            // proceeded.
+            let n = report.snapshot_failed.len() + report.failed.len();
+            return Err(anyhow::Error::new(ExitWith::quiet(Exit::Partial))
+                .context(format!("{n} failed, {} stored", report.stored.len())));
         }
         if report.failed.len() == 1 && report.stored.is_empty() {
             // One snapshot, one error: its exit code.

@@ -14,7 +14,7 @@ use serde_json::Value;
 
 use crate::common;
 
-fn run(args: &[&str]) -> Output {
+pub(crate) fn run(args: &[&str]) -> Output {
     common::btrsend()
         .args(args)
         .stdin(Stdio::null())
@@ -23,7 +23,7 @@ fn run(args: &[&str]) -> Output {
 }
 
 #[track_caller]
-fn ok(args: &[&str]) -> String {
+pub(crate) fn ok(args: &[&str]) -> String {
     let out = run(args);
     assert!(
         out.status.success(),
@@ -60,7 +60,7 @@ fn decisions(repo: &str, policy: &[&str], delete: bool) -> BTreeMap<u64, (String
 }
 
 /// `backup list --json`: path -> id.
-fn listed(repo: &str) -> BTreeMap<String, u64> {
+pub(crate) fn listed(repo: &str) -> BTreeMap<String, u64> {
     let rows: Value =
         serde_json::from_str(&ok(&["backup", "list", "--repo", repo, "--json"])).unwrap();
     rows.as_array()
@@ -298,7 +298,7 @@ fn forget_killed_at_any_moment_leaves_a_consistent_repository() {
     }
 }
 
-fn sh(cmd: &mut Command) {
+pub(crate) fn sh(cmd: &mut Command) {
     let out = cmd.stdin(Stdio::null()).output().expect("spawn");
     assert!(
         out.status.success(),
@@ -310,7 +310,7 @@ fn sh(cmd: &mut Command) {
 /// One night's changes: plain creates, rewrites, appends, deletes,
 /// renames, a directory, a hard link and an xattr now and then, so that
 /// the kernel's own stream reproduces the snapshot exactly.
-fn change(root: &Path, night: u32) {
+pub(crate) fn change(root: &Path, night: u32) {
     let f = |i: u32| root.join(format!("f{:02}", i % 40));
     fs::write(
         f(night),

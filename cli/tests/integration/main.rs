@@ -10,6 +10,7 @@
 
 mod backup;
 mod backup_forget;
+mod backup_snapshot;
 mod common;
 mod completions;
 mod dump;
