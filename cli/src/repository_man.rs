@@ -16,20 +16,21 @@ pub const SECTIONS: &[(&str, &[&str])] = &[
     (
         "DESCRIPTION",
         &[
-            "A btrsend backup repository (made by btrsend backup init) is a directory holding btrfs send streams as zstd files, a catalog that lists them, and a config object. Everything is plain JSON or zstd: a backup can be read and restored with zstd(1) and btrfs-receive(8) alone.",
+            "A btrsend backup repository (made by btrsend backup init) is a directory, or the objects under s3://BUCKET[/PREFIX] in an S3-compatible object store, holding btrfs send streams as zstd files, a catalog that lists them, and a config object. Everything is plain JSON or zstd: a backup can be read and restored with zstd(1) and btrfs-receive(8) alone (for S3, fetch the objects first, e.g. with aws s3 cp).",
         ],
     ),
     (
         "LAYOUT",
         &[
-            "  config                              repository format\n  catalog/NNNNNNNNNNNNNNNN.json       the catalog, one object per generation\n  streams/UUID-CTRANSID-RANDOM.btrs.zst   one stored send stream each\n  lock                                flock(2) target (directories)\n  locks/KIND-HOST-PID-RANDOM.json     lock objects (stores without flock)\n  tmp/                                unfinished uploads (directories)",
+            "  config                              repository format\n  catalog/NNNNNNNNNNNNNNNN.json       the catalog, one object per generation\n  streams/UUID-CTRANSID-RANDOM.btrs.zst   one stored send stream each\n  lock                                flock(2) target (directories)\n  locks/KIND-HOST-PID-RANDOM.json     lock objects (S3)\n  tmp/                                unfinished uploads (directories)",
+            "In S3 these are the keys below PREFIX/. A stream object is written by a multipart upload and appears only when the upload completes; an upload cut short (a killed run, a lost connection) leaves invisible parts that the server keeps until a lifecycle rule (AbortIncompleteMultipartUpload) removes them.",
             "config is {\"format\":\"btrsend-repository\",\"version\":1,\"id\":HEX,\"created\":RFC3339}. This page describes version 1.",
         ],
     ),
     (
         "CATALOG",
         &[
-            "The current catalog is the catalog/*.json file with the highest number (its generation, 16 decimal digits). A change writes the next generation with a create-if-absent operation (link(2) of a flushed file), so a catalog is replaced atomically; the three newest generations are kept.",
+            "The current catalog is the catalog/*.json file with the highest number (its generation, 16 decimal digits). A change writes the next generation with a create-if-absent operation (link(2) of a flushed file; in S3 a PUT with If-None-Match: *), so a catalog is replaced atomically; the three newest generations are kept.",
             "  {\"format\":\"btrsend-catalog\",\"version\":1,\"generation\":G,\"next_id\":N,\n   \"entries\":[ENTRY,...]}",
             "Each ENTRY describes one stored stream: id (unique, never reused), path (the snapshot's path from the top level of its filesystem, or the stream's subvolume name for imports), uuid and ctransid (as the stream's SUBVOL or SNAPSHOT command carries them), parent_uuid, parent_ctransid and parent_id (the base of an incremental stream; null for a full one), kind (full or incremental), time (RFC 3339: the snapshot's creation time, or the time given to import), origin (the UUID of the subvolume the snapshot was taken of, or the --origin of import), file (the stream file's key), stream_bytes (raw stream length), stored_bytes (file length), stream_blake3 (BLAKE3 of the raw stream, hex), commands, proto, stored_at.",
             "To restore an entry, follow parent_id to the full stream, then receive the chain's files in order, full stream first:",
@@ -44,6 +45,12 @@ pub const SECTIONS: &[(&str, &[&str])] = &[
             "The trailer is a zstd skippable frame, which zstd -d ignores:",
             "  4 bytes   magic 0x184D2A5E, little-endian\n  4 bytes   length L of the rest, little-endian (L = J + 16)\n  J bytes   the trailer JSON\n  8 bytes   J, little-endian\n  8 bytes   \"BTRSTRL1\"",
             "A reader finds the trailer from the last 16 bytes of the file. The trailer JSON is {\"format\":\"btrsend-stream\",\"version\":1, \"stream_bytes\", \"stream_blake3\", \"commands\", \"proto\", \"uuid\", \"ctransid\", \"parent_uuid\", \"parent_ctransid\", \"frames\":[{\"offset\",\"len\",\"raw_len\",\"blake3\"},...]}: for each frame its offset and length in the file, its decompressed length, and the BLAKE3 of its stored (compressed) bytes. The frames cover the file from offset 0 to the trailer without gaps.",
+        ],
+    ),
+    (
+        "LOCKS",
+        &[
+            "Locks: a directory is locked with flock(2) on its lock file (exclusive for run, import and forget, shared for list, verify and restore). In S3 each holder writes a lock object locks/KIND-HOST-PID-RANDOM.json ({\"kind\",\"host\",\"pid\",\"time\"}) and rewrites it every 5 minutes; an exclusive lock conflicts with every other lock object. A lock object whose process is gone (same host, no such PID) or that was not rewritten for 15 minutes is stale: it is removed with a notice.",
         ],
     ),
     (

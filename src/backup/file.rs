@@ -962,6 +962,35 @@ mod tests {
     }
 
     #[test]
+    fn parallel_frame_check_passes_whole_files_and_fails_damaged_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = LocalStore::new(dir.path());
+        let raw = stream(300);
+        let size = write_file(&s, "streams/x", &raw, small());
+        let f = StreamFile::open(&s, "streams/x", size).unwrap();
+        assert!(f.trailer.frames.len() > 20, "{}", f.trailer.frames.len());
+        assert!(crate::backup::check_frames_parallel(&s, &f));
+        // One frame's bytes changed (its hash no longer matches).
+        let path = dir.path().join("streams/x");
+        let good = std::fs::read(&path).unwrap();
+        let mut bad = good.clone();
+        let at = usize::try_from(f.trailer.frames[13].offset).unwrap() + 5;
+        bad[at] ^= 1;
+        std::fs::write(&path, &bad).unwrap();
+        assert!(!crate::backup::check_frames_parallel(&s, &f));
+        // A trailer that claims one command more than the frames hold.
+        std::fs::write(&path, &good).unwrap();
+        let mut more = f.clone();
+        more.trailer.commands += 1;
+        assert!(!crate::backup::check_frames_parallel(&s, &more));
+        // A stream hash that does not match.
+        let mut other = f.clone();
+        other.trailer.stream_blake3 = blake3::hash(b"other").to_hex().to_string();
+        assert!(!crate::backup::check_frames_parallel(&s, &other));
+        assert!(crate::backup::check_frames_parallel(&s, &f));
+    }
+
+    #[test]
     fn round_trip_many_frames_and_zstd_reads_it() {
         let dir = tempfile::tempdir().unwrap();
         let s = LocalStore::new(dir.path());

@@ -1,8 +1,9 @@
 //! Where a repository's objects live: one small trait, [`Store`] — get
 //! (whole or a byte range), put-if-absent, list, delete and multipart
 //! upload — with two implementations: [`LocalStore`], a directory, and
-//! `S3Store`, an S3-compatible bucket through `object_store` (its tokio
-//! runtime lives inside that type and nowhere else).
+//! `S3Store` (in `s3`, with the `s3` feature), an S3-compatible bucket
+//! through `object_store` (its tokio runtime lives inside that type and
+//! nowhere else).
 //!
 //! Keys are `/`-separated relative paths (`config`, `catalog/00000007.json`,
 //! `streams/….btrs.zst`). Visibility is atomic in both stores: a local

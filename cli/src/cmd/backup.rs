@@ -27,9 +27,11 @@ pub struct BackupArgs {
 }
 
 const BACKUP_HELP: &str = "\
-A repository is a directory. --repo falls back to the environment variable
-BTRSEND_REPOSITORY. (S3 repositories, s3://BUCKET[/PREFIX], are not
-supported by this build yet: they are refused with exit status 10.)
+A repository is a directory, or s3://BUCKET[/PREFIX] in an S3-compatible
+object store (AWS, MinIO, Ceph RGW, Garage...). --repo falls back to the
+environment variable BTRSEND_REPOSITORY. For S3 the standard variables
+apply: AWS_ENDPOINT_URL (an http:// endpoint is allowed), AWS_ACCESS_KEY_ID,
+AWS_SECRET_ACCESS_KEY, AWS_REGION or AWS_DEFAULT_REGION.
 
 Each stored stream is a zstd file whose frames hold the raw btrfs send
 stream: `zstd -dc FILE | btrfs receive DIR` restores it without btrsend

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
 use crate::common::{fixture_dir, unpack};
+use crate::repo_store::{Backend, Kind, TestRepo};
 
 const FIX: &str = "014-incremental";
 
@@ -18,15 +19,6 @@ fn btrsend() -> Command {
         .env_remove("BTRSEND_REPOSITORY")
         .stdin(Stdio::null());
     c
-}
-
-fn backup(args: &[&str], extra: &[&Path]) -> Output {
-    btrsend()
-        .arg("backup")
-        .args(args)
-        .args(extra)
-        .output()
-        .expect("run btrsend")
 }
 
 /// Standard output of a command that must succeed.
@@ -48,26 +40,45 @@ fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
+/// A test's fixture image and repository, in a directory or on an S3
+/// server (the same test runs against both: see [`both`]).
 struct Env {
     dir: tempfile::TempDir,
     img: PathBuf,
-    repo: PathBuf,
+    be: Backend,
+    repo: TestRepo,
 }
 
 impl Env {
-    fn new() -> Env {
+    fn new(kind: Kind, test: &str) -> Option<Env> {
         let dir = tempfile::tempdir().unwrap();
         let img = unpack(dir.path(), FIX, "dev1.img");
-        let repo = dir.path().join("repo");
-        Env { dir, img, repo }
+        let be = Backend::new(kind, test, dir.path())?;
+        let repo = be.repo("repo");
+        Some(Env { dir, img, be, repo })
     }
 
     fn repo(&self) -> &str {
-        self.repo.to_str().unwrap()
+        &self.repo.spec
+    }
+
+    /// `btrsend`, pointed at the S3 server if there is one.
+    fn cmd(&self) -> Command {
+        let mut c = btrsend();
+        self.be.apply(&mut c);
+        c
+    }
+
+    fn backup(&self, args: &[&str]) -> Output {
+        self.cmd()
+            .arg("backup")
+            .args(args)
+            .output()
+            .expect("run btrsend")
     }
 
     fn init(&self) {
-        ok(&backup(&["init", "--repo", self.repo()], &[]));
+        ok(&self.backup(&["init", "--repo", self.repo()]));
     }
 
     /// `backup run` of the fixture's snapshots with small frames (several
@@ -77,11 +88,11 @@ impl Env {
         let mut args = vec!["run", "--repo", self.repo(), "--device", img];
         args.extend_from_slice(&["--frame-bytes", "4096"]);
         args.extend_from_slice(extra);
-        backup(&args, &[])
+        self.backup(&args)
     }
 
     fn list(&self) -> Vec<serde_json::Value> {
-        let out = ok(&backup(&["list", "--repo", self.repo(), "--json"], &[]));
+        let out = ok(&self.backup(&["list", "--repo", self.repo(), "--json"]));
         serde_json::from_str::<serde_json::Value>(&out)
             .unwrap()
             .as_array()
@@ -89,9 +100,31 @@ impl Env {
             .clone()
     }
 
+    /// Where an entry's stream file lies (as a file on the S3 server too).
     fn stream_file(&self, entry: &serde_json::Value) -> PathBuf {
-        self.repo.join(entry["file"].as_str().unwrap())
+        self.repo.files.join(entry["file"].as_str().unwrap())
     }
+}
+
+/// Two tests from one body: `NAME::dir` and `NAME::s3`.
+macro_rules! both {
+    ($name:ident, $body:expr) => {
+        mod $name {
+            use super::*;
+            #[test]
+            fn dir() {
+                if let Some(env) = Env::new(Kind::Dir, concat!(stringify!($name), "::dir")) {
+                    $body(env);
+                }
+            }
+            #[test]
+            fn s3() {
+                if let Some(env) = Env::new(Kind::S3, concat!(stringify!($name), "::s3")) {
+                    $body(env);
+                }
+            }
+        }
+    };
 }
 
 /// The kernel's stream `name` of the fixture, decompressed.
@@ -146,9 +179,11 @@ fn manifest(dir: &Path) -> String {
     ok(&out)
 }
 
-#[test]
-fn chain_is_stored_as_the_kernel_sends_it_and_restores_to_its_manifests() {
-    let env = Env::new();
+both!(
+    chain_is_stored_as_the_kernel_sends_it_and_restores_to_its_manifests,
+    chain_case
+);
+fn chain_case(env: Env) {
     env.init();
     let out = env.run(&["--json", "snaps/s*"]);
     let text = ok(&out);
@@ -223,15 +258,12 @@ fn chain_is_stored_as_the_kernel_sends_it_and_restores_to_its_manifests() {
     );
 
     // verify --read-data: clean and silent.
-    let v = backup(&["verify", "--read-data", "--repo", env.repo()], &[]);
+    let v = env.backup(&["verify", "--read-data", "--repo", env.repo()]);
     ok(&v);
     assert!(v.stderr.is_empty(), "{}", stderr(&v));
 
     // restore --stdout of s3 = the kernel's s1 full + s1→s2 + s2→s3.
-    let out = ok_bytes(&backup(
-        &["restore", "--repo", env.repo(), "--stdout", "snaps/s3"],
-        &[],
-    ));
+    let out = ok_bytes(&env.backup(&["restore", "--repo", env.repo(), "--stdout", "snaps/s3"]));
     let mut chain = kernel_stream("s1.full.v1.stream.zst");
     chain.extend(kernel_stream("s1--s2.inc.v1.stream.zst"));
     chain.extend(kernel_stream("s2--s3.inc.v1.stream.zst"));
@@ -245,9 +277,15 @@ fn chain_is_stored_as_the_kernel_sends_it_and_restores_to_its_manifests() {
     for (spec, last) in [("snaps/s3", "s3"), (s2_uuid.as_str(), "s2"), ("1", "s1")] {
         let to = env.dir.path().join(format!("to-{last}"));
         fs::create_dir(&to).unwrap();
-        let o = backup(&["restore", "--repo", env.repo(), "--to"], &[&to]);
+        let o = env
+            .cmd()
+            .args(["backup", "restore", "--repo", env.repo(), "--to"])
+            .arg(&to)
+            .output()
+            .unwrap();
         assert_eq!(o.status.code(), Some(2), "SNAPSHOT is required");
-        let o = btrsend()
+        let o = env
+            .cmd()
             .args(["backup", "restore", "--repo", env.repo(), "--to"])
             .arg(&to)
             .arg(spec)
@@ -266,16 +304,18 @@ fn chain_is_stored_as_the_kernel_sends_it_and_restores_to_its_manifests() {
     }
 }
 
-#[test]
-fn full_every_bounds_chains() {
-    let env = Env::new();
+both!(full_every_bounds_chains, full_every_case);
+fn full_every_case(env: Env) {
     env.init();
     ok(&env.run(&["--full-every", "2", "snaps/s1", "snaps/s2", "snaps/s3"]));
     let list = env.list();
     let kinds: Vec<&str> = list.iter().map(|e| e["kind"].as_str().unwrap()).collect();
     assert_eq!(kinds, ["full", "incremental", "full"]);
     // One at a time, in any order of the arguments, is the same.
-    let env2 = Env::new();
+    let env2 = Env {
+        repo: env.be.repo("repo2"),
+        ..env
+    };
     env2.init();
     ok(&env2.run(&["snaps/s2"]));
     ok(&env2.run(&["--full-every", "2", "snaps/s3", "id:257"]));
@@ -298,8 +338,7 @@ fn full_every_bounds_chains() {
 
 /// Damage one stream file in `how`; verify must name it (exit 12) and
 /// restore must refuse every snapshot whose chain has it.
-fn damage_case(how: &str) {
-    let env = Env::new();
+fn damage_case(env: Env, how: &str) {
     env.init();
     ok(&env.run(&["snaps/s*"]));
     let list = env.list();
@@ -336,7 +375,7 @@ fn damage_case(how: &str) {
     };
     let mut a = args.to_vec();
     a.extend(["--repo", env.repo()]);
-    let v = backup(&a, &[]);
+    let v = env.backup(&a);
     assert_eq!(v.status.code(), Some(12), "{how}: {}", stderr(&v));
     let err = stderr(&v);
     assert!(err.contains(name), "{how}: {err}");
@@ -363,7 +402,8 @@ fn damage_case(how: &str) {
     for snap in ["snaps/s3", "snaps/s2"] {
         let to = env.dir.path().join(format!("to-{how}-{}", &snap[6..]));
         fs::create_dir(&to).unwrap();
-        let o = btrsend()
+        let o = env
+            .cmd()
             .args(["backup", "restore", "--repo", env.repo(), "--to"])
             .arg(&to)
             .arg(snap)
@@ -376,13 +416,14 @@ fn damage_case(how: &str) {
             0,
             "{how}: {snap}: something was applied"
         );
-        let o = backup(&["restore", "--repo", env.repo(), "--stdout", snap], &[]);
+        let o = env.backup(&["restore", "--repo", env.repo(), "--stdout", snap]);
         assert_eq!(o.status.code(), Some(1), "{how} {snap}");
         assert!(o.stdout.is_empty(), "{how}: {snap}: bytes were written");
     }
     let to = env.dir.path().join("to-s1");
     fs::create_dir(&to).unwrap();
-    let o = btrsend()
+    let o = env
+        .cmd()
         .args(["backup", "restore", "--repo", env.repo(), "--to"])
         .arg(&to)
         .arg("snaps/s1")
@@ -412,54 +453,133 @@ fn frames(b: &[u8]) -> Vec<(usize, usize)> {
         .collect()
 }
 
-#[test]
-fn flipped_byte_is_found_and_refused() {
-    damage_case("flip");
+both!(flipped_byte_is_found_and_refused, |env| damage_case(
+    env, "flip"
+));
+
+both!(truncated_file_is_found_and_refused, |env| damage_case(
+    env, "truncate"
+));
+
+both!(missing_file_is_found_and_refused, |env| damage_case(
+    env, "missing"
+));
+
+both!(swapped_frames_are_found_and_refused, |env| damage_case(
+    env, "swap"
+));
+
+/// The repository's lock, held as another process would hold it: `flock`
+/// on a directory's `lock` file, a lock object (of a live process on
+/// another host) on S3. Released on drop.
+enum Held {
+    // The open file holds the flock.
+    File(#[allow(dead_code)] fs::File),
+    Object(PathBuf),
 }
 
-#[test]
-fn truncated_file_is_found_and_refused() {
-    damage_case("truncate");
+impl Drop for Held {
+    fn drop(&mut self) {
+        if let Held::Object(p) = self {
+            let _ = fs::remove_file(p);
+        }
+    }
 }
 
-#[test]
-fn missing_file_is_found_and_refused() {
-    damage_case("missing");
+impl Env {
+    fn hold_lock(&self, exclusive: bool, age_secs: i64) -> Held {
+        match self.be.kind() {
+            Kind::Dir => {
+                let f = fs::OpenOptions::new()
+                    .write(true)
+                    .open(self.repo.files.join("lock"))
+                    .unwrap();
+                if exclusive {
+                    f.lock().unwrap();
+                } else {
+                    f.lock_shared().unwrap();
+                }
+                Held::File(f)
+            }
+            Kind::S3 => {
+                let kind = if exclusive { "exclusive" } else { "shared" };
+                let dir = self.repo.files.join("locks");
+                fs::create_dir_all(&dir).unwrap();
+                let p = dir.join(format!("{kind}-elsewhere-1-{age_secs}.json"));
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap()
+                    .as_secs() as i64;
+                let body = serde_json::json!({
+                    "kind": kind, "host": "elsewhere", "pid": 1, "time": now - age_secs
+                });
+                fs::write(&p, body.to_string()).unwrap();
+                Held::Object(p)
+            }
+        }
+    }
 }
 
-#[test]
-fn swapped_frames_are_found_and_refused() {
-    damage_case("swap");
-}
-
-#[test]
-fn exit_codes_for_missing_repository_and_held_lock() {
-    let env = Env::new();
-    let o = backup(&["list", "--repo", env.repo()], &[]);
+both!(
+    exit_codes_for_missing_repository_and_held_lock,
+    exit_codes_case
+);
+fn exit_codes_case(env: Env) {
+    // Nothing there: exit 10.
+    let (gone, what) = match env.be.kind() {
+        Kind::Dir => (env.repo().to_owned(), "repository unreachable"),
+        Kind::S3 => (
+            String::from("s3://no-such-bucket/repo"),
+            "repository unreachable",
+        ),
+    };
+    let o = env.backup(&["list", "--repo", &gone]);
     assert_eq!(o.status.code(), Some(10), "{}", stderr(&o));
-    assert!(
-        stderr(&o).contains("repository unreachable"),
-        "{}",
-        stderr(&o)
-    );
-    let o = backup(&["list"], &[]);
+    assert!(stderr(&o).contains(what), "{}", stderr(&o));
+    assert!(stderr(&o).contains(&gone), "{}", stderr(&o));
+    if let Some(port) = env.be.port() {
+        // A server that does not answer: exit 10 too. (A port just freed;
+        // the server's own port is busy, so this one is not it.)
+        let closed = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        assert_ne!(closed, port);
+        let o = env
+            .cmd()
+            .env("AWS_ENDPOINT_URL", format!("http://127.0.0.1:{closed}"))
+            .args(["backup", "list", "--repo", env.repo()])
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(10), "{}", stderr(&o));
+        assert!(
+            stderr(&o).contains("repository unreachable"),
+            "{}",
+            stderr(&o)
+        );
+    }
+    let o = env.backup(&["list"]);
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("use --repo REPO or set BTRSEND_REPOSITORY"));
-    // BTRSEND_REPOSITORY: a directory that is no repository.
-    fs::create_dir(&env.repo).unwrap();
-    let o = btrsend()
+    // BTRSEND_REPOSITORY: a place that holds no repository.
+    if env.be.kind() == Kind::Dir {
+        fs::create_dir(&env.repo.files).unwrap();
+    }
+    let o = env
+        .cmd()
         .args(["backup", "verify"])
-        .env("BTRSEND_REPOSITORY", &env.repo)
+        .env("BTRSEND_REPOSITORY", env.repo())
         .output()
         .unwrap();
-    assert_eq!(o.status.code(), Some(10));
+    assert_eq!(o.status.code(), Some(10), "{}", stderr(&o));
     assert!(
         stderr(&o).contains("not a btrsend repository"),
         "{}",
         stderr(&o)
     );
     env.init();
-    let o = backup(&["init", "--repo", env.repo()], &[]);
+    let o = env.backup(&["init", "--repo", env.repo()]);
     assert_eq!(o.status.code(), Some(1));
     assert!(
         stderr(&o).contains("exists there already"),
@@ -468,11 +588,7 @@ fn exit_codes_for_missing_repository_and_held_lock() {
     );
 
     // Hold the lock as another process would: run waits, then exits 11.
-    let lock = fs::OpenOptions::new()
-        .write(true)
-        .open(env.repo.join("lock"))
-        .unwrap();
-    lock.lock().unwrap();
+    let lock = env.hold_lock(true, 0);
     let t = std::time::Instant::now();
     let o = env.run(&["--retry-lock", "1s", "snaps/s1"]);
     assert_eq!(o.status.code(), Some(11), "{}", stderr(&o));
@@ -485,21 +601,42 @@ fn exit_codes_for_missing_repository_and_held_lock() {
     assert_eq!(err["exit_code"], 11);
     drop(lock);
     // Shared readers do not block each other; a held shared lock blocks run.
-    let shared = fs::File::open(env.repo.join("lock")).unwrap();
-    shared.lock_shared().unwrap();
-    ok(&backup(&["list", "--repo", env.repo()], &[]));
+    let shared = env.hold_lock(false, 0);
+    ok(&env.backup(&["list", "--repo", env.repo()]));
     assert_eq!(env.run(&["snaps/s1"]).status.code(), Some(11));
     drop(shared);
     ok(&env.run(&["snaps/s1"]));
+    if env.be.kind() == Kind::S3 {
+        // A lock object not refreshed for an hour is stale: taken over,
+        // with a notice.
+        let _old = env.hold_lock(true, 3600);
+        let o = env.run(&["--json", "snaps/s2"]);
+        let text = ok(&o);
+        assert!(
+            text.contains("taking over the stale exclusive lock of process 1 on elsewhere"),
+            "{text}"
+        );
+        assert!(
+            !env.repo
+                .files
+                .join("locks")
+                .read_dir()
+                .unwrap()
+                .any(|_| true),
+            "the stale lock object and run's own are gone"
+        );
+    }
     // A snapshot that is not there: nothing stored, exit 1.
     let o = env.run(&["snaps/none"]);
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("matches snaps/none"), "{}", stderr(&o));
 }
 
-#[test]
-fn import_of_kernel_streams_in_any_order_restores_the_chain() {
-    let env = Env::new();
+both!(
+    import_of_kernel_streams_in_any_order_restores_the_chain,
+    import_case
+);
+fn import_case(env: Env) {
     env.init();
     let dir = fixture_dir(FIX);
     // Raw and compressed, children first.
@@ -510,7 +647,7 @@ fn import_of_kernel_streams_in_any_order_restores_the_chain() {
         dir.join("s1--s2.inc.v1.stream.zst"),
         raw_s1,
     ];
-    let mut cmd = btrsend();
+    let mut cmd = env.cmd();
     cmd.args([
         "backup",
         "import",
@@ -533,7 +670,8 @@ fn import_of_kernel_streams_in_any_order_restores_the_chain() {
     assert_eq!(list[1]["parent_id"], list[0]["id"]);
     let to = env.dir.path().join("to");
     fs::create_dir(&to).unwrap();
-    ok(&btrsend()
+    ok(&env
+        .cmd()
         .args(["backup", "restore", "--repo", env.repo(), "--to"])
         .arg(&to)
         .arg("s3")
@@ -542,11 +680,15 @@ fn import_of_kernel_streams_in_any_order_restores_the_chain() {
     assert_eq!(manifest(&to.join("s3")), kernel_manifest("s3"));
     // Importing again stores nothing; an incremental without its parent
     // and a file that is no stream fail, the others are stored: exit 3.
-    let env2 = Env::new();
+    let env2 = Env {
+        repo: env.be.repo("repo2"),
+        ..env
+    };
     env2.init();
     let junk = env2.dir.path().join("junk");
     fs::write(&junk, b"not a stream").unwrap();
-    let o = btrsend()
+    let o = env2
+        .cmd()
         .args(["backup", "import", "--repo", env2.repo()])
         .arg(dir.join("s1.full.v2c.stream.zst"))
         .arg(dir.join("s2--s3.inc.v1.stream.zst"))
@@ -573,15 +715,12 @@ fn restore_stdout_into_btrfs_receive() {
     if !btrsend::testing::require_live("restore_stdout_into_btrfs_receive") {
         return;
     }
-    let env = Env::new();
+    let env = Env::new(Kind::Dir, "restore_stdout_into_btrfs_receive").unwrap();
     env.init();
     ok(&env.run(&["snaps/s*"]));
     let live = btrsend::testing::LiveBtrfs::new().unwrap();
     let stream = env.dir.path().join("chain");
-    let out = backup(
-        &["restore", "--repo", env.repo(), "--stdout", "snaps/s3"],
-        &[],
-    );
+    let out = env.backup(&["restore", "--repo", env.repo(), "--stdout", "snaps/s3"]);
     fs::write(&stream, ok_bytes(&out)).unwrap();
     live.receive("recv", &[&stream]).unwrap();
     for snap in ["s1", "s2", "s3"] {
@@ -595,14 +734,16 @@ fn restore_stdout_into_btrfs_receive() {
     }
 }
 
-/// kill -9 of `backup run` at ≥ 20 points spread over its run time: each
-/// time the repository verifies (`--read-data`, exit 0: a leftover file is
-/// only a notice), and a re-run completes; at the end every snapshot
-/// restores to the kernel mount's manifest.
-#[test]
-fn kill_9_during_run_leaves_a_repository_that_verifies() {
+// kill -9 of `backup run` at ≥ 20 points spread over its run time: each
+// time the repository verifies (`--read-data`, exit 0: a leftover file is
+// only a notice), and a re-run completes; at the end every snapshot
+// restores to the kernel mount's manifest.
+both!(
+    kill_9_during_run_leaves_a_repository_that_verifies,
+    kill_9_case
+);
+fn kill_9_case(env: Env) {
     use std::os::unix::process::ExitStatusExt;
-    let env = Env::new();
     let img = env.img.to_str().unwrap().to_owned();
     let run_args = |repo: &str, level: &str| -> Vec<String> {
         [
@@ -623,11 +764,12 @@ fn kill_9_during_run_leaves_a_repository_that_verifies() {
         .collect()
     };
     // How long an uninterrupted run takes: the kills are spread over it.
-    let probe = env.dir.path().join("probe");
-    ok(&backup(&["init", "--repo", probe.to_str().unwrap()], &[]));
+    let probe = env.be.repo("probe");
+    ok(&env.backup(&["init", "--repo", &probe.spec]));
     let t = std::time::Instant::now();
-    ok(&btrsend()
-        .args(run_args(probe.to_str().unwrap(), "19"))
+    ok(&env
+        .cmd()
+        .args(run_args(&probe.spec, "19"))
         .output()
         .unwrap());
     let span = t.elapsed().as_micros() as u64;
@@ -639,22 +781,20 @@ fn kill_9_during_run_leaves_a_repository_that_verifies() {
             tries < 200,
             "only {kills} runs were killed in {tries} tries"
         );
-        let repo = env.dir.path().join(format!("repo{tries}"));
-        let repo_s = repo.to_str().unwrap().to_owned();
-        ok(&backup(&["init", "--repo", &repo_s], &[]));
+        let r = env.be.repo(&format!("repo{tries}"));
+        let (repo, repo_s) = (r.files, r.spec);
+        ok(&env.backup(&["init", "--repo", &repo_s]));
         // Half the runs start on a repository holding s1 already.
         if tries % 2 == 0 {
             let img2 = img.clone();
-            ok(&backup(
-                &["run", "--repo", &repo_s, "--device", &img2, "snaps/s1"],
-                &[],
-            ));
+            ok(&env.backup(&["run", "--repo", &repo_s, "--device", &img2, "snaps/s1"]));
         }
         seed ^= seed << 13;
         seed ^= seed >> 7;
         seed ^= seed << 17;
         let delay = seed % span.max(1);
-        let mut child = btrsend()
+        let mut child = env
+            .cmd()
             .args(run_args(&repo_s, "19"))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -666,19 +806,18 @@ fn kill_9_during_run_leaves_a_repository_that_verifies() {
         if status.signal() == Some(9) {
             kills += 1;
         }
-        let v = backup(&["verify", "--read-data", "--repo", &repo_s], &[]);
+        let v = env.backup(&["verify", "--read-data", "--repo", &repo_s]);
         assert!(
             v.status.success(),
             "after a kill at {delay} µs: {}",
             stderr(&v)
         );
-        ok(&btrsend().args(run_args(&repo_s, "3")).output().unwrap());
-        let v = backup(&["verify", "--read-data", "--repo", &repo_s], &[]);
+        ok(&env.cmd().args(run_args(&repo_s, "3")).output().unwrap());
+        let v = env.backup(&["verify", "--read-data", "--repo", &repo_s]);
         assert!(v.status.success() && v.stderr.is_empty(), "{}", stderr(&v));
-        let list = serde_json::from_str::<serde_json::Value>(&ok(&backup(
-            &["list", "--json", "--repo", &repo_s],
-            &[],
-        )))
+        let list = serde_json::from_str::<serde_json::Value>(&ok(
+            &env.backup(&["list", "--json", "--repo", &repo_s])
+        ))
         .unwrap();
         assert_eq!(list.as_array().unwrap().len(), 3);
         assert_eq!(
@@ -689,7 +828,8 @@ fn kill_9_during_run_leaves_a_repository_that_verifies() {
         if kills % 7 == 1 {
             let to = env.dir.path().join(format!("to{tries}"));
             fs::create_dir(&to).unwrap();
-            ok(&btrsend()
+            ok(&env
+                .cmd()
                 .args(["backup", "restore", "--repo", &repo_s, "--to"])
                 .arg(&to)
                 .arg("snaps/s3")

@@ -13,9 +13,47 @@ use btrsend::testing::{self, LiveBtrfs};
 use serde_json::Value;
 
 use crate::common;
+use crate::repo_store::{Backend, Kind};
+
+std::thread_local! {
+    /// The S3 server variables of the test running on this thread (none
+    /// for a directory): every command the helpers run gets them.
+    static S3_ENV: std::cell::RefCell<Vec<(&'static str, String)>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// `btrsend`, pointed at this thread's S3 server if there is one.
+fn btrsend() -> Command {
+    let mut c = common::btrsend();
+    S3_ENV.with_borrow(|e| c.envs(e.iter().cloned()));
+    c
+}
+
+/// The backend for a test; later commands on this thread use it.
+fn backend(kind: Kind, test: &str, dir: &Path) -> Option<Backend> {
+    let be = Backend::new(kind, test, dir)?;
+    S3_ENV.set(be.envs());
+    Some(be)
+}
+
+/// Two tests from one body: `NAME::dir` and `NAME::s3`.
+macro_rules! both {
+    ($name:ident, $body:ident) => {
+        mod $name {
+            #[test]
+            fn dir() {
+                super::$body(super::Kind::Dir, concat!(stringify!($name), "::dir"));
+            }
+            #[test]
+            fn s3() {
+                super::$body(super::Kind::S3, concat!(stringify!($name), "::s3"));
+            }
+        }
+    };
+}
 
 pub(crate) fn run(args: &[&str]) -> Output {
-    common::btrsend()
+    btrsend()
         .args(args)
         .stdin(Stdio::null())
         .output()
@@ -84,11 +122,14 @@ fn import(repo: &str, time: &str, origin: Option<&str>, file: &Path) {
     ok(&args);
 }
 
-#[test]
-fn forget_keeps_what_the_policy_and_the_chains_need() {
+both!(forget_keeps_what_the_policy_and_the_chains_need, keeps_case);
+fn keeps_case(kind: Kind, test: &str) {
     let dir = tempfile::tempdir().unwrap();
-    let repo = dir.path().join("repo");
-    let repo = repo.to_str().unwrap();
+    let Some(be) = backend(kind, test, dir.path()) else {
+        return;
+    };
+    let r = be.repo("repo");
+    let repo = r.spec.as_str();
     ok(&["backup", "init", "--repo", repo]);
     let inc = common::fixture_dir("014-incremental");
     let clones = common::fixture_dir("015-clone-sources");
@@ -181,9 +222,7 @@ fn forget_keeps_what_the_policy_and_the_chains_need() {
     assert!(out.stdout.is_empty() && out.stderr.is_empty());
     let left = listed(repo);
     assert_eq!(left.keys().collect::<Vec<_>>(), ["a1", "s3"]);
-    let files = fs::read_dir(Path::new(repo).join("streams"))
-        .unwrap()
-        .count();
+    let files = fs::read_dir(r.files.join("streams")).unwrap().count();
     assert_eq!(files, 2);
     ok(&["backup", "verify", "--repo", repo, "--read-data"]);
     // A missing repository is exit 10, as for every backup command.
@@ -222,14 +261,20 @@ fn forget_keeps_what_the_policy_and_the_chains_need() {
     assert_eq!(got, want);
 }
 
-/// kill -9 of `forget` at 24 points in time: the repository always lists
-/// either every entry or the final ones, verifies, and a rerun of forget
-/// ends with the final ones and no file of a deleted entry.
-#[test]
-fn forget_killed_at_any_moment_leaves_a_consistent_repository() {
+// kill -9 of `forget` at 24 points in time: the repository always lists
+// either every entry or the final ones, verifies, and a rerun of forget
+// ends with the final ones and no file of a deleted entry.
+both!(
+    forget_killed_at_any_moment_leaves_a_consistent_repository,
+    killed_case
+);
+fn killed_case(kind: Kind, test: &str) {
     let dir = tempfile::tempdir().unwrap();
-    let base = dir.path().join("base");
-    let base_s = base.to_str().unwrap();
+    let Some(be) = backend(kind, test, dir.path()) else {
+        return;
+    };
+    let b = be.repo("base");
+    let (base, base_s) = (&b.files, b.spec.as_str());
     ok(&["backup", "init", "--repo", base_s]);
     let inc = common::fixture_dir("014-incremental");
     let clones = common::fixture_dir("015-clone-sources");
@@ -252,23 +297,25 @@ fn forget_killed_at_any_moment_leaves_a_consistent_repository() {
     // chain a1 <- a2 <- a3 of "a".
     let end: Vec<&str> = vec!["a1", "a2", "a3", "b2"];
     // How long a whole forget takes here: the kill points spread over it.
-    let whole = dir.path().join("whole");
-    sh(Command::new("cp").arg("-a").arg(&base).arg(&whole));
+    // (A copy of the files is a copy of the repository, on the S3 server
+    // too.)
+    let whole = be.repo("whole");
+    sh(Command::new("cp").arg("-a").arg(base).arg(&whole.files));
     let started = std::time::Instant::now();
     ok(&[
         "backup",
         "forget",
         "--repo",
-        whole.to_str().unwrap(),
+        &whole.spec,
         "--keep-last",
         "1",
     ]);
     let took = started.elapsed();
     for point in 0..24u32 {
-        let repo = dir.path().join(format!("r{point}"));
-        sh(Command::new("cp").arg("-a").arg(&base).arg(&repo));
-        let repo_s = repo.to_str().unwrap();
-        let mut child = common::btrsend()
+        let r = be.repo(&format!("r{point}"));
+        sh(Command::new("cp").arg("-a").arg(base).arg(&r.files));
+        let (repo, repo_s) = (&r.files, r.spec.as_str());
+        let mut child = btrsend()
             .args(["backup", "forget", "--repo", repo_s, "--keep-last", "1"])
             .stdin(Stdio::null())
             .stdout(Stdio::null())

@@ -10,6 +10,7 @@
 
 mod backup;
 mod backup_forget;
+mod backup_series;
 mod backup_snapshot;
 mod common;
 mod completions;
@@ -19,6 +20,7 @@ mod list;
 mod man;
 mod manifest_devices;
 mod receive;
+mod repo_store;
 mod send;
 mod send_device_mounted;
 mod send_incremental;

@@ -1,0 +1,243 @@
+//! A series of snapshots with seeded random changes (the project's random
+//! workload, `btrsend::testing::workload`), on a loop-mounted btrfs (root;
+//! see `btrsend::testing` for the skip/fail policy), backed up by `backup
+//! run` from the image in two runs (`--full-every 5`: two chains, one
+//! incremental across the runs), in a directory and on S3:
+//!
+//! * a re-run stores nothing;
+//! * every snapshot is restored twice, `restore --to` into a tmpfs (btrsend's
+//!   receiver) and `restore --stdout | btrfs receive` (the kernel's), and
+//!   each copy must have the manifest of the kernel's mount of the
+//!   snapshot. Exempt, as in `send_random`: hole maps (not compared), and
+//!   the mtime of directories in which the restored chain creates orphans
+//!   without sending their UTIMES (`orphan_dirs_without_utimes`);
+//! * `verify --read-data` finds nothing.
+
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+use btrsend::manifest::{self, Options};
+use btrsend::testing::workload::Workload;
+use btrsend::testing::{self, LiveBtrfs, Tmpfs};
+
+use crate::common;
+use crate::repo_store::{Backend, Kind};
+
+/// Snapshots in the series.
+const SNAPSHOTS: usize = 10;
+/// Random operations that make the first tree.
+const POPULATE: usize = 200;
+/// Random operations between two snapshots.
+const OPS: usize = 100;
+
+fn sh(cmd: &mut Command) -> Output {
+    let out = cmd.stdin(Stdio::null()).output().expect("spawn");
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// Two tests from one body: `NAME::dir` and `NAME::s3`, with different
+/// seeds.
+macro_rules! both {
+    ($name:ident, $body:ident) => {
+        mod $name {
+            #[test]
+            fn dir() {
+                super::$body(
+                    super::Kind::Dir,
+                    concat!(stringify!($name), "::dir"),
+                    0x5e71e5,
+                );
+            }
+            #[test]
+            fn s3() {
+                super::$body(
+                    super::Kind::S3,
+                    concat!(stringify!($name), "::s3"),
+                    0x5e71e6,
+                );
+            }
+        }
+    };
+}
+
+both!(random_series_restores_every_snapshot, series_case);
+fn series_case(kind: Kind, test: &str, seed: u64) {
+    if !testing::require_live(test) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let Some(be) = Backend::new(kind, test, dir.path()) else {
+        return;
+    };
+    let repo = be.repo("repo");
+    let backup = |args: &[&str]| -> Output {
+        let mut c = common::btrsend();
+        be.apply(&mut c)
+            .arg("backup")
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let ok = |args: &[&str]| -> Vec<u8> {
+        let o = backup(args);
+        assert!(
+            o.status.success(),
+            "backup {args:?}: exit {:?}: {}",
+            o.status.code(),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        o.stdout
+    };
+
+    let live = LiveBtrfs::new().unwrap();
+    let mnt = live.path();
+    let vol = mnt.join("vol");
+    std::fs::create_dir(mnt.join("snaps")).unwrap();
+    sh(Command::new("btrfs")
+        .args(["-q", "subvolume", "create"])
+        .arg(&vol));
+    let mut w = Workload::new(&vol, seed);
+    for i in 0..SNAPSHOTS {
+        let step = if i == 0 {
+            w.populate(POPULATE)
+        } else {
+            w.run(OPS)
+        };
+        step.unwrap_or_else(|e| panic!("seed {seed}: workload: {e}\n{}", w.log().join("\n")));
+        sh(Command::new("btrfs")
+            .args(["-q", "subvolume", "snapshot", "-r"])
+            .arg(&vol)
+            .arg(mnt.join(format!("snaps/vol.{i}"))));
+    }
+    // The snapshots are committed; flush this filesystem for the image
+    // reader.
+    sh(Command::new("sync").arg("-f").arg(mnt));
+
+    let img = live.image().to_str().unwrap().to_owned();
+    ok(&["init", "--repo", &repo.spec]);
+    let run = |glob: &str| -> serde_json::Value {
+        let out = ok(&[
+            "run",
+            "--repo",
+            &repo.spec,
+            "--device",
+            &img,
+            "--full-every",
+            "5",
+            "--json",
+            glob,
+        ]);
+        let text = String::from_utf8(out).unwrap();
+        serde_json::from_str(text.lines().last().unwrap()).unwrap()
+    };
+    let first = run("snaps/vol.[0-3]");
+    assert_eq!(first["stored"], 4, "{first}");
+    let second = run("snaps/vol.*");
+    assert_eq!(
+        (&second["stored"], &second["already_stored"]),
+        (&6.into(), &4.into()),
+        "{second}"
+    );
+    let again = run("snaps/vol.*");
+    assert_eq!(
+        (&again["stored"], &again["already_stored"]),
+        (&0.into(), &10.into()),
+        "a re-run stores nothing: {again}"
+    );
+    let list: serde_json::Value =
+        serde_json::from_slice(&ok(&["list", "--repo", &repo.spec, "--json"])).unwrap();
+    let kinds: Vec<&str> = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "full",
+            "incremental",
+            "incremental",
+            "incremental",
+            "incremental",
+            "full",
+            "incremental",
+            "incremental",
+            "incremental",
+            "incremental"
+        ]
+    );
+    ok(&["verify", "--read-data", "--repo", &repo.spec]);
+
+    let tmpfs = Tmpfs::new(1 << 30).unwrap();
+    let opts = Options::default();
+    for i in 0..SNAPSHOTS {
+        let name = format!("vol.{i}");
+        let snap = format!("snaps/{name}");
+        let expected = live.manifest(&snap, opts).unwrap();
+        let chain = ok(&["restore", "--repo", &repo.spec, "--stdout", &snap]);
+        let exempt = testing::compare::orphan_dirs_without_utimes(chain.as_slice()).unwrap();
+        let compare = |how: &str, got: &str| {
+            let got = testing::compare::exempt_mtimes(&expected, got, &exempt);
+            if let Some(d) = manifest::diff(
+                &manifest::strip_holes(&expected),
+                &manifest::strip_holes(&got),
+                30,
+            ) {
+                panic!(
+                    "seed {seed}: {snap} restored by {how} differs from the kernel mount:\n{d}\nop log:\n{}",
+                    w.log().join("\n")
+                );
+            }
+        };
+        // restore --to a tmpfs: btrsend's receiver.
+        let to = tmpfs.path().join(format!("to{i}"));
+        std::fs::create_dir(&to).unwrap();
+        ok(&[
+            "restore",
+            "--repo",
+            &repo.spec,
+            "--to",
+            to.to_str().unwrap(),
+            &snap,
+        ]);
+        compare(
+            "restore --to",
+            &manifest::manifest(&to.join(&name), opts).unwrap(),
+        );
+        let _ = std::fs::remove_dir_all(&to);
+        // restore --stdout | btrfs receive: the kernel's receiver.
+        let file = live.scratch_dir().join("chain.stream");
+        std::fs::write(&file, &chain).unwrap();
+        let dest = format!("recv{i}");
+        live.receive(&dest, &[&file]).unwrap();
+        compare(
+            "restore --stdout | btrfs receive",
+            &live.manifest(&format!("{dest}/{name}"), opts).unwrap(),
+        );
+        delete_received(&mnt.join(&dest));
+        eprintln!(
+            "{test}: {snap}: {} manifest lines, {} orphan-dir mtimes exempt, chain of {} bytes: restored twice",
+            expected.lines().count(),
+            exempt.len(),
+            chain.len()
+        );
+    }
+}
+
+/// Delete the subvolumes `btrfs receive` made in `dir`, then `dir`.
+fn delete_received(dir: &Path) {
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        sh(Command::new("btrfs")
+            .args(["-q", "subvolume", "delete"])
+            .arg(&p));
+    }
+    std::fs::remove_dir(dir).unwrap();
+}

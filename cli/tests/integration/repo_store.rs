@@ -1,0 +1,201 @@
+//! Where the backup tests keep their repository: a local directory, or an
+//! S3 bucket on a real S3 server (`s3s-fs`) that the test starts on
+//! 127.0.0.1 and stops when it ends. The same tests run against both (see
+//! `backup.rs`); [`TestRepo::files`] is where the objects lie as plain
+//! files in both cases (`s3s-fs` stores `BUCKET/KEY` under its root), so a
+//! test can damage them behind the repository's back.
+//!
+//! Without `s3s-fs` (installed by `.ci/run`: `cargo install s3s-fs
+//! --features binary`) the S3 variant prints loudly that it was skipped; in
+//! CI its absence fails the test.
+
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Which store a test runs against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A local directory.
+    Dir,
+    /// A bucket on a local `s3s-fs` server.
+    S3,
+}
+
+const BUCKET: &str = "btrsend-test";
+const ACCESS_KEY: &str = "btrsend-test-key";
+const SECRET_KEY: &str = "btrsend-test-secret";
+
+/// The `s3s-fs` binary: `$S3S_FS`, else in `PATH`, else in cargo's bin
+/// directory.
+fn s3s_fs() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("S3S_FS") {
+        return Some(PathBuf::from(p));
+    }
+    let mut dirs: Vec<PathBuf> = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).collect())
+        .unwrap_or_default();
+    if let Some(home) = std::env::var_os("CARGO_HOME") {
+        dirs.push(PathBuf::from(home).join("bin"));
+    }
+    if let Some(home) = std::env::var_os("HOME") {
+        dirs.push(PathBuf::from(home).join(".cargo/bin"));
+    }
+    dirs.into_iter()
+        .map(|d| d.join("s3s-fs"))
+        .find(|p| p.is_file())
+}
+
+/// A running `s3s-fs`, killed on drop.
+pub struct S3Server {
+    child: Child,
+    port: u16,
+    root: PathBuf,
+}
+
+impl S3Server {
+    /// Start a server whose data lives in `root` (created), with one
+    /// bucket; `None` (after a loud notice) when `s3s-fs` is not
+    /// installed, a panic in CI.
+    pub fn start(test: &str, root: &Path) -> Option<S3Server> {
+        let Some(bin) = s3s_fs() else {
+            btrsend::testing::skip_or_fail(
+                test,
+                "needs s3s-fs (cargo install s3s-fs --features binary; .ci/run installs it)",
+            );
+            return None;
+        };
+        std::fs::create_dir_all(root.join(BUCKET)).unwrap();
+        for _ in 0..5 {
+            // A free port: bind, note, release (another process could take
+            // it meanwhile: then the server exits and we try again).
+            let port = TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port();
+            let mut child = Command::new(&bin)
+                .args(["--host", "127.0.0.1", "--port", &port.to_string()])
+                .args(["--access-key", ACCESS_KEY, "--secret-key", SECRET_KEY])
+                .arg(root)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap_or_else(|e| panic!("cannot start {}: {e}", bin.display()));
+            let t = Instant::now();
+            while t.elapsed() < Duration::from_secs(20) {
+                if child.try_wait().unwrap().is_some() {
+                    break;
+                }
+                if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                    return Some(S3Server {
+                        child,
+                        port,
+                        root: root.to_path_buf(),
+                    });
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        panic!("s3s-fs did not start listening on 127.0.0.1");
+    }
+
+    /// The variables that point a `btrsend` at this server.
+    pub fn envs(&self) -> Vec<(&'static str, String)> {
+        vec![
+            (
+                "AWS_ENDPOINT_URL",
+                format!("http://127.0.0.1:{}", self.port),
+            ),
+            ("AWS_ACCESS_KEY_ID", ACCESS_KEY.to_owned()),
+            ("AWS_SECRET_ACCESS_KEY", SECRET_KEY.to_owned()),
+            ("AWS_REGION", String::from("us-east-1")),
+        ]
+    }
+}
+
+impl Drop for S3Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Where a test's repositories live: directories under the test's
+/// directory, or prefixes of one bucket on the test's own S3 server.
+pub struct Backend {
+    kind: Kind,
+    dir: PathBuf,
+    server: Option<S3Server>,
+}
+
+/// One repository of a [`Backend`].
+#[derive(Debug, Clone)]
+pub struct TestRepo {
+    /// `--repo` for it.
+    pub spec: String,
+    /// The directory where its objects lie as files.
+    pub files: PathBuf,
+}
+
+impl Backend {
+    /// The backend for `test`, with its data under `dir`; `None` when the
+    /// S3 server is not available here (skipped loudly; a panic in CI).
+    pub fn new(kind: Kind, test: &str, dir: &Path) -> Option<Backend> {
+        let server = match kind {
+            Kind::Dir => None,
+            Kind::S3 => Some(S3Server::start(test, &dir.join("s3"))?),
+        };
+        Some(Backend {
+            kind,
+            dir: dir.to_path_buf(),
+            server,
+        })
+    }
+
+    /// The store kind.
+    pub fn kind(&self) -> Kind {
+        self.kind
+    }
+
+    /// The repository `name`: the directory `DIR/name`, or
+    /// `s3://BUCKET/name`.
+    pub fn repo(&self, name: &str) -> TestRepo {
+        match &self.server {
+            None => {
+                let files = self.dir.join(name);
+                TestRepo {
+                    spec: files.to_str().unwrap().to_owned(),
+                    files,
+                }
+            }
+            Some(s) => TestRepo {
+                spec: format!("s3://{BUCKET}/{name}"),
+                files: s.root.join(BUCKET).join(name),
+            },
+        }
+    }
+
+    /// Point `cmd` at the S3 server (nothing for a directory).
+    pub fn apply<'c>(&self, cmd: &'c mut Command) -> &'c mut Command {
+        if let Some(s) = &self.server {
+            cmd.envs(s.envs());
+        }
+        cmd
+    }
+
+    /// The variables `btrsend` needs for this backend (none for a
+    /// directory).
+    pub fn envs(&self) -> Vec<(&'static str, String)> {
+        self.server.as_ref().map(S3Server::envs).unwrap_or_default()
+    }
+
+    /// The server's address, for an unreachable-port test.
+    pub fn port(&self) -> Option<u16> {
+        self.server.as_ref().map(|s| s.port)
+    }
+}

@@ -1,0 +1,434 @@
+//! [`S3Store`]: a repository in an S3-compatible bucket, through
+//! `object_store`. Its tokio runtime (two worker threads) lives inside the
+//! store; every method blocks on it, so the rest of the code stays
+//! synchronous.
+//!
+//! * Put-if-absent (the catalog, the config, lock objects) is a PUT with
+//!   `If-None-Match: *`: on AWS S3, MinIO, Ceph RGW, R2… two writers can
+//!   never both create the same key. A HEAD comes first, so a server that
+//!   ignores the header (such as the `s3s-fs` test server) still refuses a
+//!   key that exists already, though without the race-free guarantee.
+//! * A stream file is a multipart upload: parts of 8 MiB and up (growing
+//!   every 1000 parts, to stay under S3's 10000-part limit), four in
+//!   flight. The object appears only when the upload completes; an
+//!   upload dropped unfinished is aborted. One cut short by `kill -9`
+//!   stays invisible on the server until a lifecycle rule
+//!   (`AbortIncompleteMultipartUpload`) removes its parts.
+//! * Connections: `AWS_ENDPOINT_URL` (an `http://` endpoint is allowed),
+//!   `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_REGION` or
+//!   `AWS_DEFAULT_REGION`, and the other `AWS_*` variables `object_store`
+//!   knows. Requests are retried three times within 30 seconds, so an
+//!   unreachable server is reported quickly.
+
+use std::collections::VecDeque;
+use std::ops::Range;
+use std::sync::Arc;
+use std::time::Duration;
+
+use object_store::aws::{AmazonS3, AmazonS3Builder, S3ConditionalPut};
+use object_store::path::Path;
+use object_store::{
+    BackoffConfig, ClientOptions, MultipartUpload, ObjectStore, ObjectStoreExt, PutMode,
+    PutOptions, PutPayload, RetryConfig,
+};
+use tokio::runtime::Runtime;
+use tokio::task::JoinHandle;
+
+use super::store::{ObjectInfo, Store, StoreError, Upload};
+
+/// The smallest part (S3 needs 5 MiB for all parts but the last).
+const PART_BYTES: usize = 8 << 20;
+/// Parts uploaded at the same time.
+const IN_FLIGHT: usize = 4;
+
+/// A repository in an S3 bucket, under an optional prefix.
+pub struct S3Store {
+    name: String,
+    prefix: String,
+    s3: Arc<AmazonS3>,
+    rt: Arc<Runtime>,
+}
+
+impl std::fmt::Debug for S3Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("S3Store").field("name", &self.name).finish()
+    }
+}
+
+fn env(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.is_empty())
+}
+
+impl S3Store {
+    /// The store for `s3://BUCKET[/PREFIX]`, configured from the `AWS_*`
+    /// environment variables.
+    ///
+    /// # Errors
+    ///
+    /// A malformed spec, or a configuration `object_store` refuses.
+    pub fn new(spec: &str) -> Result<S3Store, StoreError> {
+        let invalid = |what: String| StoreError::Unreachable {
+            location: spec.to_owned(),
+            error: what.into(),
+        };
+        let rest = spec
+            .strip_prefix("s3://")
+            .ok_or_else(|| invalid(String::from("not an s3://BUCKET[/PREFIX] address")))?;
+        let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+        if bucket.is_empty() {
+            return Err(invalid(String::from(
+                "no bucket name: use s3://BUCKET[/PREFIX]",
+            )));
+        }
+        let prefix = prefix.trim_matches('/');
+        if prefix
+            .split('/')
+            .any(|c| c.is_empty() || c == "." || c == "..")
+            && !prefix.is_empty()
+        {
+            return Err(invalid(format!(
+                "the prefix {prefix:?} has an empty, . or .. component"
+            )));
+        }
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("btrsend-s3")
+            .enable_all()
+            .build()
+            .map_err(|e| invalid(format!("cannot start the S3 client's runtime: {e}")))?;
+        let endpoint = env("AWS_ENDPOINT_URL").or_else(|| env("AWS_ENDPOINT"));
+        let mut b = AmazonS3Builder::from_env()
+            .with_bucket_name(bucket)
+            .with_conditional_put(S3ConditionalPut::ETagMatch)
+            .with_retry(RetryConfig {
+                backoff: BackoffConfig {
+                    init_backoff: Duration::from_millis(100),
+                    max_backoff: Duration::from_secs(5),
+                    base: 2.0,
+                },
+                max_retries: 3,
+                retry_timeout: Duration::from_secs(30),
+            })
+            .with_client_options(
+                ClientOptions::new()
+                    .with_connect_timeout(Duration::from_secs(10))
+                    .with_timeout(Duration::from_secs(300))
+                    .with_allow_http(
+                        endpoint
+                            .as_deref()
+                            .is_some_and(|e| e.starts_with("http://")),
+                    ),
+            );
+        if env("AWS_REGION").is_none() && env("AWS_DEFAULT_REGION").is_none() {
+            b = b.with_region("us-east-1");
+        }
+        let s3 = {
+            let _guard = rt.enter();
+            b.build()
+                .map_err(|e| invalid(format!("cannot configure the S3 client: {e}")))?
+        };
+        Ok(S3Store {
+            name: spec.trim_end_matches('/').to_owned(),
+            prefix: prefix.to_owned(),
+            s3: Arc::new(s3),
+            rt: Arc::new(rt),
+        })
+    }
+
+    fn path(&self, key: &str) -> Path {
+        if self.prefix.is_empty() {
+            Path::from(key)
+        } else {
+            Path::from(format!("{}/{key}", self.prefix))
+        }
+    }
+
+    fn location(&self, key: &str) -> String {
+        format!("{}/{key}", self.name)
+    }
+
+    fn err(&self, op: &'static str, key: &str, e: object_store::Error) -> StoreError {
+        map_err(&self.name, op, self.location(key), e)
+    }
+
+    fn exists(&self, key: &str) -> Result<bool, StoreError> {
+        match self.rt.block_on(self.s3.head(&self.path(key))) {
+            Ok(_) => Ok(true),
+            Err(object_store::Error::NotFound { .. }) => Ok(false),
+            Err(e) => Err(self.err("stat", key, e)),
+        }
+    }
+}
+
+fn map_err(repo: &str, op: &'static str, location: String, e: object_store::Error) -> StoreError {
+    match e {
+        object_store::Error::NotFound { .. } => StoreError::NotFound { location },
+        object_store::Error::AlreadyExists { .. } | object_store::Error::Precondition { .. } => {
+            StoreError::Exists { location }
+        }
+        e if is_unreachable(&e) => StoreError::Unreachable {
+            location: repo.to_owned(),
+            error: Box::new(e),
+        },
+        e => StoreError::Other {
+            op,
+            location,
+            error: Box::new(e),
+        },
+    }
+}
+
+/// Whether an error means the server could not be reached at all (a
+/// refused or timed-out connection, a name that does not resolve).
+fn is_unreachable(e: &object_store::Error) -> bool {
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = cur {
+        let text = err.to_string();
+        if text.contains("error sending request")
+            || text.contains("Connection refused")
+            || text.contains("dns error")
+            || text.contains("client error (Connect)")
+        {
+            return true;
+        }
+        cur = err.source();
+    }
+    false
+}
+
+impl Store for S3Store {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn get(&self, key: &str, range: Option<Range<u64>>) -> Result<Vec<u8>, StoreError> {
+        let path = self.path(key);
+        let res = self.rt.block_on(async {
+            match range {
+                None => self.s3.get(&path).await?.bytes().await,
+                Some(r) => self.s3.get_range(&path, r).await,
+            }
+        });
+        let bytes = res.map_err(|e| self.err("read", key, e))?;
+        Ok(bytes.to_vec())
+    }
+
+    fn put_if_absent(&self, key: &str, data: &[u8]) -> Result<bool, StoreError> {
+        if self.exists(key)? {
+            return Ok(false);
+        }
+        let opts = PutOptions {
+            mode: PutMode::Create,
+            ..PutOptions::default()
+        };
+        let payload = PutPayload::from(data.to_vec());
+        match self
+            .rt
+            .block_on(self.s3.put_opts(&self.path(key), payload, opts))
+        {
+            Ok(_) => Ok(true),
+            Err(
+                object_store::Error::AlreadyExists { .. }
+                | object_store::Error::Precondition { .. },
+            ) => Ok(false),
+            Err(e) => Err(self.err("write", key, e)),
+        }
+    }
+
+    fn list(&self, prefix: &str) -> Result<Vec<ObjectInfo>, StoreError> {
+        // Keys are DIR/NAME: list DIR, keep the names that match.
+        let dir = prefix.rfind('/').map_or("", |i| &prefix[..i]);
+        let list_path = match (self.prefix.is_empty(), dir.is_empty()) {
+            (true, true) => None,
+            (false, true) => Some(Path::from(self.prefix.as_str())),
+            (_, false) => Some(self.path(dir)),
+        };
+        let res = self
+            .rt
+            .block_on(self.s3.list_with_delimiter(list_path.as_ref()))
+            .map_err(|e| self.err("list", dir, e))?;
+        let strip = if self.prefix.is_empty() {
+            String::new()
+        } else {
+            format!("{}/", self.prefix)
+        };
+        let mut out: Vec<ObjectInfo> = res
+            .objects
+            .into_iter()
+            .filter_map(|o| {
+                let full = o.location.as_ref();
+                let key = full.strip_prefix(strip.as_str())?;
+                key.starts_with(prefix).then(|| ObjectInfo {
+                    key: key.to_owned(),
+                    size: o.size,
+                })
+            })
+            .collect();
+        out.sort_by(|a, b| a.key.cmp(&b.key));
+        Ok(out)
+    }
+
+    fn delete(&self, key: &str) -> Result<(), StoreError> {
+        match self.rt.block_on(self.s3.delete(&self.path(key))) {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(self.err("delete", key, e)),
+        }
+    }
+
+    fn multipart(&self, key: &str) -> Result<Box<dyn Upload>, StoreError> {
+        let upload = self
+            .rt
+            .block_on(self.s3.put_multipart(&self.path(key)))
+            .map_err(|e| self.err("start upload", key, e))?;
+        Ok(Box::new(S3Upload {
+            store: S3Store {
+                name: self.name.clone(),
+                prefix: self.prefix.clone(),
+                s3: Arc::clone(&self.s3),
+                rt: Arc::clone(&self.rt),
+            },
+            key: key.to_owned(),
+            upload: Some(upload),
+            buf: Vec::new(),
+            parts: 0,
+            in_flight: VecDeque::new(),
+        }))
+    }
+
+    fn check_reachable(&self) -> Result<(), StoreError> {
+        let path = (!self.prefix.is_empty()).then(|| Path::from(self.prefix.as_str()));
+        self.rt
+            .block_on(self.s3.list_with_delimiter(path.as_ref()))
+            .map(|_| ())
+            .map_err(|e| StoreError::Unreachable {
+                location: self.name.clone(),
+                error: Box::new(e),
+            })
+    }
+}
+
+/// A multipart upload in progress.
+struct S3Upload {
+    store: S3Store,
+    key: String,
+    upload: Option<Box<dyn MultipartUpload>>,
+    buf: Vec<u8>,
+    parts: usize,
+    in_flight: VecDeque<JoinHandle<object_store::Result<()>>>,
+}
+
+impl S3Upload {
+    fn part_bytes(&self) -> usize {
+        PART_BYTES.saturating_mul(1 + self.parts / 1000)
+    }
+
+    fn err(&self, op: &'static str, e: object_store::Error) -> StoreError {
+        self.store.err(op, &self.key, e)
+    }
+
+    /// Wait for the oldest part in flight.
+    fn wait_one(&mut self) -> Result<(), StoreError> {
+        let Some(h) = self.in_flight.pop_front() else {
+            return Ok(());
+        };
+        match self.store.rt.block_on(h) {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(self.err("upload part of", e)),
+            Err(e) => Err(StoreError::Other {
+                op: "upload part of",
+                location: self.store.location(&self.key),
+                error: Box::new(e),
+            }),
+        }
+    }
+
+    fn send_part(&mut self, part: Vec<u8>) -> Result<(), StoreError> {
+        let Some(up) = self.upload.as_mut() else {
+            return Ok(());
+        };
+        let fut = up.put_part(PutPayload::from(part));
+        self.parts += 1;
+        self.in_flight.push_back(self.store.rt.spawn(fut));
+        while self.in_flight.len() > IN_FLIGHT {
+            self.wait_one()?;
+        }
+        Ok(())
+    }
+}
+
+impl Upload for S3Upload {
+    fn write(&mut self, data: &[u8]) -> Result<(), StoreError> {
+        self.buf.extend_from_slice(data);
+        while self.buf.len() >= self.part_bytes() {
+            let rest = self.buf.split_off(self.part_bytes());
+            let part = std::mem::replace(&mut self.buf, rest);
+            self.send_part(part)?;
+        }
+        Ok(())
+    }
+
+    fn complete(mut self: Box<Self>) -> Result<(), StoreError> {
+        if !self.buf.is_empty() || self.parts == 0 {
+            let part = std::mem::take(&mut self.buf);
+            self.send_part(part)?;
+        }
+        while !self.in_flight.is_empty() {
+            self.wait_one()?;
+        }
+        if self.store.exists(&self.key)? {
+            return Err(StoreError::Exists {
+                location: self.store.location(&self.key),
+            });
+        }
+        let Some(mut up) = self.upload.take() else {
+            return Ok(());
+        };
+        match self.store.rt.block_on(up.complete()) {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                let _ = self.store.rt.block_on(up.abort());
+                Err(self.err("complete upload of", e))
+            }
+        }
+    }
+}
+
+impl Drop for S3Upload {
+    fn drop(&mut self) {
+        for h in self.in_flight.drain(..) {
+            h.abort();
+        }
+        if let Some(mut up) = self.upload.take() {
+            let _ = self.store.rt.block_on(up.abort());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn specs_are_checked() {
+        for (spec, why) in [
+            ("s3://", "no bucket name"),
+            ("s3:///prefix", "no bucket name"),
+            ("s3://b/a//c", "empty, . or .. component"),
+            ("s3://b/a/../c", "empty, . or .. component"),
+            ("/local", "not an s3://"),
+        ] {
+            let e = S3Store::new(spec).unwrap_err();
+            let text = e.to_string();
+            assert!(
+                text.starts_with(spec) && text.contains(why),
+                "{spec}: {text}"
+            );
+        }
+        let s = S3Store::new("s3://bucket/some/prefix/").unwrap();
+        assert_eq!(s.name(), "s3://bucket/some/prefix");
+        assert_eq!(s.path("catalog/x").as_ref(), "some/prefix/catalog/x");
+        assert_eq!(s.location("config"), "s3://bucket/some/prefix/config");
+        let s = S3Store::new("s3://bucket").unwrap();
+        assert_eq!(s.path("config").as_ref(), "config");
+    }
+}
