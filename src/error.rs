@@ -696,6 +696,34 @@ pub enum DeviceSetError {
     /// No device given.
     #[error("no device given")]
     NoDevice,
+    /// Devices of the filesystem were not given, and degraded reading
+    /// ([`ReadOptions::degraded`](crate::device::readahead::ReadOptions::degraded))
+    /// was not asked for.
+    #[error("{}", missing_text(missing))]
+    Missing {
+        /// The devices the chunk tree lists that were not given: devid and
+        /// UUID.
+        missing: Vec<(DevId, Uuid)>,
+    },
+}
+
+/// "missing device: devid 2 uuid … was not given …" for
+/// [`DeviceSetError::Missing`].
+fn missing_text(missing: &[(DevId, Uuid)]) -> String {
+    let list: Vec<String> = missing
+        .iter()
+        .map(|(devid, uuid)| format!("devid {devid} uuid {uuid}"))
+        .collect();
+    let (what, verb) = if missing.len() == 1 {
+        ("device", "was")
+    } else {
+        ("devices", "were")
+    };
+    format!(
+        "missing {what}: {} {verb} not given; give every device of the filesystem, or read \
+         it degraded from the remaining copies with --degraded (as mounting needs -o degraded)",
+        list.join(", ")
+    )
 }
 
 /// Something worth telling the user that does not stop reading.

@@ -69,13 +69,17 @@ pub struct Volume {
 
 impl Volume {
     /// Open the image files or block devices at `paths` (all devices of one
-    /// filesystem; missing ones are tolerated while copies suffice), with
-    /// the default [`ReadOptions`] (readahead on).
+    /// filesystem), with the default [`ReadOptions`] (readahead on, not
+    /// degraded: a device the chunk tree lists that is not given is an
+    /// error, [`DeviceSetError::Missing`]; with
+    /// [`ReadOptions::degraded`] it is a [`Notice::MissingDevice`] and
+    /// reads use the remaining copies while they suffice).
     ///
     /// # Errors
     ///
     /// [`Error::Open`], superblock and chunk tree errors,
-    /// [`Error::DeviceSet`] when the devices do not belong together,
+    /// [`Error::DeviceSet`] when the devices do not belong together or
+    /// some are missing (not degraded),
     /// [`Error::Unsupported`] for features we cannot read.
     pub fn open<P: AsRef<Path>>(paths: &[P]) -> Result<Volume> {
         Volume::open_with(paths, &ReadOptions::default())
@@ -200,6 +204,14 @@ impl Volume {
                     uuid: rec.uuid,
                 }),
             }
+        }
+        let missing: Vec<(DevId, Uuid)> = records
+            .iter()
+            .filter(|r| r.path.is_none())
+            .map(|r| (r.devid, r.uuid))
+            .collect();
+        if !missing.is_empty() && !options.degraded {
+            return Err(Error::DeviceSet(DeviceSetError::Missing { missing }));
         }
         // A device we opened that the chunk tree does not know: drop it.
         devices.retain(|devid, _| records.iter().any(|r| r.devid == *devid));
@@ -973,9 +985,30 @@ mod tests {
         let root = both.root_tree();
         assert_eq!(both.num_copies(root.logical).unwrap(), 2);
         let want = both.read_block(&root.expect()).unwrap();
-        // One device missing: every block still has a copy on the other.
-        for alone in [&d1, &d2] {
-            let v = Volume::open(&[alone]).unwrap();
+        // One device missing: refused unless degraded, naming the other
+        // (the kernel will not mount it without -o degraded either);
+        // degraded, every block still has a copy on the present one.
+        let records = both.devices().to_vec();
+        for (alone, other) in [(&d1, &records[1]), (&d2, &records[0])] {
+            let e = Volume::open(&[alone]).unwrap_err();
+            assert_eq!(
+                e.to_string(),
+                format!(
+                    "missing device: devid {} uuid {} was not given; give every device of the \
+                     filesystem, or read it degraded from the remaining copies with --degraded \
+                     (as mounting needs -o degraded)",
+                    other.devid, other.uuid
+                )
+            );
+            let v =
+                Volume::open_with(&[alone], &ReadOptions::default().with_degraded(true)).unwrap();
+            assert_eq!(
+                v.notices(),
+                [Notice::MissingDevice {
+                    devid: other.devid,
+                    uuid: other.uuid
+                }]
+            );
             let got = v.read_block(&root.expect()).unwrap();
             assert_eq!(got.node().bytes(), want.node().bytes());
         }

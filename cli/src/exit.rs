@@ -4,27 +4,40 @@
 //! | code | meaning |
 //! | --- | --- |
 //! | 0 | success |
-//! | 1 | the operation failed: bad input, an I/O error, a corrupt stream or filesystem, a closed pipe during `send` or `receive` |
+//! | 1 | the operation failed: bad input, an I/O error, a corrupt stream or filesystem |
 //! | 2 | usage error: a bad command line, options that conflict (clap's code for its own errors), or `backup forget` with an empty policy |
 //! | 3 | `backup run`/`import`: some snapshots were stored and some failed |
 //! | 10 | `backup`: the repository is missing or unreachable |
 //! | 11 | `backup`: the repository's lock is held |
 //! | 12 | `backup verify`: damage found |
 //! | 130 | interrupted by SIGINT (Ctrl-C); 143 by SIGTERM |
+//! | 141 | standard output's reader went away (a closed pipe), in every subcommand (`receive` and `backup run` finish their work first) |
 
 use std::fmt;
+use std::io::{self, Write};
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// The exit status table, as `--help` and the man pages print it.
 pub const EXIT_STATUS: &str = "\
   0    success
   1    the operation failed (bad input, an I/O error, a corrupt stream or
-       filesystem, a closed pipe during send or receive); the error is printed
-       once, as `btrsend: error: ...`
+       filesystem); the error is printed once, as `btrsend: error: ...`
   2    usage error: a bad command line or options that conflict (e.g.
-       --proto 1 --compressed-data)
+       --proto 1 --compressed-data), or backup forget with an empty policy
+  3    backup run/import: some snapshots were stored and some failed
+  10   backup: the repository is missing or unreachable
+  11   backup: the repository's lock is held (--retry-lock waits)
+  12   backup verify: damage found
   130  interrupted (SIGINT, Ctrl-C); 143 terminated (SIGTERM). Nothing
-       half-written is left: send -f FILE removes its temporary file";
+       half-written is left: send -f FILE removes its temporary file
+  141  standard output was closed by its reader (a broken pipe, e.g. `| head`),
+       in every subcommand alike (send, dump, receive --dump, list, manifest,
+       completions, backup list/verify/restore --stdout/forget): btrsend
+       stops, says once that the output is incomplete, and exits
+       128 + SIGPIPE, the status of a command killed by SIGPIPE. receive and
+       backup run, whose standard output is only a report, finish their work
+       first";
 
 /// What the process reports to its caller.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,17 +61,34 @@ pub enum Exit {
     LockHeld,
     /// 12: verify found damage.
     Damage,
+    /// 141 (128 + SIGPIPE): standard output's reader went away.
+    BrokenPipe,
 }
 
 impl Exit {
     /// SIGINT's exit status (128 + 2).
     pub const INTERRUPTED: u8 = 130;
 
+    /// What `main` prints for [`Exit::BrokenPipe`], whatever the subcommand.
+    pub const BROKEN_PIPE: &str =
+        "standard output was closed by its reader (broken pipe): the output it got is incomplete";
+
     /// Map an error to its exit code: a [`UsageError`] anywhere in the chain
-    /// is a usage error, everything else a failure.
+    /// is a usage error, a broken pipe (an I/O error of that kind anywhere
+    /// in the chain: only standard output is a pipe btrsend writes; or a
+    /// write through [`stdout`] that met one) is [`Exit::BrokenPipe`],
+    /// everything else a failure.
     pub fn from_error(err: &anyhow::Error) -> Exit {
         if err.chain().any(|e| e.is::<UsageError>()) {
             return Exit::Usage;
+        }
+        if stdout_closed()
+            || err.chain().any(|e| {
+                e.downcast_ref::<io::Error>()
+                    .is_some_and(|io| io.kind() == io::ErrorKind::BrokenPipe)
+            })
+        {
+            return Exit::BrokenPipe;
         }
         for cause in err.chain() {
             if let Some(w) = cause.downcast_ref::<ExitWith>() {
@@ -88,6 +118,7 @@ impl Exit {
             Exit::RepoMissing => 10,
             Exit::LockHeld => 11,
             Exit::Damage => 12,
+            Exit::BrokenPipe => 141,
         }
     }
 }
@@ -137,6 +168,50 @@ impl fmt::Display for ExitWith {
 
 impl std::error::Error for ExitWith {}
 
+/// Set when a write to standard output through [`Watch`] met a broken pipe.
+static STDOUT_CLOSED: AtomicBool = AtomicBool::new(false);
+
+/// Whether standard output's reader went away (a write through [`stdout`]
+/// or another [`Watch`] failed with a broken pipe): `main` then exits with
+/// [`Exit::BrokenPipe`] whatever the subcommand returned, so that output
+/// errors buried in a library error's message, or ignored by a report
+/// line that must not stop the work (`receive`, `backup run --json`), end
+/// the same way.
+pub fn stdout_closed() -> bool {
+    STDOUT_CLOSED.load(Ordering::Relaxed)
+}
+
+/// Standard output, locked, remembering a broken pipe (see
+/// [`stdout_closed`]). Every subcommand writes its output through this.
+pub fn stdout() -> Watch<io::StdoutLock<'static>> {
+    Watch(io::stdout().lock())
+}
+
+/// A writer to standard output that remembers a broken pipe.
+#[derive(Debug)]
+pub struct Watch<W>(pub W);
+
+impl<W> Watch<W> {
+    fn note<T>(r: io::Result<T>) -> io::Result<T> {
+        if let Err(e) = &r
+            && e.kind() == io::ErrorKind::BrokenPipe
+        {
+            STDOUT_CLOSED.store(true, Ordering::Relaxed);
+        }
+        r
+    }
+}
+
+impl<W: Write> Write for Watch<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        Self::note(self.0.write(buf))
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Self::note(self.0.flush())
+    }
+}
+
 /// A command line that parsed but asks for something impossible, e.g.
 /// options that conflict: exit status 2, like clap's own errors.
 #[derive(Debug)]
@@ -169,5 +244,9 @@ mod tests {
         assert_eq!(Exit::Usage.code(), 2);
         assert_eq!(Exit::from_error(&anyhow::anyhow!("io")), Exit::Failure);
         assert_eq!(Exit::Signal(Exit::INTERRUPTED).code(), 130);
+        let pipe = anyhow::Error::new(std::io::Error::from(std::io::ErrorKind::BrokenPipe))
+            .context("cannot write");
+        assert_eq!(Exit::from_error(&pipe), Exit::BrokenPipe);
+        assert_eq!(Exit::BrokenPipe.code(), 141);
     }
 }

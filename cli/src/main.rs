@@ -6,7 +6,7 @@
 use std::process::ExitCode;
 
 use btrsend_cli::args::{Cli, Command};
-use btrsend_cli::exit::Exit;
+use btrsend_cli::exit::{self, Exit};
 use btrsend_cli::{cmd, signal};
 use clap::{CommandFactory, Parser};
 
@@ -14,11 +14,20 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     signal::install();
     match run(cli) {
+        // A report line that met a closed pipe did not stop the work
+        // (receive, backup run --json), but the output is incomplete.
+        Ok(()) if exit::stdout_closed() => {
+            eprintln!("btrsend: error: {}", Exit::BROKEN_PIPE);
+            Exit::BrokenPipe.into()
+        }
         Ok(()) => Exit::Success.into(),
         Err(err) => {
             let code = Exit::from_error(&err);
-            if code != Exit::Quiet && Exit::prints(&err) {
-                eprintln!("btrsend: error: {err:#}");
+            match code {
+                Exit::Quiet => {}
+                _ if !Exit::prints(&err) => {}
+                Exit::BrokenPipe => eprintln!("btrsend: error: {}", Exit::BROKEN_PIPE),
+                _ => eprintln!("btrsend: error: {err:#}"),
             }
             code.into()
         }

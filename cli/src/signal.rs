@@ -129,7 +129,8 @@ impl OutputFile {
             None => Ok(()),
             Some(Inner::Direct(mut f)) => f.flush().context("cannot write the output"),
             Some(Inner::Temp { mut file, target }) => {
-                file.flush()
+                file.as_file_mut()
+                    .flush()
                     .with_context(|| format!("cannot write {}", target.display()))?;
                 let mut list = pending();
                 let temp = file.path().to_path_buf();
@@ -162,7 +163,9 @@ impl Drop for OutputFile {
 impl Write for OutputFile {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         match &mut self.inner {
-            Some(Inner::Temp { file, .. }) => file.write(buf),
+            // The File itself: NamedTempFile's own Write appends the
+            // temporary name to every error ("… at path …").
+            Some(Inner::Temp { file, .. }) => file.as_file_mut().write(buf),
             Some(Inner::Direct(f)) => f.write(buf),
             None => Err(io::Error::other("output already committed")),
         }
@@ -170,7 +173,7 @@ impl Write for OutputFile {
 
     fn flush(&mut self) -> io::Result<()> {
         match &mut self.inner {
-            Some(Inner::Temp { file, .. }) => file.flush(),
+            Some(Inner::Temp { file, .. }) => file.as_file_mut().flush(),
             Some(Inner::Direct(f)) => f.flush(),
             None => Ok(()),
         }

@@ -475,6 +475,9 @@ pub struct RunOptions {
     pub wait_lock: Duration,
     /// Raw bytes per frame (tests use small ones).
     pub frame_bytes: usize,
+    /// Read a filesystem with missing devices from the remaining copies
+    /// ([`ReadOptions::degraded`](crate::device::readahead::ReadOptions::degraded)).
+    pub degraded: bool,
     /// Take (and prune) source snapshots first (`--snapshot`).
     pub snapshots: Option<SnapshotOptions>,
 }
@@ -502,6 +505,7 @@ impl RunOptions {
             level: 3,
             wait_lock: Duration::ZERO,
             frame_bytes: WriterOptions::new().frame_bytes,
+            degraded: false,
             snapshots: None,
         }
     }
@@ -540,6 +544,16 @@ impl RunOptions {
     pub fn with_frame_bytes(mut self, n: usize) -> RunOptions {
         self.frame_bytes = n;
         self
+    }
+
+    /// Set [`RunOptions::degraded`].
+    pub fn with_degraded(mut self, on: bool) -> RunOptions {
+        self.degraded = on;
+        self
+    }
+
+    fn read_options(&self) -> crate::device::readahead::ReadOptions {
+        crate::device::readahead::ReadOptions::default().with_degraded(self.degraded)
     }
 }
 
@@ -769,6 +783,8 @@ struct Sources {
     selected: Vec<Selected>,
     /// Snapshots that cannot be backed up (path, why); the others go on.
     rejected: Vec<(String, BackupError)>,
+    /// How the devices are read ([`RunOptions::degraded`]).
+    read: crate::device::readahead::ReadOptions,
 }
 
 fn fs_error(what: String) -> impl FnOnce(crate::Error) -> BackupError {
@@ -822,7 +838,8 @@ impl Sources {
         if let Some(&i) = by_devices.get(&m.devices) {
             return Ok((i, m.subvol_path));
         }
-        let source = Source::open_path(Path::new(path)).map_err(source_error(path.to_owned()))?;
+        let source = Source::open_path_with(Path::new(path), &self.read)
+            .map_err(source_error(path.to_owned()))?;
         let subs = list_subvolumes(source.fs()).map_err(fs_error(format!(
             "cannot list the subvolumes of {}",
             m.mount_point.display()
@@ -845,6 +862,7 @@ fn select(
         subvols: Vec::new(),
         selected: Vec::new(),
         rejected: Vec::new(),
+        read: opts.read_options(),
     };
     if specs.is_empty() && found.is_empty() && opts.snapshots.is_none() {
         return Err(BackupError::Invalid(String::from("no snapshot given")));
@@ -856,7 +874,8 @@ fn select(
             .map(|d| d.display().to_string())
             .collect::<Vec<_>>()
             .join(", ");
-        let source = Source::open_devices(&opts.devices).map_err(source_error(list.clone()))?;
+        let source = Source::open_devices_with(&opts.devices, &src.read)
+            .map_err(source_error(list.clone()))?;
         let subs = list_subvolumes(source.fs())
             .map_err(fs_error(format!("cannot list the subvolumes on {list}")))?;
         let mut chosen = Vec::new();

@@ -51,6 +51,10 @@ pub struct ReadOptions {
     /// Upper bound on data-prefetch bytes queued and not yet read (default
     /// 64 MiB); prefetch requests beyond it are dropped.
     pub data_queue_bytes: u64,
+    /// Read a filesystem some of whose devices were not given, from the
+    /// remaining copies (default off: opening it fails naming the missing
+    /// devices, as the kernel refuses to mount it without `-o degraded`).
+    pub degraded: bool,
 }
 
 /// The defaults; for benchmarks (`benches/read-cold-warm`) the environment
@@ -64,6 +68,7 @@ impl Default for ReadOptions {
             window: 64,
             cache_bytes: 256 << 20,
             data_queue_bytes: 64 << 20,
+            degraded: false,
         };
         if std::env::var("BTRSEND_READAHEAD").as_deref() == Ok("off") {
             o.readahead = false;
@@ -82,6 +87,12 @@ impl ReadOptions {
             readahead: false,
             ..ReadOptions::default()
         }
+    }
+
+    /// These options with [`degraded`](Self::degraded) set to `on`.
+    pub fn with_degraded(mut self, on: bool) -> ReadOptions {
+        self.degraded = on;
+        self
     }
 }
 
@@ -531,6 +542,7 @@ mod tests {
             window: 8,
             cache_bytes,
             data_queue_bytes: 0,
+            degraded: false,
         }
     }
 

@@ -53,6 +53,21 @@ impl Filesystem {
         })
     }
 
+    /// Open the devices of a filesystem with these read options (e.g.
+    /// [`ReadOptions::degraded`](crate::device::readahead::ReadOptions::degraded)).
+    ///
+    /// # Errors
+    ///
+    /// As [`Volume::open`].
+    pub fn open_with<P: AsRef<Path>>(
+        paths: &[P],
+        options: &crate::device::readahead::ReadOptions,
+    ) -> Result<Filesystem> {
+        Ok(Filesystem {
+            volume: Volume::open_with(paths, options)?,
+        })
+    }
+
     /// Wrap an assembled volume.
     pub fn from_volume(volume: Volume) -> Filesystem {
         Filesystem { volume }

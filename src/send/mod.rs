@@ -242,10 +242,29 @@ pub fn send_incremental<W: Write>(
 /// `clone_sources` (snapshots the receiver has) is sent as CLONE commands,
 /// as `btrfs send [-p PARENT] -c SRC…` does.
 ///
+/// Reports [`Progress::subvol_start`] with the subvolume's path before and
+/// [`Progress::subvol_done`] after (complete when it succeeded).
+///
 /// # Errors
 ///
 /// As [`send_full`].
 pub fn send_with_clone_sources<W: Write>(
+    fs: &Filesystem,
+    subvol: &Subvolume,
+    parent: Option<&Subvolume>,
+    clone_sources: &[Subvolume],
+    out: W,
+    opts: SendOptions,
+    progress: &dyn Progress,
+) -> Result<(W, SendStats), SendError> {
+    progress.subvol_start(&subvol.path, parent.is_some());
+    let res = send_stream(fs, subvol, parent, clone_sources, out, opts, progress);
+    progress.subvol_done(&subvol.path, res.is_ok());
+    res
+}
+
+/// [`send_with_clone_sources`] without the progress bracket.
+fn send_stream<W: Write>(
     fs: &Filesystem,
     subvol: &Subvolume,
     parent: Option<&Subvolume>,

@@ -46,6 +46,7 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use crate::device::readahead::ReadOptions;
 use crate::fs::Filesystem;
 use crate::fs::subvol::Subvolume;
 use crate::mount::{self, MountedFs};
@@ -92,6 +93,8 @@ pub struct Source {
     /// The devices read.
     devices: Vec<PathBuf>,
     mounted: Option<Mounted>,
+    /// How the devices are read (kept for rereads).
+    read: ReadOptions,
 }
 
 impl Source {
@@ -104,6 +107,16 @@ impl Source {
     /// [`SendError::Mount`] (a device cannot be examined, the sync fails),
     /// [`SendError::Fs`] (the filesystem cannot be read).
     pub fn open_devices(devices: &[PathBuf]) -> Result<Source, SendError> {
+        Source::open_devices_with(devices, &ReadOptions::default())
+    }
+
+    /// [`open_devices`](Self::open_devices) with these read options (e.g.
+    /// [`ReadOptions::degraded`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`open_devices`](Self::open_devices).
+    pub fn open_devices_with(devices: &[PathBuf], read: &ReadOptions) -> Result<Source, SendError> {
         let mut found = None;
         for d in devices {
             if let Some(m) = mount::mounted_filesystem_of(d)? {
@@ -113,13 +126,14 @@ impl Source {
         }
         let mounted = found.map(|fs| Mounted { fs, by_path: false });
         let fs = match &mounted {
-            Some(m) => open_mounted(&m.fs, devices)?,
-            None => Filesystem::open(devices)?,
+            Some(m) => open_mounted(&m.fs, devices, read)?,
+            None => Filesystem::open_with(devices, read)?,
         };
         Ok(Source {
             fs,
             devices: devices.to_vec(),
             mounted,
+            read: read.clone(),
         })
     }
 
@@ -132,14 +146,24 @@ impl Source {
     /// [`SendError::Mount`]: the path is not a subvolume of a mounted
     /// btrfs; [`SendError::OpenMounted`]: its devices cannot be read.
     pub fn open_path(path: &Path) -> Result<Source, SendError> {
+        Source::open_path_with(path, &ReadOptions::default())
+    }
+
+    /// [`open_path`](Self::open_path) with these read options.
+    ///
+    /// # Errors
+    ///
+    /// As [`open_path`](Self::open_path).
+    pub fn open_path_with(path: &Path, read: &ReadOptions) -> Result<Source, SendError> {
         let m = mount::resolve(path)?;
         let fs = m.filesystem();
         let devices = m.devices.clone();
         let mounted = Mounted { fs, by_path: true };
         Ok(Source {
-            fs: open_mounted(&mounted.fs, &devices)?,
+            fs: open_mounted(&mounted.fs, &devices, read)?,
             devices,
             mounted: Some(mounted),
+            read: read.clone(),
         })
     }
 
@@ -151,13 +175,26 @@ impl Source {
     ///
     /// As those; [`SendError::NeedsDevice`] for `id:N` without devices.
     pub fn open(devices: &[PathBuf], subvol: &str) -> Result<Source, SendError> {
+        Source::open_with(devices, subvol, &ReadOptions::default())
+    }
+
+    /// [`open`](Self::open) with these read options.
+    ///
+    /// # Errors
+    ///
+    /// As [`open`](Self::open).
+    pub fn open_with(
+        devices: &[PathBuf],
+        subvol: &str,
+        read: &ReadOptions,
+    ) -> Result<Source, SendError> {
         if !devices.is_empty() {
-            return Source::open_devices(devices);
+            return Source::open_devices_with(devices, read);
         }
         if subvol.starts_with("id:") {
             return Err(SendError::NeedsDevice(subvol.to_owned()));
         }
-        Source::open_path(Path::new(subvol))
+        Source::open_path_with(Path::new(subvol), read)
     }
 
     /// The filesystem as read now (after a restart, the fresh one).
@@ -286,7 +323,7 @@ impl Source {
     /// chunk map.
     fn reopen(&mut self) -> Result<(), SendError> {
         if let Some(m) = &self.mounted {
-            self.fs = open_mounted(&m.fs, &self.devices)?;
+            self.fs = open_mounted(&m.fs, &self.devices, &self.read)?;
         }
         Ok(())
     }
@@ -307,7 +344,7 @@ impl Source {
         // New chunks being allocated is harmless; a chunk gone or changed
         // is not.
         drop_cache(&self.devices)?;
-        let fresh = crate::volume::Volume::open(&self.devices)?;
+        let fresh = crate::volume::Volume::open_with(&self.devices, &self.read)?;
         let new = fresh.chunk_map().chunks();
         let kept = self
             .fs
@@ -425,12 +462,16 @@ fn drop_cache(devices: &[PathBuf]) -> Result<(), SendError> {
 
 /// Sync the mounted filesystem `m` (when it may change), drop the page
 /// cache of the block devices among `devices`, and open them.
-fn open_mounted(m: &MountedFs, devices: &[PathBuf]) -> Result<Filesystem, SendError> {
+fn open_mounted(
+    m: &MountedFs,
+    devices: &[PathBuf],
+    read: &ReadOptions,
+) -> Result<Filesystem, SendError> {
     if !m.read_only {
         m.sync()?;
     }
     drop_cache(devices)?;
-    Filesystem::open(devices).map_err(|source| SendError::OpenMounted {
+    Filesystem::open_with(devices, read).map_err(|source| SendError::OpenMounted {
         mount: m.describe(),
         devices: devices
             .iter()

@@ -551,10 +551,25 @@ fn bad_inputs_give_clear_errors() {
             "{msg}"
         );
     }
-    // RAID10 given only devids 1 and 2: either every block has a copy on
-    // them, or the error names a device that was not given.
+    // RAID10 given only devids 1 and 2: refused, naming the two others
+    // (the kernel does not mount it without -o degraded either); degraded,
+    // either every block has a copy on them, or the error names a device
+    // that was not given.
     if let Some(fx) = fixtures().into_iter().find(|f| f.name().starts_with("010")) {
-        match open_and_describe(&fx.devices[..2]) {
+        match Filesystem::open(&fx.devices[..2]) {
+            Err(btrsend::Error::DeviceSet(btrsend::error::DeviceSetError::Missing { missing })) => {
+                let ids: Vec<u64> = missing.iter().map(|(d, _)| d.get()).collect();
+                assert_eq!(ids, [3, 4]);
+            }
+            other => panic!("unexpected: {other:?}"),
+        }
+        let degraded = btrsend::device::readahead::ReadOptions::default().with_degraded(true);
+        let fs = Filesystem::open_with(&fx.devices[..2], &degraded).unwrap();
+        let described = list_subvolumes(&fs).and_then(|snaps| {
+            let id = snaps.first().map_or(TreeId::FS, |s| s.id());
+            manifest(&fs.fs_tree(id)?, HOLES, true)
+        });
+        match described {
             Ok(_) => {}
             Err(btrsend::Error::MissingDevice { devid, .. }) => {
                 assert!(devid.get() > 2, "{devid}");

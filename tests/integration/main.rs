@@ -7,6 +7,7 @@ mod fs_model;
 mod list;
 mod live;
 mod manifest;
+mod progress;
 mod raid56;
 mod readahead;
 mod reader;

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use btrsend::chunk_map::Profile;
+use btrsend::device::readahead::ReadOptions;
 use btrsend::fs::Filesystem;
 use btrsend::manifest::Options;
 use btrsend::ondisk;
@@ -17,6 +18,12 @@ use btrsend::types::{Logical, TreeId};
 use btrsend::volume::Volume;
 
 use super::reader::fixtures;
+
+/// Open `devices` degraded: these tests read with devices missing (a full
+/// set opens the same either way).
+fn open_degraded(devices: &[PathBuf]) -> btrsend::Result<Filesystem> {
+    Filesystem::open_with(devices, &ReadOptions::default().with_degraded(true))
+}
 
 /// Every item of every tree (root tree, chunk tree, each tree with a
 /// ROOT_ITEM), as (tree, key, data).
@@ -109,7 +116,7 @@ struct Reference {
 
 impl Reference {
     fn of(devices: &[PathBuf]) -> Reference {
-        let fs = Filesystem::open(devices).unwrap();
+        let fs = open_degraded(devices).unwrap();
         let extents = extents(&fs);
         assert!(!extents.is_empty());
         Reference {
@@ -123,7 +130,7 @@ impl Reference {
     /// Open `devices` and check all items read the same (tree blocks are
     /// verified, so corrupt strips are rebuilt).
     fn check_items(&self, devices: &[PathBuf], ctx: &str) {
-        let fs = Filesystem::open(devices).unwrap_or_else(|e| panic!("{ctx}: {e}"));
+        let fs = open_degraded(devices).unwrap_or_else(|e| panic!("{ctx}: {e}"));
         assert!(all_items(&fs) == self.items, "{ctx}: items differ");
     }
 
@@ -132,7 +139,7 @@ impl Reference {
     /// bytes of every extent but those in `corrupt` (a plain read cannot
     /// tell a corrupt strip).
     fn check(&self, devices: &[PathBuf], corrupt: &[u64], ctx: &str) {
-        let fs = Filesystem::open(devices).unwrap_or_else(|e| panic!("{ctx}: {e}"));
+        let fs = open_degraded(devices).unwrap_or_else(|e| panic!("{ctx}: {e}"));
         let items = all_items(&fs);
         assert_eq!(items.len(), self.items.len(), "{ctx}");
         assert!(items == self.items, "{ctx}: items differ");
@@ -195,7 +202,7 @@ fn without(devices: &[PathBuf], drop: &[usize]) -> Vec<PathBuf> {
 
 /// A tree block and a data extent of the filesystem, for corruption.
 fn victims(devices: &[PathBuf]) -> (u64, (u64, u64)) {
-    let fs = Filesystem::open(devices).unwrap();
+    let fs = open_degraded(devices).unwrap();
     let root = fs.tree_root(TreeId::FS).unwrap().logical.get();
     // The largest data extent: on 012 it crosses a stripe boundary, so the
     // corrupt strip has good neighbours in the same read.
@@ -231,7 +238,7 @@ fn corrupt_strips_are_rebuilt(devices: &[PathBuf], reference: &Reference, ctx: &
     // File data read through the file reader with verification: the corrupt
     // strip is rebuilt sector by sector, the strips next to it are read as
     // they are, and every file hashes as before.
-    let fs = Filesystem::open(&copies).unwrap();
+    let fs = open_degraded(&copies).unwrap();
     assert!(
         manifests(&fs) == reference.manifests,
         "{ctx}: manifests differ with a corrupt data strip"
@@ -285,7 +292,7 @@ fn raid5_reads_survive_a_missing_device_and_corrupt_strips() {
         );
     }
     // Two missing devices are too many for RAID5: the error names one.
-    let e = Filesystem::open(&without(&fx.devices, &[0, 1]))
+    let e = open_degraded(&without(&fx.devices, &[0, 1]))
         .map(|fs| all_items(&fs).len())
         .unwrap_err();
     assert!(e.to_string().starts_with("missing device: devid "), "{e}");
@@ -463,7 +470,7 @@ fn raid6_reads_survive_two_missing_devices_and_corrupt_strips() {
     let devices = make_raid6(tmp.path());
     parity_matches_kernel(&devices);
     let reference = Reference::of(&devices);
-    let fs = Filesystem::open(&devices).unwrap();
+    let fs = open_degraded(&devices).unwrap();
     // One copy per stripe: data, from P, from Q, and one more bad strip.
     assert_eq!(
         fs.volume()
@@ -483,7 +490,7 @@ fn raid6_reads_survive_two_missing_devices_and_corrupt_strips() {
             );
         }
     }
-    let e = Filesystem::open(&without(&devices, &[0, 1, 2]))
+    let e = open_degraded(&without(&devices, &[0, 1, 2]))
         .map(|fs| all_items(&fs).len())
         .unwrap_err();
     assert!(e.to_string().starts_with("missing device: devid "), "{e}");

@@ -38,6 +38,7 @@ fn option_sets() -> Vec<(&'static str, ReadOptions)> {
                 window: 1,
                 cache_bytes: 64 << 10,
                 data_queue_bytes: 1 << 20,
+                ..ReadOptions::default()
             },
         ),
         (
@@ -48,6 +49,7 @@ fn option_sets() -> Vec<(&'static str, ReadOptions)> {
                 window: 1000,
                 cache_bytes: 0,
                 data_queue_bytes: 1 << 20,
+                ..ReadOptions::default()
             },
         ),
     ]

@@ -11,6 +11,7 @@ use std::sync::{Mutex, OnceLock};
 
 use btrsend::Error;
 use btrsend::device::FileDevice;
+use btrsend::device::readahead::ReadOptions;
 use btrsend::error::DeviceSetError;
 use btrsend::fs::Filesystem;
 use btrsend::superblock::read_superblock;
@@ -456,7 +457,14 @@ fn missing_mirror_device_is_tolerated() {
         let expected = btrsend::fs::subvol::list_subvolumes(&all).unwrap();
         // Drop the last device: every chunk still has a copy.
         let some = &fx.devices[..fx.devices.len() - 1];
-        let fs = Filesystem::open(some).unwrap();
+        // Refused unless degraded, as the kernel refuses to mount it
+        // without -o degraded.
+        let refused = Filesystem::open(some).unwrap_err().to_string();
+        assert!(
+            refused.starts_with("missing device: devid ") && refused.contains("--degraded"),
+            "{name}: {refused}"
+        );
+        let fs = Filesystem::open_with(some, &ReadOptions::default().with_degraded(true)).unwrap();
         let missing = fs.volume().devices().last().unwrap().clone();
         assert_eq!(
             fs.volume()
@@ -486,7 +494,8 @@ fn missing_raid5_device_is_named() {
     // Without parity rebuild, a RAID5 filesystem missing a device can only
     // be read where no needed strip is on it: either it works, or the error
     // names the device.
-    let vol = Volume::open(&fx.devices[1..]).and_then(|v| {
+    let degraded = ReadOptions::default().with_degraded(true);
+    let vol = Volume::open_with(&fx.devices[1..], &degraded).and_then(|v| {
         btrsend::fs::subvol::list_subvolumes(&Filesystem::from_volume(v)).map(|_| ())
     });
     match vol {

@@ -69,10 +69,11 @@ impl RepoArg {
             Some(r) => Ok(r.clone()),
             None => match std::env::var(backup::REPO_ENV) {
                 Ok(r) if !r.is_empty() => Ok(r),
-                _ => Err(anyhow::anyhow!(
+                // A missing option: a usage error (exit 2).
+                _ => Err(anyhow::Error::new(crate::exit::UsageError(format!(
                     "no repository given: use --repo REPO or set {}",
                     backup::REPO_ENV
-                )),
+                )))),
             },
         }
     }
@@ -149,6 +150,13 @@ pub struct RunArgs {
         conflicts_with = "snapshot"
     )]
     devices: Vec<PathBuf>,
+    /// Read a filesystem some of whose devices are missing from the
+    /// remaining copies (RAID1, RAID10, DUP on the others; RAID5/6 from
+    /// parity), as `mount -o degraded` does. Without it, a device the
+    /// filesystem lists that is not given is an error naming its devid and
+    /// uuid.
+    #[arg(long)]
+    degraded: bool,
     /// First take a read-only snapshot DIR/NAME.YYYY-MM-DDTHHMMSSZ (UTC) of
     /// the subvolume SUBVOL, a path in a mounted btrfs (as `btrfs subvolume
     /// snapshot -r` does; needs root), then store every snapshot of SUBVOL
@@ -320,9 +328,7 @@ pub(crate) fn json_error(json: bool, e: anyhow::Error) -> anyhow::Error {
     if !json {
         return e;
     }
-    let code = e
-        .downcast_ref::<BackupError>()
-        .map_or(Exit::Failure, exit_of);
+    let code = Exit::from_error(&e);
     let line =
         json!({"message_type": "error", "message": format!("{e:#}"), "exit_code": code.code()});
     eprintln!("{line}");
@@ -334,7 +340,7 @@ pub(crate) fn json_error(json: bool, e: anyhow::Error) -> anyhow::Error {
 struct RunProgress {
     json: bool,
     bar: Option<ProgressBar>,
-    out: Mutex<std::io::Stdout>,
+    out: Mutex<crate::exit::Watch<std::io::Stdout>>,
 }
 
 impl RunProgress {
@@ -351,7 +357,7 @@ impl RunProgress {
         RunProgress {
             json,
             bar,
-            out: Mutex::new(std::io::stdout()),
+            out: Mutex::new(crate::exit::Watch(std::io::stdout())),
         }
     }
 
@@ -445,6 +451,7 @@ fn run_run(a: &RunArgs) -> anyhow::Result<()> {
         let repo = Repository::open(&a.repo.spec()?)?;
         let mut opts = RunOptions::new()
             .with_devices(a.devices.clone())
+            .with_degraded(a.degraded)
             .with_full_every(a.full_every)
             .with_level(a.level)
             .with_wait_lock(a.lock.retry_lock);
@@ -498,7 +505,7 @@ fn run_run(a: &RunArgs) -> anyhow::Result<()> {
 fn run_list(a: &ListArgs) -> anyhow::Result<()> {
     let repo = Repository::open(&a.repo.spec()?)?;
     let entries = repo.list(a.lock.retry_lock)?;
-    let mut out = std::io::stdout().lock();
+    let mut out = crate::exit::stdout();
     if a.json {
         serde_json::to_writer_pretty(&mut out, &entries)?;
         writeln!(out)?;
@@ -530,7 +537,11 @@ fn run_verify(a: &VerifyArgs) -> anyhow::Result<()> {
     let repo = Repository::open(&a.repo.spec()?)?;
     let rep = repo.verify(a.read_data, a.lock.retry_lock, &backup::NoProgress)?;
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&rep)?);
+        writeln!(
+            crate::exit::stdout(),
+            "{}",
+            serde_json::to_string_pretty(&rep)?
+        )?;
     } else {
         for n in &rep.notices {
             eprintln!("btrsend: notice: {n}");
@@ -565,7 +576,7 @@ fn run_restore(a: &RestoreArgs) -> anyhow::Result<()> {
                 "not writing binary send streams to a terminal: redirect standard output"
             );
         }
-        let mut out = std::io::stdout().lock();
+        let mut out = crate::exit::stdout();
         repo.restore(
             &a.snapshot,
             RestoreTarget::Writer(&mut out),

@@ -1,5 +1,7 @@
 //! `btrsend completions SHELL`: shell completion scripts from the clap definition.
 
+use std::io::Write as _;
+
 use clap::Args;
 use clap_complete::Shell;
 
@@ -14,6 +16,10 @@ pub struct CompletionsArgs {
 /// Write the completion script of `cli` (the whole clap definition, passed
 /// in by `main`) for the chosen shell to stdout.
 pub fn run(args: &CompletionsArgs, mut cli: clap::Command) -> anyhow::Result<()> {
-    clap_complete::generate(args.shell, &mut cli, "btrsend", &mut std::io::stdout());
+    // Into memory first: clap_complete panics on a write error (a closed
+    // pipe), which must end like in every subcommand instead.
+    let mut script = Vec::new();
+    clap_complete::generate(args.shell, &mut cli, "btrsend", &mut script);
+    crate::exit::stdout().write_all(&script)?;
     Ok(())
 }

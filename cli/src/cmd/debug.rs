@@ -79,7 +79,7 @@ fn walk(args: &WalkArgs) -> anyhow::Result<()> {
     let root = fs.tree_root(TreeId(args.tree))?;
     let open_secs = t0.elapsed().as_secs_f64();
     let nodesize = u64::from(fs.volume().superblock().nodesize);
-    let mut out = std::io::stdout().lock();
+    let mut out = crate::exit::stdout();
     writeln!(
         out,
         "open secs={open_secs:.4} tree={} level={} readahead={}",

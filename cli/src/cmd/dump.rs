@@ -9,9 +9,9 @@
 //! newer progs print it). Errors differ from progs' on purpose: they name the
 //! stream offset and the command index.
 //!
-//! A closed standard output (`btrsend dump | head`) ends the dump quietly with
-//! exit status 0, like other text tools; everything else that goes wrong is an
-//! error (exit 1), printed once by `main`.
+//! A closed standard output (`btrsend dump | head`) stops the dump with exit
+//! status 141, as in every subcommand (see `exit.rs`); everything else that
+//! goes wrong is an error (exit 1), printed once by `main`.
 
 use std::fs::File;
 use std::io::{self, BufReader, BufWriter, Read};
@@ -48,12 +48,14 @@ pub fn run(args: &DumpArgs) -> anyhow::Result<()> {
 }
 
 fn dump_to_stdout<R: Read>(input: R) -> anyhow::Result<()> {
-    let mut out = BufWriter::with_capacity(64 << 10, io::stdout().lock());
+    let mut out = BufWriter::with_capacity(64 << 10, crate::exit::stdout());
     let mut options = DumpOptions::default();
     options.reader = ReaderOptions::new().with_max_version(MAX_VERSION);
     match dump(input, &mut out, &options) {
         Ok(_) => Ok(()),
-        Err(e) if is_broken_pipe(&e) => Ok(()),
+        // Only the broken pipe itself, so `main` names it as every
+        // subcommand does (not as a stream error).
+        Err(e) if is_broken_pipe(&e) => Err(io::Error::from(io::ErrorKind::BrokenPipe).into()),
         Err(e) => Err(e.into()),
     }
 }

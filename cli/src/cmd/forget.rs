@@ -133,7 +133,7 @@ pub fn run(a: &ForgetArgs) -> anyhow::Result<()> {
     let report = repo
         .forget(&policy, &opts, &btrsend::backup::NoProgress)
         .map_err(|e| json_error(a.json, e.into()))?;
-    let mut out = std::io::stdout().lock();
+    let mut out = crate::exit::stdout();
     if a.json {
         let rows: Vec<_> = report
             .verdicts

@@ -4,6 +4,7 @@ use std::fmt::Write as _;
 use std::io::Write as _;
 use std::path::PathBuf;
 
+use btrsend::device::readahead::ReadOptions;
 use btrsend::fs::Filesystem;
 use btrsend::fs::items::Timespec;
 use btrsend::fs::subvol::{Subvolume, list_subvolumes};
@@ -26,11 +27,19 @@ pub struct ListArgs {
     /// subvolume that was not received).
     #[arg(long)]
     pub json: bool,
+    /// Read a filesystem some of whose devices are missing from the
+    /// remaining copies (RAID1, RAID10, DUP on the others; RAID5/6 from
+    /// parity), as `mount -o degraded` does. Without it, a device the
+    /// filesystem lists that is not given is an error naming its devid and
+    /// uuid.
+    #[arg(long)]
+    pub degraded: bool,
 }
 
 /// List the subvolumes.
 pub fn run(args: &ListArgs) -> anyhow::Result<()> {
-    let fs = Filesystem::open(&args.devices)?;
+    let read = ReadOptions::default().with_degraded(args.degraded);
+    let fs = Filesystem::open_with(&args.devices, &read)?;
     for notice in fs.volume().notices() {
         eprintln!("btrsend: warning: {notice}");
     }
@@ -40,7 +49,7 @@ pub fn run(args: &ListArgs) -> anyhow::Result<()> {
     } else {
         table(&subvols)
     };
-    std::io::stdout().lock().write_all(text.as_bytes())?;
+    crate::exit::stdout().write_all(text.as_bytes())?;
     Ok(())
 }
 

@@ -7,6 +7,7 @@ use std::io;
 use std::path::PathBuf;
 
 use anyhow::{Context as _, bail};
+use btrsend::device::readahead::ReadOptions;
 use btrsend::fs::Filesystem;
 use btrsend::fs::subvol::list_subvolumes;
 use btrsend::manifest::{self, Options};
@@ -49,11 +50,19 @@ pub struct ManifestArgs {
     /// With --device: verify data checksums while reading file contents.
     #[arg(long, requires = "devices")]
     pub verify_data: bool,
+    /// With --device: read a filesystem some of whose devices are missing from the
+    /// remaining copies (RAID1, RAID10, DUP on the others; RAID5/6 from
+    /// parity), as `mount -o degraded` does. Without it, a device the
+    /// filesystem lists that is not given is an error naming its devid and
+    /// uuid.
+    #[arg(long, requires = "devices")]
+    pub degraded: bool,
 }
 
 /// The manifest of a subvolume read from the devices.
 fn from_devices(args: &ManifestArgs, opts: Options) -> anyhow::Result<String> {
-    let fs = Filesystem::open(&args.devices)?;
+    let read = ReadOptions::default().with_degraded(args.degraded);
+    let fs = Filesystem::open_with(&args.devices, &read)?;
     for notice in fs.volume().notices() {
         eprintln!("btrsend: warning: {notice}");
     }
@@ -89,7 +98,7 @@ pub fn run(args: &ManifestArgs) -> anyhow::Result<()> {
         match &args.output {
             Some(path) => std::fs::write(path, text)
                 .with_context(|| format!("cannot write {}", path.display()))?,
-            None => io::Write::write_all(&mut io::stdout().lock(), text.as_bytes())?,
+            None => io::Write::write_all(&mut crate::exit::stdout(), text.as_bytes())?,
         }
         return Ok(());
     }
@@ -102,8 +111,7 @@ pub fn run(args: &ManifestArgs) -> anyhow::Result<()> {
                 .with_context(|| format!("cannot write {}", path.display()))?;
         }
         None => {
-            let stdout = io::stdout();
-            manifest::write_manifest(&args.dir, opts, &mut stdout.lock())?;
+            manifest::write_manifest(&args.dir, opts, &mut crate::exit::stdout())?;
         }
     }
     Ok(())

@@ -21,7 +21,10 @@ use crate::progress::{Mode, Op, Reporter};
 pub struct ReceiveArgs {
     /// Do not receive: print the stream's commands like `btrfs receive --dump`
     /// (the same as `btrsend dump`).
-    #[arg(long)]
+    #[arg(
+        long,
+        conflicts_with_all = ["dir", "directories", "root_mount", "force_decompress", "threads", "stop_at_end", "max_errors"]
+    )]
     pub dump: bool,
     /// Read the stream from FILE instead of standard input.
     #[arg(short = 'f', long = "file", value_name = "FILE", value_hint = ValueHint::FilePath)]
@@ -158,9 +161,10 @@ impl Lines {
     /// "At subvol NAME" (stderr) or "At snapshot NAME" (stdout).
     fn at(&self, name: &[u8], incremental: bool) {
         if incremental {
-            // btrfs-progs 6.2 prints this one on standard output.
-            let mut out = std::io::stdout().lock();
-            let _ = out.write_all(&cat(&[b"At snapshot ", name, b"\n"]));
+            // btrfs-progs 6.2 prints this one on standard output. A closed
+            // pipe does not stop the receive (`main` reports it at the end:
+            // see `exit::stdout_closed`).
+            let _ = crate::exit::stdout().write_all(&cat(&[b"At snapshot ", name, b"\n"]));
         } else {
             self.reporter.println_bytes(&cat(&[b"At subvol ", name]));
         }
@@ -271,7 +275,7 @@ pub fn run(args: &ReceiveArgs) -> anyhow::Result<()> {
         });
     }
     let Some(dir) = &args.dir else {
-        anyhow::bail!("DIR is required");
+        crate::usage_bail!("DIR is required");
     };
     // A regular file (also as standard input) is read without a reader
     // thread, straight into the command buffers; a pipe on a reader thread.

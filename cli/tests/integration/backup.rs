@@ -559,8 +559,9 @@ fn exit_codes_case(env: Env) {
             stderr(&o)
         );
     }
+    // No repository given at all: a usage error (issue 15).
     let o = env.backup(&["list"]);
-    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("use --repo REPO or set BTRSEND_REPOSITORY"));
     // BTRSEND_REPOSITORY: a place that holds no repository.
     if env.be.kind() == Kind::Dir {

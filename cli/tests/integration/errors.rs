@@ -149,3 +149,109 @@ fn rustix_like_is_root() -> bool {
         .output()
         .is_ok_and(|o| o.stdout == b"0\n")
 }
+
+/// Issue 15: options that conflict, or an argument the other options make
+/// invalid, are usage errors in every subcommand: exit status 2 (clap's
+/// own code), nothing read or written. Clap's conflicts print clap's
+/// message; the ones btrsend finds print `btrsend: error: …` once (and as
+/// a JSON error line with --json).
+#[test]
+fn conflicting_or_invalid_options_exit_2_in_every_subcommand() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().to_str().unwrap();
+    let stream = tmp.path().join("s");
+    fs::write(&stream, b"").unwrap();
+    let stream = stream.to_str().unwrap();
+    let cases: &[(&[&str], &str)] = &[
+        // Clap's conflicts.
+        (
+            &["send", "-q", "-v", "--device", "x", "a"],
+            "error: the argument '--quiet' cannot be used with '--verbose...'",
+        ),
+        (
+            &["receive", "-q", "-v", dir],
+            "error: the argument '--quiet' cannot be used with '--verbose...'",
+        ),
+        (
+            &["receive", "--dump", "-f", stream, dir],
+            "error: the argument '--dump' cannot be used with '[DIR]'",
+        ),
+        (
+            &["receive", "--dump", "--directories", "-f", stream],
+            "error: the argument '--dump' cannot be used with '--directories'",
+        ),
+        (
+            &["receive", "--dump", "-E", "3", "-f", stream],
+            "error: the argument '--dump' cannot be used with '--max-errors <N>'",
+        ),
+        (
+            &["manifest", "--verify-data", dir],
+            "error: the following required arguments were not provided:\n  --device <PATH>",
+        ),
+        (
+            &["manifest", "--degraded", dir],
+            "error: the following required arguments were not provided:\n  --device <PATH>",
+        ),
+        (
+            &[
+                "backup", "restore", "--repo", dir, "--to", dir, "--stdout", "x",
+            ],
+            "error: the argument '--to <DIR>' cannot be used with '--stdout'",
+        ),
+        (
+            &["send", "--proto", "9", "--device", "x", "a"],
+            "error: invalid value '9' for '--proto <N>'",
+        ),
+        // Found by btrsend.
+        (
+            &[
+                "send",
+                "--proto",
+                "1",
+                "--compressed-data",
+                "--device",
+                "x",
+                "a",
+            ],
+            "btrsend: error: --compressed-data needs protocol 2 or later (--proto 1 given)\n",
+        ),
+        (
+            &["send", "id:257"],
+            "btrsend: error: id:257 needs --device: without it SUBVOL is a path in a mounted btrfs\n",
+        ),
+        (
+            &["backup", "list"],
+            "btrsend: error: no repository given: use --repo REPO or set BTRSEND_REPOSITORY\n",
+        ),
+        (
+            &["backup", "run", "--json", "x"],
+            "{\"exit_code\":2,\"message\":\"no repository given: use --repo REPO or set BTRSEND_REPOSITORY\",\"message_type\":\"error\"}\n",
+        ),
+        (
+            &["backup", "forget", "--repo", dir],
+            "btrsend: error: refusing an empty policy, which would delete every backup: give at least one --keep-* option\n",
+        ),
+    ];
+    for (args, want) in cases {
+        let out = btrsend()
+            .args(*args)
+            .env_remove("BTRSEND_REPOSITORY")
+            .stdout(std::process::Stdio::piped())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        if want.starts_with("error: ") {
+            assert!(err.starts_with(want), "{args:?}: {err}");
+        } else {
+            assert_eq!(err, *want, "{args:?}");
+        }
+        assert!(out.stdout.is_empty(), "{args:?}");
+    }
+    // Nothing was written into the directory.
+    assert_eq!(
+        fs::read_dir(tmp.path()).unwrap().count(),
+        1,
+        "only the stream"
+    );
+}

@@ -1,7 +1,7 @@
 //! `btrsend send` end to end (issue 4): the real binary on a kernel-made
 //! fixture image prints a stream whose `btrsend dump` equals the kernel's
 //! stored `btrfs receive --dump` of its own stream; `-f` writes the same
-//! bytes; a closed pipe and bad arguments fail with exit status 1 and a
+//! bytes; bad arguments fail with exit status 1 and a closed pipe with 141, each with a
 //! clear message, never a panic; a terminal is refused.
 
 use std::io::Read;
@@ -91,10 +91,10 @@ fn closed_pipe_is_a_clear_failure() {
     drop(stdout);
     let out = child.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
-    assert!(
-        stderr.starts_with("btrsend: error: ") && stderr.contains("broken pipe"),
-        "{stderr}"
+    assert_eq!(out.status.code(), Some(141), "{stderr}");
+    assert_eq!(
+        stderr,
+        "btrsend: error: standard output was closed by its reader (broken pipe): the output it got is incomplete\n"
     );
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
@@ -122,6 +122,29 @@ fn bad_arguments_fail_with_status_1() {
         assert_eq!(String::from_utf8_lossy(&out.stderr), msg, "{args:?}");
         assert!(out.stdout.is_empty());
     }
+    // Several SUBVOLs: every one is found before anything is written, so
+    // a wrong second one leaves no stream of the first (issue 15).
+    let file = tmp.path().join("several.stream");
+    let out = btrsend()
+        .arg("send")
+        .arg("-d")
+        .arg(&img)
+        .arg("-f")
+        .arg(&file)
+        .args(["snaps/basic", "snaps/nope"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        "btrsend: error: no subvolume snaps/nope\n"
+    );
+    assert!(!file.exists(), "nothing written");
+    assert_eq!(
+        std::fs::read_dir(tmp.path()).unwrap().count(),
+        1,
+        "only the image: no temporary file"
+    );
     let out = btrsend()
         .args(["send", "-d", "/nonexistent/img", "snaps/basic"])
         .stdout(Stdio::piped())
@@ -257,4 +280,32 @@ fn proto_3_is_read_by_dump_and_receive() {
     // 1901-12-13; the fixture has one such file.
     let got = btrsend::testing::compare::exempt_mtimes(&want, &got, &["times/year-1901".into()]);
     assert_eq!(got, want);
+}
+
+/// Issue 15: `send --help` states what data verification costs as
+/// measured (CPU time per GiB), not "a few percent", and how to skip it;
+/// and documents --degraded.
+#[test]
+fn help_states_the_verification_cost_and_degraded() {
+    let out = btrsend().args(["send", "--help"]).output().unwrap();
+    assert!(out.status.success());
+    let help = String::from_utf8(out.stdout).unwrap();
+    assert!(!help.contains("few percent"), "{help}");
+    assert!(help.contains("about 0.1 s per GiB of file data"), "{help}");
+    assert!(
+        help.contains("--no-verify-data skips verification and sends data unchecked"),
+        "{help}"
+    );
+    assert!(help.contains("--degraded"), "{help}");
+    assert!(help.contains("as `mount -o degraded` does"), "{help}");
+    // The summary says full or incremental, in --help, -h and the
+    // subcommand list.
+    for args in [&["send", "--help"][..], &["send", "-h"], &["--help"]] {
+        let out = btrsend().args(args).output().unwrap();
+        let text = String::from_utf8(out.stdout).unwrap();
+        assert!(
+            text.contains("Write a full or incremental send stream"),
+            "{args:?}: {text}"
+        );
+    }
 }

@@ -252,8 +252,9 @@ fn path_not_on_btrfs_is_a_clear_error() {
         e.contains("/proc is not on a btrfs filesystem (it is on proc"),
         "{e}"
     );
+    // `id:N` without --device is a usage error (issue 15).
     let o = btrsend().args(["send", "id:257"]).output().unwrap();
-    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(o.status.code(), Some(2));
     assert!(
         stderr(&o).contains("id:257 needs --device"),
         "{}",
