@@ -20,6 +20,7 @@
 //! | [`inode`](Progress::inode) | each inode | — |
 //! | [`note`](Progress::note) | — | what was not applied, once each |
 //! | [`error`](Progress::error) | — | errors below `--max-errors` |
+//! | [`command`](Progress::command) | — | each command, if [`lists_commands`](Progress::lists_commands) |
 
 use std::error::Error;
 
@@ -55,6 +56,20 @@ pub trait Progress: Sync {
     /// An error the operation went on after (receive's `--max-errors`).
     fn error(&self, err: &dyn Error) {
         let _ = err;
+    }
+    /// Whether [`command`](Progress::command) wants each command of a
+    /// receive (a listing, as `btrfs receive -v` prints). Asked once, at
+    /// the start; when true, the receiver reads every command whole, also
+    /// file data that it would otherwise leave to the thread that writes
+    /// it.
+    fn lists_commands(&self) -> bool {
+        false
+    }
+    /// receive: the next command of the stream, in stream order, as it is
+    /// read (before it is applied). Called only if
+    /// [`lists_commands`](Progress::lists_commands).
+    fn command(&self, cmd: &stream_format::Command<'_>) {
+        let _ = cmd;
     }
 }
 

@@ -125,6 +125,19 @@ impl Reporter {
         }
     }
 
+    /// A line of raw bytes on stderr (paths as a stream has them), above
+    /// the bar if one is drawn.
+    pub fn println_bytes(&self, msg: &[u8]) {
+        let line = |mut e: std::io::StderrLock<'_>| {
+            let _ = e.write_all(msg).and_then(|()| e.write_all(b"\n"));
+        };
+        if self.mode == Mode::Bar {
+            self.bar.suspend(|| line(std::io::stderr().lock()));
+        } else {
+            line(std::io::stderr().lock());
+        }
+    }
+
     /// A message on stderr, above the bar if one is drawn.
     pub fn println(&self, msg: &str) {
         if self.mode == Mode::Bar {

@@ -10,8 +10,10 @@
 //!   read-only, as `btrfs receive` does ([`super::subvol`]). Elsewhere
 //!   they make plain directories; the received UUID and ctransid go into a
 //!   record ([`super::meta`]) instead of the root item, and SNAPSHOT copies
-//!   the parent (reflink where possible, holes kept, see [`super::copy`])
-//!   and checks the parent's ctransid too.
+//!   the parent (reflink where possible, holes kept, see [`super::copy`]).
+//!   Either way a parent or clone source with the stream's UUID but another
+//!   transid is used, as btrfs-progs uses it (one with the transid is
+//!   preferred).
 //! * MKFILE uses `O_EXCL` and every creation refuses an existing entry; a
 //!   file is opened for I/O only after it was checked to be a regular file.
 //! * ENCODED_WRITE of compressed data is written as it is with
@@ -1138,6 +1140,17 @@ impl<'p> Receiver<'p> {
             && sys::subvol_flags(fd.as_fd()).is_ok_and(|f| f & sys::SUBVOL_RDONLY == 0)
     }
 
+    /// Whether the progress sink lists every command
+    /// ([`Progress::lists_commands`]).
+    pub fn lists_commands(&self) -> bool {
+        self.progress.lists_commands()
+    }
+
+    /// Give `cmd` to the progress sink's listing ([`Progress::command`]).
+    pub fn list_command(&self, cmd: &Command<'_>) {
+        self.progress.command(cmd);
+    }
+
     /// A WRITE or ENCODED_WRITE skimmed by the reader
     /// ([`stream_format::Next::Skimmed`]: its header and the first bytes of
     /// its payload, `prefix`): queue it on its file's lane, which reads the
@@ -1294,19 +1307,16 @@ impl<'p> Receiver<'p> {
         }
         let same: Vec<&Record> = recs.iter().filter(|r| r.uuid == uuid).collect();
         let complete = || same.iter().filter(|r| r.state == State::Complete);
-        if let Some(r) = complete().find(|r| r.ctransid == ctransid) {
+        // The one with the stream's ctransid, else the first complete one:
+        // btrfs-progs takes a parent or clone source found by UUID whatever
+        // its transid (`subvol_uuid_search` ignores it), and a stream made
+        // from a received copy carries that copy's ctransid, not the
+        // original's (fstests btrfs/110), so a mismatch is no error.
+        if let Some(r) = complete()
+            .find(|r| r.ctransid == ctransid)
+            .or_else(|| complete().next())
+        {
             return Ok((*r).clone());
-        }
-        if !parent && let Some(r) = complete().next() {
-            return Ok((*r).clone());
-        }
-        if let Some(r) = complete().next() {
-            return Err(ApplyErrorKind::ParentCtransid {
-                uuid,
-                ctransid,
-                name: r.name.clone(),
-                found: r.ctransid,
-            });
         }
         if let Some(r) = same.first() {
             return Err(ApplyErrorKind::ParentIncomplete {
@@ -1707,27 +1717,44 @@ mod tests {
     }
 
     #[test]
-    fn snapshot_copies_its_parent_and_needs_it() {
+    fn snapshot_copies_its_parent_preferably_with_the_streams_transid_and_needs_it() {
         let (d, r) = run(&[mkfile("f"), write("f", 0, b"parent")]);
         r.unwrap();
         let mut p = NoProgress;
         let mut rx = Receiver::new(d.path(), &mut p).unwrap();
-        let snap = |clone_ctransid| Command::Snapshot {
-            path: b("t"),
+        let snap = |name: &str, clone_ctransid| Command::Snapshot {
+            path: b(name),
             uuid: [8; 16],
             ctransid: 6,
             clone_uuid: UUID,
             clone_ctransid,
         };
-        // The parent has ctransid 5, not 4.
-        let e = rx.apply(&info(&snap(4)), &snap(4)).unwrap_err();
-        assert!(
-            matches!(e.kind, ApplyErrorKind::ParentCtransid { found: 5, .. }),
-            "{e}"
-        );
-        rx.apply(&info(&snap(5)), &snap(5)).unwrap();
+        rx.apply(&info(&snap("t", 5)), &snap("t", 5)).unwrap();
         rx.finish_subvol().unwrap();
         assert_eq!(std::fs::read(d.path().join("t/f")).unwrap(), b"parent");
+        // The parent has ctransid 5, not 4: used all the same, as
+        // btrfs-progs uses a parent found by UUID.
+        rx.apply(&info(&snap("t4", 4)), &snap("t4", 4)).unwrap();
+        rx.finish_subvol().unwrap();
+        assert_eq!(std::fs::read(d.path().join("t4/f")).unwrap(), b"parent");
+        // A second one with the UUID, ctransid 7: the one with the
+        // stream's transid is taken.
+        let s2 = Command::Subvol {
+            path: b("s2"),
+            uuid: UUID,
+            ctransid: 7,
+        };
+        for c in [s2, mkfile("f"), write("f", 0, b"second")] {
+            rx.apply(&info(&c), &c).unwrap();
+        }
+        rx.finish_subvol().unwrap();
+        for (name, transid, want) in [("v7", 7, &b"second"[..]), ("v5", 5, b"parent")] {
+            rx.apply(&info(&snap(name, transid)), &snap(name, transid))
+                .unwrap();
+            rx.finish_subvol().unwrap();
+            let got = std::fs::read(d.path().join(name).join("f")).unwrap();
+            assert_eq!(got, want, "{name}");
+        }
         let other = Command::Snapshot {
             path: b("u"),
             uuid: [9; 16],

@@ -176,17 +176,6 @@ pub enum ApplyErrorKind {
         /// A SNAPSHOT's parent (else a CLONE's source).
         parent: bool,
     },
-    /// A received subvolume has the UUID but another ctransid.
-    ParentCtransid {
-        /// The UUID asked for.
-        uuid: Uuid,
-        /// The ctransid asked for.
-        ctransid: u64,
-        /// The subvolume found.
-        name: Vec<u8>,
-        /// Its ctransid.
-        found: u64,
-    },
     /// Copying the parent failed.
     Copy {
         /// The source path.
@@ -257,11 +246,6 @@ impl fmt::Display for ApplyErrorKind {
                 f,
                 "{} with uuid {uuid} ctransid {ctransid} ({}) was received incompletely: refusing to use it",
                 what(*parent),
-                name.escape_ascii()
-            ),
-            ApplyErrorKind::ParentCtransid { uuid, ctransid, name, found } => write!(
-                f,
-                "parent subvolume with uuid {uuid} ({}) has ctransid {found}, the stream needs ctransid {ctransid}",
                 name.escape_ascii()
             ),
             ApplyErrorKind::Copy { from, source } => {
@@ -612,6 +596,8 @@ pub fn receive_file(
     if !regular {
         return receive(input, dir, opts, progress);
     }
+    // A listing of every command needs every command read whole.
+    let skim = opts.threads > 1 && !progress.lists_commands();
     let mut rx = receiver(dir, opts, progress)?;
     let len = input.metadata().map_or(0, |m| m.len());
     let input = std::sync::Arc::new(input);
@@ -625,7 +611,7 @@ pub fn receive_file(
             reader_options(),
         ),
         len,
-        on: opts.threads > 1,
+        on: skim,
     };
     decode_and_apply_from(&mut rx, &mut src, Some(&input), opts)
 }
@@ -833,6 +819,7 @@ fn decode_and_apply_from(
             Ok(())
         };
     let mut attrs = Vec::new();
+    let list = rx.lists_commands();
     loop {
         let next = reader.next_item();
         let item = match next {
@@ -885,6 +872,9 @@ fn decode_and_apply_from(
             }
         };
         summary.commands = info.index + 1;
+        if list {
+            rx.list_command(&cmd);
+        }
         let is_end = matches!(cmd, Command::End);
         let mut done = false;
         if let Some((hi, hc)) = held.take() {

@@ -430,7 +430,8 @@ fn a_parent_received_by_btrfs_receive_serves_directory_mode() {
 /// snapshotted, changed and sent from there (`-p` the received one) to a
 /// third filesystem that received the first stream. The stream's parent
 /// ctransid is the second filesystem's, not the received subvolume's
-/// stransid: btrsend takes the parent anyway, as `btrfs receive` does.
+/// stransid: btrsend takes the parent anyway, as `btrfs receive` does, in
+/// either mode.
 #[test]
 fn a_parent_with_another_ctransid_is_used_as_btrfs_receive_uses_it() {
     let Some(streams) = streams_dir() else { return };
@@ -475,6 +476,34 @@ fn a_parent_with_another_ctransid_is_used_as_btrfs_receive_uses_it() {
     }
     assert_eq!(received_fields(&o), received_fields(&g));
     assert_eq!(fs::read(g.join("added-on-two")).unwrap(), b"two\n");
+
+    // Directory mode takes the parent the same way: its record has the
+    // first stream's ctransid, not the one the second stream names.
+    let dirs = three.mnt.join("dirs");
+    fs::create_dir(&dirs).unwrap();
+    let mut opts = ReceiveOptions::new();
+    opts.subvolumes = false;
+    for s in [&full, &inc] {
+        let f = fs::File::open(s).unwrap();
+        receive::receive_file(f, &dirs, &opts, &mut NoProgress).unwrap_or_else(|e| panic!("{e}"));
+    }
+    let dump = run(Proc::new("btrfs")
+        .args(["receive", "--dump", "-f"])
+        .arg(&inc));
+    let wanted = dump
+        .lines()
+        .next()
+        .and_then(|l| l.split(' ').find_map(|w| w.strip_prefix("parent_transid=")))
+        .unwrap_or_else(|| panic!("no parent_transid in {dump}"))
+        .to_string();
+    let record = fs::read_to_string(dirs.join(format!(".btrsend/{s1}.subvol"))).unwrap();
+    assert!(
+        record.contains("state=complete\n") && !record.contains(&format!("\nctransid={wanted}\n")),
+        "parent transid {wanted}, record:\n{record}"
+    );
+    if let Some(d) = manifest::diff(&manifest_of(&o), &manifest_of(&dirs.join("s2")), 20) {
+        panic!("s2 (directory mode):\n{d}");
+    }
 }
 
 /// The streams of one fixture (`tests/fixtures/NNN-*`) in one protocol

@@ -3,11 +3,14 @@
 
 use std::io::Write as _;
 use std::path::PathBuf;
+use std::sync::Mutex;
 
 use anyhow::Context;
 use btrsend::progress::Progress;
 use btrsend::receive::{self, ReceiveOptions};
+use btrsend::types::Uuid;
 use clap::{Args, ValueHint};
+use stream_format::Command;
 
 use super::dump::{self, DumpArgs};
 use crate::progress::{Mode, Op, Reporter};
@@ -82,8 +85,16 @@ pub struct ReceiveArgs {
     /// receiving real subvolumes, as `btrfs receive` prints them.
     #[arg(short = 'q', long = "quiet", conflicts_with = "verbose")]
     pub quiet: bool,
-    /// Print more: "At subvol NAME" / "At snapshot NAME" for every
-    /// subvolume in either mode, and whether each was received completely.
+    /// Print more, as btrfs receive -v does (on standard error): "At subvol
+    /// NAME" / "At snapshot NAME" for every subvolume in either mode, then
+    /// "receiving subvol|snapshot NAME" with the received UUID and transids
+    /// (and the parent's), a line for each write and clone
+    /// ("write PATH - offset=N length=N"), and at the end of each
+    /// subvolume "BTRFS_IOC_SET_RECEIVED_SUBVOL uuid=UUID, stransid=N"
+    /// (directory mode: "NAME received completely"), or "NAME left
+    /// incomplete". Repeat (-vv) for a line for every command, with
+    /// btrfs-progs' texts. Listing commands reads all file data on the
+    /// receiving thread: slower.
     #[arg(short = 'v', long = "verbose", action = clap::ArgAction::Count)]
     pub verbose: u8,
     /// The directory to receive into: each subvolume of the stream becomes
@@ -97,22 +108,24 @@ const RECORDS_HELP: &str = "\
 Two modes. On btrfs, as root, btrsend receive does what btrfs receive does: a
 full stream (SUBVOL) creates the subvolume DIR/<name>; an incremental stream
 (SNAPSHOT) snapshots its parent, the subvolume of the same filesystem whose
-received UUID (else UUID) and transid are the stream's parent's, found in the
-UUID tree (it may be anywhere below the mount root, see -m). At the end of
-each subvolume its received UUID and stransid are set and it is made
-read-only, so btrfs send -p, btrbk and a later btrsend receive can use it. A
-subvolume whose receive failed or was interrupted has no received UUID: it is
-incomplete, and never taken for a parent.
+received UUID (else UUID) is the stream's parent's (if several have it, one
+whose transid is the stream's too, else the first found, as btrfs receive
+takes it), found in the UUID tree (it may be anywhere below the mount root, see
+-m). At the end of each subvolume its received UUID and stransid are set and
+it is made read-only, so btrfs send -p, btrbk and a later btrsend receive can
+use it. A subvolume whose receive failed or was interrupted has no received
+UUID: it is incomplete, never taken for a parent, and a second receive of it
+says so.
 
 Elsewhere (other filesystems, not root, or --directories) each subvolume is a
 directory: an incremental stream needs its parent received earlier into the
 same DIR (as a directory, or by btrfs receive as a subvolume): it is found by
-the parent's UUID and ctransid, copied (reflinked where the filesystem can,
-holes kept) to DIR/<name>, and the changes are applied. The record
-DIR/.btrsend/<name>.subvol keeps each subvolume's received UUID, ctransid,
-parent and whether it was received completely; an incomplete one is never used
-as a parent. On btrfs, a snapshot may also start from a parent received as a
-directory.
+the parent's UUID (and ctransid, if several have the UUID), copied (reflinked
+where the filesystem can, holes kept) to DIR/<name>, and the changes are
+applied. The record DIR/.btrsend/<name>.subvol keeps each subvolume's
+received UUID, ctransid, parent and whether it was received completely; an
+incomplete one is never used as a parent. On btrfs, a snapshot may also start
+from a parent received as a directory.
 
 Either way every path of the stream stays beneath DIR/<name>: absolute
 paths, '..' and symlinks in paths are refused.
@@ -124,10 +137,14 @@ Receiving on a btrfs backup host over ssh:
 As an ordinary user, file owners cannot be set: this is reported once and is
 not an error.";
 
-/// The [`Reporter`], plus the lines `btrfs receive` prints: "At subvol
-/// NAME" (stderr) and "At snapshot NAME" (stdout), by default when
-/// receiving real subvolumes, in either mode with -v, never with -q; with
-/// -v also whether each subvolume was received completely.
+/// The [`Reporter`], plus the lines `btrfs receive` prints (btrfs-progs
+/// `cmds/receive.c`): "At subvol NAME" (stderr) and "At snapshot NAME"
+/// (stdout), by default when receiving real subvolumes, in either mode with
+/// -v, never with -q; with -v also "receiving subvol|snapshot ..." with the
+/// UUIDs and transids, a line for each WRITE and CLONE, and at the end of
+/// each subvolume the received UUID and stransid set (directory mode: that
+/// it was received completely) or that it was left incomplete; with -vv a
+/// line for every command.
 struct Lines {
     reporter: Reporter,
     /// -1 quiet, 0 default, 1+ verbose.
@@ -135,33 +152,102 @@ struct Lines {
     /// Real subvolumes are received (the "At" lines are printed at default
     /// verbosity).
     subvolumes: bool,
+    /// The received UUID and stransid of the subvolume being received
+    /// (from its SUBVOL or SNAPSHOT, with -v), for its last line.
+    current: Mutex<Option<([u8; 16], u64)>>,
+}
+
+impl Lines {
+    /// "At subvol NAME" (stderr) or "At snapshot NAME" (stdout).
+    fn at(&self, name: &[u8], incremental: bool) {
+        if incremental {
+            // btrfs-progs 6.2 prints this one on standard output. A closed
+            // pipe does not stop the receive (`main` reports it at the end:
+            // see `exit::stdout_closed`).
+            let _ = crate::exit::stdout().write_all(&cat(&[b"At snapshot ", name, b"\n"]));
+        } else {
+            self.reporter.println_bytes(&cat(&[b"At subvol ", name]));
+        }
+    }
 }
 
 impl Progress for Lines {
     fn subvol_start(&self, name: &[u8], incremental: bool) {
         self.reporter.subvol_start(name, incremental);
-        if self.verbosity >= 1 || (self.verbosity == 0 && self.subvolumes) {
-            let name = String::from_utf8_lossy(name);
-            if incremental {
-                // btrfs-progs 6.2 prints this one on standard output. A
-                // closed pipe does not stop the receive (`main` reports it
-                // at the end: see `exit::stdout_closed`).
-                let _ = writeln!(crate::exit::stdout(), "At snapshot {name}");
-            } else {
-                self.reporter.println(&format!("At subvol {name}"));
-            }
+        // With -v, the "At" lines come with the SUBVOL / SNAPSHOT listing.
+        if self.verbosity == 0 && self.subvolumes {
+            self.at(name, incremental);
         }
     }
     fn subvol_done(&self, name: &[u8], complete: bool) {
         self.reporter.subvol_done(name, complete);
-        if self.verbosity >= 1 {
-            let how = if complete {
-                "received completely"
-            } else {
-                "left incomplete"
-            };
-            self.reporter
-                .println(&format!("{} {how}", String::from_utf8_lossy(name)));
+        if self.verbosity < 1 {
+            return;
+        }
+        let current = self.current.lock().ok().and_then(|mut c| c.take());
+        let line = match (complete, self.subvolumes, current) {
+            (true, true, Some((uuid, stransid))) => format!(
+                "BTRFS_IOC_SET_RECEIVED_SUBVOL uuid={}, stransid={stransid}",
+                Uuid(uuid)
+            )
+            .into_bytes(),
+            (true, ..) => cat(&[name, b" received completely"]),
+            (false, ..) => cat(&[name, b" left incomplete"]),
+        };
+        self.reporter.println_bytes(&line);
+    }
+    fn lists_commands(&self) -> bool {
+        self.verbosity >= 1
+    }
+    fn command(&self, cmd: &Command<'_>) {
+        let level = u8::try_from(self.verbosity).unwrap_or(0);
+        let (path, uuid, ctransid, line) = match cmd {
+            Command::Subvol {
+                path,
+                uuid,
+                ctransid,
+            } => (
+                path,
+                uuid,
+                ctransid,
+                cat(&[
+                    b"receiving subvol ",
+                    path,
+                    format!(" uuid={}, stransid={ctransid}", Uuid(*uuid)).as_bytes(),
+                ]),
+            ),
+            Command::Snapshot {
+                path,
+                uuid,
+                ctransid,
+                clone_uuid,
+                clone_ctransid,
+            } => (
+                path,
+                uuid,
+                ctransid,
+                cat(&[
+                    b"receiving snapshot ",
+                    path,
+                    format!(
+                        " uuid={}, ctransid={ctransid} parent_uuid={}, parent_ctransid={clone_ctransid}",
+                        Uuid(*uuid),
+                        Uuid(*clone_uuid)
+                    )
+                    .as_bytes(),
+                ]),
+            ),
+            _ => {
+                if let Some(line) = listing(cmd, level) {
+                    self.reporter.println_bytes(&line);
+                }
+                return;
+            }
+        };
+        self.at(path, matches!(cmd, Command::Snapshot { .. }));
+        self.reporter.println_bytes(&line);
+        if let Ok(mut c) = self.current.lock() {
+            *c = Some((*uuid, *ctransid));
         }
     }
     fn data(&self, bytes: u64) {
@@ -223,6 +309,7 @@ pub fn run(args: &ReceiveArgs) -> anyhow::Result<()> {
             i8::try_from(args.verbose).unwrap_or(i8::MAX)
         },
         subvolumes: !args.directories && receive::subvol_mode_possible(dir),
+        current: Mutex::new(None),
     };
     let mut opts = ReceiveOptions::new();
     opts.subvolumes = !args.directories;
@@ -238,4 +325,122 @@ pub fn run(args: &ReceiveArgs) -> anyhow::Result<()> {
     progress.reporter.finish(res.is_ok(), None);
     res?;
     Ok(())
+}
+
+/// `parts` joined: a line of raw bytes (paths as the stream has them).
+fn cat(parts: &[&[u8]]) -> Vec<u8> {
+    parts.concat()
+}
+
+/// The line `btrfs receive -v` prints for `cmd` (`level` 1; with `-vv`,
+/// `level` 2, one for every command): btrfs-progs' texts (`cmds/receive.c`),
+/// paths as the stream has them (relative to the subvolume). SUBVOL and
+/// SNAPSHOT are printed by [`Lines::command`] itself.
+fn listing(cmd: &Command<'_>, level: u8) -> Option<Vec<u8>> {
+    use Command as C;
+    Some(match cmd {
+        C::Write { path, offset, data } => cat(&[
+            b"write ",
+            path,
+            format!(" - offset={offset} length={}", data.len()).as_bytes(),
+        ]),
+        C::Clone {
+            offset,
+            len,
+            path,
+            clone_path,
+            clone_offset,
+            ..
+        } => cat(&[
+            b"clone ",
+            path,
+            b" - source=",
+            clone_path,
+            format!(" source offset={clone_offset} offset={offset} length={len}").as_bytes(),
+        ]),
+        _ if level < 2 => return None,
+        C::Mkfile { path, .. } => cat(&[b"mkfile ", path]),
+        C::Mkdir { path, .. } => cat(&[b"mkdir ", path]),
+        C::Mknod {
+            path, rdev, mode, ..
+        } => cat(&[
+            b"mknod ",
+            path,
+            format!(" mode={mode}, dev={rdev}").as_bytes(),
+        ]),
+        C::Mkfifo { path, .. } => cat(&[b"mkfifo ", path]),
+        C::Mksock { path, .. } => cat(&[b"mksock ", path]),
+        C::Symlink {
+            path, path_link, ..
+        } => cat(&[b"symlink ", path, b" -> ", path_link]),
+        C::Rename { path, path_to } => cat(&[b"rename ", path, b" -> ", path_to]),
+        C::Link { path, path_link } => cat(&[b"link ", path, b" -> ", path_link]),
+        C::Unlink { path } => cat(&[b"unlink ", path]),
+        C::Rmdir { path } => cat(&[b"rmdir ", path]),
+        C::SetXattr { path, name, data } => cat(&[
+            b"set_xattr ",
+            path,
+            b" - name=",
+            name,
+            format!(" data_len={} data=", data.len()).as_bytes(),
+            // progs prints the value as a C string: up to its first NUL.
+            data.split(|&b| b == 0).next().unwrap_or_default(),
+        ]),
+        C::RemoveXattr { path, name } => cat(&[b"remove_xattr ", path, b" - name=", name]),
+        C::Truncate { path, size } => {
+            cat(&[b"truncate ", path, format!(" size={size}").as_bytes()])
+        }
+        // progs prints the mode as a C int, in octal.
+        C::Chmod { path, mode } => cat(&[
+            b"chmod ",
+            path,
+            format!(" - mode=0{:o}", mode & u64::from(u32::MAX)).as_bytes(),
+        ]),
+        C::Chown { path, uid, gid } => cat(&[
+            b"chown ",
+            path,
+            format!(" - uid={uid}, gid={gid}").as_bytes(),
+        ]),
+        C::Utimes { path, .. } => cat(&[b"utimes ", path]),
+        C::UpdateExtent { path, offset, size } => cat(&[
+            b"update_extent ",
+            path,
+            format!(": offset={offset}, len={size}").as_bytes(),
+        ]),
+        C::Fallocate {
+            path,
+            mode,
+            offset,
+            size,
+        } => cat(&[
+            b"fallocate ",
+            path,
+            format!(" - offset={offset}, len={size}, mode={mode}").as_bytes(),
+        ]),
+        C::EncodedWrite {
+            path,
+            offset,
+            unencoded_file_len,
+            unencoded_len,
+            unencoded_offset,
+            compression,
+            encryption,
+            data,
+        } => cat(&[
+            b"encoded_write ",
+            path,
+            format!(
+                " - offset={offset}, len={}, unencoded_offset={unencoded_offset}, \
+                 unencoded_file_len={unencoded_file_len}, unencoded_len={unencoded_len}, \
+                 compression={}, encryption={}",
+                data.len(),
+                compression.unwrap_or(0),
+                encryption.unwrap_or(0)
+            )
+            .as_bytes(),
+        ]),
+        // SUBVOL and SNAPSHOT: by the caller; progs prints nothing for
+        // the rest (END, FILEATTR, ENABLE_VERITY).
+        _ => return None,
+    })
 }

@@ -248,7 +248,8 @@ fn receive_device_node_as_ordinary_user_says_it_needs_root() {
 
 /// Into btrfs as root, `btrsend receive` prints what `btrfs receive` 6.2
 /// prints ("At subvol NAME" on stderr for a full stream, "At snapshot NAME"
-/// on stdout for an incremental one), and nothing with -q; `-m ROOTMOUNT`
+/// on stdout for an incremental one), and nothing with -q; with -v and -vv
+/// the same detail lines, byte for byte; `-m ROOTMOUNT`
 /// and `-C` are accepted as progs accepts them. The oracle is `btrfs
 /// receive` of the same streams into another filesystem (both receivers
 /// find parents across the whole filesystem, so they must not share one).
@@ -300,6 +301,53 @@ fn receive_into_btrfs_prints_what_btrfs_receive_prints() {
         ]);
         assert!(q.status.success(), "{}", String::from_utf8_lossy(&q.stderr));
         assert!(q.stderr.is_empty() && q.stdout.is_empty());
+    }
+    // -v and -vv: progs' detail lines, the same on both (received into
+    // directories of the same filesystems: parents are found by UUID).
+    for v in ["-v", "-vv"] {
+        for fs_ in [&kernel, &ours] {
+            fs::create_dir(fs_.path().join(v)).unwrap();
+        }
+        for s in chain {
+            let f = streams.join(format!("{s}.stream"));
+            let k = Command::new("btrfs")
+                .args(["receive", v, "-f"])
+                .arg(&f)
+                .arg(kernel.path().join(v))
+                .output()
+                .unwrap();
+            assert!(k.status.success(), "{}", String::from_utf8_lossy(&k.stderr));
+            let b = run(&[
+                "receive".as_ref(),
+                v.as_ref(),
+                "-f".as_ref(),
+                f.as_os_str(),
+                ours.path().join(v).as_os_str(),
+            ]);
+            assert!(b.status.success(), "{}", String::from_utf8_lossy(&b.stderr));
+            let lines = k.stderr.split(|&c| c == b'\n').count();
+            assert!(lines > 5, "{s} {v}: {lines} lines from btrfs receive");
+            if b.stderr != k.stderr {
+                let (kt, bt) = (
+                    String::from_utf8_lossy(&k.stderr),
+                    String::from_utf8_lossy(&b.stderr),
+                );
+                let diff: Vec<String> = kt
+                    .lines()
+                    .zip(bt.lines())
+                    .filter(|(a, b)| a != b)
+                    .take(5)
+                    .map(|(a, b)| format!("btrfs:   {a}\nbtrsend: {b}"))
+                    .collect();
+                panic!(
+                    "{s} {v}: stderr differs ({} vs {} lines):\n{}",
+                    kt.lines().count(),
+                    bt.lines().count(),
+                    diff.join("\n")
+                );
+            }
+            assert_eq!(b.stdout, k.stdout, "{s} {v}: stdout");
+        }
     }
     // The snapshot is a read-only subvolume.
     let show = Command::new("btrfs")
