@@ -590,7 +590,6 @@ fn take_snapshots(
     progress: &dyn Progress,
 ) -> Result<Vec<Found>, BackupError> {
     let now = jiff::Timestamp::now();
-    let mut found = Vec::new();
     for subvol in &so.subvols {
         match snapshots::take(subvol, &so.dir, now) {
             Ok(path) => {
@@ -602,16 +601,21 @@ fn take_snapshots(
                 report.snapshot_failed.push((subvol.clone(), e));
             }
         }
-        let paths = snapshots::subvolumes_in(&so.dir)?
-            .into_iter()
-            .map(|n| so.dir.join(n).display().to_string())
-            .collect();
-        found.push(Found {
-            paths,
-            origin: subvol.clone(),
-        });
     }
-    Ok(found)
+    // The directory once, with every new snapshot in it.
+    let paths: Vec<String> = snapshots::subvolumes_in(&so.dir)?
+        .into_iter()
+        .map(|n| so.dir.join(n).display().to_string())
+        .collect();
+    Ok(so
+        .subvols
+        .iter()
+        .map(|subvol| Found {
+            paths: paths.clone(),
+            origin: subvol.clone(),
+            snaps: Vec::new(),
+        })
+        .collect())
 }
 
 /// Delete the source snapshots btrsend took beyond the newest `keep`
@@ -620,46 +624,22 @@ fn prune_snapshots(
     so: &SnapshotOptions,
     keep: usize,
     found: &[Found],
-    src: &Sources,
     cat: &Catalog,
     report: &mut RunReport,
     progress: &dyn Progress,
 ) {
     for f in found {
         let base = snapshots::base_name(&f.origin);
-        let Ok(origin) = crate::mount::resolve(&f.origin) else {
-            continue;
-        };
-        let mut cands = Vec::new();
-        for (fs, subs) in src.subvols.iter().enumerate() {
-            let Some(o) = subs
-                .iter()
-                .find(|s| s.path == origin.subvol_path.as_bytes())
-            else {
-                continue;
-            };
-            for p in &f.paths {
-                let Ok(m) = crate::mount::resolve(Path::new(p)) else {
-                    continue;
-                };
-                let Some(s) = src.subvols[fs].iter().find(|s| {
-                    s.path == m.subvol_path.as_bytes() && s.root.parent_uuid == o.root.uuid
-                }) else {
-                    continue;
-                };
-                let name = Path::new(p)
-                    .file_name()
-                    .map(|n| n.to_string_lossy().into_owned())
-                    .unwrap_or_default();
-                cands.push(snapshots::Candidate {
-                    ours: snapshots::parse_snapshot_name(&base, &name).is_some(),
-                    name,
-                    otransid: s.root.otransid.get(),
-                    stored: cat.find(&stream_uuid(s), s.root.ctransid.get()).is_some(),
-                });
-            }
-            break;
-        }
+        let cands: Vec<snapshots::Candidate> = f
+            .snaps
+            .iter()
+            .map(|(name, s)| snapshots::Candidate {
+                ours: snapshots::parse_snapshot_name(&base, name).is_some(),
+                name: name.clone(),
+                otransid: s.root.otransid.get(),
+                stored: cat.find(&stream_uuid(s), s.root.ctransid.get()).is_some(),
+            })
+            .collect();
         for (c, v) in cands.iter().zip(snapshots::prune_plan(&cands, keep)) {
             if v != snapshots::PruneVerdict::Delete {
                 continue;
@@ -804,10 +784,13 @@ fn source_error(what: String) -> impl FnOnce(SendError) -> BackupError {
 /// Snapshots of one subvolume found in a snapshot directory (`run
 /// --snapshot`): stored when newer than the newest of them stored.
 struct Found {
-    /// Their paths (`DIR/NAME`).
+    /// The subvolume roots in the snapshot directory (`DIR/NAME`).
     paths: Vec<String>,
     /// The subvolume they are snapshots of.
     origin: PathBuf,
+    /// Those of `paths` that are snapshots of `origin` (by name in DIR),
+    /// as [`select_found`] found them; pruning decides among them.
+    snaps: Vec<(String, Subvolume)>,
 }
 
 impl Sources {
@@ -854,7 +837,7 @@ impl Sources {
 fn select(
     opts: &RunOptions,
     specs: &[String],
-    found: &[Found],
+    found: &mut [Found],
     cat: &Catalog,
 ) -> Result<Sources, BackupError> {
     let mut src = Sources {
@@ -935,7 +918,7 @@ fn select(
     }
     // Snapshots found in a snapshot directory: those of the origin, read-
     // only, newer than the newest of them stored.
-    for f in found {
+    for f in found.iter_mut() {
         // A subvolume that cannot be read is its own failure: the others
         // proceed.
         if let Err(e) = select_found(&mut src, f, cat, &mut by_devices) {
@@ -949,7 +932,7 @@ fn select(
 /// newest of them stored (see [`snapshots`]).
 fn select_found(
     src: &mut Sources,
-    f: &Found,
+    f: &mut Found,
     cat: &Catalog,
     by_devices: &mut BTreeMap<Vec<PathBuf>, usize>,
 ) -> Result<(), BackupError> {
@@ -971,10 +954,18 @@ fn select_found(
             continue;
         }
         let subs = &src.subvols[fs];
-        if let Some(s) = subs.iter().find(|s| {
-            s.path == top.as_bytes() && s.root.parent_uuid == origin_uuid && s.root.is_readonly()
-        }) {
-            snaps.push((top, s.clone()));
+        if let Some(s) = subs
+            .iter()
+            .find(|s| s.path == top.as_bytes() && s.root.parent_uuid == origin_uuid)
+        {
+            let name = Path::new(p)
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            f.snaps.push((name, s.clone()));
+            if s.root.is_readonly() {
+                snaps.push((top, s.clone()));
+            }
         }
     }
     // By creation (otransid): a snapshot taken when nothing changed
@@ -1015,11 +1006,11 @@ impl Repository {
         let _lock = self.lock(LockKind::Exclusive, opts.wait_lock, progress)?;
         let mut cat = self.catalog()?;
         let mut report = RunReport::default();
-        let found = match &opts.snapshots {
+        let mut found = match &opts.snapshots {
             Some(so) => take_snapshots(so, &mut report, progress)?,
             None => Vec::new(),
         };
-        let mut src = select(opts, specs, &found, &cat)?;
+        let mut src = select(opts, specs, &mut found, &cat)?;
         self.clean_leftovers(&cat, progress)?;
         for (path, err) in std::mem::take(&mut src.rejected) {
             progress.failed(&path, &err);
@@ -1059,7 +1050,7 @@ impl Repository {
         if let Some(so) = &opts.snapshots
             && let Some(keep) = so.keep
         {
-            prune_snapshots(so, keep, &found, &src, &cat, &mut report, progress);
+            prune_snapshots(so, keep, &found, &cat, &mut report, progress);
         }
         Ok(report)
     }
