@@ -12,6 +12,7 @@ pub mod manifest;
 pub mod mount;
 pub mod progress;
 pub mod receive;
+pub mod resume;
 pub mod send;
 
 #[cfg(feature = "testing")]

@@ -66,6 +66,9 @@ use super::sys;
 use super::target::{self, ReceiveDir, Target, TargetError};
 use super::{ApplyError, ApplyErrorKind, Progress};
 
+mod resume;
+pub use resume::{RESUME_DIR, Step, TokenError, Tracker, resume_token};
+
 /// btrfs inode flags (`BTRFS_INODE_*`) → `FS_*_FL`, for FILEATTR.
 const FLAG_MAP: &[(u64, IFlags, &str)] = &[
     (1 << 1, IFlags::NOCOW, "NODATACOW"),
@@ -192,6 +195,9 @@ pub struct Receiver<'p> {
     /// DIR's btrfs, when subvolumes are received as real subvolumes
     /// ([`Receiver::subvolumes`]).
     btrfs: Option<Btrfs>,
+    /// A SUBVOL / SNAPSHOT found its partial subvolume and rolled it back
+    /// to this resume point (see [`Receiver::take_resumed`]).
+    resumed: Option<crate::resume::Token>,
     progress: &'p mut dyn Progress,
 }
 
@@ -235,6 +241,7 @@ impl<'p> Receiver<'p> {
             lane_errors: Vec::new(),
             info: None,
             btrfs: None,
+            resumed: None,
             progress,
         })
     }
@@ -373,6 +380,7 @@ impl<'p> Receiver<'p> {
                     })
                 },
             )?;
+            self.drop_resume_point(&cur.record.name);
         } else if cur.errors == 0 {
             cur.record.state = State::Complete;
             self.records.write(&self.dir, &cur.record).map_err(|e| {
@@ -389,6 +397,13 @@ impl<'p> Receiver<'p> {
         self.progress
             .subvol_done(cur.target.name(), cur.errors == 0);
         Ok(())
+    }
+
+    /// The resume point the last SUBVOL / SNAPSHOT rolled its partial
+    /// subvolume back to, if it did: the commands before it are to be
+    /// dropped ([`Tracker::skip_to`]).
+    pub fn take_resumed(&mut self) -> Option<crate::resume::Token> {
+        self.resumed.take()
     }
 
     /// Set inode flags through a reopened fd, reporting (once) the flags the
@@ -1385,6 +1400,12 @@ impl<'p> Receiver<'p> {
         match created {
             Ok(()) => {}
             Err(rustix::io::Errno::EXIST) if self.btrfs.is_some() => {
+                if self.incomplete_subvolume(name)
+                    && let Some(t) = self.resume_whole(name, uuid, ctransid)?
+                {
+                    self.resumed = Some(t);
+                    return Ok(());
+                }
                 return Err(if self.incomplete_subvolume(name) {
                     ApplyErrorKind::ExistsIncompleteSubvol {
                         dir: self.dir.display_path(name),

@@ -54,7 +54,7 @@ use stream_format::{
     Command, CommandInfo, CommandKind, DecodeError, Next, ReaderOptions, StreamReader,
 };
 
-pub use apply::Receiver;
+pub use apply::{RESUME_DIR, Receiver, TokenError as ResumeTokenError, resume_token};
 use meta::Uuid;
 use target::TargetError;
 
@@ -222,8 +222,8 @@ impl fmt::Display for ApplyErrorKind {
             ApplyErrorKind::ExistsIncompleteSubvol { dir } => write!(
                 f,
                 "subvolume exists already and is incomplete (writable, no received UUID: an \
-                 earlier receive was interrupted or failed): to receive it again, delete it \
-                 (btrfs subvolume delete {})",
+                 earlier receive was interrupted or failed) and has no resume point for this \
+                 stream: to receive it again, delete it (btrfs subvolume delete {})",
                 dir.display()
             ),
             ApplyErrorKind::RecordWrite(e) => write!(
@@ -648,12 +648,18 @@ fn decode_and_apply(
 }
 
 /// Version 3 streams are accepted: ENABLE_VERITY is reported, not refused.
+/// Continuation streams (`btrsend send --resume`) are recognised.
 fn reader_options() -> ReaderOptions {
-    ReaderOptions::new().with_max_version(3)
+    ReaderOptions::new()
+        .with_max_version(3)
+        .with_continuation(true)
 }
 
 /// Where [`decode_and_apply_from`] gets its commands.
 trait Source {
+    /// Read the next stream header if one is due: the stream's number and
+    /// its continuation record when it is a continuation stream.
+    fn begin(&mut self) -> Result<Option<(u32, Vec<u8>)>, DecodeError>;
     /// The next command, whole or skimmed.
     fn next_item(&mut self) -> Result<Option<Next<'_>>, DecodeError>;
     /// See [`StreamReader::position`].
@@ -667,7 +673,21 @@ trait Source {
 /// Every command read whole.
 struct Whole<R>(StreamReader<R>);
 
+/// See [`Source::begin`].
+fn begin<R: Read>(r: &mut StreamReader<R>) -> Result<Option<(u32, Vec<u8>)>, DecodeError> {
+    let before = r.streams();
+    r.at_command()?;
+    if r.streams() == before {
+        return Ok(None);
+    }
+    Ok(r.continuation()
+        .map(|c| (r.streams().saturating_sub(1), c.to_vec())))
+}
+
 impl<R: Read> Source for Whole<R> {
+    fn begin(&mut self) -> Result<Option<(u32, Vec<u8>)>, DecodeError> {
+        begin(&mut self.0)
+    }
     fn next_item(&mut self) -> Result<Option<Next<'_>>, DecodeError> {
         Ok(self.0.next_command()?.map(|(i, c)| Next::Command(i, c)))
     }
@@ -699,6 +719,9 @@ const SKIM_MIN: u32 = 8192;
 const SKIM_PREFIX: usize = 4096 + 64;
 
 impl Source for Skim {
+    fn begin(&mut self) -> Result<Option<(u32, Vec<u8>)>, DecodeError> {
+        begin(&mut self.reader)
+    }
     fn next_item(&mut self) -> Result<Option<Next<'_>>, DecodeError> {
         let (on, len) = (self.on, self.len);
         self.reader.next_skimmed(|info| {
@@ -820,7 +843,37 @@ fn decode_and_apply_from(
         };
     let mut attrs = Vec::new();
     let list = rx.lists_commands();
+    // Where the current subvolume's stream is, for its resume points.
+    let mut track = apply::Tracker::default();
+    // A resume error stops the receive.
+    let resume_error = |kind| {
+        ReceiveError::Apply(Box::new(ApplyError {
+            cmd: None,
+            op: "resume",
+            path: Vec::new(),
+            target: None,
+            path2: None,
+            kind,
+        }))
+    };
     loop {
+        match reader.begin() {
+            Ok(None) => {}
+            Ok(Some((stream, rec))) => {
+                if let Some((hi, hc)) = held.take() {
+                    apply(rx, &hi, &hc, &mut errors)?;
+                }
+                rx.continuation(stream, &rec, &mut track)
+                    .map_err(resume_error)?;
+            }
+            Err(e) => {
+                if let Some((hi, hc)) = held.take() {
+                    apply(rx, &hi, &hc, &mut errors)?;
+                }
+                stream_error(rx, e, &mut errors)?;
+                continue;
+            }
+        }
         let next = reader.next_item();
         let item = match next {
             Ok(Some(x)) => x,
@@ -837,6 +890,10 @@ fn decode_and_apply_from(
             Next::Command(info, cmd) => (info, cmd),
             Next::Skimmed { info, crc, prefix } => {
                 summary.commands = info.index + 1;
+                if track.command(&info).map_err(resume_error)? == apply::Step::Drop {
+                    rx.position(reader.position(), summary.commands);
+                    continue;
+                }
                 if let Some((hi, hc)) = held.take() {
                     apply(rx, &hi, &hc, &mut errors)?;
                 }
@@ -868,10 +925,19 @@ fn decode_and_apply_from(
                     }
                 }
                 rx.position(reader.position(), summary.commands);
+                if held.is_none() {
+                    rx.checkpoint(&mut track);
+                }
                 continue;
             }
         };
         summary.commands = info.index + 1;
+        if track.command(&info).map_err(resume_error)? == apply::Step::Drop {
+            drop(cmd);
+            rx.position(reader.position(), summary.commands);
+            continue;
+        }
+        let starts = matches!(cmd, Command::Subvol { .. } | Command::Snapshot { .. });
         if list {
             rx.list_command(&cmd);
         }
@@ -902,11 +968,17 @@ fn decode_and_apply_from(
             } else {
                 apply(rx, &info, &cmd, &mut errors)?;
                 drop(cmd);
+                if starts && let Some(t) = rx.take_resumed() {
+                    track.resumed(&t);
+                }
             }
         } else {
             drop(cmd);
         }
         rx.position(reader.position(), summary.commands);
+        if held.is_none() {
+            rx.checkpoint(&mut track);
+        }
         if is_end && opts.stop_at_end {
             break;
         }

@@ -106,6 +106,8 @@ pub enum SendError {
         /// The chunk tree generation afterwards.
         now: u64,
     },
+    /// `send --resume TOKEN`: the token does not belong to this send.
+    ResumeMismatch(String),
 }
 
 impl fmt::Display for SendError {
@@ -162,6 +164,12 @@ impl fmt::Display for SendError {
                 "the chunk layout of {mount} changed during the send (chunks removed or moved; \
                  chunk tree generation {was} then {now}: a balance?); the stream may hold stale \
                  blocks, so its end was withheld (a receiver of it fails): run the send again"
+            ),
+            SendError::ResumeMismatch(why) => write!(
+                f,
+                "the resume token does not match this send: {why}; give the same SUBVOL, \
+                 parent, clone sources and options as the interrupted send, and the token \
+                 `btrsend receive --resume-token DIR/NAME` prints now"
             ),
         }
     }

@@ -296,12 +296,123 @@ pub fn send_with_clone_sources<W: Write>(
     progress: &dyn Progress,
 ) -> Result<(W, SendStats), SendError> {
     progress.subvol_start(&subvol.path, parent.is_some());
-    let res = send_stream(fs, subvol, parent, clone_sources, out, opts, progress);
+    let res = send_stream(fs, subvol, parent, clone_sources, out, opts, None, progress);
     progress.subvol_done(&subvol.path, res.is_ok());
     res
 }
 
-/// [`send_with_clone_sources`] without the progress bracket.
+/// Where a resumed send continues (see [`crate::resume`]).
+#[derive(Debug, Clone, Copy)]
+pub enum ResumeFrom<'a> {
+    /// A receiver's resume token: write a continuation stream (its header,
+    /// then the commands from the token's point on), after checking that
+    /// the commands before that point are the token's.
+    Token(&'a crate::resume::Token),
+    /// Within one process: continue the stream at this byte offset (the
+    /// bytes before it were written already), as if it had never stopped.
+    Offset(u64),
+}
+
+/// [`send_with_clone_sources`] continued from a resume point: only the
+/// rest of the stream is written (see [`ResumeFrom`]). Nothing of the
+/// file data before the point is read.
+///
+/// # Errors
+///
+/// As [`send_full`]; [`SendError::ResumeMismatch`] when the token is not
+/// this send's (another snapshot, parent, protocol, options or clone
+/// sources).
+#[allow(clippy::too_many_arguments)]
+pub fn send_resumed<W: Write>(
+    fs: &Filesystem,
+    subvol: &Subvolume,
+    parent: Option<&Subvolume>,
+    clone_sources: &[Subvolume],
+    out: W,
+    opts: SendOptions,
+    from: ResumeFrom<'_>,
+    progress: &dyn Progress,
+) -> Result<(W, SendStats), SendError> {
+    if let ResumeFrom::Token(t) = from {
+        check_token(subvol, parent, opts, t)?;
+    }
+    progress.subvol_start(&subvol.path, parent.is_some());
+    let res = send_stream(
+        fs,
+        subvol,
+        parent,
+        clone_sources,
+        out,
+        opts,
+        Some(from),
+        progress,
+    );
+    progress.subvol_done(&subvol.path, res.is_ok());
+    res
+}
+
+/// The identities a token names against the send asked for.
+fn check_token(
+    subvol: &Subvolume,
+    parent: Option<&Subvolume>,
+    opts: SendOptions,
+    t: &crate::resume::Token,
+) -> Result<(), SendError> {
+    let hex = |u: &[u8; 16]| uuid::Uuid::from_bytes(*u).hyphenated().to_string();
+    let name = String::from_utf8_lossy(&subvol.path).into_owned();
+    if subvol.root.uuid.0 != t.uuid {
+        return Err(SendError::ResumeMismatch(format!(
+            "it continues the snapshot with uuid {}, not {name} (uuid {})",
+            hex(&t.uuid),
+            hex(&subvol.root.uuid.0)
+        )));
+    }
+    if subvol.root.ctransid.get() != t.ctransid {
+        return Err(SendError::ResumeMismatch(format!(
+            "{name} has ctransid {}, the token's snapshot {} (it changed)",
+            subvol.root.ctransid.get(),
+            t.ctransid
+        )));
+    }
+    match (parent, t.has_parent()) {
+        (None, true) => {
+            return Err(SendError::ResumeMismatch(format!(
+                "it continues an incremental send (parent uuid {}); this send is full: give -p",
+                hex(&t.parent_uuid)
+            )));
+        }
+        (Some(p), false) => {
+            return Err(SendError::ResumeMismatch(format!(
+                "it continues a full send; this send is incremental (parent {})",
+                String::from_utf8_lossy(&p.path)
+            )));
+        }
+        (Some(p), true)
+            if p.root.uuid.0 != t.parent_uuid || p.root.ctransid.get() != t.parent_ctransid =>
+        {
+            return Err(SendError::ResumeMismatch(format!(
+                "its parent is uuid {} ctransid {}, not {} (uuid {} ctransid {})",
+                hex(&t.parent_uuid),
+                t.parent_ctransid,
+                String::from_utf8_lossy(&p.path),
+                hex(&p.root.uuid.0),
+                p.root.ctransid.get()
+            )));
+        }
+        _ => {}
+    }
+    if opts.version != t.version {
+        return Err(SendError::ResumeMismatch(format!(
+            "it continues a protocol {} stream, this send writes protocol {} (--proto)",
+            t.version, opts.version
+        )));
+    }
+    Ok(())
+}
+
+/// [`send_with_clone_sources`] without the progress bracket, from the
+/// start or from a resume point.
+#[allow(clippy::too_many_arguments)]
 fn send_stream<W: Write>(
     fs: &Filesystem,
     subvol: &Subvolume,
@@ -309,6 +420,7 @@ fn send_stream<W: Write>(
     clone_sources: &[Subvolume],
     out: W,
     opts: SendOptions,
+    from: Option<ResumeFrom<'_>>,
     progress: &dyn Progress,
 ) -> Result<(W, SendStats), SendError> {
     check_options(opts)?;
@@ -319,10 +431,40 @@ fn send_stream<W: Write>(
             .unwrap_or(pipeline::DEFAULT_THREADS)
     });
     let tree = fs.fs_tree(subvol.id())?;
-    let buffered = BufWriter::with_capacity(256 * 1024, out);
-    let writer = StreamWriter::with_options(buffered, WriterOptions::new(opts.version))?;
+    let mut buffered = BufWriter::with_capacity(256 * 1024, out);
+    let io_err = |error| SendError::Output(stream_format::EncodeError::Io { offset: 0, error });
+    let skip = match from {
+        None => None,
+        Some(ResumeFrom::Token(t)) => {
+            buffered
+                .write_all(&crate::resume::continuation_header(t))
+                .map_err(io_err)?;
+            Some(pipeline::Skip::to_token(t))
+        }
+        Some(ResumeFrom::Offset(at)) => {
+            // The part of the stream header not written yet.
+            let mut h = stream_format::STREAM_MAGIC.to_vec();
+            h.extend_from_slice(&opts.version.to_le_bytes());
+            let from = usize::try_from(at).unwrap_or(usize::MAX).min(h.len());
+            buffered.write_all(&h[from..]).map_err(io_err)?;
+            Some(pipeline::Skip::to_offset(at))
+        }
+    };
+    let inner = pipeline::Discard {
+        inner: buffered,
+        skip: 0,
+    };
+    let wopts = match skip {
+        Some(_) => WriterOptions::new(opts.version).without_header(),
+        None => WriterOptions::new(opts.version),
+    };
+    let writer = StreamWriter::with_options(inner, wopts)?;
     let run = |workers| {
         let out = pipeline::Pipeline::new(writer, &tree, opts.verify_data, workers);
+        let out = match skip {
+            Some(s) => out.resume(s),
+            None => out,
+        };
         let planner =
             planner::Planner::new(fs, subvol, parent, clone_sources, out, opts, progress)?;
         planner.run(&subvol.name)
@@ -339,7 +481,7 @@ fn send_stream<W: Write>(
                 .ok()
         })
         .flatten();
-    let (buffered, stats) = match &pool {
+    let (discard, stats) = match &pool {
         Some(pool) => pool.in_place_scope(|scope| {
             run(Some(pipeline::spawn_workers(
                 scope,
@@ -350,7 +492,7 @@ fn send_stream<W: Write>(
         }),
         None => run(None),
     }?;
-    let out = buffered.into_inner().map_err(|e| {
+    let out = discard.inner.into_inner().map_err(|e| {
         SendError::Output(stream_format::EncodeError::Io {
             offset: stats.stream_bytes,
             error: e.into_error(),

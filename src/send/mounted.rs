@@ -391,6 +391,23 @@ impl Source {
         opts: SendOptions,
         progress: &dyn Progress,
     ) -> Result<(W, SendStats), SendError> {
+        self.send_from(req, out, opts, None, progress)
+    }
+
+    /// [`send`](Self::send), or with a resume token the rest of the
+    /// stream as a continuation stream ([`super::send_resumed`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`send`](Self::send); [`SendError::ResumeMismatch`].
+    pub fn send_from<W: Write>(
+        &mut self,
+        req: &Request<'_>,
+        out: W,
+        opts: SendOptions,
+        token: Option<&crate::resume::Token>,
+        progress: &dyn Progress,
+    ) -> Result<(W, SendStats), SendError> {
         let policy = self.may_change();
         let mut out = if policy {
             Held::new(out, HOLD_BYTES, TAIL_BYTES)
@@ -400,15 +417,27 @@ impl Source {
         let mut restarts = 1;
         loop {
             let roots = self.roots(req)?;
-            let res = super::send_with_clone_sources(
-                &self.fs,
-                &roots.subvol,
-                roots.parent.as_ref(),
-                &roots.clones,
-                &mut out,
-                opts,
-                progress,
-            );
+            let res = match token {
+                None => super::send_with_clone_sources(
+                    &self.fs,
+                    &roots.subvol,
+                    roots.parent.as_ref(),
+                    &roots.clones,
+                    &mut out,
+                    opts,
+                    progress,
+                ),
+                Some(t) => super::send_resumed(
+                    &self.fs,
+                    &roots.subvol,
+                    roots.parent.as_ref(),
+                    &roots.clones,
+                    &mut out,
+                    opts,
+                    super::ResumeFrom::Token(t),
+                    progress,
+                ),
+            };
             let stats = match res {
                 Ok((_, stats)) => stats,
                 Err(e) if policy && is_read_error(&e) => {

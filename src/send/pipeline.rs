@@ -39,6 +39,7 @@ use std::sync::{Arc, Mutex};
 use stream_format::{Command, StreamWriter};
 
 use crate::fs::{Compression, ExtentData, FileExtent, FsTree};
+use crate::resume::Shape as Chain;
 
 use super::error::SendError;
 
@@ -235,6 +236,115 @@ pub(crate) struct Pipeline<'t, W: Write> {
     /// An estimate ([`Pipeline::sizing`]): the bytes of the commands
     /// counted; nothing is read or written.
     sizing: Option<u64>,
+    /// Resuming: the commands before the resume point are dropped.
+    skip: Option<Skip>,
+    /// Sets the cut of a straddling command (resuming only).
+    cut: Option<fn(&mut W, u64)>,
+}
+
+/// Resuming a stream: the commands before stream offset `until` are
+/// counted (their shape and length, as [`Pipeline::sizing`] counts them:
+/// no file data is read) and dropped; a command that straddles `until` is
+/// written with its first bytes cut off by the [`Discard`] writer.
+#[derive(Debug, Clone)]
+pub(crate) struct Skip {
+    /// Stream offset to continue from.
+    pub(crate) until: u64,
+    /// Stream offset and index of the next command planned.
+    pos: u64,
+    index: u64,
+    shape: Chain,
+    /// A resume token's point: the resume point must be a command
+    /// boundary with this index and shape chain.
+    expect: Option<(u64, Chain)>,
+    done: bool,
+}
+
+impl Skip {
+    /// Skip to byte `until` of the stream (any offset: within one
+    /// process, the stream already written).
+    pub(crate) fn to_offset(until: u64) -> Skip {
+        Skip {
+            until,
+            pos: crate::resume::FIRST_COMMAND,
+            index: 0,
+            shape: Chain::default(),
+            expect: None,
+            done: until <= crate::resume::FIRST_COMMAND,
+        }
+    }
+
+    /// Skip to a resume token's point.
+    pub(crate) fn to_token(t: &crate::resume::Token) -> Skip {
+        let mut s = Skip::to_offset(t.offset);
+        s.expect = Some((t.index, t.shape));
+        s.done = false;
+        s
+    }
+
+    /// The resume point was reached: is it the token's?
+    fn check(&self) -> Result<(), SendError> {
+        let Some((index, shape)) = self.expect else {
+            return Ok(());
+        };
+        if self.pos != self.until {
+            return Err(SendError::ResumeMismatch(format!(
+                "no command of this send starts at stream offset {} (the token's command {index})",
+                self.until
+            )));
+        }
+        if self.index != index || self.shape != shape {
+            return Err(SendError::ResumeMismatch(format!(
+                "the commands before stream offset {} differ from the interrupted send's \
+                 (command {} here, {index} in the token)",
+                self.until, self.index
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// A writer that drops the first `skip` bytes written through it (the
+/// part of a straddling command already sent, see [`Skip`]).
+#[derive(Debug)]
+pub(crate) struct Discard<W> {
+    pub(crate) inner: W,
+    pub(crate) skip: u64,
+}
+
+impl<W: Write> Write for Discard<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.skip > 0 {
+            let n = usize::try_from(self.skip)
+                .unwrap_or(usize::MAX)
+                .min(buf.len());
+            self.skip -= n as u64;
+            if n == buf.len() {
+                return Ok(n);
+            }
+            return self.inner.write(&buf[n..]).map(|w| w + n);
+        }
+        self.inner.write(buf)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+/// Where a resumed pipeline's writer sets how many bytes to cut off.
+pub(crate) trait CutHead {
+    /// Drop the next `n` bytes written.
+    fn cut_head(&mut self, n: u64);
+}
+
+impl<W: Write> CutHead for Discard<W> {
+    fn cut_head(&mut self, n: u64) {
+        self.skip = n;
+    }
+}
+
+impl CutHead for std::io::Sink {
+    fn cut_head(&mut self, _: u64) {}
 }
 
 /// Commands by command number (every number the protocol has fits).
@@ -278,7 +388,58 @@ impl<'t, W: Write> Pipeline<'t, W> {
             failed: false,
             counts: [0; 32],
             sizing: None,
+            skip: None,
+            cut: None,
         }
+    }
+
+    /// Drop the commands before `skip`'s resume point (see [`Skip`]).
+    pub(crate) fn resume(mut self, skip: Skip) -> Pipeline<'t, W>
+    where
+        W: CutHead,
+    {
+        self.skip = Some(skip);
+        self.cut = Some(<W as CutHead>::cut_head);
+        self
+    }
+
+    /// Whether the next command, `kind` with `len` bytes on the wire, is
+    /// before the resume point (then it is counted and dropped).
+    fn skipped(&mut self, cmd: &Command<'_>, data_len: u64) -> Result<bool, SendError> {
+        let Some(skip) = self.skip.as_mut().filter(|s| !s.done) else {
+            return Ok(false);
+        };
+        let len = cmd.stream_len(self.out.version()).saturating_add(data_len);
+        let end = skip.pos.saturating_add(len);
+        if skip.pos >= skip.until {
+            skip.done = true;
+            skip.check()?;
+            return Ok(false);
+        }
+        if end > skip.until {
+            // Straddles the resume point: written, its head cut off.
+            skip.done = true;
+            skip.check()?;
+            let n = skip.until - skip.pos;
+            if let Some(cut) = self.cut {
+                cut(self.out.get_mut(), n);
+            }
+            return Ok(false);
+        }
+        let number = cmd.kind().map_or(0, |k| k.number());
+        skip.shape.push(number, len);
+        skip.pos = end;
+        skip.index += 1;
+        if skip.pos == skip.until && skip.expect.is_none() {
+            skip.done = true;
+        }
+        self.count(cmd, data_len);
+        Ok(true)
+    }
+
+    /// The stream bytes the resume point skipped (0 when not resuming).
+    fn skipped_bytes(&self) -> u64 {
+        self.skip.as_ref().map_or(0, |s| s.pos.min(s.until))
     }
 
     /// A pipeline that only counts: the stream's length and commands as
@@ -308,6 +469,9 @@ impl<'t, W: Write> Pipeline<'t, W> {
     pub(crate) fn emit(&mut self, cmd: &Command<'_>) -> Result<(), SendError> {
         if self.sizing.is_some() {
             self.count(cmd, 0);
+            return Ok(());
+        }
+        if self.skip.is_some() && self.skipped(cmd, 0)? {
             return Ok(());
         }
         if self.queue.is_empty() {
@@ -348,6 +512,26 @@ impl<'t, W: Write> Pipeline<'t, W> {
                 done += n;
             }
             return Ok(());
+        }
+        let (mut offset, mut len) = (offset, len);
+        if self.skip.as_ref().is_some_and(|s| !s.done) {
+            // Drop the WRITEs before the resume point, one by one.
+            while len > 0 {
+                let n = len.min(self.max_read);
+                let cmd = Command::Write {
+                    path: path.into(),
+                    offset,
+                    data: (&[][..]).into(),
+                };
+                if !self.skipped(&cmd, n)? {
+                    break;
+                }
+                offset += n;
+                len -= n;
+            }
+            if len == 0 {
+                return Ok(());
+            }
         }
         let path_len = u64::try_from(path.len()).unwrap_or(u64::MAX);
         let Some(ext) = ext else {
@@ -398,6 +582,9 @@ impl<'t, W: Write> Pipeline<'t, W> {
         };
         if self.sizing.is_some() {
             self.count(&cmd, len);
+            return Ok(());
+        }
+        if self.skip.is_some() && self.skipped(&cmd, len)? {
             return Ok(());
         }
         let other = cmd.encoded_len();
@@ -741,11 +928,17 @@ impl<'t, W: Write> Pipeline<'t, W> {
     /// length.
     pub(crate) fn finish(mut self) -> Result<Finished<W>, SendError> {
         self.pump(true)?;
+        if self.skip.is_some() && self.skipped(&Command::End, 0)? {
+            return Err(SendError::ResumeMismatch(
+                "this send's stream ends before the resume point".into(),
+            ));
+        }
         let end = Command::End.stream_len(self.out.version());
         let len = self
             .out
             .bytes_written()
             .saturating_add(self.sizing.unwrap_or(0))
+            .saturating_add(self.skipped_bytes())
             .saturating_add(end);
         self.counts[usize::from(stream_format::CommandKind::End.number())] += 1;
         self.workers = None;

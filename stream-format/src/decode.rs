@@ -32,7 +32,7 @@ use std::io::{self, Read, Seek};
 use crate::attr::Attr;
 use crate::command::{Command, CommandKind, Timespec};
 use crate::error::{CommandInfo, DecodeError};
-use crate::{CMD_HEADER_SIZE, Crc, STREAM_HEADER_SIZE, STREAM_MAGIC};
+use crate::{CMD_HEADER_SIZE, CONTINUATION_MAGIC, Crc, STREAM_HEADER_SIZE, STREAM_MAGIC};
 
 /// Limits and compatibility switches of a [`StreamReader`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,6 +47,11 @@ pub struct ReaderOptions {
     /// no limit, but allocating what a corrupt length field asks for is wrong; the
     /// kernel never writes more than 192 KiB.
     pub max_command_len: u32,
+    /// Accept continuation streams (a header with
+    /// [`CONTINUATION_MAGIC`](crate::CONTINUATION_MAGIC), btrsend's resumed
+    /// sends): their record is then [`StreamReader::continuation`]. Default
+    /// off: such a header is a bad magic, as for btrfs-progs.
+    pub continuation: bool,
 }
 
 impl ReaderOptions {
@@ -58,7 +63,14 @@ impl ReaderOptions {
         ReaderOptions {
             max_version: 2,
             max_command_len: ReaderOptions::DEFAULT_MAX_COMMAND_LEN,
+            continuation: false,
         }
+    }
+
+    /// Set [`ReaderOptions::continuation`].
+    pub const fn with_continuation(mut self, on: bool) -> ReaderOptions {
+        self.continuation = on;
+        self
     }
 
     /// Set [`ReaderOptions::max_version`].
@@ -287,6 +299,9 @@ pub struct StreamReader<R> {
     streams: u32,
     version: u32,
     state: State,
+    /// The record of the current stream's continuation header, if it has
+    /// one.
+    cont: Option<Vec<u8>>,
 }
 
 impl<R: Read> StreamReader<R> {
@@ -307,7 +322,15 @@ impl<R: Read> StreamReader<R> {
             streams: 0,
             version: 0,
             state: State::Header,
+            cont: None,
         }
+    }
+
+    /// The record of the current stream's header when it is a
+    /// continuation (see [`ReaderOptions::continuation`]): the bytes after
+    /// the magic, the version and their 32-bit length.
+    pub fn continuation(&self) -> Option<&[u8]> {
+        self.cont.as_deref()
     }
 
     /// Bytes consumed so far: the offset of the next byte to read.
@@ -436,11 +459,16 @@ impl<R: Read> StreamReader<R> {
         }
     }
 
-    /// Read a stream header; `Ok(false)` at a clean end of input.
     /// Whether a command may follow (reading the stream header first if
     /// it is still to come): `false` when the input is done, the
-    /// [`DecodeError::Stopped`] error after a fatal one.
-    fn at_command(&mut self) -> Result<bool, DecodeError> {
+    /// [`DecodeError::Stopped`] error after a fatal one. A reader that
+    /// needs a stream's header before its first command
+    /// ([`StreamReader::continuation`]) calls this first.
+    ///
+    /// # Errors
+    ///
+    /// As [`StreamReader::next_raw`] for the stream header.
+    pub fn at_command(&mut self) -> Result<bool, DecodeError> {
         match self.state {
             State::Done => Ok(false),
             State::Failed => Err(DecodeError::Stopped { offset: self.pos }),
@@ -467,7 +495,10 @@ impl<R: Read> StreamReader<R> {
             }));
         }
         let (magic, version) = h.split_at(STREAM_MAGIC.len());
-        if magic != STREAM_MAGIC {
+        self.cont = None;
+        if self.options.continuation && magic == CONTINUATION_MAGIC {
+            self.read_continuation(offset)?;
+        } else if magic != STREAM_MAGIC {
             let mut found = [0u8; 13];
             found.copy_from_slice(magic);
             return Err(self.fail(DecodeError::BadMagic { offset, found }));
@@ -484,6 +515,30 @@ impl<R: Read> StreamReader<R> {
         self.streams = self.streams.saturating_add(1);
         self.state = State::Commands;
         Ok(true)
+    }
+
+    /// The record after a continuation header's magic and version: a
+    /// 32-bit length (at most 4096) and that many bytes.
+    fn read_continuation(&mut self, offset: u64) -> Result<(), DecodeError> {
+        let mut l = [0u8; 4];
+        let n = self.read_into_header(&mut l)?;
+        let len = u32::from_le_bytes(l);
+        if n < 4 || len > 4096 {
+            return Err(self.fail(DecodeError::TruncatedStreamHeader {
+                offset,
+                available: STREAM_HEADER_SIZE.saturating_add(n),
+            }));
+        }
+        let mut rec = vec![0u8; usize::try_from(len).unwrap_or(0)];
+        let got = self.read_into_header(&mut rec)?;
+        if got < rec.len() {
+            return Err(self.fail(DecodeError::TruncatedStreamHeader {
+                offset,
+                available: STREAM_HEADER_SIZE.saturating_add(4).saturating_add(got),
+            }));
+        }
+        self.cont = Some(rec);
+        Ok(())
     }
 
     /// Read one command header; returns it and its stored CRC.

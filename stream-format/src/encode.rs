@@ -153,6 +153,12 @@ impl<W: Write> StreamWriter<W> {
         &self.inner
     }
 
+    /// A mutable reference to the inner writer (what is written through it
+    /// is not counted by [`StreamWriter::bytes_written`]).
+    pub fn get_mut(&mut self) -> &mut W {
+        &mut self.inner
+    }
+
     /// Write one command.
     ///
     /// [`Command::Unknown`] is written verbatim (its number and payload), like

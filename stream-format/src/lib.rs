@@ -39,6 +39,9 @@ pub use error::{AttrName, CommandInfo, DecodeError, DumpError, EncodeError};
 
 /// The stream magic, `"btrfs-stream"` with its terminating NUL.
 pub const STREAM_MAGIC: &[u8; 13] = b"btrfs-stream\0";
+/// Magic of a btrsend continuation stream (a resumed send): the rest of a
+/// stream after a resume point, which btrfs-progs refuses as a bad header.
+pub const CONTINUATION_MAGIC: &[u8; 13] = b"btrsend-cont\0";
 
 /// Size of the stream header: magic and a u32 version.
 pub const STREAM_HEADER_SIZE: usize = 17;

@@ -97,10 +97,22 @@ pub struct ReceiveArgs {
     /// receiving thread: slower.
     #[arg(short = 'v', long = "verbose", action = clap::ArgAction::Count)]
     pub verbose: u8,
+    /// Print the resume token of the interrupted receive of DIR/NAME (one
+    /// line) and exit: give it to `btrsend send --resume TOKEN` with the
+    /// arguments of the interrupted send, and receive that stream into DIR
+    /// (see RESUMING below). Fails, saying why, when DIR/NAME has no
+    /// resume point.
+    #[arg(
+        long,
+        value_name = "DIR/NAME",
+        value_hint = ValueHint::DirPath,
+        conflicts_with_all = ["dump", "dir", "file"]
+    )]
+    pub resume_token: Option<PathBuf>,
     /// The directory to receive into: each subvolume of the stream becomes
     /// `DIR/<name>`, a read-only btrfs subvolume with its received UUID (on
     /// btrfs as root), else a directory with its record in `DIR/.btrsend/`.
-    #[arg(value_name = "DIR", required_unless_present = "dump", value_hint = ValueHint::DirPath)]
+    #[arg(value_name = "DIR", required_unless_present_any = ["dump", "resume_token"], value_hint = ValueHint::DirPath)]
     pub dir: Option<PathBuf>,
 }
 
@@ -135,7 +147,26 @@ Receiving on a btrfs backup host over ssh:
     btrsend send -p /mnt/snaps/day1 /mnt/snaps/day2 | ssh backup btrsend receive /backup/host1
 
 As an ordinary user, file owners cannot be set: this is reported once and is
-not an error.";
+not an error.
+
+RESUMING: on btrfs as root, a receive takes a checkpoint of the subvolume
+every 48 MiB of stream (a snapshot in DIR/.btrsend-resume/NAME/, deleted
+when the subvolume is complete). After an interruption (a killed sender or
+receiver, a closed pipe, a full disk), --resume-token DIR/NAME prints the
+token of the last checkpoint; `btrsend send --resume TOKEN` with the
+arguments of the interrupted send writes the rest of the stream (a
+continuation stream, which btrfs receive refuses), and `btrsend receive
+DIR` replaces DIR/NAME by its checkpoint and finishes it: the same tree as
+an uninterrupted receive, with its received UUID set only at the end. The
+whole stream received again into DIR continues NAME from its checkpoint in
+the same way (the commands the checkpoint holds are read and dropped).
+Over ssh:
+
+    T=$(ssh backup btrsend receive --resume-token /backup/host1/day2)
+    btrsend send --resume \"$T\" -p /mnt/snaps/day1 /mnt/snaps/day2 | ssh backup btrsend receive /backup/host1
+
+A directory received in directory mode cannot be resumed: delete it and
+receive it again.";
 
 /// The [`Reporter`], plus the lines `btrfs receive` prints (btrfs-progs
 /// `cmds/receive.c`): "At subvol NAME" (stderr) and "At snapshot NAME"
@@ -273,6 +304,13 @@ pub fn run(args: &ReceiveArgs) -> anyhow::Result<()> {
         return dump::run(&DumpArgs {
             file: args.file.clone(),
         });
+    }
+    if let Some(p) = &args.resume_token {
+        let token = btrsend::receive::resume_token(p)?;
+        let mut out = crate::exit::stdout();
+        writeln!(out, "{token}")?;
+        out.flush()?;
+        return Ok(());
     }
     let Some(dir) = &args.dir else {
         crate::usage_bail!("DIR is required");

@@ -73,6 +73,14 @@ pub struct SendArgs {
     /// reading any file data (see ESTIMATE below).
     #[arg(long, conflicts_with = "file")]
     pub estimate: bool,
+    /// Continue an interrupted send: TOKEN is the line `btrsend receive
+    /// --resume-token DIR/NAME` prints where the receive was interrupted.
+    /// Give the same SUBVOLs, parent, clone sources and options as the
+    /// interrupted send (a token that does not match them is refused); only
+    /// the rest of the stream is written, for `btrsend receive` (see RESUME
+    /// below).
+    #[arg(long, value_name = "TOKEN", conflicts_with = "estimate")]
+    pub resume: Option<String>,
     /// With --estimate: print a JSON object with the stream's size and
     /// what it holds.
     #[arg(long, requires = "estimate")]
@@ -179,6 +187,23 @@ object: stream_bytes, commands, files, directories, data_bytes,
 encoded_bytes, cloned_bytes, writes, encoded_writes, clones, and
 by_command (each command's count, e.g. WRITE).
 
+RESUME: a receive by `btrsend receive` into btrfs (as root) keeps a
+resume point: every 48 MiB of stream it takes a checkpoint (a hidden
+snapshot in DIR/.btrsend-resume/NAME/). After an interruption (either side
+killed, a closed pipe, a full disk), `btrsend receive --resume-token DIR/NAME`
+prints a token; `btrsend send --resume TOKEN` with the same arguments
+writes the rest of the stream from that point (re-reading no file data
+before it; at most 64 MiB of what was sent before is sent again), and
+`btrsend receive DIR` rolls NAME back to its checkpoint and finishes it,
+into the same tree as an uninterrupted receive. Over ssh:
+  btrsend send -p OLD NEW | ssh host btrsend receive /backup
+  (interrupted)
+  T=$(ssh host btrsend receive --resume-token /backup/NEW)
+  btrsend send --resume \"$T\" -p OLD NEW | ssh host btrsend receive /backup
+The continuation starts with a header btrfs-progs refuses (\"unexpected
+header\"): `btrfs receive` cannot take it. With several SUBVOLs, those
+before the token's are skipped and those after it sent whole.
+
 Progress: the total is the file data the snapshot's extent items reference,
 from a metadata-only pass over its tree before the send (only when progress
 is shown).";
@@ -267,6 +292,27 @@ pub fn run(args: &SendArgs) -> anyhow::Result<()> {
     for req in &requests {
         subvols.push(src.check(req)?);
     }
+    let token = match &args.resume {
+        Some(t) => Some(btrsend::resume::Token::parse(t).map_err(|e| {
+            anyhow::Error::new(crate::exit::UsageError(format!(
+                "invalid --resume token: {e}"
+            )))
+        })?),
+        None => None,
+    };
+    // With a token: the subvolumes before the token's were received whole.
+    let first_sent = match &token {
+        Some(t) => subvols
+            .iter()
+            .position(|s| s.root.uuid.0 == t.uuid)
+            .ok_or_else(|| {
+                SendError::ResumeMismatch(format!(
+                    "it continues the snapshot with uuid {}, which is none of the SUBVOLs given",
+                    btrsend::types::Uuid(t.uuid)
+                ))
+            })?,
+        None => 0,
+    };
     if args.estimate {
         let mut all = Vec::with_capacity(requests.len());
         for req in &requests {
@@ -307,11 +353,12 @@ pub fn run(args: &SendArgs) -> anyhow::Result<()> {
     let progress = Reporter::new(mode, Op::Send, Some(total), args.quiet);
     let mut stream_bytes = 0u64;
     let mut res = Ok(());
-    for req in &requests {
+    for (k, req) in requests.iter().enumerate().skip(first_sent) {
         if args.verbose > 0 {
             progress.println(&format!("At subvol {}", req.subvol));
         }
-        match send_one(&mut src, req, opts, &mut *out, &progress) {
+        let resume = token.as_ref().filter(|_| k == first_sent);
+        match send_one(&mut src, req, opts, resume, &mut *out, &progress) {
             Ok(n) => stream_bytes = stream_bytes.saturating_add(n),
             Err(e) => {
                 res = Err(match e {
@@ -341,10 +388,11 @@ fn send_one(
     src: &mut Source,
     req: &Request<'_>,
     opts: SendOptions,
+    resume: Option<&btrsend::resume::Token>,
     out: &mut dyn Write,
     progress: &Reporter,
 ) -> Result<u64, SendError> {
-    let (_, stats) = src.send(req, out, opts, progress)?;
+    let (_, stats) = src.send_from(req, out, opts, resume, progress)?;
     if std::env::var_os("BTRSEND_DEBUG_EXTENT_TREE").is_some() {
         let x = stats.extent_tree;
         eprintln!(

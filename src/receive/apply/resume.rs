@@ -1,0 +1,554 @@
+//! Resume points of a receive into btrfs subvolumes (the design is in
+//! [`crate::resume`]): checkpoints (`DIR/.btrsend-resume/NAME/ckpt-INDEX`,
+//! a snapshot of the partial subvolume, and `state`, its token), the
+//! rollback of a partial subvolume to its checkpoint when a continuation
+//! (or the whole stream again) arrives, and the cleanup at its end.
+
+use std::ffi::OsStr;
+use std::io::{self, Write};
+use std::os::fd::AsFd;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use rustix::fs::{AtFlags, Mode, OFlags};
+use stream_format::CommandInfo;
+
+use super::{Current, Receiver};
+use crate::receive::meta::{Record, State, Uuid};
+use crate::receive::subvol;
+use crate::receive::sys;
+use crate::receive::ApplyErrorKind;
+use crate::resume::{CHECKPOINT_BYTES, FIRST_COMMAND, Shape, Token};
+
+/// The hidden directory of resume points in DIR.
+pub const RESUME_DIR: &str = ".btrsend-resume";
+
+/// Bytes of stream between checkpoints: [`CHECKPOINT_BYTES`], or
+/// `BTRSEND_CHECKPOINT_BYTES` (for tests that interrupt often).
+fn checkpoint_bytes() -> u64 {
+    std::env::var("BTRSEND_CHECKPOINT_BYTES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or(CHECKPOINT_BYTES)
+}
+
+/// Where the receive is in the current subvolume's stream.
+#[derive(Debug, Clone)]
+pub struct Tracker {
+    /// Index of the next command (SUBVOL / SNAPSHOT is 0).
+    index: u64,
+    /// Its offset in the (uninterrupted) stream.
+    offset: u64,
+    shape: Shape,
+    version: u32,
+    /// Stream bytes since the last checkpoint.
+    since: u64,
+    every: u64,
+    /// Drop the commands before this index (the checkpoint holds them);
+    /// the shape there must be this.
+    skip_to: Option<(u64, Shape)>,
+    /// The stream being tracked (its number in the input).
+    stream: Option<u32>,
+}
+
+impl Default for Tracker {
+    fn default() -> Tracker {
+        Tracker {
+            index: 0,
+            offset: FIRST_COMMAND,
+            shape: Shape::default(),
+            version: 0,
+            since: 0,
+            every: checkpoint_bytes(),
+            skip_to: None,
+            stream: None,
+        }
+    }
+}
+
+/// What the driver does with a command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// Apply it.
+    Apply,
+    /// Drop it: the checkpoint rolled back to holds it already.
+    Drop,
+}
+
+impl Tracker {
+    /// Count command `info` (read whole or skimmed): whether it is to be
+    /// applied.
+    ///
+    /// # Errors
+    ///
+    /// The commands up to the checkpoint do not have its shape (the
+    /// stream is not the one the checkpoint was made from).
+    pub fn command(&mut self, info: &CommandInfo) -> Result<Step, ApplyErrorKind> {
+        if self.stream != Some(info.stream) {
+            // A new stream of the input (not a continuation: see
+            // `Receiver::continuation`).
+            *self = Tracker::default();
+            self.stream = Some(info.stream);
+        }
+        self.version = info.version;
+        let len = u64::from(info.len).saturating_add(stream_format::CMD_HEADER_SIZE as u64);
+        if let Some((to, shape)) = self.skip_to
+            && self.index == to
+        {
+            self.skip_to = None;
+            if self.shape != shape {
+                return Err(ApplyErrorKind::Invalid(format!(
+                    "the stream differs from the one the resume checkpoint was made from (at \
+                     command {to}): it is not the same send (snapshot, parent, clone sources, \
+                     options)"
+                )));
+            }
+        }
+        let step = if self.skip_to.is_some() {
+            Step::Drop
+        } else {
+            Step::Apply
+        };
+        self.shape.push(info.cmd, len);
+        self.index += 1;
+        self.offset = self.offset.saturating_add(len);
+        if step == Step::Apply {
+            self.since = self.since.saturating_add(len);
+        }
+        Ok(step)
+    }
+
+    /// Whether a checkpoint is due (enough stream applied since the last).
+    pub fn due(&self) -> bool {
+        self.since >= self.every && self.skip_to.is_none()
+    }
+
+    /// The SUBVOL / SNAPSHOT just applied rolled its partial subvolume
+    /// back to checkpoint `t`: drop the commands it holds.
+    pub fn resumed(&mut self, t: &Token) {
+        if t.index > self.index {
+            self.skip_to = Some((t.index, t.shape));
+        }
+    }
+
+    /// Start tracking a continuation stream (number `stream`) whose first
+    /// command is the token's.
+    fn continue_at(&mut self, stream: u32, t: &Token, checkpoint: &Token) {
+        *self = Tracker::default();
+        self.stream = Some(stream);
+        self.index = t.index;
+        self.offset = t.offset;
+        self.shape = t.shape;
+        self.version = t.version;
+        if checkpoint.index > t.index {
+            self.skip_to = Some((checkpoint.index, checkpoint.shape));
+        }
+    }
+}
+
+/// Why `--resume-token` has no token to print.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum TokenError {
+    /// DIR/NAME does not exist.
+    Missing(PathBuf),
+    /// DIR/NAME was received completely.
+    Complete(PathBuf),
+    /// DIR/NAME is a directory received in directory mode.
+    Directory(PathBuf),
+    /// No checkpoint was taken (or it cannot be read).
+    NoCheckpoint {
+        /// DIR/NAME.
+        path: PathBuf,
+        /// The state file.
+        state: PathBuf,
+        /// Why it cannot be used.
+        why: String,
+    },
+}
+
+impl std::fmt::Display for TokenError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TokenError::Missing(p) => write!(f, "{} does not exist", p.display()),
+            TokenError::Complete(p) => {
+                write!(
+                    f,
+                    "{} was received completely: nothing to resume",
+                    p.display()
+                )
+            }
+            TokenError::Directory(p) => write!(
+                f,
+                "{} was received as a directory (not into btrfs as a subvolume): resuming needs \
+                 a receive into btrfs as root; delete it and receive it again",
+                p.display()
+            ),
+            TokenError::NoCheckpoint { path, state, why } => write!(
+                f,
+                "{} has no resume point ({}: {why}; the first is taken after {} MiB of stream): \
+                 delete it (btrfs subvolume delete) and receive it again",
+                path.display(),
+                state.display(),
+                checkpoint_bytes() >> 20
+            ),
+        }
+    }
+}
+
+impl std::error::Error for TokenError {}
+
+/// The resume token of the partial subvolume `DIR/NAME` (`btrsend receive
+/// --resume-token DIR/NAME`).
+///
+/// # Errors
+///
+/// [`TokenError`]: nothing to resume, and why.
+pub fn resume_token(path: &Path) -> Result<Token, TokenError> {
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
+        return Err(TokenError::Missing(path.to_path_buf()));
+    };
+    let dir = if dir.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        dir
+    };
+    let meta =
+        std::fs::symlink_metadata(path).map_err(|_| TokenError::Missing(path.to_path_buf()))?;
+    let state = dir.join(RESUME_DIR).join(name).join("state");
+    let read = std::fs::read_to_string(&state);
+    let token = read
+        .as_ref()
+        .map_err(|e| e.to_string())
+        .and_then(|s| Token::parse(s).map_err(|e| e.to_string()));
+    match token {
+        Ok(t) => Ok(t),
+        Err(why) => {
+            use std::os::unix::fs::MetadataExt;
+            let rec = dir.join(".btrsend").join(name);
+            if meta.is_dir() && meta.ino() != subvol::FIRST_FREE {
+                if std::fs::symlink_metadata(&rec).is_ok() {
+                    return Err(TokenError::Directory(path.to_path_buf()));
+                }
+            } else if let Ok(fd) =
+                rustix::fs::open(path, OFlags::RDONLY | OFlags::DIRECTORY, Mode::empty())
+                && sys::subvol_info(fd.as_fd()).is_ok_and(|i| i.received_uuid != [0; 16])
+            {
+                return Err(TokenError::Complete(path.to_path_buf()));
+            }
+            Err(TokenError::NoCheckpoint {
+                path: path.to_path_buf(),
+                state,
+                why,
+            })
+        }
+    }
+}
+
+/// `name` as an `OsStr`.
+fn os(name: &[u8]) -> &OsStr {
+    OsStr::from_bytes(name)
+}
+
+impl Receiver<'_> {
+    /// Take a checkpoint of the current subvolume if `track` says one is
+    /// due (and it is a subvolume with no errors): drain the lanes,
+    /// snapshot it, record the token, drop the previous checkpoint. A
+    /// failure is reported once and the receive goes on (the previous
+    /// checkpoint stays the resume point).
+    pub fn checkpoint(&mut self, track: &mut Tracker) {
+        if !track.due() {
+            return;
+        }
+        if !self
+            .cur
+            .as_ref()
+            .is_some_and(|c| c.subvolume && c.errors == 0)
+        {
+            return;
+        }
+        self.wait_lanes();
+        self.wcache = None;
+        let Some(cur) = self.cur.as_ref().filter(|c| c.errors == 0) else {
+            return;
+        };
+        let token = Token {
+            uuid: cur.record.uuid.0,
+            ctransid: cur.record.ctransid,
+            parent_uuid: cur.record.parent.map_or([0; 16], |p| p.0.0),
+            parent_ctransid: cur.record.parent.map_or(0, |p| p.1),
+            version: track.version,
+            index: track.index,
+            offset: track.offset,
+            shape: track.shape,
+        };
+        let name = cur.record.name.clone();
+        match self.write_checkpoint(&name, &token) {
+            Ok(()) => track.since = 0,
+            Err(e) => {
+                // Not again for a while.
+                track.since = 0;
+                let msg = format!(
+                    "cannot take a resume checkpoint of {}: {e} (an interrupted receive resumes \
+                     from the previous one)",
+                    self.dir.display_path(&name).display()
+                );
+                self.note("checkpoint", msg);
+            }
+        }
+    }
+
+    /// The resume directory of `name`, created if needed.
+    fn resume_dir(&self, name: &[u8], create: bool) -> io::Result<std::os::fd::OwnedFd> {
+        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC | OFlags::NOFOLLOW;
+        let open = |at, n: &OsStr| rustix::fs::openat(at, n, flags, Mode::empty());
+        let top = match open(self.dir.fd(), OsStr::new(RESUME_DIR)) {
+            Err(rustix::io::Errno::NOENT) if create => {
+                rustix::fs::mkdirat(self.dir.fd(), RESUME_DIR, Mode::from_raw_mode(0o700))?;
+                open(self.dir.fd(), OsStr::new(RESUME_DIR))?
+            }
+            r => r?,
+        };
+        Ok(match open(top.as_fd(), os(name)) {
+            Err(rustix::io::Errno::NOENT) if create => {
+                rustix::fs::mkdirat(&top, os(name), Mode::from_raw_mode(0o700))?;
+                open(top.as_fd(), os(name))?
+            }
+            r => r?,
+        })
+    }
+
+    fn write_checkpoint(&mut self, name: &[u8], token: &Token) -> io::Result<()> {
+        let Some(cur) = self.cur.as_ref() else {
+            return Ok(());
+        };
+        let rdir = self.resume_dir(name, true)?;
+        let ckpt = format!("ckpt-{}", token.index);
+        // A leftover of an interrupted checkpoint with this index.
+        let _ = sys::snap_destroy(rdir.as_fd(), ckpt.as_bytes());
+        let src = subvol::reopen_dir(cur.target.root())?;
+        sys::snapshot_create(rdir.as_fd(), ckpt.as_bytes(), src.as_fd())?;
+        let tmp = "state.tmp";
+        let fd = rustix::fs::openat(
+            &rdir,
+            tmp,
+            OFlags::WRONLY | OFlags::CREATE | OFlags::TRUNC | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+            Mode::from_raw_mode(0o600),
+        )?;
+        let mut f = std::fs::File::from(fd);
+        writeln!(f, "{token}")?;
+        f.sync_all()?;
+        rustix::fs::renameat(&rdir, tmp, &rdir, "state")?;
+        rustix::fs::fsync(&rdir)?;
+        self.drop_checkpoints(&rdir, Some(&ckpt));
+        Ok(())
+    }
+
+    /// Delete the checkpoints in `rdir` but `keep`.
+    fn drop_checkpoints(&self, rdir: &std::os::fd::OwnedFd, keep: Option<&str>) {
+        let Ok(dup) = rustix::io::dup(rdir) else {
+            return;
+        };
+        let Ok(mut it) = rustix::fs::Dir::read_from(dup) else {
+            return;
+        };
+        let mut old = Vec::new();
+        while let Some(Ok(e)) = it.next() {
+            let n = e.file_name().to_bytes().to_vec();
+            if n.starts_with(b"ckpt-") && keep.is_none_or(|k| k.as_bytes() != n) {
+                old.push(n);
+            }
+        }
+        for n in old {
+            let _ = sys::snap_destroy(rdir.as_fd(), &n);
+        }
+    }
+
+    /// The subvolume `name` finished: its resume point goes.
+    pub(super) fn drop_resume_point(&self, name: &[u8]) {
+        let Ok(rdir) = self.resume_dir(name, false) else {
+            return;
+        };
+        self.drop_checkpoints(&rdir, None);
+        let _ = rustix::fs::unlinkat(&rdir, "state", AtFlags::empty());
+        let _ = rustix::fs::unlinkat(&rdir, "state.tmp", AtFlags::empty());
+        drop(rdir);
+        if let Ok(top) = rustix::fs::openat(
+            self.dir.fd(),
+            RESUME_DIR,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+            Mode::empty(),
+        ) {
+            let _ = rustix::fs::unlinkat(&top, os(name), AtFlags::REMOVEDIR);
+            let _ = rustix::fs::unlinkat(self.dir.fd(), RESUME_DIR, AtFlags::REMOVEDIR);
+        }
+    }
+
+    /// The resume point recorded for `name`, if any.
+    fn state_of(&self, name: &[u8]) -> Option<Token> {
+        let rdir = self.resume_dir(name, false).ok()?;
+        let fd = rustix::fs::openat(
+            &rdir,
+            "state",
+            OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+            Mode::empty(),
+        )
+        .ok()?;
+        let s = io::read_to_string(std::fs::File::from(fd)).ok()?;
+        Token::parse(&s).ok()
+    }
+
+    /// The partial subvolume whose resume point is for snapshot `uuid` /
+    /// `ctransid`: its name and recorded token.
+    fn find_resume_point(&self, uuid: [u8; 16], ctransid: u64) -> Option<(Vec<u8>, Token)> {
+        let top = rustix::fs::openat(
+            self.dir.fd(),
+            RESUME_DIR,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+            Mode::empty(),
+        )
+        .ok()?;
+        let mut it = rustix::fs::Dir::read_from(top).ok()?;
+        while let Some(Ok(e)) = it.next() {
+            let n = e.file_name().to_bytes().to_vec();
+            if n == b"." || n == b".." {
+                continue;
+            }
+            if let Some(t) = self.state_of(&n)
+                && t.uuid == uuid
+                && t.ctransid == ctransid
+            {
+                return Some((n, t));
+            }
+        }
+        None
+    }
+
+    /// A continuation stream (number `stream`, header record `rec`)
+    /// begins: find the partial subvolume it continues, roll it back to
+    /// its checkpoint, make it current, and set `track` to drop what the
+    /// checkpoint holds.
+    ///
+    /// # Errors
+    ///
+    /// The token cannot be read, no partial subvolume has a resume point
+    /// for it, the continuation starts after the resume point, or the
+    /// rollback fails.
+    pub fn continuation(
+        &mut self,
+        stream: u32,
+        rec: &[u8],
+        track: &mut Tracker,
+    ) -> Result<(), ApplyErrorKind> {
+        self.finish_subvol().map_err(|e| e.kind)?;
+        let t = Token::from_bytes(rec).map_err(|e| {
+            ApplyErrorKind::Invalid(format!(
+                "invalid continuation stream header: its token: {e}"
+            ))
+        })?;
+        let (name, ckpt) = self.find_resume_point(t.uuid, t.ctransid).ok_or_else(|| {
+            ApplyErrorKind::Invalid(format!(
+                "this continuation stream (btrsend send --resume) continues the snapshot with \
+                 uuid {} ctransid {}, but no partial subvolume in {} has a resume point for it \
+                 (see btrsend receive --resume-token)",
+                Uuid(t.uuid),
+                t.ctransid,
+                self.dir.display_path(b"").display()
+            ))
+        })?;
+        if t.index > ckpt.index
+            || t.parent_uuid != ckpt.parent_uuid
+            || t.parent_ctransid != ckpt.parent_ctransid
+            || t.version != ckpt.version
+        {
+            return Err(ApplyErrorKind::Invalid(format!(
+                "this continuation stream starts at command {} (stream offset {}), but {} can \
+                 only continue from command {} (offset {}): make the continuation with the token \
+                 `btrsend receive --resume-token` prints now",
+                t.index,
+                t.offset,
+                self.dir.display_path(&name).display(),
+                ckpt.index,
+                ckpt.offset
+            )));
+        }
+        self.rollback(&name, &ckpt)?;
+        track.continue_at(stream, &t, &ckpt);
+        Ok(())
+    }
+
+    /// SUBVOL / SNAPSHOT of `name` found it partial: if it has a resume
+    /// point for this stream, roll it back to its checkpoint (the
+    /// commands the checkpoint holds are then dropped: `track`). Whether
+    /// it did.
+    pub(super) fn resume_whole(
+        &mut self,
+        name: &[u8],
+        uuid: Uuid,
+        ctransid: u64,
+    ) -> Result<Option<Token>, ApplyErrorKind> {
+        let Some(ckpt) = self.state_of(name) else {
+            return Ok(None);
+        };
+        if ckpt.uuid != uuid.0 || ckpt.ctransid != ctransid {
+            return Ok(None);
+        }
+        self.rollback(name, &ckpt)?;
+        Ok(Some(ckpt))
+    }
+
+    /// Replace the partial `DIR/name` by a writable snapshot of its
+    /// checkpoint `ckpt`, and make it the current subvolume.
+    fn rollback(&mut self, name: &[u8], ckpt: &Token) -> Result<(), ApplyErrorKind> {
+        if self.btrfs.is_none() {
+            return Err(ApplyErrorKind::Invalid(
+                "a continuation stream can only be received into btrfs as subvolumes (as root)"
+                    .into(),
+            ));
+        }
+        let dir = subvol::reopen_dir(self.dir.fd())?;
+        let exists = rustix::fs::statat(self.dir.fd(), os(name), AtFlags::SYMLINK_NOFOLLOW).is_ok();
+        if exists {
+            if !self.incomplete_subvolume(name) {
+                return Err(ApplyErrorKind::Exists);
+            }
+            sys::snap_destroy(dir.as_fd(), name)?;
+        }
+        let rdir = self.resume_dir(name, false)?;
+        let src = rustix::fs::openat(
+            &rdir,
+            format!("ckpt-{}", ckpt.index),
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+            Mode::empty(),
+        )?;
+        sys::snapshot_create(dir.as_fd(), name, src.as_fd())?;
+        let target = self.dir.target(name)?;
+        let record = Record {
+            name: name.to_vec(),
+            uuid: Uuid(ckpt.uuid),
+            ctransid: ckpt.ctransid,
+            parent: ckpt
+                .has_parent()
+                .then_some((Uuid(ckpt.parent_uuid), ckpt.parent_ctransid)),
+            state: State::Incomplete,
+        };
+        self.progress.subvol_start(name, record.parent.is_some());
+        self.progress.note(&format!(
+            "resuming {} from its checkpoint at stream offset {}",
+            self.dir.display_path(name).display(),
+            ckpt.offset
+        ));
+        let base = Arc::new(target.display(b""));
+        self.cur = Some(Current {
+            target,
+            record,
+            errors: 0,
+            fileattrs: Vec::new(),
+            base,
+            subvolume: true,
+        });
+        Ok(())
+    }
+}

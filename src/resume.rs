@@ -1,0 +1,391 @@
+//! Resuming an interrupted send stream: the design, the resume token and
+//! the continuation stream that `btrsend send --resume TOKEN` writes.
+//!
+//! # Design
+//!
+//! A btrsend stream is deterministic: the same snapshot (uuid, ctransid),
+//! parent, clone sources, protocol and options give the same commands,
+//! byte for byte. So the sender resumes by planning the send again and
+//! dropping every command before the resume point, counted by the sizing
+//! mode of `send --estimate` (no file data is read for a dropped WRITE:
+//! skipping costs the metadata walk only), and the receiver continues from
+//! a point up to which everything is applied.
+//!
+//! **Shape chain.** Both ends fold every command of a subvolume's stream,
+//! from its SUBVOL or SNAPSHOT on, into a chained digest of its number and
+//! wire length ([`Shape`]). The receiver keeps it with its resume point;
+//! the sender recomputes it while skipping and refuses to continue when it
+//! differs: a send made with other options or clone sources, or of a
+//! snapshot that is not the same, makes other commands (an ENCODED_WRITE
+//! for a WRITE, a CLONE for a WRITE, other lengths) long before any
+//! difference could show in the tree.
+//!
+//! **Receiver: checkpoints with rollback.** Namespace commands (RENAME,
+//! LINK, UNLINK, RMDIR, MKFILE…) are not idempotent and the receiver's data
+//! lanes apply file data out of order, so "replay what may have been
+//! applied" is unsound. Instead the receiver rolls back: in subvolume mode
+//! (a btrfs target, as root) it takes a checkpoint every
+//! [`CHECKPOINT_BYTES`] of stream, where every command before the point is
+//! applied (the lanes drained, no command held back): a snapshot of the
+//! partial subvolume, `DIR/.btrsend-resume/NAME/ckpt-INDEX` (its creation
+//! flushes the subvolume's data and commits it), then the resume point
+//! `DIR/.btrsend-resume/NAME/state` (the token, written to a temporary file,
+//! synced and renamed), then the previous checkpoint is deleted. Resuming
+//! replaces the partial `DIR/NAME` by a writable snapshot of the
+//! checkpoint, which is exactly the subvolume as it was at the resume point,
+//! whatever was applied after it; the received UUID and read-only flag are
+//! set at the very end, as for any receive, and the checkpoint is deleted
+//! then. A kill -9 or a power loss at any moment leaves a checkpoint and
+//! its state consistent (a new checkpoint counts only once its state is
+//! renamed into place). In directory mode (any other filesystem) there is
+//! no cheap rollback: resuming is refused there, with a message.
+//!
+//! **Re-sent data.** A checkpoint is taken as soon as [`CHECKPOINT_BYTES`]
+//! (48 MiB) of stream were applied since the last one; with the receiver's
+//! read-ahead (at most 9 MiB) and a pipe buffer, at most 64 MiB of what
+//! the sender wrote before an interruption is sent again.
+//!
+//! **Continuation stream.** `send --resume` writes a stream header with the
+//! magic [`CONTINUATION_MAGIC`] instead of `btrfs-stream`, the protocol
+//! version, a 32-bit length and the binary token, then the commands from
+//! the resume point on, unchanged (each command carries its own CRC). The
+//! stock `btrfs receive` refuses it before doing anything ("unexpected
+//! header": btrfs-progs compares the magic first), so it can never build a
+//! wrong tree from a continuation. Streams of further subvolumes follow as
+//! usual. `btrsend receive` recognises the header, finds the partial
+//! subvolume by the token's snapshot identity, rolls it back to its
+//! checkpoint and continues. A continuation from an earlier point than the
+//! checkpoint (an older token) is accepted: the commands the checkpoint
+//! already holds are read, checked against the shape chain and dropped.
+//! For the same reason a plain receive of the whole stream again into a
+//! DIR holding the partial NAME continues it from its checkpoint.
+//!
+//! **Token.** `btrsend receive --resume-token DIR/NAME` prints the resume
+//! point as one shell-safe line: `btrsend-resume-1-` and the hex of
+//! [`Token`]'s 101 bytes: format 1, snapshot uuid and ctransid, parent uuid
+//! and ctransid (zero for a full send), protocol version, the command index
+//! and stream offset to continue from, the shape chain there, and 16 bytes
+//! of a keyed BLAKE3 hash of all of it (a mistyped or edited token is
+//! refused).
+
+use std::fmt;
+
+/// Bytes of stream applied between two checkpoints of a receive.
+pub const CHECKPOINT_BYTES: u64 = 48 << 20;
+
+/// Magic of a continuation stream's header (13 bytes, as `btrfs-stream\0`).
+pub use stream_format::CONTINUATION_MAGIC;
+
+/// The textual token's prefix.
+pub const TOKEN_PREFIX: &str = "btrsend-resume-1-";
+
+/// Bytes of a token in binary.
+pub const TOKEN_LEN: usize = 101;
+
+/// Offset of a stream's first command (after `btrfs-stream\0` and the
+/// version).
+pub const FIRST_COMMAND: u64 = 17;
+
+const MAC_CONTEXT: &str = "btrsend 2026-11 resume token v1";
+
+/// The chained digest of the commands of a stream so far (see the module
+/// doc): each command's number and length on the wire (header included).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Shape(pub [u8; 16]);
+
+impl Shape {
+    /// Fold one command in: number `cmd`, `len` bytes on the wire.
+    pub fn push(&mut self, cmd: u16, len: u64) {
+        let mut h = blake3::Hasher::new();
+        h.update(&self.0);
+        h.update(&cmd.to_le_bytes());
+        h.update(&len.to_le_bytes());
+        let out = h.finalize();
+        self.0.copy_from_slice(&out.as_bytes()[..16]);
+    }
+}
+
+/// Where a subvolume's stream continues: what was sent, and the point.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Token {
+    /// The snapshot's UUID (SUBVOL / SNAPSHOT).
+    pub uuid: [u8; 16],
+    /// Its ctransid.
+    pub ctransid: u64,
+    /// The parent's UUID and ctransid (SNAPSHOT), zero for a full send.
+    pub parent_uuid: [u8; 16],
+    /// See [`Token::parent_uuid`].
+    pub parent_ctransid: u64,
+    /// Protocol version of the stream.
+    pub version: u32,
+    /// Index of the first command to send (SUBVOL / SNAPSHOT is 0).
+    pub index: u64,
+    /// Its offset in the stream (the first command's is
+    /// [`FIRST_COMMAND`]).
+    pub offset: u64,
+    /// The shape chain of the commands before it.
+    pub shape: Shape,
+}
+
+/// Why a token cannot be read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TokenError {
+    /// It does not start with [`TOKEN_PREFIX`].
+    Prefix,
+    /// Not hex, or not [`TOKEN_LEN`] bytes.
+    Length(usize),
+    /// A character that is not a hex digit, at this position.
+    NotHex(usize),
+    /// The hash does not match: mistyped, cut or edited.
+    Hash,
+    /// A field makes no sense.
+    Field(&'static str),
+}
+
+impl fmt::Display for TokenError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TokenError::Prefix => write!(f, "it does not start with {TOKEN_PREFIX}"),
+            TokenError::Length(n) => write!(
+                f,
+                "it has {n} hex digits after the prefix, not {}",
+                2 * TOKEN_LEN
+            ),
+            TokenError::NotHex(i) => write!(f, "character {i} is not a hex digit"),
+            TokenError::Hash => {
+                f.write_str("its check hash does not match (mistyped, cut or edited)")
+            }
+            TokenError::Field(w) => write!(f, "invalid {w}"),
+        }
+    }
+}
+
+impl std::error::Error for TokenError {}
+
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    let mut x = [0u8; 8];
+    x.copy_from_slice(b.get(at..at + 8).unwrap_or(&[0; 8]));
+    u64::from_le_bytes(x)
+}
+
+impl Token {
+    /// The token in binary (with its hash).
+    pub fn to_bytes(&self) -> [u8; TOKEN_LEN] {
+        let mut b = [0u8; TOKEN_LEN];
+        b[0] = 1;
+        b[1..17].copy_from_slice(&self.uuid);
+        b[17..25].copy_from_slice(&self.ctransid.to_le_bytes());
+        b[25..41].copy_from_slice(&self.parent_uuid);
+        b[41..49].copy_from_slice(&self.parent_ctransid.to_le_bytes());
+        b[49..53].copy_from_slice(&self.version.to_le_bytes());
+        b[53..61].copy_from_slice(&self.index.to_le_bytes());
+        b[61..69].copy_from_slice(&self.offset.to_le_bytes());
+        b[69..85].copy_from_slice(&self.shape.0);
+        let mac = blake3::derive_key(MAC_CONTEXT, &b[..85]);
+        b[85..].copy_from_slice(&mac[..16]);
+        b
+    }
+
+    /// Read a binary token (checking its hash and fields).
+    ///
+    /// # Errors
+    ///
+    /// [`TokenError`].
+    pub fn from_bytes(b: &[u8]) -> Result<Token, TokenError> {
+        if b.len() != TOKEN_LEN {
+            return Err(TokenError::Length(2 * b.len()));
+        }
+        let mac = blake3::derive_key(MAC_CONTEXT, &b[..85]);
+        if b[85..] != mac[..16] {
+            return Err(TokenError::Hash);
+        }
+        if b[0] != 1 {
+            return Err(TokenError::Field("format"));
+        }
+        let mut uuid = [0u8; 16];
+        uuid.copy_from_slice(&b[1..17]);
+        let mut parent_uuid = [0u8; 16];
+        parent_uuid.copy_from_slice(&b[25..41]);
+        let mut shape = [0u8; 16];
+        shape.copy_from_slice(&b[69..85]);
+        let mut v = [0u8; 4];
+        v.copy_from_slice(&b[49..53]);
+        let t = Token {
+            uuid,
+            ctransid: u64_at(b, 17),
+            parent_uuid,
+            parent_ctransid: u64_at(b, 41),
+            version: u32::from_le_bytes(v),
+            index: u64_at(b, 53),
+            offset: u64_at(b, 61),
+            shape: Shape(shape),
+        };
+        if !(1..=3).contains(&t.version) {
+            return Err(TokenError::Field("protocol version"));
+        }
+        if t.index == 0 || t.offset < FIRST_COMMAND {
+            return Err(TokenError::Field("resume point"));
+        }
+        Ok(t)
+    }
+
+    /// Whether the stream is incremental (has a parent).
+    pub fn has_parent(&self) -> bool {
+        self.parent_uuid != [0; 16]
+    }
+
+    /// Parse the textual form ([`Token`]'s `Display`).
+    ///
+    /// # Errors
+    ///
+    /// [`TokenError`].
+    pub fn parse(s: &str) -> Result<Token, TokenError> {
+        let hex = s
+            .trim()
+            .strip_prefix(TOKEN_PREFIX)
+            .ok_or(TokenError::Prefix)?;
+        if hex.len() != 2 * TOKEN_LEN {
+            return Err(TokenError::Length(hex.len()));
+        }
+        let digit = |i: usize, c: u8| match c {
+            b'0'..=b'9' => Ok(c - b'0'),
+            b'a'..=b'f' => Ok(c - b'a' + 10),
+            _ => Err(TokenError::NotHex(TOKEN_PREFIX.len() + i)),
+        };
+        let h = hex.as_bytes();
+        let mut b = [0u8; TOKEN_LEN];
+        for (i, out) in b.iter_mut().enumerate() {
+            *out = digit(2 * i, h[2 * i])? << 4 | digit(2 * i + 1, h[2 * i + 1])?;
+        }
+        Token::from_bytes(&b)
+    }
+}
+
+impl fmt::Display for Token {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(TOKEN_PREFIX)?;
+        for b in self.to_bytes() {
+            write!(f, "{b:02x}")?;
+        }
+        Ok(())
+    }
+}
+
+/// The header of a continuation stream for `token` (see the module doc).
+pub fn continuation_header(token: &Token) -> Vec<u8> {
+    let mut h = Vec::with_capacity(13 + 8 + TOKEN_LEN);
+    h.extend_from_slice(CONTINUATION_MAGIC);
+    h.extend_from_slice(&token.version.to_le_bytes());
+    h.extend_from_slice(&(TOKEN_LEN as u32).to_le_bytes());
+    h.extend_from_slice(&token.to_bytes());
+    h
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn token() -> Token {
+        let mut shape = Shape::default();
+        shape.push(1, 100);
+        shape.push(15, 49_000);
+        Token {
+            uuid: [7; 16],
+            ctransid: 12,
+            parent_uuid: [0; 16],
+            parent_ctransid: 0,
+            version: 2,
+            index: 2,
+            offset: 17 + 49_100,
+            shape,
+        }
+    }
+
+    #[test]
+    fn a_token_round_trips_as_one_shell_safe_line() {
+        let t = token();
+        let s = t.to_string();
+        assert!(s.starts_with(TOKEN_PREFIX));
+        assert_eq!(s.len(), TOKEN_PREFIX.len() + 2 * TOKEN_LEN);
+        assert!(
+            s.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'-'),
+            "{s}"
+        );
+        assert_eq!(Token::parse(&s), Ok(t));
+        assert_eq!(Token::parse(&format!(" {s}\n")), Ok(t));
+        assert!(!t.has_parent());
+    }
+
+    #[test]
+    fn a_damaged_token_is_refused_with_the_reason() {
+        let s = token().to_string();
+        assert_eq!(Token::parse("resume-1-00"), Err(TokenError::Prefix));
+        assert_eq!(
+            Token::parse(&s[..s.len() - 2]),
+            Err(TokenError::Length(2 * TOKEN_LEN - 2))
+        );
+        let mut bad = s.clone().into_bytes();
+        bad[TOKEN_PREFIX.len() + 5] = b'g';
+        let bad = String::from_utf8(bad).unwrap();
+        assert_eq!(
+            Token::parse(&bad),
+            Err(TokenError::NotHex(TOKEN_PREFIX.len() + 5))
+        );
+        // One digit changed: the hash catches it, wherever it is.
+        for at in [
+            TOKEN_PREFIX.len() + 3,
+            TOKEN_PREFIX.len() + 110,
+            s.len() - 1,
+        ] {
+            let mut b = s.clone().into_bytes();
+            b[at] = if b[at] == b'0' { b'1' } else { b'0' };
+            let e = Token::parse(std::str::from_utf8(&b).unwrap()).unwrap_err();
+            assert_eq!(e, TokenError::Hash, "digit {at}");
+            assert_eq!(
+                e.to_string(),
+                "its check hash does not match (mistyped, cut or edited)"
+            );
+        }
+        // A well-hashed token with a nonsense field.
+        let mut t = token();
+        t.version = 9;
+        assert_eq!(
+            Token::from_bytes(&t.to_bytes()),
+            Err(TokenError::Field("protocol version"))
+        );
+        let mut t = token();
+        t.index = 0;
+        assert_eq!(
+            Token::from_bytes(&t.to_bytes()),
+            Err(TokenError::Field("resume point"))
+        );
+    }
+
+    #[test]
+    fn the_shape_chain_depends_on_every_command_and_its_order() {
+        let chain = |cmds: &[(u16, u64)]| {
+            let mut s = Shape::default();
+            for &(c, l) in cmds {
+                s.push(c, l);
+            }
+            s
+        };
+        let a = chain(&[(1, 50), (15, 1000), (3, 40)]);
+        assert_ne!(a, chain(&[(1, 50), (3, 40), (15, 1000)]));
+        assert_ne!(a, chain(&[(1, 50), (15, 1001), (3, 40)]));
+        assert_ne!(a, chain(&[(1, 50), (25, 1000), (3, 40)]));
+        assert_eq!(a, chain(&[(1, 50), (15, 1000), (3, 40)]));
+    }
+
+    #[test]
+    fn the_continuation_header_is_refused_by_a_btrfs_stream_reader() {
+        let h = continuation_header(&token());
+        assert_eq!(&h[..13], CONTINUATION_MAGIC);
+        assert_ne!(&h[..13], stream_format::STREAM_MAGIC);
+        let e = stream_format::StreamReader::new(&h[..])
+            .next_command()
+            .unwrap_err();
+        assert!(e.to_string().contains("magic"), "{e}");
+    }
+}
