@@ -24,6 +24,7 @@ mod pipe;
 mod readme;
 mod receive;
 mod repo_store;
+mod resume;
 mod send;
 mod send_device_mounted;
 mod send_incremental;

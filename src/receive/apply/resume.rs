@@ -15,10 +15,10 @@ use rustix::fs::{AtFlags, Mode, OFlags};
 use stream_format::CommandInfo;
 
 use super::{Current, Receiver};
+use crate::receive::ApplyErrorKind;
 use crate::receive::meta::{Record, State, Uuid};
 use crate::receive::subvol;
 use crate::receive::sys;
-use crate::receive::ApplyErrorKind;
 use crate::resume::{CHECKPOINT_BYTES, FIRST_COMMAND, Shape, Token};
 
 /// The hidden directory of resume points in DIR.

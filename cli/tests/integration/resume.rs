@@ -1,0 +1,603 @@
+//! Resume (issue 14): `btrsend receive --resume-token DIR/NAME`, `btrsend
+//! send --resume TOKEN` and the continuation stream, live (root; required
+//! in CI).
+//!
+//! A kernel-made filesystem holds a full snapshot of ~300 MB and an
+//! incremental one (renames, deletions, overwrites, new data). Each stream
+//! goes `btrsend send | (this test, a relay) | btrsend receive DIR` and is
+//! interrupted at random points, over and over, each time continued from
+//! the token the receiver prints: the sender killed (-9), the receiver
+//! killed (-9), the pipe closed between them, the target filesystem full
+//! (ENOSPC). Every subvolume finally has the kernel's manifest of its
+//! source snapshot and the source's UUID as received UUID; every
+//! interruption re-sends at most the bound (64 MiB with the default
+//! checkpoints; the checkpoint interval plus the receiver's read-ahead
+//! with the short interval that makes a hundred interruptions cheap).
+//! Also: the stock `btrfs receive` refuses a continuation and creates
+//! nothing; a whole stream received again continues the partial subvolume;
+//! a token of another send is refused.
+
+use std::io::{Read, Write};
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+use btrsend::manifest::Options;
+use btrsend::testing::workload::Rng;
+use btrsend::testing::{self, LiveBtrfs};
+
+use crate::common::btrsend;
+
+const MIB: u64 = 1 << 20;
+/// Continuation header: magic, version, length, 101-byte token.
+const CONT_HEADER: u64 = 13 + 4 + 4 + 101;
+
+fn sh(cmd: &mut Command) -> std::process::Output {
+    let out = cmd.output().expect("spawn");
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// Write `len` bytes of random data to `path`.
+fn write_random(path: &Path, len: usize, rng: &mut Rng) {
+    let mut f = std::fs::File::create(path).unwrap();
+    let mut left = len;
+    while left > 0 {
+        let n = left.min(4 << 20);
+        let compressible = rng.chance(30);
+        f.write_all(&rng.bytes(n, compressible)).unwrap();
+        left -= n;
+    }
+}
+
+/// How an interruption happens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Cut {
+    /// After N bytes: the sender is killed (-9), the receiver's input ends.
+    KillSender,
+    /// After N bytes: the receiver is killed (-9).
+    KillReceiver,
+    /// After N bytes: the relay closes both ends (the sender fails on a
+    /// closed pipe, the receiver's input ends).
+    ClosePipe,
+    /// No cut: the target filesystem runs full.
+    Enospc,
+    /// No cut: runs to the end.
+    None,
+}
+
+/// One send → relay → receive run; the bytes relayed and whether the
+/// receive finished.
+struct Run {
+    relayed: u64,
+    ok: bool,
+    stderr: String,
+}
+
+fn spawn_send(src: &Path, parent: Option<&Path>, token: Option<&str>) -> Child {
+    let mut c = btrsend();
+    c.arg("send");
+    if let Some(t) = token {
+        c.args(["--resume", t]);
+    }
+    if let Some(p) = parent {
+        c.arg("-p").arg(p);
+    }
+    c.arg(src)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("btrsend send")
+}
+
+fn spawn_receive(dir: &Path, every: Option<u64>) -> Child {
+    let mut c = btrsend();
+    c.arg("receive").arg(dir);
+    if let Some(n) = every {
+        c.env("BTRSEND_CHECKPOINT_BYTES", n.to_string());
+    }
+    c.stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("btrsend receive")
+}
+
+fn read_all(mut r: impl Read) -> String {
+    let mut s = String::new();
+    let _ = r.read_to_string(&mut s);
+    s
+}
+
+/// Relay the sender's stream to the receiver, cutting it as `cut` says
+/// after `at` bytes.
+fn relay(mut send: Child, mut recv: Child, cut: Cut, at: u64) -> Run {
+    let mut from = send.stdout.take().unwrap();
+    let mut to = recv.stdin.take().unwrap();
+    let send_err = send.stderr.take().unwrap();
+    let recv_err = recv.stderr.take().unwrap();
+    // The stderr pipes are read on threads (a full pipe must not block).
+    let se = std::thread::spawn(move || read_all(send_err));
+    let re = std::thread::spawn(move || read_all(recv_err));
+    let limit = match cut {
+        Cut::KillSender | Cut::KillReceiver | Cut::ClosePipe => at,
+        Cut::Enospc | Cut::None => u64::MAX,
+    };
+    let mut relayed = 0u64;
+    let mut buf = vec![0u8; 256 << 10];
+    while relayed < limit {
+        let want = usize::try_from((limit - relayed).min(buf.len() as u64)).unwrap();
+        let n = match from.read(&mut buf[..want]) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        if to.write_all(&buf[..n]).is_err() {
+            break;
+        }
+        relayed += n as u64;
+    }
+    match cut {
+        Cut::KillSender => {
+            let _ = send.kill();
+            drop(to);
+            drop(from);
+        }
+        Cut::KillReceiver => {
+            let _ = recv.kill();
+            drop(to);
+            drop(from);
+        }
+        Cut::ClosePipe | Cut::Enospc | Cut::None => {
+            drop(to);
+            drop(from);
+        }
+    }
+    let ss = send.wait().unwrap();
+    let rs = recv.wait().unwrap();
+    let (se, re) = (se.join().unwrap(), re.join().unwrap());
+    match cut {
+        Cut::KillSender if relayed == at => assert_eq!(ss.signal(), Some(9), "{se}"),
+        Cut::KillReceiver if relayed == at => assert_eq!(rs.signal(), Some(9), "{re}"),
+        Cut::ClosePipe if relayed == at => {
+            assert!(!rs.success(), "a cut stream was received whole: {re}");
+        }
+        _ => {}
+    }
+    let ok = rs.success() && ss.success();
+    if cut == Cut::None {
+        assert!(ok, "send: {se}\nreceive: {re}");
+    }
+    Run {
+        relayed,
+        ok,
+        stderr: format!("send: {se}\nreceive: {re}"),
+    }
+}
+
+/// The token of `dir/name`, if it has a resume point.
+fn token(dir: &Path, name: &str) -> Option<String> {
+    let o = btrsend()
+        .arg("receive")
+        .arg("--resume-token")
+        .arg(dir.join(name))
+        .output()
+        .unwrap();
+    if !o.status.success() {
+        let e = String::from_utf8_lossy(&o.stderr);
+        assert!(e.contains("no resume point"), "{e}");
+        return None;
+    }
+    let t = String::from_utf8(o.stdout).unwrap();
+    assert_eq!(t.lines().count(), 1, "{t}");
+    Some(t.trim_end().to_owned())
+}
+
+/// The stream offset a token continues from.
+fn token_offset(t: &str) -> u64 {
+    let hex = t.strip_prefix("btrsend-resume-1-").unwrap();
+    let b: Vec<u8> = (0..hex.len() / 2)
+        .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap())
+        .collect();
+    u64::from_le_bytes(b[61..69].try_into().unwrap())
+}
+
+fn received_uuid(path: &Path) -> String {
+    let o = sh(Command::new("btrfs").args(["subvolume", "show"]).arg(path));
+    let s = String::from_utf8(o.stdout).unwrap();
+    let field = |k: &str| {
+        s.lines()
+            .find_map(|l| l.trim().strip_prefix(k).map(|v| v.trim().to_owned()))
+            .unwrap_or_default()
+    };
+    field("Received UUID:")
+}
+
+fn uuid_of(path: &Path) -> String {
+    let o = sh(Command::new("btrfs").args(["subvolume", "show"]).arg(path));
+    let s = String::from_utf8(o.stdout).unwrap();
+    s.lines()
+        .find_map(|l| l.trim().strip_prefix("UUID:").map(|v| v.trim().to_owned()))
+        .unwrap()
+}
+
+/// Receive `snap` (against `parent`) into `dir` through interruptions:
+/// `cuts` (with `every` as checkpoint interval, `None`: the default), then
+/// to the end. Returns the interruptions made.
+#[allow(clippy::too_many_arguments)]
+fn receive_interrupted(
+    dst: &LiveBtrfs,
+    dir: &Path,
+    snap: &Path,
+    parent: Option<&Path>,
+    every: Option<u64>,
+    cuts: &mut dyn FnMut(&mut Rng, u64) -> Option<(Cut, u64)>,
+    rng: &mut Rng,
+    max_resent: u64,
+    log: &mut Vec<String>,
+) -> usize {
+    let name = snap.file_name().unwrap().to_str().unwrap().to_owned();
+    let mut token_now: Option<String> = None;
+    let mut done = 0usize;
+    let mut step = 0u64;
+    loop {
+        let plan = cuts(rng, step);
+        step += 1;
+        let (cut, at) = plan.unwrap_or((Cut::None, 0));
+        let mut filler = None;
+        if cut == Cut::Enospc {
+            // Leave ~80 MiB free: the receive runs out of space.
+            let f = dst.path().join("filler");
+            let st = rustix::fs::statvfs(dst.path()).unwrap();
+            let free = st.f_bavail * st.f_frsize;
+            let fill = free.saturating_sub(80 * MIB);
+            let fd = std::fs::File::create(&f).unwrap();
+            rustix::fs::fallocate(&fd, rustix::fs::FallocateFlags::empty(), 0, fill).unwrap();
+            fd.sync_all().unwrap();
+            filler = Some(f);
+        }
+        let start = token_now.as_deref().map_or(0, token_offset);
+        let send = spawn_send(snap, parent, token_now.as_deref());
+        let recv = spawn_receive(dir, every);
+        let run = relay(send, recv, cut, at);
+        if let Some(f) = filler {
+            std::fs::remove_file(&f).unwrap();
+            sh(Command::new("btrfs")
+                .args(["filesystem", "sync"])
+                .arg(dst.path()));
+        }
+        if run.ok {
+            assert!(
+                cut == Cut::None || cut == Cut::Enospc || run.relayed < at,
+                "{cut:?}: finished although cut at {at}"
+            );
+            log.push(format!("{name}: finished from offset {start}"));
+            return done;
+        }
+        if cut == Cut::Enospc {
+            assert!(
+                run.stderr.contains("No space left"),
+                "ENOSPC run failed otherwise: {}",
+                run.stderr
+            );
+        }
+        done += 1;
+        // Where the stream was cut, in the uninterrupted stream's offsets.
+        let reached = if token_now.is_some() {
+            start + run.relayed.saturating_sub(CONT_HEADER)
+        } else {
+            run.relayed
+        };
+        match token(dir, &name) {
+            Some(t) => {
+                let from = token_offset(&t);
+                assert!(
+                    from <= reached.max(start),
+                    "resume point {from} past the cut {reached}"
+                );
+                let resent = reached.saturating_sub(from);
+                assert!(
+                    resent <= max_resent,
+                    "{cut:?} at {reached}: {resent} bytes would be sent again (bound {max_resent})"
+                );
+                log.push(format!(
+                    "{name}: {cut:?} at {reached}, resume at {from}, re-sent {resent}"
+                ));
+                token_now = Some(t);
+            }
+            None => {
+                // Cut before the first checkpoint: start over.
+                assert!(
+                    reached <= every.unwrap_or(48 * MIB) + 16 * MIB,
+                    "no resume point after {reached} bytes"
+                );
+                sh(Command::new("btrfs")
+                    .args(["subvolume", "delete"])
+                    .arg(dir.join(&name)));
+                log.push(format!("{name}: {cut:?} at {reached}, no checkpoint yet"));
+                token_now = None;
+            }
+        }
+    }
+}
+
+#[test]
+fn resume_after_interruptions_builds_the_kernels_tree() {
+    let test = "resume_after_interruptions_builds_the_kernels_tree";
+    if !testing::require_live(test) {
+        return;
+    }
+    let src = LiveBtrfs::with_options(2 << 30, &[], "").expect("scratch btrfs");
+    let dst = LiveBtrfs::with_options(3 << 30, &[], "").expect("scratch btrfs");
+    let mnt = src.path().to_path_buf();
+    let mut rng = Rng::new(14);
+
+    // s1: ~300 MB in files of 1-16 MB, small files, links.
+    let vol = mnt.join("vol");
+    sh(Command::new("btrfs")
+        .args(["subvolume", "create"])
+        .arg(&vol));
+    for d in 0..6 {
+        let dir = vol.join(format!("d{d}"));
+        std::fs::create_dir(&dir).unwrap();
+        for f in 0..80 {
+            let len = rng.below(9000) as usize;
+            write_random(&dir.join(format!("s{f}")), len, &mut rng);
+        }
+    }
+    let mut total = 0u64;
+    let mut big = 0;
+    while total < 300 * MIB {
+        let len = (MIB + rng.below(15 * MIB)) as usize;
+        write_random(&vol.join(format!("d{}/big{big}", big % 6)), len, &mut rng);
+        total += len as u64;
+        big += 1;
+    }
+    std::fs::hard_link(vol.join("d0/big0"), vol.join("d1/link0")).unwrap();
+    std::os::unix::fs::symlink("d0/big1", vol.join("sym")).unwrap();
+    std::fs::create_dir(mnt.join("snaps")).unwrap();
+    let s1 = mnt.join("snaps/s1");
+    sh(Command::new("btrfs")
+        .args(["subvolume", "snapshot", "-r"])
+        .arg(&vol)
+        .arg(&s1));
+    // s2: renames (a swap too), deletions, overwrites, new data.
+    std::fs::rename(vol.join("d0"), vol.join("tmp")).unwrap();
+    std::fs::rename(vol.join("d1"), vol.join("d0")).unwrap();
+    std::fs::rename(vol.join("tmp"), vol.join("d1")).unwrap();
+    std::fs::rename(vol.join("d2"), vol.join("d3/d2")).unwrap();
+    for b in (0..big).step_by(5) {
+        let p = ["d0", "d1", "d3/d2", "d3", "d4", "d5"]
+            .iter()
+            .map(|d| vol.join(format!("{d}/big{b}")))
+            .find(|p| p.exists());
+        if let Some(p) = p {
+            std::fs::remove_file(p).unwrap();
+        }
+    }
+    for b in (1..big).step_by(7) {
+        let p = ["d0", "d1", "d3/d2", "d3", "d4", "d5"]
+            .iter()
+            .map(|d| vol.join(format!("{d}/big{b}")))
+            .find(|p| p.exists());
+        if let Some(p) = p {
+            let f = std::fs::OpenOptions::new().write(true).open(p).unwrap();
+            use std::os::unix::fs::FileExt;
+            f.write_all_at(&rng.bytes(300_000, false), 100_000).unwrap();
+        }
+    }
+    for n in 0..8 {
+        let len = (2 * MIB + rng.below(10 * MIB)) as usize;
+        write_random(&vol.join(format!("d4/new{n}")), len, &mut rng);
+    }
+    std::fs::rename(vol.join("d4/new0"), vol.join("d5/s3")).unwrap();
+    let s2 = mnt.join("snaps/s2");
+    sh(Command::new("btrfs")
+        .args(["subvolume", "snapshot", "-r"])
+        .arg(&vol)
+        .arg(&s2));
+    sh(&mut Command::new("sync"));
+    let opts = Options { holes: false };
+    let want1 = src.manifest("snaps/s1", opts).unwrap();
+    let want2 = src.manifest("snaps/s2", opts).unwrap();
+    let len1 = {
+        let o = sh(btrsend().args(["send", "--estimate"]).arg(&s1));
+        String::from_utf8(o.stdout)
+            .unwrap()
+            .trim()
+            .parse::<u64>()
+            .unwrap()
+    };
+    assert!(len1 > 250 * MIB, "stream of {len1} bytes");
+    let dir = dst.path().join("recv");
+    std::fs::create_dir(&dir).unwrap();
+    let mut log = Vec::new();
+
+    // Default checkpoints (48 MiB): one interruption of each kind, at
+    // random points; at most 64 MiB re-sent each time.
+    let kinds = [
+        Cut::Enospc,
+        Cut::KillSender,
+        Cut::KillReceiver,
+        Cut::ClosePipe,
+    ];
+    let mut k = 0;
+    let n_default = receive_interrupted(
+        &dst,
+        &dir,
+        &s1,
+        None,
+        None,
+        &mut |rng, step| {
+            let cut = *kinds.get(k)?;
+            k += 1;
+            let _ = step;
+            Some((cut, 50 * MIB + rng.below(30 * MIB)))
+        },
+        &mut rng,
+        64 * MIB,
+        &mut log,
+    );
+    assert!(n_default >= 3, "{log:#?}");
+    assert!(
+        log.iter().filter(|l| l.contains("re-sent")).count() >= 2,
+        "too few resumes from 48 MiB checkpoints: {log:#?}"
+    );
+    assert_eq!(
+        src.manifest("snaps/s1", opts).unwrap(),
+        want1,
+        "the source is unchanged"
+    );
+    assert_eq!(
+        dst.manifest("recv/s1", opts).unwrap(),
+        want1,
+        "resumed s1 differs from the kernel's snapshot\n{log:#?}"
+    );
+    assert_eq!(received_uuid(&dir.join("s1")), uuid_of(&s1));
+
+    // The stock btrfs receive refuses a continuation and makes nothing;
+    // the whole stream again continues a partial subvolume.
+    sh(Command::new("btrfs")
+        .args(["subvolume", "delete"])
+        .arg(dir.join("s1")));
+    let recv = spawn_receive(&dir, None);
+    let run = relay(spawn_send(&s1, None, None), recv, Cut::ClosePipe, 120 * MIB);
+    assert!(!run.ok);
+    let t = token(&dir, "s1").expect("a checkpoint after 120 MiB");
+    let cont = dst.scratch_dir().join("cont.stream");
+    let o = btrsend()
+        .args(["send", "--resume", &t, "-f"])
+        .arg(&cont)
+        .arg(&s1)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let before: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    let o = Command::new("btrfs")
+        .args(["receive", "-f"])
+        .arg(&cont)
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("unexpected header"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let after: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(
+        before, after,
+        "btrfs receive of a continuation made something"
+    );
+    // A token is refused by a send of another snapshot or protocol.
+    let o = btrsend()
+        .args(["send", "--resume", &t, "-p"])
+        .arg(&s1)
+        .arg(&s2)
+        .stdout(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("does not match this send"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let o = btrsend()
+        .args(["send", "--proto", "2", "--resume", &t])
+        .arg(&s1)
+        .stdout(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("protocol 1 stream"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    std::fs::remove_file(&cont).unwrap();
+    let run = relay(
+        spawn_send(&s1, None, None),
+        spawn_receive(&dir, None),
+        Cut::None,
+        0,
+    );
+    assert!(
+        run.stderr.contains("resuming"),
+        "the whole stream again did not continue: {}",
+        run.stderr
+    );
+    assert_eq!(dst.manifest("recv/s1", opts).unwrap(), want1);
+    assert_eq!(received_uuid(&dir.join("s1")), uuid_of(&s1));
+
+    // Many interruptions with 2 MiB checkpoints, of every kind but ENOSPC
+    // (slow on a nearly full btrfs), chained: s1 received again, then the
+    // incremental s2. Bound: the interval plus the receiver's read-ahead.
+    let every = 2 * MIB;
+    sh(Command::new("btrfs")
+        .args(["subvolume", "delete"])
+        .arg(dir.join("s1")));
+    let quick = [Cut::KillSender, Cut::KillReceiver, Cut::ClosePipe];
+    let cuts = |rng: &mut Rng, step: u64| {
+        let cut = quick[usize::try_from(step % 3).unwrap()];
+        Some((cut, 256 + rng.below(8 * MIB)))
+    };
+    let mut n = receive_interrupted(
+        &dst,
+        &dir,
+        &s1,
+        None,
+        Some(every),
+        &mut |rng, step| (step < 75).then(|| cuts(rng, step)).flatten(),
+        &mut rng,
+        every + 12 * MIB,
+        &mut log,
+    );
+    assert_eq!(dst.manifest("recv/s1", opts).unwrap(), want1, "{log:#?}");
+    assert_eq!(received_uuid(&dir.join("s1")), uuid_of(&s1));
+    n += receive_interrupted(
+        &dst,
+        &dir,
+        &s2,
+        Some(&s1),
+        Some(every),
+        &mut |rng, step| (step < 30).then(|| cuts(rng, step)).flatten(),
+        &mut rng,
+        every + 12 * MIB,
+        &mut log,
+    );
+    assert_eq!(
+        dst.manifest("recv/s2", opts).unwrap(),
+        want2,
+        "resumed incremental s2 differs from the kernel's snapshot\n{log:#?}"
+    );
+    assert_eq!(received_uuid(&dir.join("s2")), uuid_of(&s2));
+    let total_cuts = n + n_default + 1;
+    assert!(total_cuts >= 100, "{total_cuts} interruptions");
+    assert!(
+        !dir.join(btrsend::receive::RESUME_DIR).exists(),
+        "resume points left behind"
+    );
+    let resent: Vec<u64> = log
+        .iter()
+        .filter_map(|l| l.rsplit_once("re-sent ").and_then(|(_, n)| n.parse().ok()))
+        .collect();
+    eprintln!(
+        "{test}: {total_cuts} interruptions, re-sent at most {} bytes (mean {})",
+        resent.iter().max().unwrap_or(&0),
+        resent.iter().sum::<u64>() / resent.len().max(1) as u64
+    );
+    for l in &log {
+        eprintln!("{test}: {l}");
+    }
+    let _: PathBuf = dir;
+}
