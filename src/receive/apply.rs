@@ -401,7 +401,7 @@ impl<'p> Receiver<'p> {
 
     /// The resume point the last SUBVOL / SNAPSHOT rolled its partial
     /// subvolume back to, if it did: the commands before it are to be
-    /// dropped ([`Tracker::skip_to`]).
+    /// dropped ([`Tracker::resumed`]).
     pub fn take_resumed(&mut self) -> Option<crate::resume::Token> {
         self.resumed.take()
     }

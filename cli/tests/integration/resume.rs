@@ -178,6 +178,10 @@ fn relay(mut send: Child, mut recv: Child, cut: Cut, at: u64) -> Run {
     }
 }
 
+/// Where the next run of a chain is cut (`None`: it runs to the end),
+/// given the run's number.
+type Cuts<'a> = dyn FnMut(&mut Rng, u64) -> Option<(Cut, u64)> + 'a;
+
 /// The token of `dir/name`, if it has a resume point.
 fn token(dir: &Path, name: &str) -> Option<String> {
     let o = btrsend()
@@ -234,7 +238,7 @@ fn receive_interrupted(
     snap: &Path,
     parent: Option<&Path>,
     every: Option<u64>,
-    cuts: &mut dyn FnMut(&mut Rng, u64) -> Option<(Cut, u64)>,
+    cuts: &mut Cuts<'_>,
     rng: &mut Rng,
     max_resent: u64,
     log: &mut Vec<String>,
