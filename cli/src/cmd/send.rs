@@ -5,7 +5,6 @@
 
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
-use std::time::Instant;
 
 use anyhow::bail;
 use btrsend::device::readahead::ReadOptions;
@@ -179,9 +178,12 @@ object: stream_bytes, commands, files, directories, data_bytes,
 encoded_bytes, cloned_bytes, writes, encoded_writes, clones, and
 by_command (each command's count, e.g. WRITE).
 
-Progress: the total is the file data the snapshot's extent items reference,
-from a metadata-only pass over its tree before the send (only when progress
-is shown).";
+Progress: bytes of the stream written, of a total that is the stream's
+exact size: --estimate's pass, run on a thread beside the send (only when
+progress is shown), sets it when done; until then the bar shows bytes,
+rate and elapsed time. That pass reads the metadata a second time: on a
+send of many small files it competes with the send for the CPU (and
+--no-progress saves it); on a data-heavy send it ends early.";
 
 /// `--proto`'s values, listed (not a range) so that shells complete them.
 fn proto_parser() -> impl clap::builder::TypedValueParser<Value = u32> {
@@ -278,21 +280,21 @@ pub fn run(args: &SendArgs) -> anyhow::Result<()> {
         return print_estimate(&all, args.json);
     }
     let mode = Mode::choose(args.progress, args.no_progress, args.quiet);
-    let mut total = 0u64;
-    if mode != Mode::Off {
-        let t = Instant::now();
-        for (subvol, req) in subvols.iter().zip(&requests) {
-            let n = send::total::data_bytes(src.fs(), subvol)
-                .map_err(|e| send_error(e, args, req.subvol))?;
-            total = total.saturating_add(n);
-        }
-        if std::env::var_os("BTRSEND_DEBUG_TOTAL").is_some() {
-            eprintln!(
-                "btrsend: total pass: {total} bytes in {:.3}s",
-                t.elapsed().as_secs_f64()
-            );
-        }
-    }
+    let progress = std::sync::Arc::new(Reporter::new(mode, Op::Send, None, args.quiet));
+    // The bar's total: the streams' exact size, from the estimate's pass
+    // on a thread beside the send (it never delays the send's first byte;
+    // it ends long before a data-heavy send does).
+    let estimate = if mode == Mode::Off {
+        None
+    } else {
+        Some(spawn_total(
+            args,
+            &lists,
+            opts,
+            read.clone(),
+            progress.clone(),
+        ))
+    };
     // A file is written under a temporary name and renamed when complete
     // (see `signal.rs`): FILE never holds a partial stream.
     let mut file = match &args.file {
@@ -300,11 +302,19 @@ pub fn run(args: &SendArgs) -> anyhow::Result<()> {
         None => None,
     };
     let mut stdout = crate::exit::stdout();
-    let out: &mut dyn Write = match &mut file {
+    let inner: &mut dyn Write = match &mut file {
         Some(f) => f,
         None => &mut stdout,
     };
-    let progress = Reporter::new(mode, Op::Send, Some(total), args.quiet);
+    let mut counted = Counted {
+        inner,
+        progress: &progress,
+    };
+    let out: &mut dyn Write = if mode == Mode::Off {
+        counted.inner
+    } else {
+        &mut counted
+    };
     let mut stream_bytes = 0u64;
     let mut res = Ok(());
     for req in &requests {
@@ -328,12 +338,83 @@ pub fn run(args: &SendArgs) -> anyhow::Result<()> {
             _ => anyhow::Error::new(e).context("cannot write the send stream"),
         });
     }
+    if std::env::var_os("BTRSEND_DEBUG_TOTAL").is_some()
+        && let Some(handle) = estimate
+    {
+        // Tests: wait for the total, and show it beside the stream's size.
+        match handle.join() {
+            Ok(Ok(total)) => progress.println(&format!(
+                "btrsend: total {total} bytes, stream {stream_bytes} bytes"
+            )),
+            Ok(Err(e)) => progress.println(&format!("btrsend: no total: {e:#}")),
+            Err(_) => progress.println("btrsend: no total: the estimate's thread panicked"),
+        }
+    }
     progress.finish(res.is_ok(), Some(stream_bytes));
     res?;
     if let Some(f) = file {
         f.commit()?;
     }
     Ok(())
+}
+
+/// The estimate of every SUBVOL of `args`, on a thread of its own with a
+/// source of its own (a small block cache; the send has its own), given to
+/// `progress` as its total when done. An estimate that fails leaves the
+/// bar without a total: the send reports its own errors.
+fn spawn_total(
+    args: &SendArgs,
+    lists: &[Vec<String>],
+    opts: SendOptions,
+    read: ReadOptions,
+    progress: std::sync::Arc<Reporter>,
+) -> std::thread::JoinHandle<anyhow::Result<u64>> {
+    let devices = args.devices.clone();
+    let subvols = args.subvols.clone();
+    let parent = args.parent.clone();
+    let lists = lists.to_vec();
+    let read = ReadOptions {
+        cache_bytes: 32 << 20,
+        ..read
+    };
+    std::thread::spawn(move || {
+        let src = Source::open_with(&devices, &subvols[0], &read)?;
+        let mut total = 0u64;
+        for (subvol, clones) in subvols.iter().zip(&lists) {
+            let req = Request {
+                subvol,
+                parent: parent.as_deref(),
+                clone_sources: clones,
+            };
+            total = total.saturating_add(src.estimate(&req, opts)?.stream_bytes);
+        }
+        progress.set_total(total);
+        Ok(total)
+    })
+}
+
+/// The stream on its way out: counts what is written for the progress.
+struct Counted<'a> {
+    inner: &'a mut dyn Write,
+    progress: &'a Reporter,
+}
+
+impl Write for Counted<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.progress.wrote(n as u64);
+        Ok(n)
+    }
+
+    fn write_all(&mut self, buf: &[u8]) -> std::io::Result<()> {
+        self.inner.write_all(buf)?;
+        self.progress.wrote(buf.len() as u64);
+        Ok(())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
 }
 
 /// Send one subvolume of the request to `out`; the stream's size.
