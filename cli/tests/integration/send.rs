@@ -450,8 +450,7 @@ fn progress_total_is_the_kernels_stream_length() {
         let human = indicatif::HumanBytes(kernel).to_string();
         let last = err
             .lines()
-            .filter(|l| l.starts_with("btrsend: sent "))
-            .last()
+            .rfind(|l| l.starts_with("btrsend: sent "))
             .unwrap_or_else(|| panic!("{args:?}: no progress line: {err}"));
         assert!(
             last.starts_with(&format!("btrsend: sent {human}")),
