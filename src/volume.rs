@@ -65,9 +65,27 @@ pub struct Volume {
     data_queued: Arc<AtomicU64>,
     /// Data-prefetch bytes queued so far.
     data_requested: AtomicU64,
+    /// File data bytes read without checking them against checksums
+    /// (NODATASUM files, sectors without checksums, `--no-verify-data`).
+    unverified: AtomicU64,
 }
 
 impl Volume {
+    /// Count `n` bytes of file data read without checking them against
+    /// checksums.
+    pub(crate) fn note_unverified(&self, n: u64) {
+        self.unverified
+            .fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// File data bytes read so far without checking them against
+    /// checksums (NODATASUM files, sectors without checksums, reads with
+    /// verification off): what a relocation during a send could have
+    /// made stale unnoticed.
+    pub fn unverified_bytes(&self) -> u64 {
+        self.unverified.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Open the image files or block devices at `paths` (all devices of one
     /// filesystem), with the default [`ReadOptions`] (readahead on, not
     /// degraded: a device the chunk tree lists that is not given is an
@@ -228,6 +246,7 @@ impl Volume {
             notices,
             data_queued: Arc::new(AtomicU64::new(0)),
             data_requested: AtomicU64::new(0),
+            unverified: AtomicU64::new(0),
         })
     }
 

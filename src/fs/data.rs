@@ -701,6 +701,7 @@ impl ExtentReader<'_, '_> {
         let vol = self.tree.volume();
         if !self.verify {
             vol.read_logical(logical, out)?;
+            vol.note_unverified(u64::try_from(out.len()).unwrap_or(u64::MAX));
             return Ok(false);
         }
         let sector = u64::from(self.tree.sectorsize().max(1));
@@ -723,9 +724,11 @@ impl ExtentReader<'_, '_> {
         // Sector index -> (copy, computed) of its first failure, while no
         // copy has verified it.
         let mut failed: BTreeMap<usize, (usize, Csum)> = BTreeMap::new();
+        let mut unchecked = false;
         let mut check = |off: usize, bytes: &[u8], copy: usize| {
             let i = off.checked_div(sector_bytes).unwrap_or(0);
             let Some(stored) = csums.get(i) else {
+                unchecked = true;
                 return true;
             };
             match ty.verify(stored, bytes) {
@@ -753,6 +756,9 @@ impl ExtentReader<'_, '_> {
             }
             all
         };
+        if unchecked {
+            vol.note_unverified(len);
+        }
         if all {
             return Ok(true);
         }

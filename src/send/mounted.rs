@@ -23,14 +23,20 @@
 //!   clone sources must be read-only; the data and trees of a read-only
 //!   snapshot do not change, except when a balance relocates them.
 //! * **Relocation** (read-write mounts): a block that fails to read or
-//!   verify may have been moved by a balance. The first
-//!   [`HOLD_BYTES`] of the stream are held back; a failure within them
-//!   rereads the superblock and chunk map and starts again once. After
-//!   the send, the chunk layout is read again: if chunks were removed or
-//!   moved, blocks read through the old chunk map may be stale, so the
-//!   send fails, and the stream's last command (END) is withheld so that a
-//!   receiver of what was written fails too. (Continuing across a
-//!   relocation needs the resume machinery, not built yet.)
+//!   verify may have been moved by a balance. Then the superblock, the
+//!   chunk map and the snapshot's root are read again and, if chunks were
+//!   indeed moved, the stream continues where it stopped (the resume
+//!   machinery of [`crate::resume`] within one process: the stream is
+//!   planned again and the bytes already written are skipped, without
+//!   reading their file data), so the output is the stream an undisturbed
+//!   send writes; at most [`MAX_RESTARTS`] times. A failure with no chunk
+//!   moved is an error ([`SendError::Incomplete`]). After the send, if file
+//!   data was read unverified (files without checksums, `--no-verify-data`)
+//!   and chunks were removed or moved meanwhile, that data may be stale:
+//!   the send fails ([`SendError::LayoutChanged`]) and the stream's last
+//!   command (END) is withheld so that a receiver of what was written
+//!   fails too. Every other block read was verified, so a relocation
+//!   cannot have made it stale.
 //!
 //! Every tree block is checked (checksum, bytenr, generation against its
 //! parent pointer) and, unless [`SendOptions::verify_data`] is off, every
@@ -53,10 +59,10 @@ use crate::mount::{self, MountedFs};
 
 use super::{Progress, SendError, SendOptions, SendStats};
 
-/// Bytes of the stream held back, when sending from a filesystem mounted
-/// read-write, before any reaches the output: a send that fails within
-/// them (a block the kernel moved) starts again from a fresh superblock.
-pub const HOLD_BYTES: usize = 4 << 20;
+/// Restarts of one send after blocks were moved (each continues the
+/// stream where it stopped): a balance relocates a block group at a time,
+/// so a send meets a few at most.
+pub const MAX_RESTARTS: u32 = 64;
 
 /// Bytes withheld at the end of the stream until the layout check passes:
 /// an END command (a bare 10-byte command header). Without it the stock
@@ -410,14 +416,29 @@ impl Source {
     ) -> Result<(W, SendStats), SendError> {
         let policy = self.may_change();
         let mut out = if policy {
-            Held::new(out, HOLD_BYTES, TAIL_BYTES)
+            Held::new(out, 0, TAIL_BYTES)
         } else {
             Held::new(out, 0, 0)
         };
-        let mut restarts = 1;
+        // A continuation's header comes before its first command.
+        let prefix = token.map_or(0, |t| crate::resume::continuation_header(t).len() as u64);
+        let mut restarts = 0u32;
+        // File data read unverified (a relocation could have made it stale).
+        let mut unverified = 0u64;
         loop {
             let roots = self.roots(req)?;
-            let res = match token {
+            let from = if out.accepted == 0 {
+                token.map(super::ResumeFrom::Token)
+            } else {
+                // Continue where the output stopped: the same stream.
+                let at = match token {
+                    Some(t) => t.offset.saturating_add(out.accepted.saturating_sub(prefix)),
+                    None => out.accepted,
+                };
+                Some(super::ResumeFrom::Offset(at))
+            };
+            let before_reads = self.fs.volume().unverified_bytes();
+            let res = match from {
                 None => super::send_with_clone_sources(
                     &self.fs,
                     &roots.subvol,
@@ -427,27 +448,37 @@ impl Source {
                     opts,
                     progress,
                 ),
-                Some(t) => super::send_resumed(
+                Some(from) => super::send_resumed(
                     &self.fs,
                     &roots.subvol,
                     roots.parent.as_ref(),
                     &roots.clones,
                     &mut out,
                     opts,
-                    super::ResumeFrom::Token(t),
+                    from,
                     progress,
                 ),
             };
+            unverified = unverified.saturating_add(
+                self.fs
+                    .volume()
+                    .unverified_bytes()
+                    .saturating_sub(before_reads),
+            );
             let stats = match res {
                 Ok((_, stats)) => stats,
                 Err(e) if policy && is_read_error(&e) => {
-                    // The kernel may have moved blocks (balance): reread the
-                    // superblock and the chunk map; start again if nothing
-                    // was written yet.
+                    // The kernel may have moved blocks (a balance): reread
+                    // the superblock, the chunk map and the snapshot's
+                    // root, and continue the stream where it stopped if
+                    // chunks were indeed moved.
                     let before = self.fs.volume().superblock().generation.get();
+                    let old = self.fs.volume().chunk_map().chunks().to_vec();
                     self.reopen()?;
                     let after = self.fs.volume().superblock().generation.get();
-                    if out.written > 0 || restarts == 0 {
+                    let now = self.fs.volume().chunk_map().chunks();
+                    let moved = !old.iter().all(|c| now.contains(c));
+                    if !moved || restarts >= MAX_RESTARTS || out.accepted < prefix {
                         return Err(SendError::Incomplete {
                             mount: self.describe(),
                             before,
@@ -455,19 +486,17 @@ impl Source {
                             source: Box::new(e),
                         });
                     }
-                    restarts -= 1;
-                    out.discard();
+                    restarts += 1;
                     continue;
                 }
                 Err(e) => return Err(e),
             };
-            if policy && let Some((was, now)) = self.layout_changed()? {
-                if out.written == 0 && restarts > 0 {
-                    restarts -= 1;
-                    self.reopen()?;
-                    out.discard();
-                    continue;
-                }
+            // Every tree block and checksummed data block read was verified:
+            // a relocation could only have made unverified data stale.
+            if policy
+                && (unverified > 0 || !opts.verify_data)
+                && let Some((was, now)) = self.layout_changed()?
+            {
                 return Err(SendError::LayoutChanged {
                     mount: self.describe(),
                     was,
@@ -542,6 +571,8 @@ struct Held<W> {
     keep: usize,
     /// Bytes that reached `inner`.
     written: u64,
+    /// Bytes written to it (held or passed on).
+    accepted: u64,
 }
 
 impl<W: Write> Held<W> {
@@ -553,6 +584,7 @@ impl<W: Write> Held<W> {
             tail: Vec::with_capacity(keep),
             keep,
             written: 0,
+            accepted: 0,
         }
     }
 
@@ -582,6 +614,7 @@ impl<W: Write> Held<W> {
     }
 
     /// Forget what is held (before starting again).
+    #[cfg(test)]
     fn discard(&mut self) {
         self.head.clear();
         self.tail.clear();
@@ -602,6 +635,19 @@ impl<W: Write> Held<W> {
 
 impl<W: Write> Write for Held<W> {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.hold_or_pass(buf)?;
+        self.accepted = self.accepted.saturating_add(n as u64);
+        Ok(n)
+    }
+
+    /// Flushes the inner writer; what is held stays held.
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+impl<W: Write> Held<W> {
+    fn hold_or_pass(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         if self.hold > 0 {
             if self.head.len().saturating_add(buf.len()) <= self.hold {
                 self.head.extend_from_slice(buf);
@@ -613,11 +659,6 @@ impl<W: Write> Write for Held<W> {
         }
         self.pass(buf)?;
         Ok(buf.len())
-    }
-
-    /// Flushes the inner writer; what is held stays held.
-    fn flush(&mut self) -> std::io::Result<()> {
-        self.inner.flush()
     }
 }
 

@@ -228,3 +228,109 @@ fn a_compressed_extent_that_does_not_decompress_fails_in_order() {
         }
     }
 }
+
+/// A send continued at any byte of the stream (what a mounted send does
+/// after a balance moved blocks, issue 14) writes exactly the rest of the
+/// kernel's stream: the commands before the point are planned and dropped,
+/// a command the point cuts is written without its head; the kernel's
+/// stream is the oracle. A resume token of the stream's real point is
+/// accepted, one with another shape or point refused.
+#[test]
+fn a_send_continued_at_any_byte_writes_the_rest_of_the_kernels_stream() {
+    use btrsend::resume::{FIRST_COMMAND, Shape, Token};
+    use btrsend::send::ResumeFrom;
+    for (name, snap) in FIXTURES {
+        let (dir, devices) = fixture_devices(name);
+        let s = snap.rsplit('/').next().unwrap();
+        for (v, opts) in [
+            ("v1", SendOptions::new(1)),
+            ("v2c", SendOptions::new(2).with_compressed_data(true)),
+        ] {
+            let kernel = read_zst(&dir.join(format!("{s}.full.{v}.stream.zst")));
+            let fs = Filesystem::open(&devices).unwrap();
+            let sv = send::find_subvolume(&fs, snap).unwrap();
+            let len = kernel.len() as u64;
+            let mut rng = btrsend::testing::workload::Rng::new(len);
+            let mut points = vec![0, 1, 16, 17, 18, len / 2, len - 10, len - 1];
+            points.extend((0..8).map(|_| rng.below(len)));
+            for at in points {
+                let (rest, _) = send::send_resumed(
+                    &fs,
+                    &sv,
+                    None,
+                    &[],
+                    Vec::new(),
+                    opts,
+                    ResumeFrom::Offset(at),
+                    &NoProgress,
+                )
+                .unwrap();
+                assert!(
+                    rest[..] == kernel[at as usize..],
+                    "{name} {s} {v} continued at byte {at}: {} bytes, want {}",
+                    rest.len(),
+                    len - at
+                );
+            }
+            // A token of the real point of command k (its offset and
+            // shape from the kernel's stream) gives the continuation
+            // header and the rest; a wrong shape is refused.
+            let mut r = btrsend::stream_format::StreamReader::new(&kernel[..]);
+            let (mut shape, mut k, mut offset) = (Shape::default(), 0u64, FIRST_COMMAND);
+            let stop = 1 + rng.below(20);
+            while let Some((info, _)) = r.next_raw().unwrap() {
+                if k == stop {
+                    break;
+                }
+                let n = u64::from(info.len) + 10;
+                shape.push(info.cmd, n);
+                k += 1;
+                offset += n;
+            }
+            let t = Token {
+                uuid: sv.root.uuid.0,
+                ctransid: sv.root.ctransid.get(),
+                parent_uuid: [0; 16],
+                parent_ctransid: 0,
+                version: opts.version,
+                index: k,
+                offset,
+                shape,
+            };
+            let (cont, _) = send::send_resumed(
+                &fs,
+                &sv,
+                None,
+                &[],
+                Vec::new(),
+                opts,
+                ResumeFrom::Token(&t),
+                &NoProgress,
+            )
+            .unwrap();
+            let head = btrsend::resume::continuation_header(&t);
+            assert!(cont[..head.len()] == head[..]);
+            assert!(
+                cont[head.len()..] == kernel[offset as usize..],
+                "{name} {v} token"
+            );
+            let mut bad = t;
+            bad.shape.push(1, 1);
+            let e = send::send_resumed(
+                &fs,
+                &sv,
+                None,
+                &[],
+                Vec::new(),
+                opts,
+                ResumeFrom::Token(&bad),
+                &NoProgress,
+            )
+            .unwrap_err();
+            assert!(
+                e.to_string().contains("differ from the interrupted send"),
+                "{e}"
+            );
+        }
+    }
+}

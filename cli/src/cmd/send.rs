@@ -165,12 +165,12 @@ filesystem, drops the page cache of the block devices it reads (the kernel
 writes around that cache, so pages cached earlier can be stale), and sends
 only read-only subvolumes (parent and clone sources too). If a block fails
 to read or verify because the kernel moved it meanwhile (a balance),
-btrsend rereads the superblock and chunk map and starts again once if the
-failure came within the first 4 MiB of the stream (held back until then),
-and otherwise fails: the stream is then incomplete. After the send, btrsend
-fails if chunks were removed or moved meanwhile (blocks read through the
-old chunk map may be stale); the stream's final END command is withheld
-then, so a receiver of it fails too. Run the send again after a balance.
+btrsend rereads the superblock, the chunk map and the snapshot's root and
+continues the stream where it stopped: the stream is the same as without
+the balance. After the send, btrsend fails if file data was read without
+checksums (nodatasum files, --no-verify-data) and chunks were removed or
+moved meanwhile (that data may be stale); the stream's final END command is
+withheld then, so a receiver of it fails too: run the send again.
 A read-only mount only has its block devices' page cache dropped first.
 
 VERIFICATION: every tree block is checked (checksum, address, generation)
