@@ -101,6 +101,16 @@ pub trait Store: Send + Sync + fmt::Debug {
     ///
     /// [`StoreError::NotFound`]; I/O or network errors; a short object.
     fn get(&self, key: &str, range: Option<Range<u64>>) -> Result<Vec<u8>, StoreError>;
+    /// The `range` of `key`'s bytes into `buf` (replacing what it held):
+    /// [`Store::get`] into a buffer the caller reuses.
+    ///
+    /// # Errors
+    ///
+    /// As [`Store::get`].
+    fn get_into(&self, key: &str, range: Range<u64>, buf: &mut Vec<u8>) -> Result<(), StoreError> {
+        *buf = self.get(key, Some(range))?;
+        Ok(())
+    }
     /// Create `key` with `data` unless it exists; returns false if it
     /// existed (nothing was written).
     ///
@@ -296,6 +306,29 @@ impl Store for LocalStore {
                 Ok(buf)
             }
         }
+    }
+
+    fn get_into(&self, key: &str, range: Range<u64>, buf: &mut Vec<u8>) -> Result<(), StoreError> {
+        use std::os::unix::fs::FileExt;
+        let f = File::open(self.path(key)).map_err(|e| self.err("open", key, e))?;
+        let len = range
+            .end
+            .checked_sub(range.start)
+            .and_then(|l| usize::try_from(l).ok())
+            .ok_or_else(|| self.err("read", key, io::Error::other("invalid byte range")))?;
+        // A reused buffer: only growth is zeroed.
+        buf.resize(len, 0);
+        f.read_exact_at(buf, range.start).map_err(|e| {
+            let e = if e.kind() == io::ErrorKind::UnexpectedEof {
+                io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    format!("the object ends before byte {}", range.end),
+                )
+            } else {
+                e
+            };
+            self.err("read", key, e)
+        })
     }
 
     fn put_if_absent(&self, key: &str, data: &[u8]) -> Result<bool, StoreError> {
