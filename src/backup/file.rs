@@ -185,7 +185,10 @@ const POOL_KEEP: usize = 8;
 
 impl Pool {
     fn take(list: &Mutex<Vec<Vec<u8>>>) -> Vec<u8> {
-        list.lock().ok().and_then(|mut l| l.pop()).unwrap_or_default()
+        list.lock()
+            .ok()
+            .and_then(|mut l| l.pop())
+            .unwrap_or_default()
     }
 
     fn give(list: &Mutex<Vec<Vec<u8>>>, mut buf: Vec<u8>) {

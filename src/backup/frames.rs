@@ -17,7 +17,6 @@ use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 
 use stream_format::{CommandKind, DecodeError, Next, ReaderOptions, StreamReader};
 
-
 use super::file::{Damage, ReadError, StreamFile};
 use super::store::Store;
 
@@ -120,6 +119,17 @@ pub struct Ahead<'a> {
     shared: &'a Shared,
     jobs: &'a [(usize, usize)],
     next: usize,
+    /// No worker thread could be started: each frame is read when the
+    /// consumer asks for it, on its thread.
+    inline: Option<Inline<'a>>,
+}
+
+/// What [`Ahead::next`] needs to read frames itself.
+struct Inline<'a> {
+    worker: Worker,
+    store: &'a dyn Store,
+    files: &'a [StreamFile],
+    work: Work,
 }
 
 impl std::fmt::Debug for Ahead<'_> {
@@ -135,8 +145,11 @@ impl Ahead<'_> {
     /// The next frame in order (files in the order given, frames in file
     /// order); `None` after the last.
     pub fn next(&mut self) -> Option<Result<Frame, ReadError>> {
-        if self.next >= self.jobs.len() {
-            return None;
+        let &(f, i) = self.jobs.get(self.next)?;
+        if let Some(inl) = self.inline.as_mut() {
+            self.next += 1;
+            let buf = self.shared.lock().free.pop().unwrap_or_default();
+            return Some(inl.worker.frame(inl.store, inl.files, f, i, inl.work, buf));
         }
         let mut st = self.shared.lock();
         loop {
@@ -210,21 +223,18 @@ pub fn read_ahead<T>(
                 shared.lock().alive -= 1;
             }
         }
-        if shared.lock().alive == 0 {
-            // No thread could be started: do the work here, one frame at
-            // a time.
-            let mut w = Worker::new();
-            let mut st = shared.lock();
-            st.alive = 1;
-            for (k, &(f, i)) in jobs.iter().enumerate() {
-                let r = w.frame(store, files, f, i, work, Vec::new());
-                st.done.insert(k, r);
-            }
-        }
+        // No thread could be started: the consumer reads each frame itself.
+        let inline = (shared.lock().alive == 0).then(|| Inline {
+            worker: Worker::new(),
+            store,
+            files,
+            work,
+        });
         let mut ahead = Ahead {
             shared: &shared,
             jobs: &jobs,
             next: 0,
+            inline,
         };
         let out = consume(&mut ahead);
         shared.lock().stop = true;
@@ -394,10 +404,8 @@ impl Worker {
 /// their count and whether the last is END. The payloads are checked in
 /// place (CRC, attributes), not copied.
 fn decode(buf: &[u8], attrs: &mut Vec<stream_format::RawAttr>) -> Result<(u64, bool), String> {
-    let mut reader = StreamReader::with_options(
-        Cursor::new(buf),
-        ReaderOptions::new().with_max_version(3),
-    );
+    let mut reader =
+        StreamReader::with_options(Cursor::new(buf), ReaderOptions::new().with_max_version(3));
     let mut commands = 0u64;
     let mut ended = false;
     loop {

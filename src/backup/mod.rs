@@ -15,7 +15,7 @@
 //! REPO/streams/UUID-CTRANSID-RANDOM.btrs.zst   stream files (file)
 //! REPO/lock                         flock(2) target (local directories)
 //! REPO/locks/…                      lock objects (S3)
-//! REPO/tmp/…                        unfinished uploads (local directories)
+//! REPO/tmp/…                        unfinished uploads (temporary files; S3: markers of multipart uploads)
 //! ```
 //!
 //! * [`store`]: where objects live (a directory; an S3 bucket in `s3`,
@@ -204,19 +204,26 @@ pub trait Progress: Sync {
     /// Something the user should know (a stale lock taken over, a leftover
     /// file removed).
     fn notice(&self, _msg: &str) {}
-    /// A snapshot starts being stored; `data_total` is its file data in
-    /// bytes (0 when not computed).
-    fn start(&self, _path: &str, _kind: Kind, _data_total: u64) {}
+    /// Before the first snapshot is stored, when [`Progress::wants_total`]
+    /// says so: how many snapshots the run stores and the size of all
+    /// their raw streams, from exact estimates (`send --estimate`: a
+    /// metadata pass over each snapshot, no file data read).
+    fn plan(&self, _snapshots: usize, _stream_bytes: u64) {}
+    /// A snapshot starts being stored; `stream_total` is its raw stream's
+    /// estimated size in bytes (0 when not computed).
+    fn start(&self, _path: &str, _kind: Kind, _stream_total: u64) {}
     /// `bytes` more file data were sent.
     fn data(&self, _bytes: u64) {}
+    /// `bytes` more of the raw stream were stored.
+    fn stream(&self, _bytes: u64) {}
     /// A snapshot was stored.
     fn stored(&self, _entry: &Entry) {}
     /// A snapshot was already stored.
     fn skipped(&self, _path: &str, _entry: &Entry) {}
     /// A snapshot could not be stored (the run goes on with the others).
     fn failed(&self, _path: &str, _err: &BackupError) {}
-    /// Whether to compute each snapshot's data total first (a pass over
-    /// its metadata).
+    /// Whether to estimate every snapshot's stream first (a pass over its
+    /// metadata) for [`Progress::plan`].
     fn wants_total(&self) -> bool {
         false
     }
@@ -234,6 +241,24 @@ struct SendBridge<'a>(&'a dyn Progress);
 impl send::Progress for SendBridge<'_> {
     fn data(&self, bytes: u64) {
         self.0.data(bytes);
+    }
+}
+
+/// The stream being stored, counted for [`Progress::stream`].
+struct Counted<'p, W> {
+    inner: W,
+    progress: &'p dyn Progress,
+}
+
+impl<W: Write> Write for Counted<'_, W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.progress.stream(n as u64);
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
     }
 }
 
@@ -454,8 +479,16 @@ impl Repository {
                 self.store.delete(&o.key)?;
             }
         }
+        // Unfinished uploads: temporary files, or S3 multipart uploads
+        // (aborted, so no part stays behind). One that cannot be removed
+        // now is tried again next time.
         for o in self.store.list(&format!("{}/", store::TMP_DIR))? {
-            self.store.delete(&o.key)?;
+            if let Err(e) = self.store.discard_unfinished(&o.key) {
+                progress.notice(&format!(
+                    "cannot remove what an interrupted upload left ({}): {e}; the next run tries again",
+                    o.key
+                ));
+            }
         }
         Ok(())
     }
@@ -1025,7 +1058,16 @@ impl Repository {
             )
         });
         let selected = std::mem::take(&mut src.selected);
-        for sel in &selected {
+        let estimates = if progress.wants_total() {
+            self.estimate(&cat, &src, &selected, opts)?
+        } else {
+            vec![None; selected.len()]
+        };
+        if progress.wants_total() {
+            let todo = estimates.iter().flatten().count();
+            progress.plan(todo, estimates.iter().flatten().sum());
+        }
+        for (sel, estimate) in selected.iter().zip(&estimates) {
             let uuid = stream_uuid(&sel.subvol);
             let ctransid = sel.subvol.root.ctransid.get();
             if let Some(e) = cat.find(&uuid, ctransid) {
@@ -1033,7 +1075,14 @@ impl Repository {
                 report.skipped.push((sel.path.clone(), e.id));
                 continue;
             }
-            match self.store_one(&mut cat, &mut src, sel, opts, progress) {
+            match self.store_one(
+                &mut cat,
+                &mut src,
+                sel,
+                opts,
+                estimate.unwrap_or(0),
+                progress,
+            ) {
                 Ok(e) => {
                     progress.stored(&e);
                     report.stored.push(e);
@@ -1054,6 +1103,64 @@ impl Repository {
             prune_snapshots(so, keep, &found, &cat, &mut report, progress);
         }
         Ok(report)
+    }
+
+    /// The exact size of the stream each of `selected` will be stored as
+    /// (`None`: stored already), for the progress of the whole run. A
+    /// snapshot's parent is the one [`Repository::pick_parent`] picks now,
+    /// or the previous snapshot of its origin stored by this run.
+    fn estimate(
+        &self,
+        cat: &Catalog,
+        src: &Sources,
+        selected: &[Selected],
+        opts: &RunOptions,
+    ) -> Result<Vec<Option<u64>>, BackupError> {
+        let present: BTreeMap<String, u64> = self
+            .store
+            .list(STREAMS_DIR)?
+            .into_iter()
+            .map(|o| (o.key, o.size))
+            .collect();
+        // Per origin: the last snapshot planned in this run and the depth
+        // of its chain.
+        let mut planned: BTreeMap<String, (usize, usize)> = BTreeMap::new();
+        let mut out = Vec::with_capacity(selected.len());
+        for (i, sel) in selected.iter().enumerate() {
+            if cat
+                .find(&stream_uuid(&sel.subvol), sel.subvol.root.ctransid.get())
+                .is_some()
+            {
+                out.push(None);
+                continue;
+            }
+            let origin = origin_of(&sel.subvol);
+            let (parent, depth) = match planned.get(&origin) {
+                Some(&(j, depth)) => (selected.get(j).map(|p| p.subvol.clone()), depth),
+                None => match self.pick_parent(cat, src, sel, opts, &present) {
+                    Some((e, p)) => (Some(p), cat.depth(e.id).unwrap_or(usize::MAX)),
+                    None => (None, 0),
+                },
+            };
+            let full = opts.full_every > 0 && depth >= opts.full_every as usize;
+            let parent = parent.filter(|_| !full);
+            let depth = if parent.is_some() { depth + 1 } else { 1 };
+            let subvol = format!("id:{}", sel.subvol.id().get());
+            let parent_spec = parent.as_ref().map(|p| format!("id:{}", p.id().get()));
+            let req = Request {
+                subvol: &subvol,
+                parent: parent_spec.as_deref(),
+                clone_sources: &[],
+            };
+            let bytes = src
+                .fss
+                .get(sel.fs)
+                .and_then(|s| s.estimate(&req, SendOptions::new(1)).ok())
+                .map_or(0, |st| st.stream_bytes);
+            out.push(Some(bytes));
+            planned.insert(origin, (i, depth));
+        }
+        Ok(out)
     }
 
     /// The parent for `sel`, if it gets an incremental stream.
@@ -1110,6 +1217,7 @@ impl Repository {
         src: &mut Sources,
         sel: &Selected,
         opts: &RunOptions,
+        estimate: u64,
         progress: &dyn Progress,
     ) -> Result<Entry, BackupError> {
         let present: BTreeMap<String, u64> = self
@@ -1131,12 +1239,7 @@ impl Repository {
             snapshot: sel.path.clone(),
             error: Box::new(source),
         };
-        let total = if progress.wants_total() {
-            send::total::data_bytes(source.fs(), &sel.subvol).map_err(send_err)?
-        } else {
-            0
-        };
-        progress.start(&sel.path, kind, total);
+        progress.start(&sel.path, kind, estimate);
         let key = format!(
             "{STREAMS_DIR}{uuid}-{ctransid}-{:08x}.btrs.zst",
             store::random_u64() & 0xffff_ffff
@@ -1156,9 +1259,14 @@ impl Repository {
             parent: parent_spec.as_deref(),
             clone_sources: &[],
         };
-        let (writer, _stats) = source
-            .send(&req, writer, sopts, &bridge)
+        let counted = Counted {
+            inner: writer,
+            progress,
+        };
+        let (counted, _stats) = source
+            .send(&req, counted, sopts, &bridge)
             .map_err(send_err)?;
+        let writer = counted.inner;
         let id = StreamIdentity {
             uuid: uuid.clone(),
             ctransid,
@@ -1300,6 +1408,12 @@ impl Repository {
                     "{k}: a stream file no catalog entry names (left by an interrupted run; the next run removes it)"
                 ));
             }
+        }
+        for o in self.store.list(&format!("{}/", store::TMP_DIR))? {
+            rep.notices.push(format!(
+                "{}: an unfinished upload (left by an interrupted run; the next run removes it)",
+                o.key
+            ));
         }
         let mut bad: BTreeSet<u64> = BTreeSet::new();
         for e in &cat.entries {

@@ -136,6 +136,17 @@ pub trait Store: Send + Sync + fmt::Debug {
     ///
     /// I/O or network errors.
     fn multipart(&self, key: &str) -> Result<Box<dyn Upload>, StoreError>;
+    /// Remove what an unfinished upload left in `tmp/` (`key`, as
+    /// [`Store::list`] gives it): a temporary file; in S3 a marker, whose
+    /// multipart upload is aborted first (its parts deleted). Needs the
+    /// exclusive lock.
+    ///
+    /// # Errors
+    ///
+    /// I/O or network errors (the key then stays, for the next try).
+    fn discard_unfinished(&self, key: &str) -> Result<(), StoreError> {
+        self.delete(key)
+    }
     /// Check that the repository's root exists and can be reached.
     ///
     /// # Errors
