@@ -3,8 +3,10 @@
 //!
 //! * stderr a terminal (and not `--no-progress`/`-q`): an indicatif bar —
 //!   bytes of the total, rate and ETA when the total is known (send: the
-//!   file data the snapshot references; receive: a stream file's size), else
-//!   bytes, rate and elapsed time (receive from a pipe: no made-up total);
+//!   stream's exact size, from `--estimate`'s pass, which runs beside the
+//!   send and sets the total when it is done, see [`Reporter::set_total`];
+//!   receive: a stream file's size), else bytes, rate and elapsed time
+//!   (receive from a pipe: no made-up total);
 //! * `--progress` with stderr not a terminal (a log file, a pipe): a plain
 //!   line every [`line_interval`] and a summary at the end;
 //! * otherwise (cron, `--no-progress`, `-q`): nothing.
@@ -66,7 +68,8 @@ impl Mode {
 /// Which operation is reported: its wording and how its bytes arrive.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Op {
-    /// `send`: [`Progress::data`] adds file data bytes.
+    /// `send`: [`Reporter::wrote`] adds stream bytes ([`Progress::data`]
+    /// counts file data, for the summary).
     Send,
     /// `receive`: [`Progress::position`] gives the input offset.
     Receive,
@@ -82,6 +85,9 @@ fn template(has_total: bool) -> &'static str {
     }
 }
 
+/// [`Reporter::total`] before the total is known.
+const UNKNOWN: u64 = u64::MAX;
+
 /// A [`Progress`] sink on standard error.
 #[derive(Debug)]
 pub struct Reporter {
@@ -89,9 +95,12 @@ pub struct Reporter {
     op: Op,
     quiet: bool,
     bar: ProgressBar,
-    /// The total bytes expected, when known.
-    total: Option<u64>,
+    /// The total bytes expected; [`UNKNOWN`] until known.
+    total: AtomicU64,
+    /// Bytes done: of the stream (send) or of the input (receive).
     bytes: AtomicU64,
+    /// send: file data bytes, for the summary.
+    data: AtomicU64,
     start: Instant,
     interval: Duration,
     last_line: Mutex<Instant>,
@@ -117,12 +126,37 @@ impl Reporter {
             op,
             quiet,
             bar,
-            total,
+            total: AtomicU64::new(total.unwrap_or(UNKNOWN)),
             bytes: AtomicU64::new(0),
+            data: AtomicU64::new(0),
             start: now,
             interval: line_interval(),
             last_line: Mutex::new(now),
         }
+    }
+
+    /// The total, once known (send: the estimate's pass ended). The bar
+    /// gains its total and ETA; never below the bytes already done.
+    pub fn set_total(&self, total: u64) {
+        let total = total.min(UNKNOWN - 1);
+        self.total.store(total, Ordering::Relaxed);
+        if self.mode == Mode::Bar {
+            let style = ProgressStyle::with_template(template(true))
+                .unwrap_or_else(|_| ProgressStyle::default_bar());
+            self.bar.set_style(style);
+            self.bar
+                .set_length(total.max(self.bytes.load(Ordering::Relaxed)));
+        }
+    }
+
+    fn total(&self) -> Option<u64> {
+        Some(self.total.load(Ordering::Relaxed)).filter(|&t| t != UNKNOWN)
+    }
+
+    /// send: `n` more bytes of the stream were written.
+    pub fn wrote(&self, n: u64) {
+        let done = self.bytes.fetch_add(n, Ordering::Relaxed).saturating_add(n);
+        self.moved(done);
     }
 
     /// A line of raw bytes on stderr (paths as a stream has them), above
@@ -168,7 +202,7 @@ impl Reporter {
         let done = self.bytes.load(Ordering::Relaxed);
         let rate = self.rate();
         let mut msg = format!("btrsend: {} {}", self.verb(), HumanBytes(done));
-        if let Some(total) = self.total.filter(|t| *t > 0) {
+        if let Some(total) = self.total().filter(|t| *t > 0) {
             let pct = (done.min(total) as f64) * 100.0 / total as f64;
             msg.push_str(&format!(" of {} ({pct:.0}%)", HumanBytes(total)));
         }
@@ -177,7 +211,7 @@ impl Reporter {
             HumanBytes(rate as u64),
             HumanDuration(self.start.elapsed())
         ));
-        if let Some(total) = self.total
+        if let Some(total) = self.total()
             && total > done
             && rate > 0.0
         {
@@ -192,8 +226,9 @@ impl Reporter {
         match self.mode {
             Mode::Off => {}
             Mode::Bar => {
-                if self.total.is_some_and(|t| n > t) {
-                    // A send's pre-pass total is an estimate; never pass it.
+                if self.total().is_none_or(|t| n > t) {
+                    // No total yet, or (receive from a file that grows) a
+                    // total passed: the bar's length follows.
                     self.bar.set_length(n);
                 }
                 self.bar.set_position(n);
@@ -223,7 +258,8 @@ impl Reporter {
         let rate = HumanBytes(self.rate() as u64);
         let msg = match (self.op, stream_bytes) {
             (Op::Send, Some(n)) => format!(
-                "btrsend: done: {done} of file data in a {} stream, {secs:.1}s, {rate}/s",
+                "btrsend: done: {} of file data in a {} stream, {secs:.1}s, {rate}/s",
+                HumanBytes(self.data.load(Ordering::Relaxed)),
                 HumanBytes(n)
             ),
             _ => format!(
@@ -251,13 +287,7 @@ impl Progress for Reporter {
     }
 
     fn data(&self, bytes: u64) {
-        if self.op == Op::Send {
-            let n = self
-                .bytes
-                .fetch_add(bytes, Ordering::Relaxed)
-                .saturating_add(bytes);
-            self.moved(n);
-        }
+        self.data.fetch_add(bytes, Ordering::Relaxed);
     }
 
     fn position(&self, offset: u64, _commands: u64) {
@@ -307,12 +337,40 @@ mod tests {
         assert!(line.starts_with("btrsend: received 1000 B, "), "{line}");
         assert!(!line.contains(" of ") && !line.contains("eta"), "{line}");
         let s = Reporter::new(Mode::Off, Op::Send, Some(4000), false);
-        s.data(1000);
-        s.data(1000);
+        s.wrote(1000);
+        s.wrote(1000);
+        s.data(700);
         let line = s.line_text();
         assert!(
             line.starts_with("btrsend: sent 1.95 KiB of 3.91 KiB (50%), "),
             "{line}"
         );
+    }
+
+    #[test]
+    fn send_total_arrives_later() {
+        let s = Reporter::new(Mode::Off, Op::Send, None, false);
+        s.wrote(3000);
+        let line = s.line_text();
+        assert!(line.starts_with("btrsend: sent 2.93 KiB, "), "{line}");
+        assert!(!line.contains(" of ") && !line.contains("eta"), "{line}");
+        s.set_total(12000);
+        s.wrote(3000);
+        let line = s.line_text();
+        assert!(
+            line.starts_with("btrsend: sent 5.86 KiB of 11.72 KiB (50%), "),
+            "{line}"
+        );
+        // The bar's length: the total, never below what is done.
+        let b = Reporter::new(Mode::Bar, Op::Send, None, false);
+        b.wrote(5000);
+        assert_eq!(b.bar.length(), Some(5000));
+        b.set_total(4000);
+        assert_eq!(b.bar.length(), Some(5000));
+        b.set_total(9000);
+        assert_eq!(b.bar.length(), Some(9000));
+        b.wrote(1000);
+        assert_eq!((b.bar.position(), b.bar.length()), (6000, Some(9000)));
+        b.finish(true, None);
     }
 }

@@ -44,8 +44,11 @@ pub struct ReadOptions {
     /// How many blocks ahead a tree walk asks for at each level (default
     /// 64: with 16 KiB nodes, 1 MiB per level).
     pub window: usize,
-    /// Upper bound on the bytes of cached tree blocks (default 256 MiB). At
-    /// least a few windows' worth (`window × nodesize × tree height × 4`)
+    /// Upper bound on the bytes of cached tree blocks (default
+    /// [`DEFAULT_CACHE_MIB`] MiB; the environment variable
+    /// `BTRSEND_CACHE_MIB` changes the default, clamped to
+    /// [`MIN_CACHE_MIB`]..=[`MAX_CACHE_MIB`]). At least a few windows' worth
+    /// (`window × nodesize × tree height × 4`, 16 MiB with 16 KiB nodes)
     /// keeps readahead from evicting what it fetched before it is used.
     pub cache_bytes: usize,
     /// Upper bound on data-prefetch bytes queued and not yet read (default
@@ -57,6 +60,16 @@ pub struct ReadOptions {
     pub degraded: bool,
 }
 
+/// The default bound of the block cache, in MiB: with it a send's peak
+/// memory stays under 128 MiB whatever the tree's size (measured up to 2M
+/// files: `benches/memory-scale`); a larger cache did not make sends
+/// faster (the walk reads each block once; readahead feeds it).
+pub const DEFAULT_CACHE_MIB: usize = 64;
+/// The smallest block cache `BTRSEND_CACHE_MIB` and `--cache-size` give.
+pub const MIN_CACHE_MIB: usize = 16;
+/// The largest.
+pub const MAX_CACHE_MIB: usize = 1 << 20;
+
 /// The defaults; for benchmarks (`benches/read-cold-warm`) the environment
 /// can change them: `BTRSEND_READAHEAD=off` (no reader threads) and
 /// `BTRSEND_DATA_PREFETCH=0` (block readahead only, no data prefetch).
@@ -66,7 +79,7 @@ impl Default for ReadOptions {
             readahead: true,
             threads: 4,
             window: 64,
-            cache_bytes: 256 << 20,
+            cache_bytes: DEFAULT_CACHE_MIB << 20,
             data_queue_bytes: 64 << 20,
             degraded: false,
         };
@@ -75,6 +88,12 @@ impl Default for ReadOptions {
         }
         if std::env::var("BTRSEND_DATA_PREFETCH").as_deref() == Ok("0") {
             o.data_queue_bytes = 0;
+        }
+        if let Some(mib) = std::env::var("BTRSEND_CACHE_MIB")
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok())
+        {
+            o.cache_bytes = mib.clamp(MIN_CACHE_MIB, MAX_CACHE_MIB) << 20;
         }
         o
     }
@@ -92,6 +111,13 @@ impl ReadOptions {
     /// These options with [`degraded`](Self::degraded) set to `on`.
     pub fn with_degraded(mut self, on: bool) -> ReadOptions {
         self.degraded = on;
+        self
+    }
+
+    /// These options with a block cache of `mib` MiB, clamped to
+    /// [`MIN_CACHE_MIB`]..=[`MAX_CACHE_MIB`].
+    pub fn with_cache_mib(mut self, mib: usize) -> ReadOptions {
+        self.cache_bytes = mib.clamp(MIN_CACHE_MIB, MAX_CACHE_MIB) << 20;
         self
     }
 }

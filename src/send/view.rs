@@ -62,8 +62,10 @@ pub(crate) fn parse_dir_items<'a>(item: &ItemRef<'a>) -> Result<Vec<DirEntry<'a>
 /// inode item once per entry in it (`compare_refs`, `get_inode_gen`).
 type InodeMemo = Rc<RefCell<HashMap<u64, Option<Inode>>>>;
 
-/// Entries of an [`InodeMemo`] before it is emptied (≈ 200 bytes each).
-const INODE_MEMO_MAX: usize = 1 << 16;
+/// Entries of an [`InodeMemo`] before it is emptied (≈ 200 bytes each with
+/// the table: under 1 MiB; 2^16 entries cost 33 MiB at their peak, a third
+/// of a small-file send's memory, for no speed).
+const INODE_MEMO_MAX: usize = 1 << 12;
 
 /// Leaves a lookup steps forward through before it searches down from a
 /// node of the path instead (as the extent-tree reader does).

@@ -401,3 +401,60 @@ fn estimate_prints_the_kernels_stream_length() {
         assert_eq!(out.status.code(), Some(2), "{bad:?}");
     }
 }
+
+/// Progress (issue 14): the total of a send's progress is the estimate of
+/// the stream, from its thread beside the send, and equals the length of
+/// the kernel's stream of the same send (full and incremental, v1 and v2
+/// --compressed-data, and two SUBVOLs in one stream); the plain lines of
+/// `--progress` count stream bytes. `BTRSEND_DEBUG_TOTAL` makes the send
+/// wait for that thread and print the total beside the stream's size.
+#[test]
+fn progress_total_is_the_kernels_stream_length() {
+    const FX: &str = "006-compression";
+    let tmp = tempfile::tempdir().unwrap();
+    let img = common::unpack(tmp.path(), FX, "dev1.img");
+    let cases: [(&[&str], u64); 4] = [
+        (&["snaps/c1"], kernel_stream_len(FX, "c1.full.v1")),
+        (
+            &["--compressed-data", "snaps/c2"],
+            kernel_stream_len(FX, "c2.full.v2c"),
+        ),
+        (
+            &["--compressed-data", "-p", "snaps/c1", "snaps/c2"],
+            kernel_stream_len(FX, "c1--c2.inc.v2c"),
+        ),
+        (
+            &["snaps/c1", "snaps/c2"],
+            kernel_stream_len(FX, "c1.full.v1") + kernel_stream_len(FX, "c2.full.v1"),
+        ),
+    ];
+    for (args, kernel) in cases {
+        let out = btrsend()
+            .env("BTRSEND_DEBUG_TOTAL", "1")
+            .env("BTRSEND_PROGRESS_INTERVAL_MS", "0")
+            .args(["send", "--progress", "--device"])
+            .arg(&img)
+            .args(args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{args:?}: {err}");
+        assert_eq!(out.stdout.len() as u64, kernel, "{args:?}");
+        assert!(
+            err.contains(&format!(
+                "btrsend: total {kernel} bytes, stream {kernel} bytes\n"
+            )),
+            "{args:?}: {err}"
+        );
+        // Every line counts stream bytes (never more than the stream).
+        let human = indicatif::HumanBytes(kernel).to_string();
+        let last = err
+            .lines()
+            .rfind(|l| l.starts_with("btrsend: sent "))
+            .unwrap_or_else(|| panic!("{args:?}: no progress line: {err}"));
+        assert!(
+            last.starts_with(&format!("btrsend: sent {human}")),
+            "{args:?}: {last}"
+        );
+    }
+}
