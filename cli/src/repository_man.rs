@@ -22,15 +22,15 @@ pub const SECTIONS: &[(&str, &[&str])] = &[
     (
         "LAYOUT",
         &[
-            "  config                              repository format\n  catalog/NNNNNNNNNNNNNNNN.json       the catalog, one object per generation\n  streams/UUID-CTRANSID-RANDOM.btrs.zst   one stored send stream each\n  lock                                flock(2) target (directories)\n  locks/KIND-HOST-PID-RANDOM.json     lock objects (S3)\n  tmp/                                unfinished uploads (directories)",
-            "In S3 these are the keys below PREFIX/. A stream object is written by a multipart upload and appears only when the upload completes; an upload cut short (a killed run, a lost connection) leaves invisible parts that the server keeps until a lifecycle rule (AbortIncompleteMultipartUpload) removes them.",
+            "  config                              repository format\n  catalog/NNNNNNNNNNNNNNNN.json       the catalog, one object per generation\n  streams/UUID-CTRANSID-RANDOM.btrs.zst   one stored send stream each\n  lock                                flock(2) target (directories)\n  locks/KIND-HOST-PID-RANDOM.json     lock objects (S3)\n  tmp/                                unfinished uploads (temporary files; markers of multipart uploads in S3)",
+            "In S3 these are the keys below PREFIX/. A stream object is written by a multipart upload and appears only when the upload completes. Before its first part, the upload's id is recorded in a marker object tmp/NAME.RANDOM.upload ({\"key\",\"upload_id\"}), deleted when the upload completes or is aborted. A failed upload is aborted at once (its parts deleted); one cut short by a killed run or a lost connection is aborted by the next run, import or forget, which finds its marker. Only an upload killed between its creation and its marker (one request, before any part is sent) is left to the bucket's lifecycle rule (AbortIncompleteMultipartUpload), if one is set; it holds no data.",
             "config is {\"format\":\"btrsend-repository\",\"version\":1,\"id\":HEX,\"created\":RFC3339}. This page describes version 1.",
         ],
     ),
     (
         "CATALOG",
         &[
-            "The current catalog is the catalog/*.json file with the highest number (its generation, 16 decimal digits). A change writes the next generation with a create-if-absent operation (link(2) of a flushed file; in S3 a PUT with If-None-Match: *), so a catalog is replaced atomically; the three newest generations are kept.",
+            "The current catalog is the catalog/*.json file with the highest number (its generation, 16 decimal digits). A change writes the next generation with a create-if-absent operation (link(2) of a flushed file; in S3 a PUT with If-None-Match: *), so a catalog is replaced atomically; the three newest generations are kept. In S3 a HEAD precedes the PUT. Safety does not rest on the server enforcing If-None-Match (some, like the s3s-fs test server, check it without atomicity): only the holder of the exclusive lock writes catalogs and stream files, and lock objects need no conditional write (see Locks).",
             "  {\"format\":\"btrsend-catalog\",\"version\":1,\"generation\":G,\"next_id\":N,\n   \"entries\":[ENTRY,...]}",
             "Each ENTRY describes one stored stream: id (unique, never reused), path (the snapshot's path from the top level of its filesystem, or the stream's subvolume name for imports), uuid and ctransid (as the stream's SUBVOL or SNAPSHOT command carries them), parent_uuid, parent_ctransid and parent_id (the base of an incremental stream; null for a full one), kind (full or incremental), time (RFC 3339: the snapshot's creation time, or the time given to import), origin (the UUID of the subvolume the snapshot was taken of, or the --origin of import), file (the stream file's key), stream_bytes (raw stream length), stored_bytes (file length), stream_blake3 (BLAKE3 of the raw stream, hex), commands, proto, stored_at.",
             "To restore an entry, follow parent_id to the full stream, then receive the chain's files in order, full stream first:",
@@ -50,7 +50,7 @@ pub const SECTIONS: &[(&str, &[&str])] = &[
     (
         "LOCKS",
         &[
-            "Locks: a directory is locked with flock(2) on its lock file (exclusive for run, import and forget, shared for list, verify and restore). In S3 each holder writes a lock object locks/KIND-HOST-PID-RANDOM.json ({\"kind\",\"host\",\"pid\",\"time\"}) and rewrites it every 5 minutes; an exclusive lock conflicts with every other lock object. A lock object whose process is gone (same host, no such PID) or that was not rewritten for 15 minutes is stale: it is removed with a notice.",
+            "Locks: a directory is locked with flock(2) on its lock file (exclusive for run, import and forget, shared for list, verify and restore). In S3 each holder writes a lock object locks/KIND-HOST-PID-RANDOM.json ({\"kind\",\"host\",\"pid\",\"time\"}) under a name of its own, then lists the others; it writes a fresh one every 5 minutes before removing the old one, so one of its objects is always there. An exclusive lock conflicts with every other lock object; two processes that lock at the same moment both see each other and both back off. A lock object whose process is gone (same host, no such PID) or that was not renewed for 15 minutes is stale: it is removed with a notice.",
         ],
     ),
     (

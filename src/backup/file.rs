@@ -46,6 +46,10 @@ pub const TRAILER_VERSION: u32 = 1;
 /// gigabytes): 64 MiB, room for about 300 000 frames.
 const MAX_TRAILER_JSON: u64 = 64 << 20;
 
+/// Largest [`WriterOptions::frame_bytes`] honoured (a frame is cut after
+/// the command that crosses it, so readers can bound what they allocate).
+pub const MAX_FRAME_BYTES: usize = 256 << 20;
+
 /// One frame of a stream file, as the trailer lists it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FrameInfo {
@@ -126,9 +130,13 @@ impl WriterOptions {
         self
     }
 
-    /// Set [`WriterOptions::frame_bytes`].
+    /// Set [`WriterOptions::frame_bytes`] (at most [`MAX_FRAME_BYTES`]).
     pub const fn with_frame_bytes(mut self, n: usize) -> WriterOptions {
-        self.frame_bytes = n;
+        self.frame_bytes = if n > MAX_FRAME_BYTES {
+            MAX_FRAME_BYTES
+        } else {
+            n
+        };
         self
     }
 
@@ -156,17 +164,104 @@ enum Parse {
     Payload(u64),
 }
 
-/// A compressed frame back from a worker.
+/// A compressed frame back from a worker: its raw bytes (still to be
+/// hashed into the stream's BLAKE3), its stored bytes and their BLAKE3.
 struct Done {
     index: u64,
-    raw_len: u64,
-    data: io::Result<Vec<u8>>,
+    raw: Vec<u8>,
+    data: io::Result<(Vec<u8>, blake3::Hash)>,
+}
+
+/// Buffers given back by the writer for the next frames (so that a long
+/// stream costs no page faults after its first frames).
+#[derive(Default)]
+struct Pool {
+    raw: Mutex<Vec<Vec<u8>>>,
+    stored: Mutex<Vec<Vec<u8>>>,
+}
+
+/// Buffers kept in each list of a [`Pool`] at most.
+const POOL_KEEP: usize = 8;
+
+impl Pool {
+    fn take(list: &Mutex<Vec<Vec<u8>>>) -> Vec<u8> {
+        list.lock()
+            .ok()
+            .and_then(|mut l| l.pop())
+            .unwrap_or_default()
+    }
+
+    fn give(list: &Mutex<Vec<Vec<u8>>>, mut buf: Vec<u8>) {
+        if let Ok(mut l) = list.lock()
+            && l.len() < POOL_KEEP
+        {
+            buf.clear();
+            l.push(buf);
+        }
+    }
+}
+
+/// The in-order end of the writer: hashes the raw stream, writes the
+/// frames to the upload in order and records them. It runs on a thread of
+/// its own (or on the sender's, when no thread could be started).
+struct Sink {
+    upload: Box<dyn Upload>,
+    pending: BTreeMap<u64, (Vec<u8>, Vec<u8>, blake3::Hash)>,
+    next: u64,
+    offset: u64,
+    frames: Vec<FrameInfo>,
+    hasher: blake3::Hasher,
+    pool: Arc<Pool>,
+}
+
+impl Sink {
+    /// Take a compressed frame and write what is next in order.
+    fn push(&mut self, done: Done) -> Result<(), StoreError> {
+        let (data, hash) = done.data.map_err(|e| StoreError::Other {
+            op: "compress",
+            location: String::from("stream"),
+            error: Box::new(e),
+        })?;
+        self.pending.insert(done.index, (done.raw, data, hash));
+        while let Some((raw, data, hash)) = self.pending.remove(&self.next) {
+            self.hasher.update(&raw);
+            self.upload.write(&data)?;
+            let len = data.len() as u64;
+            self.frames.push(FrameInfo {
+                offset: self.offset,
+                len,
+                raw_len: raw.len() as u64,
+                blake3: hash.to_hex().to_string(),
+            });
+            self.offset += len;
+            self.next += 1;
+            Pool::give(&self.pool.raw, raw);
+            Pool::give(&self.pool.stored, data);
+        }
+        Ok(())
+    }
+}
+
+/// Where the frames go: worker threads and a writer thread, or (no thread
+/// could be started) the sender's own thread.
+enum Stage {
+    Threads {
+        jobs: mpsc::SyncSender<(u64, Vec<u8>)>,
+        workers: Vec<std::thread::JoinHandle<()>>,
+        writer: std::thread::JoinHandle<Result<Sink, StoreError>>,
+    },
+    Inline(Box<Sink>),
 }
 
 /// Writes a raw send stream as a stream file (see the module docs): an
 /// [`io::Write`] to hand to the sender, then [`FileWriter::finish`].
+///
+/// The sender's thread only copies the stream into frames and follows its
+/// framing; [`WriterOptions::threads`] workers compress the frames and hash
+/// what they store, and a writer thread hashes the raw stream and writes the
+/// frames in order.
 pub struct FileWriter {
-    upload: Option<Box<dyn Upload>>,
+    stage: Option<Stage>,
     opts: WriterOptions,
     /// Raw bytes of the frame being filled.
     buf: Vec<u8>,
@@ -176,50 +271,126 @@ pub struct FileWriter {
     proto: Option<u32>,
     commands: u64,
     raw_bytes: u64,
-    hasher: blake3::Hasher,
-    /// Frames sent to the workers and not yet written.
-    in_flight: usize,
     next_index: u64,
-    next_write: u64,
-    pending: BTreeMap<u64, (u64, Vec<u8>)>,
-    offset: u64,
-    frames: Vec<FrameInfo>,
-    jobs: Option<mpsc::SyncSender<(u64, Vec<u8>)>>,
-    results: mpsc::Receiver<Done>,
-    workers: Vec<std::thread::JoinHandle<()>>,
-    /// The first write error (kept: the sender sees a plain I/O error).
-    error: Option<StoreError>,
+    pool: Arc<Pool>,
+    /// The writer thread's first error, as text for the sender (the error
+    /// itself comes back from [`FileWriter::finish`]).
+    failed: Arc<Mutex<Option<String>>>,
 }
 
 impl std::fmt::Debug for FileWriter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("FileWriter")
             .field("raw_bytes", &self.raw_bytes)
-            .field("frames", &self.frames.len())
+            .field("frames", &self.next_index)
             .finish_non_exhaustive()
+    }
+}
+
+/// Start `threads` compression workers and the writer thread; `Err` gives
+/// the sink back when they could not be started.
+fn start_threads(
+    sink: Box<Sink>,
+    threads: usize,
+    level: i32,
+    failed: &Arc<Mutex<Option<String>>>,
+) -> Result<Stage, Box<Sink>> {
+    if threads == 0 {
+        return Err(sink);
+    }
+    // The writer first, the sink handed over once the workers run too (so
+    // that it is still ours if something cannot start).
+    let (sink_tx, sink_rx) = mpsc::channel::<Box<Sink>>();
+    let (done_tx, done_rx) = mpsc::channel::<Done>();
+    let failed = Arc::clone(failed);
+    let writer = std::thread::Builder::new()
+        .name(String::from("btrsend-write"))
+        .spawn(move || match sink_rx.recv() {
+            Ok(sink) => write_frames(*sink, &done_rx, &failed),
+            Err(_) => Err(worker_gone()),
+        });
+    let Ok(writer) = writer else {
+        return Err(sink);
+    };
+    let (jobs_tx, jobs_rx) = mpsc::sync_channel::<(u64, Vec<u8>)>(threads);
+    let jobs_rx = Arc::new(Mutex::new(jobs_rx));
+    let workers = (0..threads)
+        .map(|i| {
+            let rx = Arc::clone(&jobs_rx);
+            let tx = done_tx.clone();
+            let pool = Arc::clone(&sink.pool);
+            std::thread::Builder::new()
+                .name(format!("btrsend-zstd-{i}"))
+                .spawn(move || compress_worker(&rx, &tx, &pool, level))
+        })
+        .filter_map(Result::ok)
+        .collect::<Vec<_>>();
+    drop(done_tx);
+    if workers.is_empty() {
+        drop(sink_tx);
+        let _ = writer.join();
+        return Err(sink);
+    }
+    if let Err(mpsc::SendError(sink)) = sink_tx.send(sink) {
+        drop(jobs_tx);
+        for w in workers {
+            let _ = w.join();
+        }
+        return Err(sink);
+    }
+    Ok(Stage::Threads {
+        jobs: jobs_tx,
+        workers,
+        writer,
+    })
+}
+
+/// The writer thread: frames in order into the sink until the workers
+/// are done; after an error, the rest is drained (the workers must not
+/// block) and the error returned.
+fn write_frames(
+    mut sink: Sink,
+    done: &mpsc::Receiver<Done>,
+    failed: &Mutex<Option<String>>,
+) -> Result<Sink, StoreError> {
+    let mut error = None;
+    for d in done {
+        if error.is_some() {
+            continue;
+        }
+        if let Err(e) = sink.push(d) {
+            if let Ok(mut f) = failed.lock() {
+                *f = Some(e.to_string());
+            }
+            error = Some(e);
+        }
+    }
+    match error {
+        Some(e) => Err(e),
+        None => Ok(sink),
     }
 }
 
 impl FileWriter {
     /// A writer into `upload`.
     pub fn new(upload: Box<dyn Upload>, opts: WriterOptions) -> FileWriter {
-        let threads = opts.threads.max(1);
-        let (jobs_tx, jobs_rx) = mpsc::sync_channel::<(u64, Vec<u8>)>(threads);
-        let jobs_rx = Arc::new(Mutex::new(jobs_rx));
-        let (done_tx, done_rx) = mpsc::channel();
-        let workers = (0..threads)
-            .map(|i| {
-                let rx = Arc::clone(&jobs_rx);
-                let tx = done_tx.clone();
-                let level = opts.level;
-                std::thread::Builder::new()
-                    .name(format!("btrsend-zstd-{i}"))
-                    .spawn(move || compress_worker(&rx, &tx, level))
-            })
-            .filter_map(Result::ok)
-            .collect::<Vec<_>>();
+        let pool = Arc::new(Pool::default());
+        let failed = Arc::new(Mutex::new(None));
+        let sink = Box::new(Sink {
+            upload,
+            pending: BTreeMap::new(),
+            next: 0,
+            offset: 0,
+            frames: Vec::new(),
+            hasher: blake3::Hasher::new(),
+            pool: Arc::clone(&pool),
+        });
+        let stage = match start_threads(sink, opts.threads, opts.level, &failed) {
+            Ok(stage) => stage,
+            Err(sink) => Stage::Inline(sink),
+        };
         FileWriter {
-            upload: Some(upload),
+            stage: Some(stage),
             opts,
             buf: Vec::with_capacity(opts.frame_bytes.saturating_add(256 << 10)),
             parse: Parse::Header(0),
@@ -228,17 +399,9 @@ impl FileWriter {
             proto: None,
             commands: 0,
             raw_bytes: 0,
-            hasher: blake3::Hasher::new(),
-            in_flight: 0,
             next_index: 0,
-            next_write: 0,
-            pending: BTreeMap::new(),
-            offset: 0,
-            frames: Vec::new(),
-            jobs: (!workers.is_empty()).then_some(jobs_tx),
-            results: done_rx,
-            workers,
-            error: None,
+            pool,
+            failed,
         }
     }
 
@@ -312,64 +475,39 @@ impl FileWriter {
         matches!(self.parse, Parse::CmdHeader(0) | Parse::Header(0))
     }
 
+    /// The writer thread's error, if it stopped.
+    fn failure(&self) -> Option<String> {
+        self.failed.lock().ok().and_then(|f| f.clone())
+    }
+
     /// Send the frame being filled to the workers.
     fn cut(&mut self) -> Result<(), StoreError> {
         if self.buf.is_empty() {
             return Ok(());
         }
-        let cap = self.buf.capacity();
-        let raw = std::mem::replace(&mut self.buf, Vec::with_capacity(cap));
+        let mut next = Pool::take(&self.pool.raw);
+        next.reserve(self.opts.frame_bytes.saturating_add(256 << 10));
+        let raw = std::mem::replace(&mut self.buf, next);
         let index = self.next_index;
         self.next_index += 1;
-        match self.jobs.clone() {
-            Some(jobs) => {
-                while self.in_flight > self.opts.threads.max(1) {
-                    self.collect_one()?;
-                }
+        match self.stage.as_mut() {
+            Some(Stage::Threads { jobs, .. }) => {
                 if jobs.send((index, raw)).is_err() {
                     return Err(worker_gone());
                 }
-                self.in_flight += 1;
+                Ok(())
             }
-            None => {
-                let raw_len = raw.len() as u64;
-                let data = compress(&raw, self.opts.level)?;
-                self.pending.insert(index, (raw_len, data));
-                self.write_ready()?;
+            Some(Stage::Inline(sink)) => {
+                let mut c = zstd::bulk::Compressor::new(self.opts.level).map_err(compress_err)?;
+                let mut out = Vec::new();
+                let data = compress_frame(&mut c, &raw, &mut out).map(|()| {
+                    let h = blake3::hash(&out);
+                    (out, h)
+                });
+                sink.push(Done { index, raw, data })
             }
+            None => Err(worker_gone()),
         }
-        Ok(())
-    }
-
-    /// Wait for one compressed frame and write what is ready.
-    fn collect_one(&mut self) -> Result<(), StoreError> {
-        let done = self.results.recv().map_err(|_| worker_gone())?;
-        self.in_flight -= 1;
-        let data = done.data.map_err(|e| StoreError::Other {
-            op: "compress",
-            location: String::from("stream"),
-            error: Box::new(e),
-        })?;
-        self.pending.insert(done.index, (done.raw_len, data));
-        self.write_ready()
-    }
-
-    /// Write the frames that are next in order.
-    fn write_ready(&mut self) -> Result<(), StoreError> {
-        while let Some((raw_len, data)) = self.pending.remove(&self.next_write) {
-            let upload = self.upload.as_mut().ok_or_else(worker_gone)?;
-            upload.write(&data)?;
-            let len = data.len() as u64;
-            self.frames.push(FrameInfo {
-                offset: self.offset,
-                len,
-                raw_len,
-                blake3: blake3::hash(&data).to_hex().to_string(),
-            });
-            self.offset += len;
-            self.next_write += 1;
-        }
-        Ok(())
     }
 
     /// Raw bytes written so far.
@@ -386,10 +524,27 @@ impl FileWriter {
     /// A stream that does not end at a command boundary (cut short); write
     /// errors.
     pub fn finish(mut self, id: StreamIdentity) -> Result<(Trailer, u64), StoreError> {
-        if let Some(e) = self.error.take() {
-            return Err(e);
-        }
-        if !self.at_boundary() || self.raw_bytes == 0 {
+        let cut_short = !self.at_boundary() || self.raw_bytes == 0;
+        let cut = if cut_short { Ok(()) } else { self.cut() };
+        let sink = match self.stage.take() {
+            Some(Stage::Threads {
+                jobs,
+                workers,
+                writer,
+            }) => {
+                drop(jobs);
+                for w in workers {
+                    let _ = w.join();
+                }
+                writer.join().map_err(|_| worker_gone())?
+            }
+            Some(Stage::Inline(sink)) => Ok(*sink),
+            None => Err(worker_gone()),
+        };
+        // The writer's error first: it is why a cut failed.
+        let mut sink = sink?;
+        cut?;
+        if cut_short {
             return Err(StoreError::Other {
                 op: "write",
                 location: String::from("stream"),
@@ -400,45 +555,54 @@ impl FileWriter {
                 .into(),
             });
         }
-        self.cut()?;
-        self.jobs = None;
-        while self.in_flight > 0 {
-            self.collect_one()?;
+        if sink.next != self.next_index {
+            return Err(worker_gone());
         }
         let trailer = Trailer {
             format: String::from("btrsend-stream"),
             version: TRAILER_VERSION,
             stream_bytes: self.raw_bytes,
-            stream_blake3: self.hasher.finalize().to_hex().to_string(),
+            stream_blake3: sink.hasher.finalize().to_hex().to_string(),
             commands: self.commands,
             proto: self.proto.unwrap_or(0),
             uuid: id.uuid,
             ctransid: id.ctransid,
             parent_uuid: id.parent.as_ref().map(|p| p.0.clone()),
             parent_ctransid: id.parent.as_ref().map(|p| p.1),
-            frames: std::mem::take(&mut self.frames),
+            frames: std::mem::take(&mut sink.frames),
         };
         let bytes = encode_trailer(&trailer)?;
-        let mut upload = self.upload.take().ok_or_else(worker_gone)?;
-        upload.write(&bytes)?;
-        upload.complete()?;
-        Ok((trailer, self.offset + bytes.len() as u64))
+        sink.upload.write(&bytes)?;
+        sink.upload.complete()?;
+        Ok((trailer, sink.offset + bytes.len() as u64))
     }
 }
 
 impl Drop for FileWriter {
     fn drop(&mut self) {
-        self.jobs = None;
-        for w in self.workers.drain(..) {
-            let _ = w.join();
+        // Unfinished: stop the threads; the upload is dropped (aborted)
+        // with the sink.
+        if let Some(Stage::Threads {
+            jobs,
+            workers,
+            writer,
+        }) = self.stage.take()
+        {
+            drop(jobs);
+            for w in workers {
+                let _ = w.join();
+            }
+            let _ = writer.join();
         }
     }
 }
 
 impl io::Write for FileWriter {
     fn write(&mut self, data: &[u8]) -> io::Result<usize> {
-        if self.error.is_some() {
-            return Err(io::Error::other("the stream file could not be written"));
+        if let Some(msg) = self.failure() {
+            return Err(io::Error::other(format!(
+                "the stream file could not be written: {msg}"
+            )));
         }
         // Cut at a boundary inside `data`: feed command by command once the
         // frame is full.
@@ -458,16 +622,16 @@ impl io::Write for FileWriter {
             let (now, later) = rest.split_at(take);
             self.parse(now);
             self.buf.extend_from_slice(now);
-            self.hasher.update(now);
             self.raw_bytes += now.len() as u64;
             rest = later;
             if self.buf.len() >= self.opts.frame_bytes
                 && self.at_boundary()
                 && let Err(e) = self.cut()
             {
-                let msg = e.to_string();
-                self.error = Some(e);
-                return Err(io::Error::other(msg));
+                let msg = self.failure().unwrap_or_else(|| e.to_string());
+                return Err(io::Error::other(format!(
+                    "the stream file could not be written: {msg}"
+                )));
             }
         }
         Ok(data.len())
@@ -486,42 +650,51 @@ fn worker_gone() -> StoreError {
     }
 }
 
-fn compress(raw: &[u8], level: i32) -> Result<Vec<u8>, StoreError> {
-    compress_frame(raw, level).map_err(|e| StoreError::Other {
+fn compress_err(e: io::Error) -> StoreError {
+    StoreError::Other {
         op: "compress",
         location: String::from("stream"),
         error: Box::new(e),
-    })
+    }
 }
 
-/// One zstd frame with its content size and checksum.
-fn compress_frame(raw: &[u8], level: i32) -> io::Result<Vec<u8>> {
-    let mut c = zstd::bulk::Compressor::new(level)?;
+/// One zstd frame with its content size and checksum, into `out`.
+fn compress_frame(
+    c: &mut zstd::bulk::Compressor<'_>,
+    raw: &[u8],
+    out: &mut Vec<u8>,
+) -> io::Result<()> {
     c.include_checksum(true)?;
     c.include_contentsize(true)?;
-    c.compress(raw)
+    out.clear();
+    out.reserve(zstd::zstd_safe::compress_bound(raw.len()));
+    c.compress_to_buffer(raw, out)?;
+    Ok(())
 }
 
 fn compress_worker(
     jobs: &Mutex<mpsc::Receiver<(u64, Vec<u8>)>>,
     done: &mpsc::Sender<Done>,
+    pool: &Pool,
     level: i32,
 ) {
+    // One context for every frame of the stream.
+    let mut ctx = zstd::bulk::Compressor::new(level);
     loop {
         let job = match jobs.lock() {
             Ok(rx) => rx.recv(),
             Err(_) => return,
         };
         let Ok((index, raw)) = job else { return };
-        let data = compress_frame(&raw, level);
-        if done
-            .send(Done {
-                index,
-                raw_len: raw.len() as u64,
-                data,
-            })
-            .is_err()
-        {
+        let mut out = Pool::take(&pool.stored);
+        let data = match ctx.as_mut() {
+            Ok(c) => compress_frame(c, &raw, &mut out).map(|()| {
+                let h = blake3::hash(&out);
+                (out, h)
+            }),
+            Err(e) => Err(io::Error::new(e.kind(), e.to_string())),
+        };
+        if done.send(Done { index, raw, data }).is_err() {
             return;
         }
     }
@@ -838,7 +1011,7 @@ impl std::fmt::Debug for RawReader<'_> {
 }
 
 /// The error a [`RawReader`] returns, carrying the damage.
-fn io_damage(e: ReadError) -> io::Error {
+pub(crate) fn io_damage(e: ReadError) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, e)
 }
 

@@ -175,6 +175,20 @@ fn lock_file(
     })
 }
 
+/// A new lock object's key: `locks/KIND-HOST-PID-RANDOM.json`.
+fn object_key(info: &LockInfo) -> String {
+    let kind = match info.kind {
+        LockKind::Shared => "shared",
+        LockKind::Exclusive => "exclusive",
+    };
+    format!(
+        "{LOCK_DIR}{kind}-{}-{}-{:016x}.json",
+        info.host,
+        info.pid,
+        random_u64()
+    )
+}
+
 /// Whether a lock object is stale.
 fn stale(info: &LockInfo, host: &str) -> bool {
     let age = now_secs().saturating_sub(info.time);
@@ -192,22 +206,15 @@ fn lock_object(
 ) -> Result<RepoLock, BackupError> {
     let host = hostname();
     let pid = std::process::id();
-    let kind_name = match kind {
-        LockKind::Shared => "shared",
-        LockKind::Exclusive => "exclusive",
-    };
     let deadline = Instant::now() + wait;
     loop {
-        let key = format!(
-            "{LOCK_DIR}{kind_name}-{host}-{pid}-{:016x}.json",
-            random_u64()
-        );
         let info = LockInfo {
             kind,
             host: host.clone(),
             pid,
             time: now_secs(),
         };
+        let key = object_key(&info);
         let body = serde_json::to_vec(&info).unwrap_or_default();
         store.put_if_absent(&key, &body)?;
         let mut holder = None;
@@ -271,7 +278,7 @@ fn lock_object(
 
 /// A thread that re-writes the lock object every [`REFRESH`] and removes
 /// it at the end.
-fn refresher(store: Arc<dyn Store>, key: String, mut info: LockInfo) -> ObjectLock {
+fn refresher(store: Arc<dyn Store>, mut key: String, mut info: LockInfo) -> ObjectLock {
     let stop = Arc::new(AtomicBool::new(false));
     let stop2 = Arc::clone(&stop);
     let thread = std::thread::Builder::new()
@@ -283,11 +290,15 @@ fn refresher(store: Arc<dyn Store>, key: String, mut info: LockInfo) -> ObjectLo
                 if last.elapsed() >= REFRESH {
                     info.time = now_secs();
                     let body = serde_json::to_vec(&info).unwrap_or_default();
-                    // Replace: delete then create (the store has no
-                    // overwrite); a lock object missing for a moment is
-                    // harmless to its holder.
-                    let _ = store.delete(&key);
-                    let _ = store.put_if_absent(&key, &body);
+                    // Replace (the store has no overwrite): a new lock
+                    // object first, then the old one goes, so that a
+                    // contender listing the locks meanwhile always sees
+                    // one of ours.
+                    let fresh = object_key(&info);
+                    if store.put_if_absent(&fresh, &body).is_ok() {
+                        let _ = store.delete(&key);
+                        key = fresh;
+                    }
                     last = Instant::now();
                 }
             }

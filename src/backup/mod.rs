@@ -15,7 +15,7 @@
 //! REPO/streams/UUID-CTRANSID-RANDOM.btrs.zst   stream files (file)
 //! REPO/lock                         flock(2) target (local directories)
 //! REPO/locks/…                      lock objects (S3)
-//! REPO/tmp/…                        unfinished uploads (local directories)
+//! REPO/tmp/…                        unfinished uploads (temporary files; S3: markers of multipart uploads)
 //! ```
 //!
 //! * [`store`]: where objects live (a directory; an S3 bucket in `s3`,
@@ -36,6 +36,7 @@
 pub mod catalog;
 pub mod file;
 pub mod forget;
+mod frames;
 pub mod lock;
 pub mod retention;
 #[cfg(feature = "s3")]
@@ -203,19 +204,26 @@ pub trait Progress: Sync {
     /// Something the user should know (a stale lock taken over, a leftover
     /// file removed).
     fn notice(&self, _msg: &str) {}
-    /// A snapshot starts being stored; `data_total` is its file data in
-    /// bytes (0 when not computed).
-    fn start(&self, _path: &str, _kind: Kind, _data_total: u64) {}
+    /// Before the first snapshot is stored, when [`Progress::wants_total`]
+    /// says so: how many snapshots the run stores and the size of all
+    /// their raw streams, from exact estimates (`send --estimate`: a
+    /// metadata pass over each snapshot, no file data read).
+    fn plan(&self, _snapshots: usize, _stream_bytes: u64) {}
+    /// A snapshot starts being stored; `stream_total` is its raw stream's
+    /// estimated size in bytes (0 when not computed).
+    fn start(&self, _path: &str, _kind: Kind, _stream_total: u64) {}
     /// `bytes` more file data were sent.
     fn data(&self, _bytes: u64) {}
+    /// `bytes` more of the raw stream were stored.
+    fn stream(&self, _bytes: u64) {}
     /// A snapshot was stored.
     fn stored(&self, _entry: &Entry) {}
     /// A snapshot was already stored.
     fn skipped(&self, _path: &str, _entry: &Entry) {}
     /// A snapshot could not be stored (the run goes on with the others).
     fn failed(&self, _path: &str, _err: &BackupError) {}
-    /// Whether to compute each snapshot's data total first (a pass over
-    /// its metadata).
+    /// Whether to estimate every snapshot's stream first (a pass over its
+    /// metadata) for [`Progress::plan`].
     fn wants_total(&self) -> bool {
         false
     }
@@ -233,6 +241,24 @@ struct SendBridge<'a>(&'a dyn Progress);
 impl send::Progress for SendBridge<'_> {
     fn data(&self, bytes: u64) {
         self.0.data(bytes);
+    }
+}
+
+/// The stream being stored, counted for [`Progress::stream`].
+struct Counted<'p, W> {
+    inner: W,
+    progress: &'p dyn Progress,
+}
+
+impl<W: Write> Write for Counted<'_, W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.progress.stream(n as u64);
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
     }
 }
 
@@ -453,8 +479,16 @@ impl Repository {
                 self.store.delete(&o.key)?;
             }
         }
+        // Unfinished uploads: temporary files, or S3 multipart uploads
+        // (aborted, so no part stays behind). One that cannot be removed
+        // now is tried again next time.
         for o in self.store.list(&format!("{}/", store::TMP_DIR))? {
-            self.store.delete(&o.key)?;
+            if let Err(e) = self.store.discard_unfinished(&o.key) {
+                progress.notice(&format!(
+                    "cannot remove what an interrupted upload left ({}): {e}; the next run tries again",
+                    o.key
+                ));
+            }
         }
         Ok(())
     }
@@ -1024,7 +1058,16 @@ impl Repository {
             )
         });
         let selected = std::mem::take(&mut src.selected);
-        for sel in &selected {
+        let estimates = if progress.wants_total() {
+            self.estimate(&cat, &src, &selected, opts)?
+        } else {
+            vec![None; selected.len()]
+        };
+        if progress.wants_total() {
+            let todo = estimates.iter().flatten().count();
+            progress.plan(todo, estimates.iter().flatten().sum());
+        }
+        for (sel, estimate) in selected.iter().zip(&estimates) {
             let uuid = stream_uuid(&sel.subvol);
             let ctransid = sel.subvol.root.ctransid.get();
             if let Some(e) = cat.find(&uuid, ctransid) {
@@ -1032,7 +1075,14 @@ impl Repository {
                 report.skipped.push((sel.path.clone(), e.id));
                 continue;
             }
-            match self.store_one(&mut cat, &mut src, sel, opts, progress) {
+            match self.store_one(
+                &mut cat,
+                &mut src,
+                sel,
+                opts,
+                estimate.unwrap_or(0),
+                progress,
+            ) {
                 Ok(e) => {
                     progress.stored(&e);
                     report.stored.push(e);
@@ -1053,6 +1103,64 @@ impl Repository {
             prune_snapshots(so, keep, &found, &cat, &mut report, progress);
         }
         Ok(report)
+    }
+
+    /// The exact size of the stream each of `selected` will be stored as
+    /// (`None`: stored already), for the progress of the whole run. A
+    /// snapshot's parent is the one [`Repository::pick_parent`] picks now,
+    /// or the previous snapshot of its origin stored by this run.
+    fn estimate(
+        &self,
+        cat: &Catalog,
+        src: &Sources,
+        selected: &[Selected],
+        opts: &RunOptions,
+    ) -> Result<Vec<Option<u64>>, BackupError> {
+        let present: BTreeMap<String, u64> = self
+            .store
+            .list(STREAMS_DIR)?
+            .into_iter()
+            .map(|o| (o.key, o.size))
+            .collect();
+        // Per origin: the last snapshot planned in this run and the depth
+        // of its chain.
+        let mut planned: BTreeMap<String, (usize, usize)> = BTreeMap::new();
+        let mut out = Vec::with_capacity(selected.len());
+        for (i, sel) in selected.iter().enumerate() {
+            if cat
+                .find(&stream_uuid(&sel.subvol), sel.subvol.root.ctransid.get())
+                .is_some()
+            {
+                out.push(None);
+                continue;
+            }
+            let origin = origin_of(&sel.subvol);
+            let (parent, depth) = match planned.get(&origin) {
+                Some(&(j, depth)) => (selected.get(j).map(|p| p.subvol.clone()), depth),
+                None => match self.pick_parent(cat, src, sel, opts, &present) {
+                    Some((e, p)) => (Some(p), cat.depth(e.id).unwrap_or(usize::MAX)),
+                    None => (None, 0),
+                },
+            };
+            let full = opts.full_every > 0 && depth >= opts.full_every as usize;
+            let parent = parent.filter(|_| !full);
+            let depth = if parent.is_some() { depth + 1 } else { 1 };
+            let subvol = format!("id:{}", sel.subvol.id().get());
+            let parent_spec = parent.as_ref().map(|p| format!("id:{}", p.id().get()));
+            let req = Request {
+                subvol: &subvol,
+                parent: parent_spec.as_deref(),
+                clone_sources: &[],
+            };
+            let bytes = src
+                .fss
+                .get(sel.fs)
+                .and_then(|s| s.estimate(&req, SendOptions::new(1)).ok())
+                .map_or(0, |st| st.stream_bytes);
+            out.push(Some(bytes));
+            planned.insert(origin, (i, depth));
+        }
+        Ok(out)
     }
 
     /// The parent for `sel`, if it gets an incremental stream.
@@ -1109,6 +1217,7 @@ impl Repository {
         src: &mut Sources,
         sel: &Selected,
         opts: &RunOptions,
+        estimate: u64,
         progress: &dyn Progress,
     ) -> Result<Entry, BackupError> {
         let present: BTreeMap<String, u64> = self
@@ -1130,12 +1239,7 @@ impl Repository {
             snapshot: sel.path.clone(),
             error: Box::new(source),
         };
-        let total = if progress.wants_total() {
-            send::total::data_bytes(source.fs(), &sel.subvol).map_err(send_err)?
-        } else {
-            0
-        };
-        progress.start(&sel.path, kind, total);
+        progress.start(&sel.path, kind, estimate);
         let key = format!(
             "{STREAMS_DIR}{uuid}-{ctransid}-{:08x}.btrs.zst",
             store::random_u64() & 0xffff_ffff
@@ -1155,9 +1259,14 @@ impl Repository {
             parent: parent_spec.as_deref(),
             clone_sources: &[],
         };
-        let (writer, _stats) = source
-            .send(&req, writer, sopts, &bridge)
+        let counted = Counted {
+            inner: writer,
+            progress,
+        };
+        let (counted, _stats) = source
+            .send(&req, counted, sopts, &bridge)
             .map_err(send_err)?;
+        let writer = counted.inner;
         let id = StreamIdentity {
             uuid: uuid.clone(),
             ctransid,
@@ -1193,94 +1302,40 @@ impl Repository {
     }
 }
 
-/// Frames checked at the same time by `verify --read-data`, per thread.
-const FRAMES_PER_THREAD: usize = 2;
-
 /// Whether every frame of `f` is sound: its stored bytes match their
 /// BLAKE3, it decompresses to its recorded length, and its commands decode
 /// (CRC included) — frames are cut at command boundaries, so each decodes
-/// alone behind the stream header of the first — and the whole raw stream
-/// matches its BLAKE3, length and command count. Frames are read,
-/// decompressed and decoded on rayon's threads, in batches, while the
-/// previous batch is hashed in order. `false` tells nothing about where:
-/// the caller reads the file again in order for that.
+/// alone behind the stream header — and the whole raw stream matches its
+/// BLAKE3, length and command count. Frames are read, hashed, decompressed
+/// and decoded on [`frames::workers`] threads, ahead of this one, which
+/// hashes the raw stream in order. `false` tells nothing about where: the
+/// caller reads the file again in order for that.
 fn check_frames_parallel(store: &dyn Store, f: &StreamFile) -> bool {
-    use rayon::prelude::*;
-    let n = f.trailer.frames.len();
-    if n == 0 {
-        return false;
-    }
-    // Frame i: its raw bytes and its command count (the stream header,
-    // from frame 0, prepended for the decoder).
-    let frame = |i: usize, header: &[u8]| -> Option<(Vec<u8>, u64, bool)> {
-        let data = f.read_frame(store, i).ok()?;
-        let raw = f.decompress(i, &data).ok()?;
-        let input = io::Read::chain(header, raw.as_slice());
-        let mut reader =
-            StreamReader::with_options(input, ReaderOptions::new().with_max_version(3));
-        let mut commands = 0u64;
-        let ended = loop {
-            match reader.next_raw() {
-                Ok(Some(_)) => commands += 1,
-                // After END.
-                Ok(None) => break true,
-                // The frame ends between two commands.
-                Err(stream_format::DecodeError::TruncatedCommandHeader {
-                    available: 0, ..
-                }) => {
-                    break false;
-                }
-                Err(_) => return None,
-            }
-        };
-        (reader.streams() == 1).then_some((raw, commands, ended))
+    let work = frames::Work {
+        hash: true,
+        decompress: true,
+        decode: true,
     };
-    let Some((first, mut commands, mut ended)) = frame(0, &[]) else {
-        return false;
-    };
-    let Some(header) = first.get(..17).map(<[u8]>::to_vec) else {
-        return false;
-    };
-    let mut hasher = blake3::Hasher::new();
-    let mut total = first.len() as u64;
-    let mut prev = vec![first];
-    let batch = rayon::current_num_threads().max(1) * FRAMES_PER_THREAD;
-    let mut next = 1;
-    while !prev.is_empty() {
-        let range = next..(next + batch).min(n);
-        next = range.end;
-        let (_, done) = rayon::join(
-            || {
-                for raw in &prev {
-                    hasher.update(raw);
-                }
-            },
-            || {
-                range
-                    .into_par_iter()
-                    .map(|i| frame(i, &header))
-                    .collect::<Vec<_>>()
-            },
-        );
-        prev = Vec::with_capacity(done.len());
-        for r in done {
-            let Some((raw, c, end)) = r else {
-                return false;
-            };
+    frames::read_ahead(store, std::slice::from_ref(f), work, |ahead| {
+        let mut hasher = blake3::Hasher::new();
+        let (mut total, mut commands, mut ended) = (0u64, 0u64, false);
+        while let Some(r) = ahead.next() {
+            let Ok(fr) = r else { return false };
             // Only the last frame may end the stream.
             if ended {
                 return false;
             }
-            commands += c;
-            ended = end;
-            total += raw.len() as u64;
-            prev.push(raw);
+            hasher.update(fr.raw());
+            total += fr.raw().len() as u64;
+            commands += fr.commands;
+            ended = fr.ended;
+            ahead.recycle(fr.into_buf());
         }
-    }
-    ended
-        && commands == f.trailer.commands
-        && total == f.trailer.stream_bytes
-        && hasher.finalize().to_hex().as_str() == f.trailer.stream_blake3
+        ended
+            && commands == f.trailer.commands
+            && total == f.trailer.stream_bytes
+            && hasher.finalize().to_hex().as_str() == f.trailer.stream_blake3
+    })
 }
 
 /// One problem `verify` found.
@@ -1353,6 +1408,12 @@ impl Repository {
                     "{k}: a stream file no catalog entry names (left by an interrupted run; the next run removes it)"
                 ));
             }
+        }
+        for o in self.store.list(&format!("{}/", store::TMP_DIR))? {
+            rep.notices.push(format!(
+                "{}: an unfinished upload (left by an interrupted run; the next run removes it)",
+                o.key
+            ));
         }
         let mut bad: BTreeSet<u64> = BTreeSet::new();
         for e in &cat.entries {
@@ -1521,21 +1582,88 @@ impl std::fmt::Debug for RestoreTarget<'_> {
     }
 }
 
-/// The raw streams of a chain, one after the other.
-struct ChainReader<'s> {
-    readers: std::collections::VecDeque<file::RawReader<'s>>,
+/// The raw streams of a chain, one after the other, from frames
+/// decompressed ahead on other threads; each stream's BLAKE3 and length are
+/// checked at its end (a mismatch is an error from `read`, before the next
+/// stream's first byte and before the end of the input).
+struct ChainReader<'a, 'b> {
+    ahead: &'a mut frames::Ahead<'b>,
+    files: &'a [StreamFile],
+    cur: Option<frames::Frame>,
+    pos: usize,
+    /// The file being read and its hash so far.
+    file: usize,
+    hasher: blake3::Hasher,
+    total: u64,
+    done: bool,
 }
 
-impl Read for ChainReader<'_> {
-    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
-        while let Some(r) = self.readers.front_mut() {
-            let n = r.read(out)?;
-            if n > 0 {
-                return Ok(n);
-            }
-            self.readers.pop_front();
+impl ChainReader<'_, '_> {
+    /// Check the stream of file `self.file` and move to the next file.
+    fn finish_file(&mut self) -> io::Result<()> {
+        let Some(f) = self.files.get(self.file) else {
+            return Ok(());
+        };
+        let found = self.hasher.finalize().to_hex().to_string();
+        if self.total != f.trailer.stream_bytes || found != f.trailer.stream_blake3 {
+            let d = Damage::Stream {
+                file: f.key.clone(),
+                what: format!(
+                    "has {} bytes with BLAKE3 {found}, the trailer says {} bytes with BLAKE3 {}",
+                    self.total, f.trailer.stream_bytes, f.trailer.stream_blake3
+                ),
+            };
+            return Err(file::io_damage(ReadError::Damage(d)));
         }
-        Ok(0)
+        self.file += 1;
+        self.hasher = blake3::Hasher::new();
+        self.total = 0;
+        Ok(())
+    }
+
+    /// Load the next frame; false at the end of the chain.
+    fn load(&mut self) -> io::Result<bool> {
+        if let Some(old) = self.cur.take() {
+            self.ahead.recycle(old.into_buf());
+        }
+        let Some(r) = self.ahead.next() else {
+            while self.file < self.files.len() {
+                self.finish_file()?;
+            }
+            return Ok(false);
+        };
+        let fr = r.map_err(file::io_damage)?;
+        while self.file < fr.file {
+            self.finish_file()?;
+        }
+        self.hasher.update(fr.raw());
+        self.total += fr.raw().len() as u64;
+        self.pos = 0;
+        self.cur = Some(fr);
+        Ok(true)
+    }
+}
+
+impl Read for ChainReader<'_, '_> {
+    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        loop {
+            if let Some(fr) = &self.cur {
+                let raw = fr.raw();
+                if self.pos < raw.len() {
+                    let n = (raw.len() - self.pos).min(out.len());
+                    out[..n].copy_from_slice(&raw[self.pos..self.pos + n]);
+                    self.pos += n;
+                    return Ok(n);
+                }
+            }
+            if self.done {
+                return Ok(0);
+            }
+            if !self.load()? {
+                self.done = true;
+                return Ok(0);
+            }
+        }
     }
 }
 
@@ -1567,47 +1695,73 @@ impl Repository {
         })?;
         let mut files = Vec::new();
         for e in &chain {
-            let f = self.open_file(e)?;
-            f.check_hashes(&*self.store).map_err(|err| match err {
-                ReadError::Damage(d) => BackupError::Damage {
-                    repo: self.store.name().to_owned(),
-                    damage: Box::new(d),
-                },
-                ReadError::Store(s) => BackupError::Store(s),
-            })?;
-            files.push(f);
+            files.push(self.open_file(e)?);
         }
         let store = &*self.store;
-        let mut input = ChainReader {
-            readers: files.iter().map(|f| f.raw_reader(store)).collect(),
+        let damage = |d: Damage| BackupError::Damage {
+            repo: self.store.name().to_owned(),
+            damage: Box::new(d),
         };
+        // Every frame's stored bytes against their hash before anything is
+        // applied or written.
+        let hash_only = frames::Work {
+            hash: true,
+            decompress: false,
+            decode: false,
+        };
+        frames::read_ahead(store, &files, hash_only, |ahead| {
+            while let Some(r) = ahead.next() {
+                ahead.recycle(r?.into_buf());
+            }
+            Ok(())
+        })
+        .map_err(|err| match err {
+            ReadError::Damage(d) => damage(d),
+            ReadError::Store(s) => BackupError::Store(s),
+        })?;
         let damage_or = |e: io::Error, what: String| match file::damage_of(&e) {
-            Some(ReadError::Damage(d)) => BackupError::Damage {
-                repo: self.store.name().to_owned(),
-                damage: Box::new(d.clone()),
-            },
+            Some(ReadError::Damage(d)) => damage(d.clone()),
             _ => BackupError::Io { what, error: e },
         };
-        match target {
-            RestoreTarget::Writer(w) => {
-                io::copy(&mut input, w)
-                    .map_err(|e| damage_or(e, String::from("cannot write the streams")))?;
-                w.flush().map_err(|e| BackupError::Io {
-                    what: String::from("cannot write the streams"),
-                    error: e,
-                })?;
+        // Then decompressed ahead of the receiver (zstd checks each frame's
+        // checksum; each stream's BLAKE3 is checked at its end).
+        let decompress = frames::Work {
+            hash: false,
+            decompress: true,
+            decode: false,
+        };
+        frames::read_ahead(store, &files, decompress, |ahead| {
+            let mut input = ChainReader {
+                ahead,
+                files: &files,
+                cur: None,
+                pos: 0,
+                file: 0,
+                hasher: blake3::Hasher::new(),
+                total: 0,
+                done: false,
+            };
+            match target {
+                RestoreTarget::Writer(w) => {
+                    io::copy(&mut input, w)
+                        .map_err(|e| damage_or(e, String::from("cannot write the streams")))?;
+                    w.flush().map_err(|e| BackupError::Io {
+                        what: String::from("cannot write the streams"),
+                        error: e,
+                    })
+                }
+                RestoreTarget::Dir(dir) => {
+                    let opts = ReceiveOptions::new();
+                    receive::receive(input, dir, &opts, progress)
+                        .map(|_| ())
+                        .map_err(|source| BackupError::Receive {
+                            snapshot: format!("{} ({})", entry.path, entry.id),
+                            dir: dir.to_path_buf(),
+                            error: Box::new(source),
+                        })
+                }
             }
-            RestoreTarget::Dir(dir) => {
-                let opts = ReceiveOptions::new();
-                receive::receive(input, dir, &opts, progress).map_err(|source| {
-                    BackupError::Receive {
-                        snapshot: format!("{} ({})", entry.path, entry.id),
-                        dir: dir.to_path_buf(),
-                        error: Box::new(source),
-                    }
-                })?;
-            }
-        }
+        })?;
         Ok(entry.clone())
     }
 }

@@ -3,17 +3,28 @@
 //! store; every method blocks on it, so the rest of the code stays
 //! synchronous.
 //!
-//! * Put-if-absent (the catalog, the config, lock objects) is a PUT with
+//! * Put-if-absent (the catalog, the config) is a HEAD, then a PUT with
 //!   `If-None-Match: *`: on AWS S3, MinIO, Ceph RGW, R2… two writers can
-//!   never both create the same key. A HEAD comes first, so a server that
-//!   ignores the header (such as the `s3s-fs` test server) still refuses a
-//!   key that exists already, though without the race-free guarantee.
+//!   never both create the same key. The repository does not depend on
+//!   that guarantee: only the holder of the exclusive lock writes catalogs
+//!   and stream files, and lock objects need no conditional write (each
+//!   process creates a lock object of its own, under a unique name, then
+//!   lists the others: see [`lock`](super::lock)). So a server that checks
+//!   the header without atomicity, as the `s3s-fs` test server does (0.14:
+//!   a stat before the write; two racing PUTs both succeed), or one that
+//!   ignores it, is still safe for btrsend.
 //! * A stream file is a multipart upload: parts of 8 MiB and up (growing
 //!   every 1000 parts, to stay under S3's 10000-part limit), four in
-//!   flight. The object appears only when the upload completes; an
-//!   upload dropped unfinished is aborted. One cut short by `kill -9`
-//!   stays invisible on the server until a lifecycle rule
-//!   (`AbortIncompleteMultipartUpload`) removes its parts.
+//!   flight. The object appears only when the upload completes. Before its
+//!   first part, the upload's id is written to a marker object
+//!   `tmp/NAME.RANDOM.upload` (`{"key","upload_id"}`), removed when the
+//!   upload completes or is aborted. An upload that fails is aborted (its
+//!   parts deleted) at once; one cut short by `kill -9`, a power cut or a
+//!   lost connection is aborted by the next `run`, `import` or `forget`,
+//!   which finds its marker. Only an upload killed between its creation and
+//!   its marker's (one request, before any part) is left to the bucket's
+//!   lifecycle rule (`AbortIncompleteMultipartUpload`), if one is set; it
+//!   holds no data.
 //! * Connections: `AWS_ENDPOINT_URL` (an `http://` endpoint is allowed),
 //!   `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_REGION` or
 //!   `AWS_DEFAULT_REGION`, and the other `AWS_*` variables `object_store`
@@ -26,20 +37,31 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use object_store::aws::{AmazonS3, AmazonS3Builder, S3ConditionalPut};
+use object_store::multipart::{MultipartStore, PartId};
 use object_store::path::Path;
 use object_store::{
-    BackoffConfig, ClientOptions, MultipartUpload, ObjectStore, ObjectStoreExt, PutMode,
-    PutOptions, PutPayload, RetryConfig,
+    BackoffConfig, ClientOptions, MultipartId, ObjectStore, ObjectStoreExt, PutMode, PutOptions,
+    PutPayload, RetryConfig,
 };
+use serde::{Deserialize, Serialize};
 use tokio::runtime::Runtime;
 use tokio::task::JoinHandle;
 
-use super::store::{ObjectInfo, Store, StoreError, Upload};
+use super::store::{ObjectInfo, Store, StoreError, TMP_DIR, Upload, random_u64};
 
 /// The smallest part (S3 needs 5 MiB for all parts but the last).
 const PART_BYTES: usize = 8 << 20;
 /// Parts uploaded at the same time.
 const IN_FLIGHT: usize = 4;
+/// How a marker of an unfinished upload ends.
+const MARKER_SUFFIX: &str = ".upload";
+
+/// A marker object: which upload to abort if it is found unfinished.
+#[derive(Debug, Serialize, Deserialize)]
+struct Marker {
+    key: String,
+    upload_id: String,
+}
 
 /// A repository in an S3 bucket, under an optional prefix.
 pub struct S3Store {
@@ -149,6 +171,16 @@ impl S3Store {
 
     fn err(&self, op: &'static str, key: &str, e: object_store::Error) -> StoreError {
         map_err(&self.name, op, self.location(key), e)
+    }
+
+    /// Another handle on the same bucket (for an upload).
+    fn handle(&self) -> S3Store {
+        S3Store {
+            name: self.name.clone(),
+            prefix: self.prefix.clone(),
+            s3: Arc::clone(&self.s3),
+            rt: Arc::clone(&self.rt),
+        }
     }
 
     fn exists(&self, key: &str) -> Result<bool, StoreError> {
@@ -276,23 +308,58 @@ impl Store for S3Store {
     }
 
     fn multipart(&self, key: &str) -> Result<Box<dyn Upload>, StoreError> {
-        let upload = self
+        let path = self.path(key);
+        let id = self
             .rt
-            .block_on(self.s3.put_multipart(&self.path(key)))
+            .block_on(self.s3.create_multipart(&path))
             .map_err(|e| self.err("start upload", key, e))?;
-        Ok(Box::new(S3Upload {
-            store: S3Store {
-                name: self.name.clone(),
-                prefix: self.prefix.clone(),
-                s3: Arc::clone(&self.s3),
-                rt: Arc::clone(&self.rt),
-            },
+        let base = key.rsplit('/').next().unwrap_or(key);
+        let marker = format!("{TMP_DIR}/{base}.{:016x}{MARKER_SUFFIX}", random_u64());
+        let body = serde_json::to_vec(&Marker {
             key: key.to_owned(),
-            upload: Some(upload),
+            upload_id: id.clone(),
+        })
+        .unwrap_or_default();
+        if let Err(e) = self.put_if_absent(&marker, &body) {
+            let _ = self.rt.block_on(self.s3.abort_multipart(&path, &id));
+            return Err(e);
+        }
+        Ok(Box::new(S3Upload {
+            store: self.handle(),
+            key: key.to_owned(),
+            path,
+            id: Some(id),
+            marker,
             buf: Vec::new(),
-            parts: 0,
+            parts: Vec::new(),
             in_flight: VecDeque::new(),
         }))
+    }
+
+    fn discard_unfinished(&self, key: &str) -> Result<(), StoreError> {
+        if key.ends_with(MARKER_SUFFIX) {
+            let marker = match self.get(key, None) {
+                Ok(b) => serde_json::from_slice::<Marker>(&b).ok(),
+                Err(e) if e.is_not_found() => return Ok(()),
+                Err(e) => return Err(e),
+            };
+            if let Some(m) = marker {
+                match self
+                    .rt
+                    .block_on(self.s3.abort_multipart(&self.path(&m.key), &m.upload_id))
+                {
+                    // Gone already: completed (its object is removed with
+                    // the other unlisted stream files) or aborted.
+                    Ok(())
+                    | Err(
+                        object_store::Error::NotFound { .. }
+                        | object_store::Error::PermissionDenied { .. },
+                    ) => {}
+                    Err(e) => return Err(self.err("abort upload of", &m.key, e)),
+                }
+            }
+        }
+        self.delete(key)
     }
 
     fn check_reachable(&self) -> Result<(), StoreError> {
@@ -311,15 +378,20 @@ impl Store for S3Store {
 struct S3Upload {
     store: S3Store,
     key: String,
-    upload: Option<Box<dyn MultipartUpload>>,
+    path: Path,
+    /// The upload's id, until it is completed or aborted.
+    id: Option<MultipartId>,
+    /// The marker object naming the upload.
+    marker: String,
     buf: Vec<u8>,
-    parts: usize,
-    in_flight: VecDeque<JoinHandle<object_store::Result<()>>>,
+    /// The parts uploaded, in order.
+    parts: Vec<PartId>,
+    in_flight: VecDeque<JoinHandle<object_store::Result<PartId>>>,
 }
 
 impl S3Upload {
     fn part_bytes(&self) -> usize {
-        PART_BYTES.saturating_mul(1 + self.parts / 1000)
+        PART_BYTES.saturating_mul(1 + (self.parts.len() + self.in_flight.len()) / 1000)
     }
 
     fn err(&self, op: &'static str, e: object_store::Error) -> StoreError {
@@ -332,7 +404,10 @@ impl S3Upload {
             return Ok(());
         };
         match self.store.rt.block_on(h) {
-            Ok(Ok(())) => Ok(()),
+            Ok(Ok(part)) => {
+                self.parts.push(part);
+                Ok(())
+            }
             Ok(Err(e)) => Err(self.err("upload part of", e)),
             Err(e) => Err(StoreError::Other {
                 op: "upload part of",
@@ -343,12 +418,18 @@ impl S3Upload {
     }
 
     fn send_part(&mut self, part: Vec<u8>) -> Result<(), StoreError> {
-        let Some(up) = self.upload.as_mut() else {
+        let Some(id) = self.id.clone() else {
             return Ok(());
         };
-        let fut = up.put_part(PutPayload::from(part));
-        self.parts += 1;
-        self.in_flight.push_back(self.store.rt.spawn(fut));
+        let idx = self.parts.len() + self.in_flight.len();
+        let s3 = Arc::clone(&self.store.s3);
+        let path = self.path.clone();
+        let payload = PutPayload::from(part);
+        let h = self
+            .store
+            .rt
+            .spawn(async move { s3.put_part(&path, &id, idx, payload).await });
+        self.in_flight.push_back(h);
         while self.in_flight.len() > IN_FLIGHT {
             self.wait_one()?;
         }
@@ -368,7 +449,7 @@ impl Upload for S3Upload {
     }
 
     fn complete(mut self: Box<Self>) -> Result<(), StoreError> {
-        if !self.buf.is_empty() || self.parts == 0 {
+        if !self.buf.is_empty() || self.parts.is_empty() && self.in_flight.is_empty() {
             let part = std::mem::take(&mut self.buf);
             self.send_part(part)?;
         }
@@ -380,16 +461,19 @@ impl Upload for S3Upload {
                 location: self.store.location(&self.key),
             });
         }
-        let Some(mut up) = self.upload.take() else {
+        let Some(id) = self.id.clone() else {
             return Ok(());
         };
-        match self.store.rt.block_on(up.complete()) {
-            Ok(_) => Ok(()),
-            Err(e) => {
-                let _ = self.store.rt.block_on(up.abort());
-                Err(self.err("complete upload of", e))
-            }
-        }
+        let parts = std::mem::take(&mut self.parts);
+        self.store
+            .rt
+            .block_on(self.store.s3.complete_multipart(&self.path, &id, parts))
+            .map_err(|e| self.err("complete upload of", e))?;
+        self.id = None;
+        // The object is complete; a marker left behind only costs the next
+        // run an abort that finds nothing.
+        let _ = self.store.delete(&self.marker);
+        Ok(())
     }
 }
 
@@ -398,8 +482,16 @@ impl Drop for S3Upload {
         for h in self.in_flight.drain(..) {
             h.abort();
         }
-        if let Some(mut up) = self.upload.take() {
-            let _ = self.store.rt.block_on(up.abort());
+        if let Some(id) = self.id.take() {
+            // Not completed: abort, so that no part stays behind; the marker
+            // goes only when the abort worked (else the next run retries).
+            let aborted = self
+                .store
+                .rt
+                .block_on(self.store.s3.abort_multipart(&self.path, &id));
+            if aborted.is_ok() {
+                let _ = self.store.delete(&self.marker);
+            }
         }
     }
 }

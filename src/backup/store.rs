@@ -101,6 +101,16 @@ pub trait Store: Send + Sync + fmt::Debug {
     ///
     /// [`StoreError::NotFound`]; I/O or network errors; a short object.
     fn get(&self, key: &str, range: Option<Range<u64>>) -> Result<Vec<u8>, StoreError>;
+    /// The `range` of `key`'s bytes into `buf` (replacing what it held):
+    /// [`Store::get`] into a buffer the caller reuses.
+    ///
+    /// # Errors
+    ///
+    /// As [`Store::get`].
+    fn get_into(&self, key: &str, range: Range<u64>, buf: &mut Vec<u8>) -> Result<(), StoreError> {
+        *buf = self.get(key, Some(range))?;
+        Ok(())
+    }
     /// Create `key` with `data` unless it exists; returns false if it
     /// existed (nothing was written).
     ///
@@ -126,6 +136,17 @@ pub trait Store: Send + Sync + fmt::Debug {
     ///
     /// I/O or network errors.
     fn multipart(&self, key: &str) -> Result<Box<dyn Upload>, StoreError>;
+    /// Remove what an unfinished upload left in `tmp/` (`key`, as
+    /// [`Store::list`] gives it): a temporary file; in S3 a marker, whose
+    /// multipart upload is aborted first (its parts deleted). Needs the
+    /// exclusive lock.
+    ///
+    /// # Errors
+    ///
+    /// I/O or network errors (the key then stays, for the next try).
+    fn discard_unfinished(&self, key: &str) -> Result<(), StoreError> {
+        self.delete(key)
+    }
     /// Check that the repository's root exists and can be reached.
     ///
     /// # Errors
@@ -296,6 +317,29 @@ impl Store for LocalStore {
                 Ok(buf)
             }
         }
+    }
+
+    fn get_into(&self, key: &str, range: Range<u64>, buf: &mut Vec<u8>) -> Result<(), StoreError> {
+        use std::os::unix::fs::FileExt;
+        let f = File::open(self.path(key)).map_err(|e| self.err("open", key, e))?;
+        let len = range
+            .end
+            .checked_sub(range.start)
+            .and_then(|l| usize::try_from(l).ok())
+            .ok_or_else(|| self.err("read", key, io::Error::other("invalid byte range")))?;
+        // A reused buffer: only growth is zeroed.
+        buf.resize(len, 0);
+        f.read_exact_at(buf, range.start).map_err(|e| {
+            let e = if e.kind() == io::ErrorKind::UnexpectedEof {
+                io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    format!("the object ends before byte {}", range.end),
+                )
+            } else {
+                e
+            };
+            self.err("read", key, e)
+        })
     }
 
     fn put_if_absent(&self, key: &str, data: &[u8]) -> Result<bool, StoreError> {

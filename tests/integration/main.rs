@@ -1,5 +1,6 @@
 //! The core library's integration tests: one binary, one module per area.
 
+mod backup_plan;
 mod corruption;
 mod dump_model;
 mod estimate;

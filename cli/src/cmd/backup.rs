@@ -207,7 +207,11 @@ intact and which is still on the source, else as a full stream. A stream
 becomes visible in the repository only once it is complete and durable:
 a run that is killed leaves nothing half-written, and the next run
 completes the work. Silent on success unless standard error is a
-terminal (then a progress bar) or --json is given.
+terminal or --json is given. On a terminal a progress bar covers the whole
+run: its total is the exact size of every stream the run stores (estimated
+first from the snapshots' metadata, as `btrsend send --estimate` does), so
+its ETA is the run's; it names the snapshot being stored and how many
+there are ([2/5]).
 
 With --snapshot the job takes its own snapshots (one cron line does
 everything; needs root):
@@ -337,10 +341,17 @@ pub(crate) fn json_error(json: bool, e: anyhow::Error) -> anyhow::Error {
 
 /// Progress of `run` / `import`: JSON Lines, a bar on a terminal, or
 /// nothing.
+///
+/// The bar covers the whole run: its total is the size of every stream the
+/// run stores (exact estimates made first), its message names the snapshot
+/// being stored and how many of them there are, so its ETA is the run's.
 struct RunProgress {
     json: bool,
     bar: Option<ProgressBar>,
     out: Mutex<crate::exit::Watch<std::io::Stdout>>,
+    /// Snapshots the run stores, and the number of the current one.
+    count: std::sync::atomic::AtomicUsize,
+    current: std::sync::atomic::AtomicUsize,
 }
 
 impl RunProgress {
@@ -358,6 +369,8 @@ impl RunProgress {
             json,
             bar,
             out: Mutex::new(crate::exit::Watch(std::io::stdout())),
+            count: std::sync::atomic::AtomicUsize::new(0),
+            current: std::sync::atomic::AtomicUsize::new(0),
         }
     }
 
@@ -384,21 +397,40 @@ impl Progress for RunProgress {
         }
     }
 
-    fn start(&self, path: &str, kind: Kind, data_total: u64) {
-        if self.json {
-            self.line(json!({"message_type": "status", "snapshot": path, "kind": kind.as_str(), "data_bytes": data_total}));
-        }
+    fn plan(&self, snapshots: usize, stream_bytes: u64) {
+        use std::sync::atomic::Ordering;
+        self.count.store(snapshots, Ordering::Relaxed);
         if let Some(b) = &self.bar {
-            b.set_length(data_total);
+            b.set_length(stream_bytes);
             b.set_position(0);
             b.reset_eta();
-            b.set_message(format!("{path} ({})", kind.as_str()));
         }
     }
 
-    fn data(&self, bytes: u64) {
+    fn start(&self, path: &str, kind: Kind, stream_total: u64) {
+        use std::sync::atomic::Ordering;
+        if self.json {
+            let mut v = json!({"message_type": "status", "snapshot": path, "kind": kind.as_str()});
+            if stream_total > 0 {
+                v["stream_bytes"] = stream_total.into();
+            }
+            self.line(v);
+        }
+        let n = self.current.fetch_add(1, Ordering::Relaxed) + 1;
+        if let Some(b) = &self.bar {
+            let count = self.count.load(Ordering::Relaxed).max(n);
+            b.set_message(format!("[{n}/{count}] {path} ({})", kind.as_str()));
+        }
+    }
+
+    fn stream(&self, bytes: u64) {
         if let Some(b) = &self.bar {
             b.inc(bytes);
+            // An estimate is exact, but never let the bar run past its end
+            // (a snapshot stored full against the plan).
+            if b.length().is_some_and(|l| b.position() > l) {
+                b.set_length(b.position());
+            }
         }
     }
 

@@ -737,8 +737,9 @@ fn restore_stdout_into_btrfs_receive() {
 
 // kill -9 of `backup run` at ≥ 20 points spread over its run time: each
 // time the repository verifies (`--read-data`, exit 0: a leftover file is
-// only a notice), and a re-run completes; at the end every snapshot
-// restores to the kernel mount's manifest.
+// only a notice), and a re-run completes and leaves no upload part on the
+// S3 server; at the end every snapshot restores to the kernel mount's
+// manifest.
 both!(
     kill_9_during_run_leaves_a_repository_that_verifies,
     kill_9_case
@@ -816,6 +817,13 @@ fn kill_9_case(env: Env) {
         ok(&env.cmd().args(run_args(&repo_s, "3")).output().unwrap());
         let v = env.backup(&["verify", "--read-data", "--repo", &repo_s]);
         assert!(v.status.success() && v.stderr.is_empty(), "{}", stderr(&v));
+        // In S3: the killed run's multipart upload was aborted by the
+        // re-run (found by its marker), so no part stays on the server.
+        assert_eq!(
+            env.be.upload_parts(),
+            Vec::<String>::new(),
+            "parts of an upload killed at {delay} µs left on the server"
+        );
         let list = serde_json::from_str::<serde_json::Value>(&ok(
             &env.backup(&["list", "--json", "--repo", &repo_s])
         ))
@@ -843,6 +851,95 @@ fn kill_9_case(env: Env) {
         let _ = fs::remove_dir_all(&repo);
     }
     eprintln!("{kills} runs killed with SIGKILL in {tries} tries (run time {span} µs)");
+}
+
+/// A valid send stream of about `mib` MiB of incompressible data (WRITE
+/// commands of 48 KiB), so that its upload takes several parts.
+fn big_stream(mib: usize) -> Vec<u8> {
+    use std::borrow::Cow;
+    let mut w = stream_format::StreamWriter::new(Vec::new(), 1).unwrap();
+    w.write(&stream_format::Command::Subvol {
+        path: Cow::Borrowed(b"big"),
+        uuid: [7; 16],
+        ctransid: 9,
+    })
+    .unwrap();
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let mut data = vec![0u8; 48 << 10];
+    for i in 0..(mib << 20) / data.len() {
+        for b in data.chunks_mut(8) {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            b.copy_from_slice(&x.to_le_bytes()[..b.len()]);
+        }
+        w.write(&stream_format::Command::Write {
+            path: Cow::Borrowed(b"f"),
+            offset: (i * data.len()) as u64,
+            data: Cow::Borrowed(&data),
+        })
+        .unwrap();
+    }
+    w.write(&stream_format::Command::End).unwrap();
+    w.into_inner()
+}
+
+/// An S3 upload killed with parts on the server: the next writer aborts
+/// it (it finds the upload's marker), so no part stays behind, and the
+/// repository verifies.
+#[test]
+fn s3_upload_killed_with_parts_uploaded_is_aborted_by_the_next_run() {
+    use std::os::unix::process::ExitStatusExt;
+    let Some(env) = Env::new(
+        Kind::S3,
+        "s3_upload_killed_with_parts_uploaded_is_aborted_by_the_next_run",
+    ) else {
+        return;
+    };
+    env.init();
+    let file = env.dir.path().join("big.stream");
+    fs::write(&file, big_stream(96)).unwrap();
+    let mut killed_with_parts = false;
+    for _ in 0..5 {
+        let mut child = env
+            .cmd()
+            .args(["backup", "import", "--repo", env.repo()])
+            .arg(&file)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        // Kill it as soon as the server holds a part of its upload.
+        let status = loop {
+            if let Some(st) = child.try_wait().unwrap() {
+                break st;
+            }
+            if !env.be.upload_parts().is_empty() {
+                let _ = child.kill();
+                break child.wait().unwrap();
+            }
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        };
+        if status.signal() == Some(9) && !env.be.upload_parts().is_empty() {
+            killed_with_parts = true;
+            break;
+        }
+        // It finished first: start again on an empty repository.
+        let _ = fs::remove_dir_all(&env.repo.files);
+        env.init();
+    }
+    assert!(
+        killed_with_parts,
+        "no import could be killed while its parts were on the server"
+    );
+    assert!(env.list().is_empty(), "nothing half-written is listed");
+    // The next writer (here a run storing the fixture's s1) aborts the
+    // killed upload.
+    ok(&env.run(&["snaps/s1"]));
+    assert_eq!(env.be.upload_parts(), Vec::<String>::new());
+    let v = env.backup(&["verify", "--read-data", "--repo", env.repo()]);
+    assert!(v.status.success() && v.stderr.is_empty(), "{}", stderr(&v));
+    assert_eq!(env.list().len(), 1);
 }
 
 /// `man/btrsend-repository.5` is rendered from `repository_man.rs`

@@ -194,6 +194,30 @@ impl Backend {
         self.server.as_ref().map(S3Server::envs).unwrap_or_default()
     }
 
+    /// The parts of open multipart uploads the S3 server holds (`s3s-fs`
+    /// keeps them as files `.upload_id-ID.part-N` in its root, the upload
+    /// itself as `.upload-ID.json`, until it completes or is aborted); none
+    /// for a directory. A part whose upload is no longer open is not
+    /// counted: `s3s-fs` forgets the upload first when it completes one, so
+    /// a client killed during CompleteMultipartUpload can leave part files
+    /// of an upload no request can name (real S3 completes atomically).
+    pub fn upload_parts(&self) -> Vec<String> {
+        let Some(s) = &self.server else {
+            return Vec::new();
+        };
+        let mut parts: Vec<String> = std::fs::read_dir(&s.root)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| {
+                n.strip_prefix(".upload_id-")
+                    .and_then(|rest| rest.split_once(".part-"))
+                    .is_some_and(|(id, _)| s.root.join(format!(".upload-{id}.json")).exists())
+            })
+            .collect();
+        parts.sort();
+        parts
+    }
+
     /// The server's address, for an unreachable-port test.
     pub fn port(&self) -> Option<u16> {
         self.server.as_ref().map(|s| s.port)
