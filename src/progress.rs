@@ -21,6 +21,7 @@
 //! | [`note`](Progress::note) | — | what was not applied, once each |
 //! | [`error`](Progress::error) | — | errors below `--max-errors` |
 //! | [`command`](Progress::command) | — | each command, if [`lists_commands`](Progress::lists_commands) |
+//! | [`encoded_fallback`](Progress::encoded_fallback) | — | compressed data decompressed because the target refused it |
 
 use std::error::Error;
 
@@ -70,6 +71,12 @@ pub trait Progress: Sync {
     /// [`lists_commands`](Progress::lists_commands).
     fn command(&self, cmd: &stream_format::Command<'_>) {
         let _ = cmd;
+    }
+    /// receive: the target refused to take the compressed data of the
+    /// ENCODED_WRITE to `path` (the stream path) as it is (`err`), so it is
+    /// decompressed and written (reported as `btrfs receive -vv` does).
+    fn encoded_fallback(&self, path: &[u8], err: std::io::Error) {
+        let _ = (path, err);
     }
 }
 

@@ -43,7 +43,7 @@
 //! * A `--no-data` stream (UPDATE_EXTENT) is refused: it has no file data.
 
 use std::borrow::Cow;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
@@ -198,8 +198,24 @@ pub struct Receiver<'p> {
     /// A SUBVOL / SNAPSHOT found its partial subvolume and rolled it back
     /// to this resume point (see [`Receiver::take_resumed`]).
     resumed: Option<crate::resume::Token>,
+    /// The names in the root of the current subvolume, while they are all
+    /// known: it was made empty by SUBVOL in this receive, every entry
+    /// created, renamed or removed at its root since went through here and
+    /// worked, and there are at most [`ROOT_NAMES`] of them. Lets
+    /// [`Receiver::create_renamed`] see that an orphan name is free without
+    /// a lookup (a negative lookup in a large directory is a B-tree search:
+    /// 7 % of the time of a many-small-files receive). `None`: unknown, ask
+    /// the filesystem.
+    root_names: Option<HashSet<Vec<u8>>>,
+    /// Why the target refused `BTRFS_IOC_ENCODED_WRITE` for good (see
+    /// [`sys::Refusal::Never`]), for the fallback lines of `-vv`.
+    ioctl_refused: Option<rustix::io::Errno>,
     progress: &'p mut dyn Progress,
 }
+
+/// Root names tracked at most (see `Receiver::root_names`): the memory
+/// bound of the tracking (a flat tree beyond it is looked up instead).
+const ROOT_NAMES: usize = 1 << 16;
 
 impl std::fmt::Debug for Receiver<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -242,6 +258,8 @@ impl<'p> Receiver<'p> {
             info: None,
             btrfs: None,
             resumed: None,
+            root_names: None,
+            ioctl_refused: None,
             progress,
         })
     }
@@ -465,7 +483,9 @@ impl<'p> Receiver<'p> {
         self.info = Some(*info);
         // Out-of-range offsets and sizes first (CLONE names its source
         // below as path2 anyway).
-        let Err(kind) = file_ranges(cmd, &mut None).and_then(|()| self.dispatch(cmd)) else {
+        let res = file_ranges(cmd, &mut None).and_then(|()| self.dispatch(cmd));
+        self.track_root(cmd, res.is_ok());
+        let Err(kind) = res else {
             return Ok(());
         };
         let path = cmd.path().map(<[u8]>::to_vec).unwrap_or_default();
@@ -787,12 +807,19 @@ impl<'p> Receiver<'p> {
         if self.queued(path) {
             return self.queue_on_lane(path, Op::Chown(uid, gid));
         }
-        let cur = self.cur.as_ref().ok_or(ApplyErrorKind::NoSubvol)?;
-        let l = cur.target.locate(path)?;
         let mut sink = NoteSink {
             seen: &mut self.seen_notes,
             progress: &mut *self.progress,
         };
+        if let Some((p, f, _)) = &self.wcache
+            && p.as_slice() == path
+        {
+            // The open regular file that `path` names: no lookup.
+            copy::set_owner_fd(f, uid, gid, &mut sink)?;
+            return Ok(());
+        }
+        let cur = self.cur.as_ref().ok_or(ApplyErrorKind::NoSubvol)?;
+        let l = cur.target.locate(path)?;
         copy::set_owner(&l, uid, gid, &mut sink)?;
         Ok(())
     }
@@ -811,6 +838,11 @@ impl<'p> Receiver<'p> {
         };
         if self.queued(path) {
             return self.queue_on_lane(path, Op::Utimes(t));
+        }
+        if let Some(f) = self.cached_file(path) {
+            // The open regular file that `path` names: no lookup.
+            rustix::fs::futimens(f, &t)?;
+            return Ok(());
         }
         let l = self.cur()?.target.locate(path)?;
         rustix::fs::utimensat(&l.parent, l.name(), &t, AtFlags::SYMLINK_NOFOLLOW)?;
@@ -880,11 +912,21 @@ impl<'p> Receiver<'p> {
             match sys::encoded_write(f, &e) {
                 Ok(()) => return Ok(()),
                 Err(err) => match sys::refusal(err) {
-                    sys::Refusal::Never => self.encoded_ioctl.store(false, Ordering::Relaxed),
-                    sys::Refusal::ThisOne => {}
+                    sys::Refusal::Never => {
+                        self.encoded_ioctl.store(false, Ordering::Relaxed);
+                        self.ioctl_refused = Some(err);
+                        self.progress.encoded_fallback(path, err.into());
+                    }
+                    sys::Refusal::ThisOne => self.progress.encoded_fallback(path, err.into()),
                     sys::Refusal::Fail => return Err(err.into()),
                 },
             }
+        } else if let Some(err) = self.ioctl_refused
+            && e.compression != 0
+        {
+            // Given up for good after the target refused it: btrfs-progs
+            // tries each time, is refused the same way and says so.
+            self.progress.encoded_fallback(path, err.into());
         }
         let bytes = encoded::decode(
             e.compression,
@@ -932,9 +974,14 @@ impl<'p> Receiver<'p> {
             Command::Mkdir { path, .. } => (path, false),
             _ => return false,
         };
-        let free = t
-            .locate_entry(path)
-            .is_ok_and(|l| matches!(l.lstat(), Err(e) if e.kind() == io::ErrorKind::NotFound));
+        let free = match &self.root_names {
+            Some(names) if is_top(path) && target::check_path(path).is_ok() => {
+                !names.contains(&path[..])
+            }
+            _ => t
+                .locate_entry(path)
+                .is_ok_and(|l| matches!(l.lstat(), Err(e) if e.kind() == io::ErrorKind::NotFound)),
+        };
         if !free {
             return false;
         }
@@ -955,7 +1002,62 @@ impl<'p> Receiver<'p> {
             drop(l);
             self.renamed(path, to, false);
         }
+        self.root_created(to);
         true
+    }
+
+    /// `path` was created (it names an entry now): tracked if at the root.
+    fn root_created(&mut self, path: &[u8]) {
+        if let Some(names) = &mut self.root_names
+            && is_top(path)
+        {
+            if names.len() >= ROOT_NAMES {
+                self.root_names = None;
+            } else {
+                names.insert(path.to_vec());
+            }
+        }
+    }
+
+    /// Keep [`Receiver::root_names`] true after `cmd` was applied (`ok`:
+    /// it worked). A failed command may have changed anything: the names
+    /// are then unknown.
+    fn track_root(&mut self, cmd: &Command<'_>, ok: bool) {
+        use Command as C;
+        let Some(names) = &mut self.root_names else {
+            return;
+        };
+        match cmd {
+            C::Mkfile { path, .. }
+            | C::Mkdir { path, .. }
+            | C::Mknod { path, .. }
+            | C::Mkfifo { path, .. }
+            | C::Mksock { path, .. }
+            | C::Symlink { path, .. }
+            | C::Link { path, .. }
+                if ok =>
+            {
+                self.root_created(path);
+            }
+            C::Rename { path, path_to } if ok => {
+                names.remove(&path[..]);
+                self.root_created(path_to);
+            }
+            C::Unlink { path } | C::Rmdir { path } if ok => {
+                names.remove(&path[..]);
+            }
+            C::Mkfile { .. }
+            | C::Mkdir { .. }
+            | C::Mknod { .. }
+            | C::Mkfifo { .. }
+            | C::Mksock { .. }
+            | C::Symlink { .. }
+            | C::Link { .. }
+            | C::Rename { .. }
+            | C::Unlink { .. }
+            | C::Rmdir { .. } => self.root_names = None,
+            _ => {}
+        }
     }
 
     /// The cached open file, if `path` names it.
@@ -1077,6 +1179,11 @@ impl<'p> Receiver<'p> {
     /// (also whenever something is wrong: `apply` then reports it).
     pub fn offload(&mut self, info: &CommandInfo, cmd: &Command<'_>) -> Option<Offload> {
         self.lanes.as_ref()?;
+        if self.progress.lists_commands() {
+            // A listing shows what happens to each command in stream order
+            // (the ENCODED_WRITE fallback line of -vv): applied here.
+            return None;
+        }
         let (path, data, offset, encoded) = match cmd {
             Command::Write {
                 path,
@@ -1356,6 +1463,7 @@ impl<'p> Receiver<'p> {
         parent: Option<(Uuid, u64)>,
     ) -> Result<(), ApplyErrorKind> {
         self.finish_subvol().map_err(|e| e.kind)?;
+        self.root_names = None;
         target::check_subvol_name(name).map_err(TargetError::Path)?;
         // Where the new subvolume starts from: a snapshot of a parent on
         // this btrfs, or a copy of a parent received as a directory here.
@@ -1475,6 +1583,10 @@ impl<'p> Receiver<'p> {
                 source: e.source,
             })?;
         }
+        if parent.is_none() {
+            // A new subvolume (or directory) is empty.
+            self.root_names = Some(HashSet::new());
+        }
         Ok(())
     }
 }
@@ -1510,6 +1622,11 @@ fn subvol_target(path: &std::path::Path) -> Result<Target, ApplyErrorKind> {
 
 /// Create a new regular file at `l` (`O_EXCL`, never following a final
 /// symlink), open for reading and writing, mode 0600 until CHMOD.
+/// A stream path of an entry in the subvolume root (one component).
+fn is_top(path: &[u8]) -> bool {
+    !path.is_empty() && !path.contains(&b'/')
+}
+
 fn create_file(l: &target::Located<'_>) -> Result<File, ApplyErrorKind> {
     let flags = OFlags::RDWR | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
     let fd = rustix::fs::openat(&l.parent, l.name(), flags, Mode::from_raw_mode(0o600))?;
@@ -2211,6 +2328,137 @@ mod tests {
             },
         ]);
         assert!(r.is_err());
+    }
+
+    #[test]
+    fn a_refused_encoded_write_is_reported_each_time_it_is_decoded() {
+        // Off btrfs the ioctl is refused (ENOTTY): the first ENCODED_WRITE
+        // says why it is decoded instead, and so does every later one (as
+        // btrfs-progs, which tries each time); --force-decompress says
+        // nothing.
+        struct Log(std::sync::Mutex<Vec<(Vec<u8>, Option<i32>)>>);
+        impl Progress for Log {
+            fn encoded_fallback(&self, path: &[u8], err: std::io::Error) {
+                self.0
+                    .lock()
+                    .unwrap()
+                    .push((path.to_vec(), err.raw_os_error()));
+            }
+        }
+        let d = tempfile::tempdir().unwrap();
+        let on_btrfs = rustix::fs::statfs(d.path()).unwrap().f_type == 0x9123_683e;
+        let plain = b"hello hello hello hello".repeat(10);
+        let z = zstd::encode_all(&plain[..], 3).unwrap();
+        let ew = |p: &'static str, offset: u64| Command::EncodedWrite {
+            path: b(p),
+            offset,
+            unencoded_file_len: plain.len() as u64,
+            unencoded_len: plain.len() as u64,
+            unencoded_offset: 0,
+            compression: Some(2),
+            encryption: Some(0),
+            data: Cow::Owned(z.clone()),
+        };
+        for force in [false, true] {
+            let mut p = Log(std::sync::Mutex::new(Vec::new()));
+            {
+                let mut rx = Receiver::new(d.path(), &mut p).unwrap();
+                rx.force_decompress(force);
+                let name = if force { "t" } else { "s" };
+                let cmds = [
+                    Command::Subvol {
+                        path: b(name),
+                        uuid: UUID,
+                        ctransid: 5,
+                    },
+                    mkfile("f"),
+                    mkfile("g"),
+                    ew("f", 0),
+                    ew("g", 0),
+                    ew("f", plain.len() as u64),
+                ];
+                for c in &cmds {
+                    rx.apply(&info(c), c).unwrap();
+                }
+                rx.finish_subvol().unwrap();
+                let got = std::fs::read(d.path().join(name).join("f")).unwrap();
+                assert_eq!(got, plain.repeat(2));
+            }
+            let log = p.0.into_inner().unwrap();
+            if force {
+                assert!(log.is_empty(), "{log:?}");
+            } else if !on_btrfs {
+                let enotty = Some(rustix::io::Errno::NOTTY.raw_os_error());
+                let want: Vec<(Vec<u8>, Option<i32>)> = ["f", "g", "f"]
+                    .iter()
+                    .map(|p| (p.as_bytes().to_vec(), enotty))
+                    .collect();
+                assert_eq!(log, want);
+            }
+        }
+    }
+
+    #[test]
+    fn an_orphan_name_in_a_new_subvolume_is_known_free_or_taken_without_a_lookup() {
+        // The MKFILE + RENAME shortcut needs the orphan name free; in a new
+        // subvolume the receiver knows its root's names. Taken: the
+        // shortcut is refused (the caller then applies MKFILE, which fails
+        // as in stream order); free again after a rename or unlink.
+        let d = tempfile::tempdir().unwrap();
+        let mut p = NoProgress;
+        let mut rx = Receiver::new(d.path(), &mut p).unwrap();
+        let cmds = [
+            Command::Subvol {
+                path: b("s"),
+                uuid: UUID,
+                ctransid: 5,
+            },
+            mkfile("o1"),
+            Command::Mkdir {
+                path: b("dir"),
+                ino: 0,
+            },
+            mkfile("o2"),
+        ];
+        for c in &cmds {
+            rx.apply(&info(c), c).unwrap();
+        }
+        assert!(rx.root_names.is_some());
+        // Taken (made by MKFILE): refused, nothing made at the new name.
+        assert!(!rx.create_renamed(&mkfile("o1"), b"dir/a"));
+        assert!(!d.path().join("s/dir/a").exists());
+        let m = mkfile("o1");
+        let e = rx.apply(&info(&m), &m).unwrap_err();
+        assert_eq!(
+            e.io_error().and_then(io::Error::raw_os_error),
+            Some(libc_eexist())
+        );
+        // Renamed away and unlinked: free.
+        for c in [
+            Command::Rename {
+                path: b("o1"),
+                path_to: b("dir/x"),
+            },
+            Command::Unlink { path: b("o2") },
+        ] {
+            rx.apply(&info(&c), &c).unwrap();
+        }
+        assert!(rx.create_renamed(&mkfile("o1"), b"dir/a"));
+        assert!(rx.create_renamed(&mkfile("o2"), b"top"));
+        assert!(d.path().join("s/dir/a").is_file() && d.path().join("s/top").is_file());
+        assert!(!d.path().join("s/o1").exists() && !d.path().join("s/o2").exists());
+        // "top" was made at the root by the shortcut: taken.
+        assert!(!rx.create_renamed(&mkfile("top"), b"dir/b"));
+        // A failed command leaves the names unknown: the filesystem is asked.
+        let bad = Command::Rename {
+            path: b("missing"),
+            path_to: b("other"),
+        };
+        assert!(rx.apply(&info(&bad), &bad).is_err());
+        assert!(rx.root_names.is_none());
+        assert!(!rx.create_renamed(&mkfile("top"), b"dir/b"));
+        assert!(rx.create_renamed(&mkfile("o3"), b"dir/c"));
+        rx.finish_subvol().unwrap();
     }
 
     #[test]

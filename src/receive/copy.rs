@@ -266,6 +266,11 @@ pub fn set_owner(dst: &Located<'_>, uid: u32, gid: u32, notes: &mut dyn Notes) -
         Some(rustix::fs::Gid::from_raw_unchecked(gid)),
         AtFlags::SYMLINK_NOFOLLOW,
     );
+    owner_result(r, notes)
+}
+
+/// The result of a chown: a non-root `EPERM` is a note, not an error.
+fn owner_result(r: rustix::io::Result<()>, notes: &mut dyn Notes) -> io::Result<()> {
     match r {
         Ok(()) => Ok(()),
         Err(Errno::PERM) if !rustix::process::geteuid().is_root() => {
@@ -277,6 +282,20 @@ pub fn set_owner(dst: &Located<'_>, uid: u32, gid: u32, notes: &mut dyn Notes) -
         }
         Err(e) => Err(e.into()),
     }
+}
+
+/// [`set_owner`] of an open file.
+///
+/// # Errors
+///
+/// The OS error (other than a non-root `EPERM`).
+pub fn set_owner_fd(f: &impl AsFd, uid: u32, gid: u32, notes: &mut dyn Notes) -> io::Result<()> {
+    let r = rustix::fs::fchown(
+        f,
+        Some(rustix::fs::Uid::from_raw_unchecked(uid)),
+        Some(rustix::fs::Gid::from_raw_unchecked(gid)),
+    );
+    owner_result(r, notes)
 }
 
 /// `chmod` of the object itself: opened `O_PATH | O_NOFOLLOW`, then changed

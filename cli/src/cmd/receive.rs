@@ -281,6 +281,22 @@ impl Progress for Lines {
             *c = Some((*uuid, *ctransid));
         }
     }
+    fn encoded_fallback(&self, path: &[u8], err: std::io::Error) {
+        if self.verbosity >= 2 {
+            // btrfs-progs: "%d (\"%m\")", the errno and its strerror text.
+            let code = err.raw_os_error().unwrap_or(0);
+            let text = err.to_string();
+            let text = text
+                .strip_suffix(&format!(" (os error {code})"))
+                .unwrap_or(&text);
+            self.reporter.println_bytes(&cat(&[
+                b"encoded_write ",
+                path,
+                format!(" - falling back to decompress and write due to errno {code} (\"{text}\")")
+                    .as_bytes(),
+            ]));
+        }
+    }
     fn data(&self, bytes: u64) {
         self.reporter.data(bytes);
     }

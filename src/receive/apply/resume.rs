@@ -541,6 +541,8 @@ impl Receiver<'_> {
             ckpt.offset
         ));
         let base = Arc::new(target.display(b""));
+        // Its root holds what the checkpoint holds: names not tracked.
+        self.root_names = None;
         self.cur = Some(Current {
             target,
             record,
