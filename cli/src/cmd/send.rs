@@ -165,9 +165,9 @@ filesystem, drops the page cache of the block devices it reads (the kernel
 writes around that cache, so pages cached earlier can be stale), and sends
 only read-only subvolumes (parent and clone sources too). If a block fails
 to read or verify because the kernel moved it meanwhile (a balance),
-btrsend rereads the superblock, the chunk map and the snapshot's root and
-continues the stream where it stopped: the stream is the same as without
-the balance. After the send, btrsend fails if file data was read without
+btrsend rereads the superblock, the chunk map and the snapshot's root, and
+starts again if nothing of the stream was written yet; otherwise the send
+fails saying the stream is incomplete: run it again. After the send, btrsend fails if file data was read without
 checksums (nodatasum files, --no-verify-data) and chunks were removed or
 moved meanwhile (that data may be stale); the stream's final END command is
 withheld then, so a receiver of it fails too: run the send again.
