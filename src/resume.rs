@@ -37,8 +37,61 @@
 //! set at the very end, as for any receive, and the checkpoint is deleted
 //! then. A kill -9 or a power loss at any moment leaves a checkpoint and
 //! its state consistent (a new checkpoint counts only once its state is
-//! renamed into place). In directory mode (any other filesystem) there is
-//! no cheap rollback: resuming is refused there, with a message.
+//! renamed into place).
+//!
+//! **Directory mode: checkpoints with an undo journal.** Elsewhere (any
+//! other filesystem, or not as root) there is no snapshot to roll back
+//! to, so the receiver journals how to undo what it changes after a
+//! checkpoint, before it changes it. A checkpoint (same interval, lanes
+//! drained) `syncfs`es DIR's filesystem (everything written so far and the
+//! directory's record are on disk), creates an empty journal
+//! `DIR/.btrsend-resume/NAME/undo-INDEX` and trash directory
+//! `trash-INDEX/` (synced), then writes the state as above, then deletes
+//! the previous journal and trash. From then on each command first
+//! appends what undoes it to the journal (paths as they are right after
+//! the command, so undoing in reverse order finds each object where its
+//! entry says):
+//!
+//! * the first change of an object that existed at the checkpoint (its
+//!   data, attributes, xattrs, or for a directory its entries) saves its
+//!   mode, owner, atime, mtime and, for a regular file, its size; objects
+//!   created since need nothing saved (their creation is undone);
+//! * a creation (MKFILE, MKDIR, MKNOD, MKFIFO, MKSOCK, SYMLINK, LINK)
+//!   records the new name, once the name is seen to be free: undone by
+//!   removing it;
+//! * UNLINK and RMDIR do not delete: they move the entry into the trash
+//!   (after the checks the system call would make); a RENAME that replaces
+//!   its destination moves the destination to the trash first. Undone by
+//!   renaming back. Nothing that a rollback needs is ever destroyed before
+//!   the next checkpoint makes it unnecessary;
+//! * WRITE, CLONE, ENCODED_WRITE, FALLOCATE (hole punching) and TRUNCATE
+//!   of a file that existed at the checkpoint save the bytes they overwrite
+//!   or cut off below its size at the checkpoint (data beyond that size is
+//!   undone by restoring the size); appending to such a file saves nothing
+//!   and still goes to the data lanes. Data saved is at most what these
+//!   commands overwrite, in pieces of 4 MiB;
+//! * SET_XATTR and REMOVE_XATTR save the old value (or its absence);
+//!   CHMOD, CHOWN and UTIMES are undone by the saved attributes; FILEATTR
+//!   is applied only at the end anyway (the flags still to set are written
+//!   into the state at each checkpoint, by the files' paths then, for both
+//!   modes).
+//!
+//! Each entry has its length and a check sum: a torn last entry (killed
+//! while writing it) ends the journal, and its change was never started.
+//! Resuming undoes the entries from the last back, counting the steps done
+//! in the journal's header; every step checks what is there first (a
+//! rename undone only if its source is free and its destination present, a
+//! trash entry moved back only if it is still in the trash), so a rollback
+//! that is itself interrupted is simply made again. Then the journal starts
+//! afresh and the receive continues. This is sound under kill -9 at any
+//! moment, a closed pipe, or a full disk (a journal entry that cannot be
+//! written fails its command before anything changes, and a checkpoint
+//! that fails for want of space stops the receive there). A power loss or
+//! an OS crash is another matter: between checkpoints nothing is synced,
+//! and a filesystem may write a change to disk before the journal entry
+//! written before it, so after a crash a resume may not find the tree of
+//! the checkpoint; receive such a subvolume again. Nothing is ever written
+//! outside DIR.
 //!
 //! **Re-sent data.** A checkpoint is taken as soon as [`CHECKPOINT_BYTES`]
 //! (48 MiB) of stream were applied since the last one; with the receiver's

@@ -67,6 +67,7 @@ use super::target::{self, ReceiveDir, Target, TargetError};
 use super::{ApplyError, ApplyErrorKind, Progress};
 
 mod resume;
+mod undo;
 pub use resume::{RESUME_DIR, Step, TokenError, Tracker, resume_token};
 
 /// btrfs inode flags (`BTRFS_INODE_*`) → `FS_*_FL`, for FILEATTR.
@@ -210,6 +211,9 @@ pub struct Receiver<'p> {
     /// Why the target refused `BTRFS_IOC_ENCODED_WRITE` for good (see
     /// [`sys::Refusal::Never`]), for the fallback lines of `-vv`.
     ioctl_refused: Option<rustix::io::Errno>,
+    /// The undo journal of a directory-mode receive past its first
+    /// checkpoint (see `undo`).
+    journal: Option<undo::Journal>,
     progress: &'p mut dyn Progress,
 }
 
@@ -260,6 +264,7 @@ impl<'p> Receiver<'p> {
             resumed: None,
             root_names: None,
             ioctl_refused: None,
+            journal: None,
             progress,
         })
     }
@@ -377,6 +382,7 @@ impl<'p> Receiver<'p> {
     pub fn finish_subvol(&mut self) -> Result<(), Box<ApplyError>> {
         self.wait_lanes();
         self.wcache = None;
+        self.journal = None;
         let Some(mut cur) = self.cur.take() else {
             return Ok(());
         };
@@ -411,6 +417,7 @@ impl<'p> Receiver<'p> {
                     kind: ApplyErrorKind::Io(e),
                 })
             })?;
+            self.drop_resume_point(&cur.record.name);
         }
         self.progress
             .subvol_done(cur.target.name(), cur.errors == 0);
@@ -483,7 +490,13 @@ impl<'p> Receiver<'p> {
         self.info = Some(*info);
         // Out-of-range offsets and sizes first (CLONE names its source
         // below as path2 anyway).
-        let res = file_ranges(cmd, &mut None).and_then(|()| self.dispatch(cmd));
+        let res = file_ranges(cmd, &mut None).and_then(|()| {
+            if self.journaling() {
+                self.journaled(cmd)
+            } else {
+                self.dispatch(cmd)
+            }
+        });
         self.track_root(cmd, res.is_ok());
         let Err(kind) = res else {
             return Ok(());
@@ -517,6 +530,64 @@ impl<'p> Receiver<'p> {
             path2,
             kind,
         }))
+    }
+
+    /// [`Receiver::dispatch`] with what undoes the command journaled first
+    /// (a directory-mode receive past a checkpoint: see `undo`). UNLINK and
+    /// RMDIR move the entry to the trash instead.
+    fn journaled(&mut self, cmd: &Command<'_>) -> Result<(), ApplyErrorKind> {
+        use Command as C;
+        let end = |a: u64, b: u64| Some(a.saturating_add(b));
+        match cmd {
+            C::Mkfile { path, .. }
+            | C::Mkdir { path, .. }
+            | C::Mknod { path, .. }
+            | C::Mkfifo { path, .. }
+            | C::Mksock { path, .. }
+            | C::Symlink { path, .. } => {
+                self.j_create(path)?;
+                let r = self.dispatch(cmd);
+                if r.is_ok() {
+                    self.j_created(path);
+                }
+                return r;
+            }
+            // A new name of an existing inode: only the name is new.
+            C::Link { path, .. } => {
+                self.j_create(path)?;
+            }
+            C::Rename { path, path_to } => self.j_rename(path, path_to)?,
+            C::Unlink { path } | C::Rmdir { path } => {
+                let r = self.j_unlink(path, matches!(cmd, C::Rmdir { .. }));
+                self.removed(path, r.is_ok());
+                return r;
+            }
+            C::SetXattr { path, name, .. } | C::RemoveXattr { path, name } => {
+                self.settle(path);
+                self.j_xattr(path, name)?;
+            }
+            C::Write { path, offset, data } => {
+                self.j_data(path, *offset, end(*offset, data.len() as u64))?;
+            }
+            C::Clone {
+                path, offset, len, ..
+            } => self.j_data(path, *offset, end(*offset, *len))?,
+            C::Truncate { path, size } => self.j_data(path, *size, None)?,
+            C::Fallocate {
+                path, offset, size, ..
+            } => self.j_data(path, *offset, end(*offset, *size))?,
+            C::EncodedWrite { path, offset, .. } => {
+                let len = encoded::fields(cmd)
+                    .and_then(Result::ok)
+                    .map_or(u64::MAX, |e| e.unencoded_file_len);
+                self.j_data(path, *offset, end(*offset, len))?;
+            }
+            C::Chmod { path, .. } | C::Chown { path, .. } | C::Utimes { path, .. } => {
+                self.j_touch(path)?;
+            }
+            _ => {}
+        }
+        self.dispatch(cmd)
     }
 
     /// One method per command, in the order of the stream's command set.
@@ -985,6 +1056,13 @@ impl<'p> Receiver<'p> {
         if !free {
             return false;
         }
+        if self.journaling() && !matches!(self.j_create(to), Ok(true)) {
+            return false;
+        }
+        let Some(cur) = &self.cur else {
+            return false;
+        };
+        let t = &cur.target;
         let Ok(l) = t.locate_entry(to) else {
             return false;
         };
@@ -1003,6 +1081,7 @@ impl<'p> Receiver<'p> {
             self.renamed(path, to, false);
         }
         self.root_created(to);
+        self.j_created(to);
         true
     }
 
@@ -1205,6 +1284,13 @@ impl<'p> Receiver<'p> {
         if !self.queued(path) && encoded.is_none() && data.len() < LANE_MIN {
             return None;
         }
+        if self.journaling() {
+            let len = encoded
+                .as_ref()
+                .map_or(data.len() as u64, |e| e.unencoded_file_len);
+            self.j_data(path, offset, Some(offset.saturating_add(len)))
+                .ok()?;
+        }
         self.lane_file(path)?;
         Some(Offload {
             info: *info,
@@ -1293,6 +1379,11 @@ impl<'p> Receiver<'p> {
         let Some(path) = prefix_path(prefix) else {
             return false;
         };
+        // Its range is not known here: a file with data to save is
+        // written through `apply`.
+        if self.journaling() && !self.j_new(path) {
+            return false;
+        }
         if self.lane_file(path).is_none() {
             return false;
         }
@@ -1527,6 +1618,10 @@ impl<'p> Receiver<'p> {
                     l.iter()
                         .any(|r| r.name == name && r.state != State::Complete)
                 });
+                if incomplete && let Some(t) = self.resume_whole(name, uuid, ctransid)? {
+                    self.resumed = Some(t);
+                    return Ok(());
+                }
                 return Err(if incomplete {
                     ApplyErrorKind::ExistsIncomplete {
                         dir: self.dir.display_path(name),

@@ -856,6 +856,22 @@ fn decode_and_apply_from(
             kind,
         }))
     };
+    // A checkpoint when one is due; the lanes' errors it drains are
+    // reported at once (a full disk stops the receive there, not much
+    // later).
+    let checkpoint = |rx: &mut Receiver<'_>,
+                      track: &mut apply::Tracker,
+                      errors: &mut u64|
+     -> Result<(), ReceiveError> {
+        let due = track.due();
+        rx.checkpoint(track).map_err(ReceiveError::Apply)?;
+        if due {
+            for e in rx.take_lane_errors() {
+                failed(rx, Box::new(e), true, errors)?;
+            }
+        }
+        Ok(())
+    };
     loop {
         match reader.begin() {
             Ok(None) => {}
@@ -926,7 +942,7 @@ fn decode_and_apply_from(
                 }
                 rx.position(reader.position(), summary.commands);
                 if held.is_none() {
-                    rx.checkpoint(&mut track);
+                    checkpoint(rx, &mut track, &mut errors)?;
                 }
                 continue;
             }
@@ -977,7 +993,7 @@ fn decode_and_apply_from(
         }
         rx.position(reader.position(), summary.commands);
         if held.is_none() {
-            rx.checkpoint(&mut track);
+            checkpoint(rx, &mut track, &mut errors)?;
         }
         if is_end && opts.stop_at_end {
             break;

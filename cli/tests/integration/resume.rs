@@ -22,9 +22,9 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
-use btrsend::manifest::Options;
+use btrsend::manifest::{self, Options};
 use btrsend::testing::workload::Rng;
-use btrsend::testing::{self, LiveBtrfs};
+use btrsend::testing::{self, LiveBtrfs, Tmpfs};
 
 use crate::common::btrsend;
 
@@ -75,6 +75,9 @@ enum Cut {
 struct Run {
     relayed: u64,
     ok: bool,
+    /// The receive finished (its sender may have been killed after it
+    /// wrote the whole stream, when the cut was past its end).
+    recv_ok: bool,
     stderr: String,
 }
 
@@ -174,6 +177,7 @@ fn relay(mut send: Child, mut recv: Child, cut: Cut, at: u64) -> Run {
     Run {
         relayed,
         ok,
+        recv_ok: rs.success(),
         stderr: format!("send: {se}\nreceive: {re}"),
     }
 }
@@ -182,7 +186,8 @@ fn relay(mut send: Child, mut recv: Child, cut: Cut, at: u64) -> Run {
 /// given the run's number.
 type Cuts<'a> = dyn FnMut(&mut Rng, u64) -> Option<(Cut, u64)> + 'a;
 
-/// The token of `dir/name`, if it has a resume point.
+/// The token of `dir/name`, if it has a resume point; `Some("")`: it
+/// was received completely (its receiver was killed after that).
 fn token(dir: &Path, name: &str) -> Option<String> {
     let o = btrsend()
         .arg("receive")
@@ -192,6 +197,9 @@ fn token(dir: &Path, name: &str) -> Option<String> {
         .unwrap();
     if !o.status.success() {
         let e = String::from_utf8_lossy(&o.stderr);
+        if e.contains("received completely") {
+            return Some(String::new());
+        }
         assert!(e.contains("no resume point"), "{e}");
         return None;
     }
@@ -228,12 +236,40 @@ fn uuid_of(path: &Path) -> String {
         .unwrap()
 }
 
+/// Where a test receives: a btrfs (subvolume mode) or a tmpfs (directory
+/// mode).
+enum Target<'a> {
+    Btrfs(&'a LiveBtrfs),
+    Tmpfs(&'a Tmpfs),
+}
+
+impl Target<'_> {
+    fn root(&self) -> &Path {
+        match self {
+            Target::Btrfs(b) => b.path(),
+            Target::Tmpfs(t) => t.path(),
+        }
+    }
+
+    /// Delete the partial `path` (to start over).
+    fn delete(&self, path: &Path) {
+        match self {
+            Target::Btrfs(_) => {
+                sh(Command::new("btrfs")
+                    .args(["subvolume", "delete"])
+                    .arg(path));
+            }
+            Target::Tmpfs(_) => std::fs::remove_dir_all(path).unwrap(),
+        }
+    }
+}
+
 /// Receive `snap` (against `parent`) into `dir` through interruptions:
 /// `cuts` (with `every` as checkpoint interval, `None`: the default), then
 /// to the end. Returns the interruptions made.
 #[allow(clippy::too_many_arguments)]
 fn receive_interrupted(
-    dst: &LiveBtrfs,
+    dst: &Target<'_>,
     dir: &Path,
     snap: &Path,
     parent: Option<&Path>,
@@ -253,11 +289,16 @@ fn receive_interrupted(
         let (cut, at) = plan.unwrap_or((Cut::None, 0));
         let mut filler = None;
         if cut == Cut::Enospc {
-            // Leave ~80 MiB free: the receive runs out of space.
-            let f = dst.path().join("filler");
-            let st = rustix::fs::statvfs(dst.path()).unwrap();
+            // Leave ~80 MiB free (a tmpfs: 16 MiB): the receive runs out
+            // of space.
+            let f = dst.root().join("filler");
+            let st = rustix::fs::statvfs(dst.root()).unwrap();
             let free = st.f_bavail * st.f_frsize;
-            let fill = free.saturating_sub(80 * MIB);
+            let left = match dst {
+                Target::Btrfs(_) => 80 * MIB,
+                Target::Tmpfs(_) => 16 * MIB,
+            };
+            let fill = free.saturating_sub(left);
             let fd = std::fs::File::create(&f).unwrap();
             rustix::fs::fallocate(&fd, rustix::fs::FallocateFlags::empty(), 0, fill).unwrap();
             fd.sync_all().unwrap();
@@ -269,9 +310,20 @@ fn receive_interrupted(
         let run = relay(send, recv, cut, at);
         if let Some(f) = filler {
             std::fs::remove_file(&f).unwrap();
-            sh(Command::new("btrfs")
-                .args(["filesystem", "sync"])
-                .arg(dst.path()));
+            if let Target::Btrfs(b) = dst {
+                sh(Command::new("btrfs")
+                    .args(["filesystem", "sync"])
+                    .arg(b.path()));
+            }
+        }
+        if run.recv_ok && !run.ok {
+            // The receive got the whole rest of the stream before the cut
+            // hit its sender.
+            log.push(format!(
+                "{name}: finished from offset {start}, {cut:?} at {} after the receiver: {}",
+                run.relayed, run.stderr
+            ));
+            return done;
         }
         if run.ok {
             assert!(
@@ -296,6 +348,13 @@ fn receive_interrupted(
             run.relayed
         };
         match token(dir, &name) {
+            Some(t) if t.is_empty() => {
+                log.push(format!(
+                    "{name}: finished from offset {start}, {cut:?} at {} after the end",
+                    run.relayed
+                ));
+                return done;
+            }
             Some(t) => {
                 let from = token_offset(&t);
                 assert!(
@@ -305,7 +364,8 @@ fn receive_interrupted(
                 let resent = reached.saturating_sub(from);
                 assert!(
                     resent <= max_resent,
-                    "{cut:?} at {reached}: {resent} bytes would be sent again (bound {max_resent})"
+                    "{cut:?} at {reached}: {resent} bytes would be sent again (bound {max_resent}): {}",
+                    run.stderr
                 );
                 log.push(format!(
                     "{name}: {cut:?} at {reached}, resume at {from}, re-sent {resent}"
@@ -318,9 +378,7 @@ fn receive_interrupted(
                     reached <= every.unwrap_or(48 * MIB) + 16 * MIB,
                     "no resume point after {reached} bytes"
                 );
-                sh(Command::new("btrfs")
-                    .args(["subvolume", "delete"])
-                    .arg(dir.join(&name)));
+                dst.delete(&dir.join(&name));
                 log.push(format!("{name}: {cut:?} at {reached}, no checkpoint yet"));
                 token_now = None;
             }
@@ -328,16 +386,12 @@ fn receive_interrupted(
     }
 }
 
-#[test]
-fn resume_after_interruptions_builds_the_kernels_tree() {
-    let test = "resume_after_interruptions_builds_the_kernels_tree";
-    if !testing::require_live(test) {
-        return;
-    }
+/// The source: a kernel-made btrfs with `snaps/s1` (~300 MB in files of
+/// 1-16 MB, small files, a hard link, a symlink) and `snaps/s2` (renames, a
+/// swap too, deletions, overwrites, new data).
+fn make_source(rng: &mut Rng) -> (LiveBtrfs, PathBuf, PathBuf) {
     let src = LiveBtrfs::with_options(2 << 30, &[], "").expect("scratch btrfs");
-    let dst = LiveBtrfs::with_options(3 << 30, &[], "").expect("scratch btrfs");
     let mnt = src.path().to_path_buf();
-    let mut rng = Rng::new(14);
 
     // s1: ~300 MB in files of 1-16 MB, small files, links.
     let vol = mnt.join("vol");
@@ -349,19 +403,27 @@ fn resume_after_interruptions_builds_the_kernels_tree() {
         std::fs::create_dir(&dir).unwrap();
         for f in 0..80 {
             let len = rng.below(9000) as usize;
-            write_random(&dir.join(format!("s{f}")), len, &mut rng);
+            write_random(&dir.join(format!("s{f}")), len, rng);
         }
     }
     let mut total = 0u64;
     let mut big = 0;
     while total < 300 * MIB {
         let len = (MIB + rng.below(15 * MIB)) as usize;
-        write_random(&vol.join(format!("d{}/big{big}", big % 6)), len, &mut rng);
+        write_random(&vol.join(format!("d{}/big{big}", big % 6)), len, rng);
         total += len as u64;
         big += 1;
     }
     std::fs::hard_link(vol.join("d0/big0"), vol.join("d1/link0")).unwrap();
     std::os::unix::fs::symlink("d0/big1", vol.join("sym")).unwrap();
+    // Xattrs and modes for an incremental to change.
+    for f in 0..20 {
+        let p = vol.join(format!("d5/s{f}"));
+        sh(Command::new("setfattr")
+            .args(["-n", "user.k", "-v", &format!("v{f}")])
+            .arg(&p));
+        std::fs::set_permissions(&p, std::os::unix::fs::PermissionsExt::from_mode(0o640)).unwrap();
+    }
     std::fs::create_dir(mnt.join("snaps")).unwrap();
     let s1 = mnt.join("snaps/s1");
     sh(Command::new("btrfs")
@@ -395,15 +457,55 @@ fn resume_after_interruptions_builds_the_kernels_tree() {
     }
     for n in 0..8 {
         let len = (2 * MIB + rng.below(10 * MIB)) as usize;
-        write_random(&vol.join(format!("d4/new{n}")), len, &mut rng);
+        write_random(&vol.join(format!("d4/new{n}")), len, rng);
     }
     std::fs::rename(vol.join("d4/new0"), vol.join("d5/s3")).unwrap();
+    // Xattrs changed and removed, modes changed, a file cut short, a file
+    // renamed over another.
+    for f in 0..20 {
+        let p = vol.join(format!("d5/s{f}"));
+        if !p.exists() || f == 3 {
+            continue;
+        }
+        let mut c = Command::new("setfattr");
+        if f % 2 == 0 {
+            c.args(["-n", "user.k", "-v", "changed"]);
+        } else {
+            c.args(["-x", "user.k"]);
+        }
+        sh(c.arg(&p));
+        std::fs::set_permissions(&p, std::os::unix::fs::PermissionsExt::from_mode(0o604)).unwrap();
+    }
+    for b in (2..big).step_by(11) {
+        let p = ["d0", "d1", "d3/d2", "d3", "d4", "d5"]
+            .iter()
+            .map(|d| vol.join(format!("{d}/big{b}")))
+            .find(|p| p.exists());
+        if let Some(p) = p {
+            let f = std::fs::OpenOptions::new().write(true).open(&p).unwrap();
+            let len = f.metadata().unwrap().len();
+            f.set_len(len / 3).unwrap();
+        }
+    }
+    std::fs::rename(vol.join("d4/s10"), vol.join("d5/s11")).unwrap();
     let s2 = mnt.join("snaps/s2");
     sh(Command::new("btrfs")
         .args(["subvolume", "snapshot", "-r"])
         .arg(&vol)
         .arg(&s2));
     sh(&mut Command::new("sync"));
+    (src, s1, s2)
+}
+
+#[test]
+fn resume_after_interruptions_builds_the_kernels_tree() {
+    let test = "resume_after_interruptions_builds_the_kernels_tree";
+    if !testing::require_live(test) {
+        return;
+    }
+    let mut rng = Rng::new(14);
+    let (src, s1, s2) = make_source(&mut rng);
+    let dst = LiveBtrfs::with_options(3 << 30, &[], "").expect("scratch btrfs");
     let opts = Options { holes: false };
     let want1 = src.manifest("snaps/s1", opts).unwrap();
     let want2 = src.manifest("snaps/s2", opts).unwrap();
@@ -430,7 +532,7 @@ fn resume_after_interruptions_builds_the_kernels_tree() {
     ];
     let mut k = 0;
     let n_default = receive_interrupted(
-        &dst,
+        &Target::Btrfs(&dst),
         &dir,
         &s1,
         None,
@@ -556,7 +658,7 @@ fn resume_after_interruptions_builds_the_kernels_tree() {
         Some((cut, 256 + rng.below(8 * MIB)))
     };
     let mut n = receive_interrupted(
-        &dst,
+        &Target::Btrfs(&dst),
         &dir,
         &s1,
         None,
@@ -569,7 +671,7 @@ fn resume_after_interruptions_builds_the_kernels_tree() {
     assert_eq!(dst.manifest("recv/s1", opts).unwrap(), want1, "{log:#?}");
     assert_eq!(received_uuid(&dir.join("s1")), uuid_of(&s1));
     n += receive_interrupted(
-        &dst,
+        &Target::Btrfs(&dst),
         &dir,
         &s2,
         Some(&s1),
@@ -586,7 +688,7 @@ fn resume_after_interruptions_builds_the_kernels_tree() {
     );
     assert_eq!(received_uuid(&dir.join("s2")), uuid_of(&s2));
     let total_cuts = n + n_default + 1;
-    assert!(total_cuts >= 100, "{total_cuts} interruptions");
+    assert!(total_cuts >= 100, "{total_cuts} interruptions: {log:#?}");
     assert!(
         !dir.join(btrsend::receive::RESUME_DIR).exists(),
         "resume points left behind"
@@ -604,4 +706,131 @@ fn resume_after_interruptions_builds_the_kernels_tree() {
         eprintln!("{test}: {l}");
     }
     let _: PathBuf = dir;
+}
+
+/// Directory mode (issue 14): the same streams received into a tmpfs (no
+/// subvolumes: directories with records, rolled back by the undo journal)
+/// through over a hundred interruptions of every kind, ENOSPC included,
+/// each finished by a resume; the trees are the kernel's.
+#[test]
+fn resume_into_directories_after_interruptions_builds_the_kernels_tree() {
+    let test = "resume_into_directories_after_interruptions_builds_the_kernels_tree";
+    if !testing::require_live(test) {
+        return;
+    }
+    let mut rng = Rng::new(1414);
+    let (src, s1, s2) = make_source(&mut rng);
+    let opts = Options { holes: false };
+    let want1 = src.manifest("snaps/s1", opts).unwrap();
+    let want2 = src.manifest("snaps/s2", opts).unwrap();
+    let tmpfs = Tmpfs::new(1400 * MIB).expect("tmpfs");
+    let dst = Target::Tmpfs(&tmpfs);
+    let dir = tmpfs.path().join("recv");
+    std::fs::create_dir(&dir).unwrap();
+    let got = |name: &str| btrsend::manifest::manifest(&dir.join(name), opts).unwrap();
+    let mut log = Vec::new();
+
+    // Default checkpoints: one interruption of each kind.
+    let kinds = [
+        Cut::KillSender,
+        Cut::Enospc,
+        Cut::KillReceiver,
+        Cut::ClosePipe,
+    ];
+    let mut k = 0;
+    let n_default = receive_interrupted(
+        &dst,
+        &dir,
+        &s1,
+        None,
+        None,
+        &mut |rng, _| {
+            let cut = *kinds.get(k)?;
+            k += 1;
+            Some((cut, 50 * MIB + rng.below(30 * MIB)))
+        },
+        &mut rng,
+        64 * MIB,
+        &mut log,
+    );
+    assert!(n_default >= 3, "{log:#?}");
+    assert!(
+        log.iter().filter(|l| l.contains("re-sent")).count() >= 2,
+        "too few resumes from 48 MiB checkpoints: {log:#?}"
+    );
+    assert!(
+        manifest::diff(&want1, &got("s1"), 20).is_none(),
+        "resumed s1 differs from the kernel's snapshot: {}\n{log:#?}",
+        manifest::diff(&want1, &got("s1"), 20).unwrap_or_default()
+    );
+
+    // Many interruptions with 2 MiB checkpoints, of every kind (ENOSPC
+    // every seventh), s1 again, then the incremental s2 (overwrites,
+    // truncations, renames over files, xattrs and modes changed) with 1 MiB
+    // checkpoints.
+    let every = 2 * MIB;
+    std::fs::remove_dir_all(dir.join("s1")).unwrap();
+    let all = [
+        Cut::KillSender,
+        Cut::KillReceiver,
+        Cut::ClosePipe,
+        Cut::KillReceiver,
+        Cut::KillSender,
+        Cut::ClosePipe,
+        Cut::Enospc,
+    ];
+    let cuts = |rng: &mut Rng, step: u64, most: u64| {
+        let cut = all[usize::try_from(step % 7).unwrap()];
+        Some((cut, 256 + rng.below(most)))
+    };
+    let mut n = receive_interrupted(
+        &dst,
+        &dir,
+        &s1,
+        None,
+        Some(every),
+        &mut |rng, step| (step < 75).then(|| cuts(rng, step, 4 * MIB)).flatten(),
+        &mut rng,
+        every + 12 * MIB,
+        &mut log,
+    );
+    assert!(
+        manifest::diff(&want1, &got("s1"), 20).is_none(),
+        "s1 after many resumes: {}\n{log:#?}",
+        manifest::diff(&want1, &got("s1"), 20).unwrap_or_default()
+    );
+    n += receive_interrupted(
+        &dst,
+        &dir,
+        &s2,
+        Some(&s1),
+        Some(MIB),
+        &mut |rng, step| (step < 45).then(|| cuts(rng, step, 2 * MIB)).flatten(),
+        &mut rng,
+        MIB + 12 * MIB,
+        &mut log,
+    );
+    assert!(
+        manifest::diff(&want2, &got("s2"), 20).is_none(),
+        "resumed incremental s2 differs from the kernel's snapshot: {}\n{log:#?}",
+        manifest::diff(&want2, &got("s2"), 20).unwrap_or_default()
+    );
+    let total_cuts = n + n_default;
+    assert!(total_cuts >= 100, "{total_cuts} interruptions: {log:#?}");
+    assert!(
+        !dir.join(btrsend::receive::RESUME_DIR).exists(),
+        "resume points left behind"
+    );
+    let resent: Vec<u64> = log
+        .iter()
+        .filter_map(|l| l.rsplit_once("re-sent ").and_then(|(_, n)| n.parse().ok()))
+        .collect();
+    eprintln!(
+        "{test}: {total_cuts} interruptions, re-sent at most {} bytes (mean {})",
+        resent.iter().max().unwrap_or(&0),
+        resent.iter().sum::<u64>() / resent.len().max(1) as u64
+    );
+    for l in &log {
+        eprintln!("{test}: {l}");
+    }
 }

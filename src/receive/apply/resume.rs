@@ -6,7 +6,7 @@
 
 use std::ffi::OsStr;
 use std::io::{self, Write};
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -14,7 +14,7 @@ use std::sync::Arc;
 use rustix::fs::{AtFlags, Mode, OFlags};
 use stream_format::CommandInfo;
 
-use super::{Current, Receiver};
+use super::{Current, Receiver, undo};
 use crate::receive::ApplyErrorKind;
 use crate::receive::meta::{Record, State, Uuid};
 use crate::receive::subvol;
@@ -156,7 +156,7 @@ pub enum TokenError {
     Missing(PathBuf),
     /// DIR/NAME was received completely.
     Complete(PathBuf),
-    /// DIR/NAME is a directory received in directory mode.
+    /// DIR/NAME is a directory received completely in directory mode.
     Directory(PathBuf),
     /// No checkpoint was taken (or it cannot be read).
     NoCheckpoint {
@@ -182,14 +182,13 @@ impl std::fmt::Display for TokenError {
             }
             TokenError::Directory(p) => write!(
                 f,
-                "{} was received as a directory (not into btrfs as a subvolume): resuming needs \
-                 a receive into btrfs as root; delete it and receive it again",
+                "{} was received completely (as a directory): nothing to resume",
                 p.display()
             ),
             TokenError::NoCheckpoint { path, state, why } => write!(
                 f,
                 "{} has no resume point ({}: {why}; the first is taken after {} MiB of stream): \
-                 delete it (btrfs subvolume delete) and receive it again",
+                 delete it and receive it again",
                 path.display(),
                 state.display(),
                 checkpoint_bytes() >> 20
@@ -219,17 +218,21 @@ pub fn resume_token(path: &Path) -> Result<Token, TokenError> {
         std::fs::symlink_metadata(path).map_err(|_| TokenError::Missing(path.to_path_buf()))?;
     let state = dir.join(RESUME_DIR).join(name).join("state");
     let read = std::fs::read_to_string(&state);
-    let token = read
-        .as_ref()
-        .map_err(|e| e.to_string())
-        .and_then(|s| Token::parse(s).map_err(|e| e.to_string()));
+    let token = read.as_ref().map_err(|e| e.to_string()).and_then(|s| {
+        Token::parse(s.lines().next().unwrap_or_default()).map_err(|e| e.to_string())
+    });
     match token {
         Ok(t) => Ok(t),
         Err(why) => {
             use std::os::unix::fs::MetadataExt;
-            let rec = dir.join(".btrsend").join(name);
             if meta.is_dir() && meta.ino() != subvol::FIRST_FREE {
-                if std::fs::symlink_metadata(&rec).is_ok() {
+                let complete = crate::receive::target::ReceiveDir::open(dir)
+                    .and_then(|d| crate::receive::meta::Records::open(&d)?.list())
+                    .is_ok_and(|r| {
+                        r.iter()
+                            .any(|r| r.name == name.as_bytes() && r.state == State::Complete)
+                    });
+                if complete {
                     return Err(TokenError::Directory(path.to_path_buf()));
                 }
             } else if let Ok(fd) =
@@ -254,25 +257,27 @@ fn os(name: &[u8]) -> &OsStr {
 
 impl Receiver<'_> {
     /// Take a checkpoint of the current subvolume if `track` says one is
-    /// due (and it is a subvolume with no errors): drain the lanes,
-    /// snapshot it, record the token, drop the previous checkpoint. A
-    /// failure is reported once and the receive goes on (the previous
-    /// checkpoint stays the resume point).
-    pub fn checkpoint(&mut self, track: &mut Tracker) {
+    /// due (and it has no errors): drain the lanes, snapshot it (or sync
+    /// a directory and start a new undo journal), record the token, drop
+    /// the previous checkpoint. A failure is reported once and the receive
+    /// goes on (the previous checkpoint stays the resume point), but for a
+    /// full disk: then the receive stops here, so that no more than one
+    /// interval of stream is sent again after it.
+    ///
+    /// # Errors
+    ///
+    /// The checkpoint failed for want of space (`ENOSPC`, `EDQUOT`).
+    pub fn checkpoint(&mut self, track: &mut Tracker) -> Result<(), Box<super::ApplyError>> {
         if !track.due() {
-            return;
+            return Ok(());
         }
-        if !self
-            .cur
-            .as_ref()
-            .is_some_and(|c| c.subvolume && c.errors == 0)
-        {
-            return;
+        if self.cur.as_ref().is_none_or(|c| c.errors != 0) {
+            return Ok(());
         }
         self.wait_lanes();
         self.wcache = None;
         let Some(cur) = self.cur.as_ref().filter(|c| c.errors == 0) else {
-            return;
+            return Ok(());
         };
         let token = Token {
             uuid: cur.record.uuid.0,
@@ -285,19 +290,36 @@ impl Receiver<'_> {
             shape: track.shape,
         };
         let name = cur.record.name.clone();
-        match self.write_checkpoint(&name, &token) {
-            Ok(()) => track.since = 0,
-            Err(e) => {
-                // Not again for a while.
-                track.since = 0;
-                let msg = format!(
-                    "cannot take a resume checkpoint of {}: {e} (an interrupted receive resumes \
-                     from the previous one)",
-                    self.dir.display_path(&name).display()
-                );
-                self.note("checkpoint", msg);
-            }
+        let written = if cur.subvolume {
+            self.write_checkpoint(&name, &token)
+        } else {
+            self.write_dir_checkpoint(&name, &token)
+        };
+        // Not again for a while, whatever happened.
+        track.since = 0;
+        let Err(e) = written else {
+            return Ok(());
+        };
+        let full = [rustix::io::Errno::NOSPC, rustix::io::Errno::DQUOT]
+            .iter()
+            .any(|n| e.raw_os_error() == Some(n.raw_os_error()));
+        if full {
+            return Err(Box::new(super::ApplyError {
+                cmd: None,
+                op: "checkpoint",
+                path: Vec::new(),
+                target: Some(self.dir.display_path(&name)),
+                path2: None,
+                kind: ApplyErrorKind::Io(e),
+            }));
         }
+        let msg = format!(
+            "cannot take a resume checkpoint of {}: {e} (an interrupted receive resumes from the \
+             previous one)",
+            self.dir.display_path(&name).display()
+        );
+        self.note("checkpoint", msg);
+        Ok(())
     }
 
     /// The resume directory of `name`, created if needed.
@@ -330,19 +352,63 @@ impl Receiver<'_> {
         let _ = sys::snap_destroy(rdir.as_fd(), ckpt.as_bytes());
         let src = subvol::reopen_dir(cur.target.root())?;
         sys::snapshot_create(rdir.as_fd(), ckpt.as_bytes(), src.as_fd())?;
+        self.write_state(&rdir, token)?;
+        self.drop_checkpoints(&rdir, Some(&ckpt));
+        Ok(())
+    }
+
+    /// The resume point `token` of the current subvolume in `rdir`: the
+    /// token, then a line per FILEATTR still to be set at its end (the
+    /// file's path now, hex, and the flags), written to a temporary file,
+    /// synced and renamed into place.
+    fn write_state(&self, rdir: &std::os::fd::OwnedFd, token: &Token) -> io::Result<()> {
+        let mut text = format!("{token}\n");
+        if let Some(cur) = &self.cur {
+            let link = |fd: std::os::fd::BorrowedFd<'_>| {
+                std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+            };
+            let root = link(cur.target.root())?;
+            for (fd, _, flags) in &cur.fileattrs {
+                let p = link(fd.as_fd())?;
+                // Unlinked since: nothing to set.
+                let Ok(rel) = p.strip_prefix(&root) else {
+                    continue;
+                };
+                let rel = rel.as_os_str().as_bytes();
+                if rel.ends_with(b" (deleted)") {
+                    continue;
+                }
+                let hex: String = rel.iter().map(|b| format!("{b:02x}")).collect();
+                text.push_str(&format!("fileattr {hex} {flags}\n"));
+            }
+        }
         let tmp = "state.tmp";
         let fd = rustix::fs::openat(
-            &rdir,
+            rdir,
             tmp,
             OFlags::WRONLY | OFlags::CREATE | OFlags::TRUNC | OFlags::CLOEXEC | OFlags::NOFOLLOW,
             Mode::from_raw_mode(0o600),
         )?;
         let mut f = std::fs::File::from(fd);
-        writeln!(f, "{token}")?;
+        f.write_all(text.as_bytes())?;
         f.sync_all()?;
-        rustix::fs::renameat(&rdir, tmp, &rdir, "state")?;
+        rustix::fs::renameat(rdir, tmp, rdir, "state")?;
+        rustix::fs::fsync(rdir)?;
+        Ok(())
+    }
+
+    /// A checkpoint of a directory-mode receive: everything on the
+    /// filesystem synced, a new journal and trash, the state naming them,
+    /// then the previous journal and trash deleted (see the design in
+    /// [`crate::resume`]).
+    fn write_dir_checkpoint(&mut self, name: &[u8], token: &Token) -> io::Result<()> {
+        let rdir = self.resume_dir(name, true)?;
+        rustix::fs::syncfs(&rdir)?;
+        let journal = undo::Journal::create(rdir.as_fd(), token.index)?;
         rustix::fs::fsync(&rdir)?;
-        self.drop_checkpoints(&rdir, Some(&ckpt));
+        self.write_state(&rdir, token)?;
+        self.journal = Some(journal);
+        drop_journals(&rdir, Some(token.index));
         Ok(())
     }
 
@@ -372,6 +438,7 @@ impl Receiver<'_> {
             return;
         };
         self.drop_checkpoints(&rdir, None);
+        drop_journals(&rdir, None);
         let _ = rustix::fs::unlinkat(&rdir, "state", AtFlags::empty());
         let _ = rustix::fs::unlinkat(&rdir, "state.tmp", AtFlags::empty());
         drop(rdir);
@@ -397,7 +464,38 @@ impl Receiver<'_> {
         )
         .ok()?;
         let s = io::read_to_string(std::fs::File::from(fd)).ok()?;
-        Token::parse(&s).ok()
+        Token::parse(s.lines().next()?).ok()
+    }
+
+    /// The FILEATTRs recorded with the resume point of `name`: path and
+    /// flags.
+    fn state_fileattrs(&self, name: &[u8]) -> Vec<(Vec<u8>, u32)> {
+        let Ok(rdir) = self.resume_dir(name, false) else {
+            return Vec::new();
+        };
+        let Ok(fd) = rustix::fs::openat(
+            &rdir,
+            "state",
+            OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+            Mode::empty(),
+        ) else {
+            return Vec::new();
+        };
+        let s = io::read_to_string(std::fs::File::from(fd)).unwrap_or_default();
+        s.lines()
+            .skip(1)
+            .filter_map(|l| {
+                let mut w = l.split(' ');
+                (w.next()? == "fileattr").then_some(())?;
+                let hex = w.next()?.as_bytes();
+                let flags = w.next()?.parse().ok()?;
+                let path = hex
+                    .chunks(2)
+                    .map(|c| u8::from_str_radix(std::str::from_utf8(c).ok()?, 16).ok())
+                    .collect::<Option<Vec<u8>>>()?;
+                Some((path, flags))
+            })
+            .collect()
     }
 
     /// The partial subvolume whose resume point is for snapshot `uuid` /
@@ -502,6 +600,87 @@ impl Receiver<'_> {
     /// Replace the partial `DIR/name` by a writable snapshot of its
     /// checkpoint `ckpt`, and make it the current subvolume.
     fn rollback(&mut self, name: &[u8], ckpt: &Token) -> Result<(), ApplyErrorKind> {
+        let rdir = self.resume_dir(name, false)?;
+        let ckpt_name = format!("ckpt-{}", ckpt.index);
+        if rustix::fs::statat(&rdir, ckpt_name.as_str(), AtFlags::SYMLINK_NOFOLLOW).is_err() {
+            // No snapshot: a directory-mode resume point.
+            self.rollback_dir(name, ckpt, &rdir)?;
+        } else {
+            self.rollback_subvol(name, ckpt)?;
+        }
+        let attrs = self.state_fileattrs(name);
+        if let Some(cur) = self.cur.as_mut() {
+            for (path, flags) in attrs {
+                // Removed since the checkpoint's tree: nothing to set.
+                if let Ok(fd) = cur.target.locate(&path).and_then(|l| Ok(l.open_path()?)) {
+                    cur.fileattrs.push((fd, path, flags));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Roll the directory `DIR/name` back to checkpoint `ckpt` with its
+    /// undo journal in `rdir`, and make it the current subvolume.
+    fn rollback_dir(
+        &mut self,
+        name: &[u8],
+        ckpt: &Token,
+        rdir: &std::os::fd::OwnedFd,
+    ) -> Result<(), ApplyErrorKind> {
+        let incomplete = self.records.list().is_ok_and(|l| {
+            l.iter()
+                .any(|r| r.name == name && r.state != State::Complete)
+        });
+        let is_dir = rustix::fs::statat(self.dir.fd(), os(name), AtFlags::SYMLINK_NOFOLLOW)
+            .is_ok_and(|st| rustix::fs::FileType::from_raw_mode(st.st_mode).is_dir());
+        if !incomplete || !is_dir {
+            return Err(ApplyErrorKind::Invalid(format!(
+                "cannot resume {}: it is not a directory that an interrupted receive left \
+                 incomplete",
+                self.dir.display_path(name).display()
+            )));
+        }
+        self.wait_lanes();
+        self.wcache = None;
+        let target = self.dir.target(name)?;
+        let record = Record {
+            name: name.to_vec(),
+            uuid: Uuid(ckpt.uuid),
+            ctransid: ckpt.ctransid,
+            parent: ckpt
+                .has_parent()
+                .then_some((Uuid(ckpt.parent_uuid), ckpt.parent_ctransid)),
+            state: State::Incomplete,
+        };
+        self.progress.subvol_start(name, record.parent.is_some());
+        self.progress.note(&format!(
+            "resuming {} from its checkpoint at stream offset {}",
+            self.dir.display_path(name).display(),
+            ckpt.offset
+        ));
+        let base = Arc::new(target.display(b""));
+        self.root_names = None;
+        self.cur = Some(Current {
+            target,
+            record,
+            errors: 0,
+            fileattrs: Vec::new(),
+            base,
+            subvolume: false,
+        });
+        self.j_rollback(rdir.as_fd(), ckpt.index).map_err(|e| {
+            ApplyErrorKind::Invalid(format!(
+                "cannot roll {} back to its checkpoint: {e}",
+                self.dir.display_path(name).display()
+            ))
+        })?;
+        Ok(())
+    }
+
+    /// Replace the partial subvolume `DIR/name` by a writable snapshot of
+    /// its checkpoint `ckpt`, and make it the current subvolume.
+    fn rollback_subvol(&mut self, name: &[u8], ckpt: &Token) -> Result<(), ApplyErrorKind> {
         if self.btrfs.is_none() {
             return Err(ApplyErrorKind::Invalid(
                 "a continuation stream can only be received into btrfs as subvolumes (as root)"
@@ -552,5 +731,29 @@ impl Receiver<'_> {
             subvolume: true,
         });
         Ok(())
+    }
+}
+
+/// Delete the undo journals and trash directories in `rdir` but those of
+/// checkpoint `keep`.
+fn drop_journals(rdir: &std::os::fd::OwnedFd, keep: Option<u64>) {
+    let Ok(dup) = rustix::io::dup(rdir) else {
+        return;
+    };
+    let Ok(it) = rustix::fs::Dir::read_from(dup) else {
+        return;
+    };
+    let keep = keep.map(undo::names);
+    let mut old = Vec::new();
+    for e in it.flatten() {
+        let n = e.file_name().to_string_lossy().into_owned();
+        let ours = n.starts_with("undo-") || n.starts_with("trash-");
+        let kept = keep.as_ref().is_some_and(|(u, t)| &n == u || &n == t);
+        if ours && !kept {
+            old.push(n);
+        }
+    }
+    for n in old {
+        let _ = undo::remove_tree(rdir.as_fd(), OsStr::new(&n));
     }
 }
