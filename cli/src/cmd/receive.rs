@@ -149,15 +149,19 @@ Receiving on a btrfs backup host over ssh:
 As an ordinary user, file owners cannot be set: this is reported once and is
 not an error.
 
-RESUMING: on btrfs as root, a receive takes a checkpoint of the subvolume
-every 48 MiB of stream (a snapshot in DIR/.btrsend-resume/NAME/, deleted
-when the subvolume is complete). After an interruption (a killed sender or
+RESUMING: a receive takes a checkpoint of each subvolume every 48 MiB of
+stream, kept in DIR/.btrsend-resume/NAME/ and deleted when the subvolume is
+complete: on btrfs as root a snapshot of it; in directory mode the whole
+filesystem is synced and, until the next checkpoint, an undo journal records
+how to reverse every change (removed entries are moved to a trash there and
+deleted at the next checkpoint). After an interruption (a killed sender or
 receiver, a closed pipe, a full disk), --resume-token DIR/NAME prints the
 token of the last checkpoint; `btrsend send --resume TOKEN` with the
 arguments of the interrupted send writes the rest of the stream (a
 continuation stream, which btrfs receive refuses), and `btrsend receive
-DIR` replaces DIR/NAME by its checkpoint and finishes it: the same tree as
-an uninterrupted receive, with its received UUID set only at the end. The
+DIR` rolls DIR/NAME back to its checkpoint (replaces it by the snapshot, or
+plays the journal backwards) and finishes it: the same tree as an
+uninterrupted receive, with its received UUID set only at the end. The
 whole stream received again into DIR continues NAME from its checkpoint in
 the same way (the commands the checkpoint holds are read and dropped).
 Over ssh:
@@ -165,8 +169,12 @@ Over ssh:
     T=$(ssh backup btrsend receive --resume-token /backup/host1/day2)
     btrsend send --resume \"$T\" -p /mnt/snaps/day1 /mnt/snaps/day2 | ssh backup btrsend receive /backup/host1
 
-A directory received in directory mode cannot be resumed: delete it and
-receive it again.";
+A subvolume resumed on btrfs is a snapshot of its checkpoint: btrfs subvolume
+show gives it a Parent UUID (that of the deleted checkpoint) where an
+uninterrupted receive of a full stream has none, or its parent's. Its tree,
+UUID and received UUID are the same. In directory mode a power loss or OS
+crash (unlike a killed process) may leave changes on disk that the journal
+does not know of: receive such a directory again.";
 
 /// The [`Reporter`], plus the lines `btrfs receive` prints (btrfs-progs
 /// `cmds/receive.c`): "At subvol NAME" (stderr) and "At snapshot NAME"

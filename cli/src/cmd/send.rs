@@ -193,9 +193,9 @@ object: stream_bytes, commands, files, directories, data_bytes,
 encoded_bytes, cloned_bytes, writes, encoded_writes, clones, and
 by_command (each command's count, e.g. WRITE).
 
-RESUME: a receive by `btrsend receive` into btrfs (as root) keeps a
-resume point: every 48 MiB of stream it takes a checkpoint (a hidden
-snapshot in DIR/.btrsend-resume/NAME/). After an interruption (either side
+RESUME: a receive by `btrsend receive` keeps a resume point: every 48 MiB
+of stream it takes a checkpoint in DIR/.btrsend-resume/NAME/ (a hidden
+snapshot on btrfs as root, an undo journal in directory mode). After an interruption (either side
 killed, a closed pipe, a full disk), `btrsend receive --resume-token DIR/NAME`
 prints a token; `btrsend send --resume TOKEN` with the same arguments
 writes the rest of the stream from that point (re-reading no file data

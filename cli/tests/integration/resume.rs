@@ -834,3 +834,171 @@ fn resume_into_directories_after_interruptions_builds_the_kernels_tree() {
         eprintln!("{test}: {l}");
     }
 }
+
+/// The flags `lsattr` shows for each file under `root` (letters d and A:
+/// NODUMP, NOATIME), by path.
+fn flags_under(root: &Path) -> Vec<(String, String)> {
+    let o = sh(Command::new("lsattr").arg("-R").arg(root));
+    let mut out: Vec<(String, String)> = String::from_utf8(o.stdout)
+        .unwrap()
+        .lines()
+        .filter_map(|l| {
+            let (f, p) = l.split_once(' ')?;
+            let p = p.trim().strip_prefix(root.to_str()?)?.to_owned();
+            let keep: String = f.chars().filter(|c| *c == 'd' || *c == 'A').collect();
+            Some((p, keep))
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// Issue 14: a stream of two incremental subvolumes (`send -p S0 S1 S2`,
+/// protocol 2: FILEATTR commands for the inode flags changed) interrupted
+/// twice in the second one, with FILEATTRs before the last checkpoint,
+/// resumed in both modes: the first subvolume is kept as received, the
+/// second finished, both with the kernel's tree and the source's inode
+/// flags.
+#[test]
+fn resume_in_the_second_subvolume_keeps_fileattrs_before_the_checkpoint() {
+    let test = "resume_in_the_second_subvolume_keeps_fileattrs_before_the_checkpoint";
+    if !testing::require_live(test) {
+        return;
+    }
+    let src = LiveBtrfs::with_options(1 << 30, &[], "").expect("scratch btrfs");
+    let mnt = src.path().to_path_buf();
+    let mut rng = Rng::new(1415);
+    std::fs::create_dir(mnt.join("snaps")).unwrap();
+    let vol = mnt.join("vol");
+    sh(Command::new("btrfs")
+        .args(["subvolume", "create"])
+        .arg(&vol));
+    let file = |f: usize| vol.join(format!("f{f}"));
+    for f in 0..60 {
+        let len = if f % 2 == 0 { 1_000_000 } else { 3000 };
+        write_random(&file(f), len + rng.below(500_000) as usize, &mut rng);
+    }
+    let snap = |v: &str| {
+        sh(Command::new("btrfs")
+            .args(["subvolume", "snapshot", "-r"])
+            .arg(&vol)
+            .arg(mnt.join(format!("snaps/{v}"))));
+    };
+    snap("s0");
+    // s1 and s2: new flags on most files (FILEATTR) and new data in many.
+    for (v, shift) in [("s1", 0), ("s2", 1)] {
+        for f in 0..60 {
+            let flag = ["+d", "+A", "+dA", "-dA"][(f + shift) % 4];
+            if f % 3 == 0 {
+                write_random(&file(f), 600_000, &mut rng);
+            }
+            sh(Command::new("chattr").arg(flag).arg(file(f)));
+        }
+        snap(v);
+    }
+    sh(&mut Command::new("sync"));
+    let snaps: Vec<PathBuf> = ["s0", "s1", "s2"]
+        .iter()
+        .map(|v| mnt.join(format!("snaps/{v}")))
+        .collect();
+    let opts = Options { holes: false };
+    let want = |v: &str| src.manifest(&format!("snaps/{v}"), opts).unwrap();
+    let want_flags = |v: &str| flags_under(&mnt.join(format!("snaps/{v}")));
+    assert!(
+        want_flags("s2")
+            .iter()
+            .filter(|(_, f)| !f.is_empty())
+            .count()
+            >= 30,
+        "{:?}",
+        want_flags("s2")
+    );
+    let len_s1 = {
+        let o = sh(btrsend()
+            .args(["send", "--estimate", "--proto", "2", "-p"])
+            .arg(&snaps[0])
+            .arg(&snaps[1]));
+        String::from_utf8(o.stdout)
+            .unwrap()
+            .trim()
+            .parse::<u64>()
+            .unwrap()
+    };
+    let send = |token: Option<&str>| {
+        let mut c = btrsend();
+        c.args(["send", "--proto", "2"]);
+        if let Some(t) = token {
+            c.args(["--resume", t]);
+        }
+        c.arg("-p")
+            .arg(&snaps[0])
+            .arg(&snaps[1])
+            .arg(&snaps[2])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let btrfs_dst = LiveBtrfs::with_options(1 << 30, &[], "").expect("scratch btrfs");
+    let tmpfs = Tmpfs::new(512 * MIB).expect("tmpfs");
+    for (mode, root) in [
+        ("subvolumes", btrfs_dst.path()),
+        ("directories", tmpfs.path()),
+    ] {
+        let dir = root.join("recv");
+        std::fs::create_dir(&dir).unwrap();
+        let run = relay(
+            spawn_send(&snaps[0], None, None),
+            spawn_receive(&dir, None),
+            Cut::None,
+            0,
+        );
+        assert!(run.ok, "{mode}: {}", run.stderr);
+        // Cut in s2 after ~8 MiB of it, then again 3 MiB into the
+        // continuation; 1 MiB checkpoints.
+        let recv = spawn_receive(&dir, Some(MIB));
+        let run = relay(send(None), recv, Cut::KillReceiver, len_s1 + 8 * MIB);
+        assert!(!run.ok, "{mode}: {}", run.stderr);
+        assert!(
+            token(&dir, "s1").is_some_and(|t| t.is_empty()),
+            "{mode}: s1 is not complete"
+        );
+        let t = token(&dir, "s2").expect("a resume point in s2");
+        assert!(!t.is_empty(), "{mode}: s2 complete");
+        let run = relay(
+            send(Some(&t)),
+            spawn_receive(&dir, Some(MIB)),
+            Cut::ClosePipe,
+            3 * MIB,
+        );
+        assert!(!run.ok, "{mode}: {}", run.stderr);
+        assert!(run.stderr.contains("resuming"), "{mode}: {}", run.stderr);
+        let t2 = token(&dir, "s2").expect("a resume point in s2");
+        assert!(
+            token_offset(&t2) > token_offset(&t),
+            "{mode}: no progress: {}",
+            run.stderr
+        );
+        let run = relay(
+            send(Some(&t2)),
+            spawn_receive(&dir, Some(MIB)),
+            Cut::None,
+            0,
+        );
+        assert!(run.stderr.contains("resuming"), "{mode}: {}", run.stderr);
+        for v in ["s0", "s1", "s2"] {
+            let got = btrsend::manifest::manifest(&dir.join(v), opts).unwrap();
+            assert!(
+                manifest::diff(&want(v), &got, 20).is_none(),
+                "{mode}: {v}: {}",
+                manifest::diff(&want(v), &got, 20).unwrap_or_default()
+            );
+            assert_eq!(
+                flags_under(&dir.join(v)),
+                want_flags(v),
+                "{mode}: {v}: inode flags"
+            );
+        }
+        assert!(!dir.join(btrsend::receive::RESUME_DIR).exists(), "{mode}");
+    }
+}
