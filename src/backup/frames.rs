@@ -1,7 +1,8 @@
 //! Reading the frames of stream files on several threads, ahead of the one
 //! consumer that needs them in order: `verify --read-data` (every frame
-//! read, hashed, decompressed and decoded) and `restore` (a hash pass over
-//! the stored bytes, then the frames decompressed ahead of the receiver).
+//! read, hashed, decompressed and decoded) and `restore` (each frame hashed
+//! and decompressed ahead of the receiver; for `--stdout` a hash pass over
+//! the stored bytes first).
 //!
 //! [`read_ahead`] starts one worker per core. Workers take frames in file
 //! order, at most [`window`] of them ahead of the consumer (so memory stays
@@ -51,6 +52,8 @@ pub struct Work {
 pub struct Frame {
     /// Which file of the list.
     pub file: usize,
+    /// Which frame of that file.
+    pub index: usize,
     buf: Vec<u8>,
     /// Where the raw bytes start in `buf` (after a stream header put in
     /// front for the decoder).
@@ -338,6 +341,7 @@ impl Worker {
         }
         let mut frame = Frame {
             file: f,
+            index: i,
             buf: Vec::new(),
             start: 0,
             commands: 0,
