@@ -1013,6 +1013,82 @@ fn decode_and_apply_from(
     Ok(summary)
 }
 
+/// Remove what a receive into `dir` made of the subvolume `name`: the
+/// subvolume (a real one, as [`receive`] makes where
+/// [`subvol_mode_possible`]) or the directory with its record, and its
+/// resume point. For a caller that must leave nothing of a receive it
+/// stopped (`backup restore` after finding damage); `name` must be one
+/// that receive reported with [`Progress::subvol_start`] (it made it).
+///
+/// # Errors
+///
+/// The OS error, naming the path it concerns.
+pub fn discard(dir: &Path, name: &[u8]) -> io::Result<()> {
+    use std::ffi::OsStr;
+    use std::os::fd::AsFd;
+    use std::os::unix::ffi::OsStrExt;
+
+    use rustix::fs::{AtFlags, Mode, OFlags};
+
+    let rdir = target::ReceiveDir::open(dir)?;
+    let path = rdir.display_path(name);
+    let named = |e: io::Error, p: &Path| meta::with_path(e, p);
+    let os = OsStr::from_bytes(name);
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC | OFlags::NOFOLLOW;
+    // The resume point first: its checkpoints are snapshots of `name`.
+    let resume = rdir.display_path(RESUME_DIR.as_bytes());
+    if let Ok(top) = rustix::fs::openat(rdir.fd(), RESUME_DIR, flags, Mode::empty())
+        && let Ok(points) = rustix::fs::openat(&top, os, flags, Mode::empty())
+    {
+        let mut ckpts = Vec::new();
+        let mut it = rustix::fs::Dir::read_from(&points).map_err(|e| named(e.into(), &resume))?;
+        while let Some(Ok(e)) = it.next() {
+            let n = e.file_name().to_bytes();
+            if n.starts_with(b"ckpt-") {
+                ckpts.push(n.to_vec());
+            }
+        }
+        for n in ckpts {
+            sys::snap_destroy(points.as_fd(), &n).map_err(|e| named(e.into(), &resume))?;
+        }
+        for f in ["state", "state.tmp"] {
+            match rustix::fs::unlinkat(&points, f, AtFlags::empty()) {
+                Ok(()) | Err(rustix::io::Errno::NOENT) => {}
+                Err(e) => return Err(named(e.into(), &resume)),
+            }
+        }
+        drop(points);
+        rustix::fs::unlinkat(&top, os, AtFlags::REMOVEDIR).map_err(|e| named(e.into(), &resume))?;
+        // Only if no other subvolume has a resume point.
+        let _ = rustix::fs::unlinkat(rdir.fd(), RESUME_DIR, AtFlags::REMOVEDIR);
+    }
+    if subvol_mode_possible(dir) {
+        let d = subvol::reopen_dir(rdir.fd()).map_err(|e| named(e, dir))?;
+        return match sys::snap_destroy(d.as_fd(), name) {
+            Ok(()) | Err(rustix::io::Errno::NOENT) => Ok(()),
+            Err(e) => Err(named(e.into(), &path)),
+        };
+    }
+    match std::fs::remove_dir_all(&path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(named(e, &path)),
+    }
+    let record = meta::Records::open(&rdir)?.path_of(name);
+    match std::fs::remove_file(&record) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(named(e, &record)),
+    }
+    // Only if no other record is there.
+    let _ = rustix::fs::unlinkat(
+        rdir.fd(),
+        OsStr::from_bytes(target::RESERVED_NAME),
+        AtFlags::REMOVEDIR,
+    );
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -257,7 +257,9 @@ pub struct RestoreArgs {
     #[command(flatten)]
     repo: RepoArg,
     /// Receive the chain into DIR with btrsend's receiver (DIR/NAME appears
-    /// for each stream of the chain, as `btrsend receive` makes it).
+    /// for each stream of the chain, as `btrsend receive` makes it). Each
+    /// frame is checked before it is applied, each stream's hash before its
+    /// END; on damage what the restore received is deleted again.
     #[arg(
         long = "to",
         value_name = "DIR",
