@@ -68,6 +68,7 @@ use super::{ApplyError, ApplyErrorKind, Progress};
 
 mod resume;
 mod undo;
+pub(crate) use resume::drop_journals;
 pub use resume::{RESUME_DIR, Step, TokenError, Tracker, resume_token};
 
 /// btrfs inode flags (`BTRFS_INODE_*`) → `FS_*_FL`, for FILEATTR.

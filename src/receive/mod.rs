@@ -1051,6 +1051,8 @@ pub fn discard(dir: &Path, name: &[u8]) -> io::Result<()> {
         for n in ckpts {
             sys::snap_destroy(points.as_fd(), &n).map_err(|e| named(e.into(), &resume))?;
         }
+        // A directory-mode resume point: its undo journal and trash.
+        apply::drop_journals(&points, None);
         for f in ["state", "state.tmp"] {
             match rustix::fs::unlinkat(&points, f, AtFlags::empty()) {
                 Ok(()) | Err(rustix::io::Errno::NOENT) => {}
@@ -1113,6 +1115,23 @@ mod tests {
             self.pos += n;
             Ok(n)
         }
+    }
+
+    #[test]
+    fn discard_removes_a_directory_mode_resume_point_with_its_journal_and_trash() {
+        let d = tempfile::tempdir().unwrap();
+        if subvol_mode_possible(d.path()) {
+            return;
+        }
+        let points = d.path().join(RESUME_DIR).join("s");
+        std::fs::create_dir_all(points.join("trash-5/t0/deep")).unwrap();
+        std::fs::write(points.join("trash-5/t0/deep/f"), b"x").unwrap();
+        std::fs::write(points.join("undo-5"), b"bsundo01").unwrap();
+        std::fs::write(points.join("state"), b"token").unwrap();
+        std::fs::create_dir_all(d.path().join("s/a")).unwrap();
+        discard(d.path(), b"s").unwrap();
+        assert!(!d.path().join(RESUME_DIR).exists());
+        assert!(!d.path().join("s").exists());
     }
 
     fn data(len: usize) -> Vec<u8> {

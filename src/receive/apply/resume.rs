@@ -736,7 +736,7 @@ impl Receiver<'_> {
 
 /// Delete the undo journals and trash directories in `rdir` but those of
 /// checkpoint `keep`.
-fn drop_journals(rdir: &std::os::fd::OwnedFd, keep: Option<u64>) {
+pub(crate) fn drop_journals(rdir: &std::os::fd::OwnedFd, keep: Option<u64>) {
     let Ok(dup) = rustix::io::dup(rdir) else {
         return;
     };
