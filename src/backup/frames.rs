@@ -75,6 +75,15 @@ impl Frame {
     pub fn into_buf(self) -> Vec<u8> {
         self.buf
     }
+
+    /// The buffer with the raw bytes at its start, and their length.
+    pub fn into_raw(mut self) -> (Vec<u8>, usize) {
+        if self.start > 0 {
+            self.buf.drain(..self.start.min(self.buf.len()));
+        }
+        let n = self.buf.len();
+        (self.buf, n)
+    }
 }
 
 /// Frames a worker may be ahead of the consumer, per worker.

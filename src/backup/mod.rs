@@ -1688,6 +1688,36 @@ impl Read for ChainReader<'_, '_> {
     }
 }
 
+/// The frames themselves are the receiver's input blocks (no copy): each
+/// stream's hash is checked as [`Read`] does it, before its last frame is
+/// given out.
+impl receive::BlockSource for ChainReader<'_, '_> {
+    fn next_block(&mut self) -> Option<io::Result<(Vec<u8>, usize)>> {
+        if self.done {
+            return None;
+        }
+        match self.load() {
+            Ok(true) => self.cur.take().map(|fr| Ok(fr.into_raw())),
+            Ok(false) => {
+                self.done = true;
+                None
+            }
+            Err(e) => {
+                self.done = true;
+                Some(Err(e))
+            }
+        }
+    }
+
+    fn give_back(&mut self, buf: Vec<u8>) {
+        self.ahead.recycle(buf);
+    }
+}
+
+/// Frames queued for the receiver at most in a restore (besides those
+/// [`frames::read_ahead`] holds): with 4 MiB frames, 8 MiB.
+const RESTORE_QUEUE: usize = 2;
+
 /// A receive's progress, passed on, with the names of the subvolumes it
 /// made (for [`receive::discard`]).
 struct Made<'p> {
@@ -1833,7 +1863,7 @@ impl Repository {
                         inner: &*progress,
                         names: std::sync::Mutex::new(Vec::new()),
                     };
-                    let res = receive::receive(input, dir, &opts, &mut made);
+                    let res = receive::receive_blocks(input, RESTORE_QUEUE, dir, &opts, &mut made);
                     let Err(source) = res else { return Ok(()) };
                     let Some(d) = found.lock().ok().and_then(|mut f| f.take()) else {
                         return Err(BackupError::Receive {

@@ -468,7 +468,7 @@ impl Read for Blocks {
                     self.pos = 0;
                     // The pool may be full: then the buffer is freed (and
                     // the first, empty, one is never a block's).
-                    if old.len() == BLOCK {
+                    if old.capacity() > 0 {
                         let _ = self.empty.try_send(old);
                     }
                 }
@@ -635,6 +635,80 @@ fn with_read_ahead<T>(input: impl Read + Send, f: impl FnOnce(Blocks) -> T) -> T
         // it.
         f(blocks)
     })
+}
+
+/// Where [`receive_blocks`] gets its input: buffers of the stream, in
+/// order, made by the caller (e.g. decompressed), so that they need not be
+/// copied into blocks of a reader thread.
+pub trait BlockSource {
+    /// The next buffer and how many of its first bytes are input; `None`
+    /// at the end of the input. An error ends the input.
+    fn next_block(&mut self) -> Option<io::Result<(Vec<u8>, usize)>>;
+    /// A buffer [`BlockSource::next_block`] gave, decoded, for reuse.
+    fn give_back(&mut self, buf: Vec<u8>) {
+        drop(buf);
+    }
+}
+
+/// Receive every stream in the buffers `input` gives into `dir`, as
+/// [`receive`] does with what it reads: `input` runs on a thread of its
+/// own, at most `queue` buffers ahead of the decoder (at least 1), which
+/// copies the commands out of them; each buffer is given back once its
+/// bytes are copied.
+///
+/// # Errors
+///
+/// As [`receive`].
+pub fn receive_blocks(
+    input: impl BlockSource + Send,
+    queue: usize,
+    dir: &Path,
+    opts: &ReceiveOptions,
+    progress: &mut dyn Progress,
+) -> Result<Summary, ReceiveError> {
+    let mut rx = receiver(dir, opts, progress)?;
+    let queue = queue.max(1);
+    let (full_tx, full_rx) = std::sync::mpsc::sync_channel(queue);
+    let (empty_tx, empty_rx) = std::sync::mpsc::sync_channel(queue + 2);
+    std::thread::scope(|s| {
+        s.spawn(move || send_blocks(input, &full_tx, &empty_rx));
+        let blocks = Blocks {
+            full: full_rx,
+            empty: empty_tx,
+            cur: (Vec::new(), 0),
+            pos: 0,
+            done: false,
+        };
+        // As in `with_read_ahead`: dropping `blocks` ends the thread.
+        decode_and_apply(&mut rx, blocks, opts)
+    })
+}
+
+/// The thread of [`receive_blocks`]: the buffers of `input` in order, the
+/// decoded ones given back first; stops at the end, after an error (sent),
+/// or when the decoder hangs up.
+fn send_blocks(
+    mut input: impl BlockSource,
+    full: &std::sync::mpsc::SyncSender<io::Result<Block>>,
+    empty: &std::sync::mpsc::Receiver<Vec<u8>>,
+) {
+    loop {
+        while let Ok(b) = empty.try_recv() {
+            input.give_back(b);
+        }
+        match input.next_block() {
+            None => return,
+            Some(Ok(b)) => {
+                if full.send(Ok(b)).is_err() {
+                    return;
+                }
+            }
+            Some(Err(e)) => {
+                let _ = full.send(Err(e));
+                return;
+            }
+        }
+    }
 }
 
 /// Read the commands from `input` and apply them (the body of [`receive`]).
