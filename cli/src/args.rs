@@ -30,8 +30,8 @@ pub struct Cli {
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Store snapshots in a backup repository (a directory), verify and
-    /// restore them.
+    /// Store snapshots in a backup repository (a directory or an S3
+    /// bucket), verify, restore and prune them.
     Backup(cmd::backup::BackupArgs),
     /// Print the commands of a send stream in the format of `btrfs receive --dump`.
     Dump(cmd::dump::DumpArgs),

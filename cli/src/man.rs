@@ -75,6 +75,59 @@ const COMPLETIONS: Block = Block::Example(
     "btrsend completions bash > /usr/share/bash-completion/completions/btrsend",
 );
 
+const BACKUP_INIT: Block = Block::Example(
+    "Make a repository in a directory, and one in an S3 bucket of a MinIO \
+     server (the standard AWS variables give the endpoint and the keys):",
+    "btrsend backup init --repo /backup/home\n\
+     AWS_ENDPOINT_URL=http://nas:9000 AWS_ACCESS_KEY_ID=backup AWS_SECRET_ACCESS_KEY=secret \\\n\
+     \x20   btrsend backup init --repo s3://backups/home",
+);
+
+const BACKUP_CRON: Block = Block::Example(
+    "A crontab line (crontab -e as root) that stores every new snapshot named \
+     snaps/home.* of a device each night, incremental where it can, silent \
+     on success:",
+    "0 3 * * * btrsend backup run --repo /backup/home --device /dev/sdb1 'snaps/home.*'",
+);
+
+const BACKUP_NIGHTLY: Block = Block::Example(
+    "The whole nightly job in one crontab line: take a read-only snapshot of \
+     /mnt/pool/home, store it, keep 7 source snapshots, then prune the \
+     repository (never an entry a kept one's chain needs):",
+    "0 3 * * * btrsend backup run --repo /backup/home --snapshot /mnt/pool/home --snapshot-dir /mnt/pool/snaps --keep-snapshots 7 && btrsend backup forget --repo /backup/home --keep-daily 7 --keep-weekly 4 --keep-monthly 12",
+);
+
+const BACKUP_LIST: Block = Block::Example(
+    "The stored streams, and the paths of the full ones with jq:",
+    "btrsend backup list --repo /backup/home\n\
+     btrsend backup list --repo /backup/home --json | jq -r '.[] | select(.kind == \"full\") | .path'",
+);
+
+const BACKUP_VERIFY: Block = Block::Example(
+    "Check everything, every stored byte included (exit status 12 names the \
+     damage and the snapshots it makes unrestorable):",
+    "btrsend backup verify --repo /backup/home --read-data",
+);
+
+const BACKUP_RESTORE: Block = Block::Example(
+    "Restore a snapshot (its whole chain) into a directory, or into a btrfs \
+     through the stock receive:",
+    "btrsend backup restore --repo /backup/home snaps/home.2026-11-23 --to /srv/restore\n\
+     btrsend backup restore --repo /backup/home snaps/home.2026-11-23 --stdout | btrfs receive /mnt/pool/restored",
+);
+
+const BACKUP_IMPORT: Block = Block::Example(
+    "Adopt stream files made earlier by btrfs send -f (raw or zstd), dated and \
+     grouped for retention:",
+    "btrsend backup import --repo /backup/home --origin home --time 2026-11-20T03:00:00Z /old/home.20261120.stream.zst",
+);
+
+const BACKUP_FORGET: Block = Block::Example(
+    "See what a policy would delete, then apply it:",
+    "btrsend backup forget --repo /backup/home --keep-daily 7 --keep-weekly 4 --keep-monthly 12 --dry-run\n\
+     btrsend backup forget --repo /backup/home --keep-daily 7 --keep-weekly 4 --keep-monthly 12",
+);
+
 /// The extra sections of the page named `page` (`btrsend`, `btrsend-send`, …).
 pub fn extra_sections(page: &str) -> Vec<Section> {
     let examples = match page {
@@ -85,6 +138,14 @@ pub fn extra_sections(page: &str) -> Vec<Section> {
         "btrsend-list" => vec![LIST],
         "btrsend-manifest" => vec![MANIFEST],
         "btrsend-completions" => vec![COMPLETIONS],
+        "btrsend-backup" => vec![BACKUP_INIT, BACKUP_CRON, BACKUP_NIGHTLY, BACKUP_RESTORE],
+        "btrsend-backup-init" => vec![BACKUP_INIT],
+        "btrsend-backup-run" => vec![BACKUP_CRON, BACKUP_NIGHTLY],
+        "btrsend-backup-list" => vec![BACKUP_LIST],
+        "btrsend-backup-verify" => vec![BACKUP_VERIFY],
+        "btrsend-backup-restore" => vec![BACKUP_RESTORE],
+        "btrsend-backup-import" => vec![BACKUP_IMPORT],
+        "btrsend-backup-forget" => vec![BACKUP_FORGET, BACKUP_NIGHTLY],
         _ => Vec::new(),
     };
     let mut see_also: Vec<&str> = [
@@ -95,10 +156,14 @@ pub fn extra_sections(page: &str) -> Vec<Section> {
         "btrsend-list(1)",
         "btrsend-manifest(1)",
         "btrsend-completions(1)",
+        "btrsend-backup(1)",
     ]
     .into_iter()
     .filter(|p| p.strip_suffix("(1)") != Some(page))
     .collect();
+    if page.starts_with("btrsend-backup") {
+        see_also.push("btrsend-repository(5)");
+    }
     see_also.extend(["btrfs-send(8)", "btrfs-receive(8)", "btrfs-subvolume(8)"]);
     let see_also = see_also.join(", ");
     let mut sections = Vec::new();

@@ -85,6 +85,12 @@ fn template(has_total: bool) -> &'static str {
     }
 }
 
+/// The bar's style, with a total or without.
+fn style(has_total: bool) -> ProgressStyle {
+    ProgressStyle::with_template(template(has_total))
+        .unwrap_or_else(|_| ProgressStyle::default_bar())
+}
+
 /// [`Reporter::total`] before the total is known.
 const UNKNOWN: u64 = u64::MAX;
 
@@ -112,9 +118,7 @@ impl Reporter {
     pub fn new(mode: Mode, op: Op, total: Option<u64>, quiet: bool) -> Reporter {
         let bar = if mode == Mode::Bar {
             let b = ProgressBar::with_draw_target(total, ProgressDrawTarget::stderr());
-            let style = ProgressStyle::with_template(template(total.is_some()))
-                .unwrap_or_else(|_| ProgressStyle::default_bar());
-            b.set_style(style);
+            b.set_style(style(total.is_some()));
             b.enable_steady_tick(Duration::from_millis(200));
             b
         } else {
@@ -141,9 +145,7 @@ impl Reporter {
         let total = total.min(UNKNOWN - 1);
         self.total.store(total, Ordering::Relaxed);
         if self.mode == Mode::Bar {
-            let style = ProgressStyle::with_template(template(true))
-                .unwrap_or_else(|_| ProgressStyle::default_bar());
-            self.bar.set_style(style);
+            self.bar.set_style(style(true));
             self.bar
                 .set_length(total.max(self.bytes.load(Ordering::Relaxed)));
         }

@@ -1,7 +1,8 @@
 //! Reading the frames of stream files on several threads, ahead of the one
 //! consumer that needs them in order: `verify --read-data` (every frame
-//! read, hashed, decompressed and decoded) and `restore` (a hash pass over
-//! the stored bytes, then the frames decompressed ahead of the receiver).
+//! read, hashed, decompressed and decoded) and `restore` (each frame hashed
+//! and decompressed ahead of the receiver; for `--stdout` a hash pass over
+//! the stored bytes first).
 //!
 //! [`read_ahead`] starts one worker per core. Workers take frames in file
 //! order, at most [`window`] of them ahead of the consumer (so memory stays
@@ -36,8 +37,11 @@ const STREAM_HEADER_SIZE: usize = stream_format::STREAM_HEADER_SIZE;
 pub struct Work {
     /// Check the BLAKE3 of the stored bytes against the trailer.
     pub hash: bool,
-    /// Decompress (and check the length against the trailer; zstd checks
-    /// the frame's own checksum).
+    /// Decompress (and check the length against the trailer). zstd checks
+    /// the frame's own checksum (XXH64 of its raw bytes) only without
+    /// [`Work::hash`]: a frame whose stored bytes match their BLAKE3 holds
+    /// the checksum the writer computed, so checking it again costs time
+    /// (about a tenth of the decompression) and finds nothing.
     pub decompress: bool,
     /// Decode every command, CRC included (needs `decompress`).
     pub decode: bool,
@@ -48,6 +52,8 @@ pub struct Work {
 pub struct Frame {
     /// Which file of the list.
     pub file: usize,
+    /// Which frame of that file.
+    pub index: usize,
     buf: Vec<u8>,
     /// Where the raw bytes start in `buf` (after a stream header put in
     /// front for the decoder).
@@ -68,6 +74,15 @@ impl Frame {
     /// The buffer, to give back with [`Ahead::recycle`].
     pub fn into_buf(self) -> Vec<u8> {
         self.buf
+    }
+
+    /// The buffer with the raw bytes at its start, and their length.
+    pub fn into_raw(mut self) -> (Vec<u8>, usize) {
+        if self.start > 0 {
+            self.buf.drain(..self.start.min(self.buf.len()));
+        }
+        let n = self.buf.len();
+        (self.buf, n)
     }
 }
 
@@ -225,7 +240,7 @@ pub fn read_ahead<T>(
         }
         // No thread could be started: the consumer reads each frame itself.
         let inline = (shared.lock().alive == 0).then(|| Inline {
-            worker: Worker::new(),
+            worker: Worker::new(work),
             store,
             files,
             work,
@@ -261,7 +276,7 @@ fn worker(
     work: Work,
 ) {
     let _alive = Alive(shared);
-    let mut w = Worker::new();
+    let mut w = Worker::new(work);
     loop {
         let (k, buf) = {
             let mut st = shared.lock();
@@ -296,10 +311,17 @@ struct Worker {
 }
 
 impl Worker {
-    fn new() -> Worker {
+    fn new(work: Work) -> Worker {
+        let mut dctx = zstd::bulk::Decompressor::new().ok();
+        if work.hash
+            && let Some(d) = dctx.as_mut()
+        {
+            // See [`Work::decompress`]; should zstd refuse, it checks.
+            let _ = d.set_parameter(zstd::zstd_safe::DParameter::ForceIgnoreChecksum(true));
+        }
         Worker {
             stored: Vec::new(),
-            dctx: zstd::bulk::Decompressor::new().ok(),
+            dctx,
             attrs: Vec::new(),
         }
     }
@@ -328,6 +350,7 @@ impl Worker {
         }
         let mut frame = Frame {
             file: f,
+            index: i,
             buf: Vec::new(),
             start: 0,
             commands: 0,

@@ -1583,9 +1583,12 @@ impl std::fmt::Debug for RestoreTarget<'_> {
 }
 
 /// The raw streams of a chain, one after the other, from frames
-/// decompressed ahead on other threads; each stream's BLAKE3 and length are
-/// checked at its end (a mismatch is an error from `read`, before the next
-/// stream's first byte and before the end of the input).
+/// decompressed ahead on other threads. Each stream's BLAKE3 and length are
+/// checked when its last frame arrives, before any byte of that frame is
+/// given out: the END command that finishes a received subvolume is in it,
+/// so a stream whose hash does not match never ends as a finished
+/// subvolume. Damage is an error from `read`, and is also left in
+/// `damage` for the caller (the receiver wraps the error in its own).
 struct ChainReader<'a, 'b> {
     ahead: &'a mut frames::Ahead<'b>,
     files: &'a [StreamFile],
@@ -1596,9 +1599,20 @@ struct ChainReader<'a, 'b> {
     hasher: blake3::Hasher,
     total: u64,
     done: bool,
+    damage: &'a std::sync::Mutex<Option<Damage>>,
 }
 
 impl ChainReader<'_, '_> {
+    /// The error for `err`, its damage kept in `self.damage`.
+    fn fail(&self, err: ReadError) -> io::Error {
+        if let ReadError::Damage(d) = &err
+            && let Ok(mut slot) = self.damage.lock()
+        {
+            slot.get_or_insert_with(|| d.clone());
+        }
+        file::io_damage(err)
+    }
+
     /// Check the stream of file `self.file` and move to the next file.
     fn finish_file(&mut self) -> io::Result<()> {
         let Some(f) = self.files.get(self.file) else {
@@ -1613,7 +1627,7 @@ impl ChainReader<'_, '_> {
                     self.total, f.trailer.stream_bytes, f.trailer.stream_blake3
                 ),
             };
-            return Err(file::io_damage(ReadError::Damage(d)));
+            return Err(self.fail(ReadError::Damage(d)));
         }
         self.file += 1;
         self.hasher = blake3::Hasher::new();
@@ -1632,14 +1646,21 @@ impl ChainReader<'_, '_> {
             }
             return Ok(false);
         };
-        let fr = r.map_err(file::io_damage)?;
+        let fr = r.map_err(|e| self.fail(e))?;
         while self.file < fr.file {
             self.finish_file()?;
         }
         self.hasher.update(fr.raw());
         self.total += fr.raw().len() as u64;
+        let last = self
+            .files
+            .get(fr.file)
+            .is_some_and(|f| fr.index + 1 >= f.trailer.frames.len());
         self.pos = 0;
         self.cur = Some(fr);
+        if last {
+            self.finish_file()?;
+        }
         Ok(true)
     }
 }
@@ -1667,10 +1688,91 @@ impl Read for ChainReader<'_, '_> {
     }
 }
 
+/// The frames themselves are the receiver's input blocks (no copy): each
+/// stream's hash is checked as [`Read`] does it, before its last frame is
+/// given out.
+impl receive::BlockSource for ChainReader<'_, '_> {
+    fn next_block(&mut self) -> Option<io::Result<(Vec<u8>, usize)>> {
+        if self.done {
+            return None;
+        }
+        match self.load() {
+            Ok(true) => self.cur.take().map(|fr| Ok(fr.into_raw())),
+            Ok(false) => {
+                self.done = true;
+                None
+            }
+            Err(e) => {
+                self.done = true;
+                Some(Err(e))
+            }
+        }
+    }
+
+    fn give_back(&mut self, buf: Vec<u8>) {
+        self.ahead.recycle(buf);
+    }
+}
+
+/// Frames queued for the receiver at most in a restore (besides those
+/// [`frames::read_ahead`] holds): with 4 MiB frames, 8 MiB.
+const RESTORE_QUEUE: usize = 2;
+
+/// A receive's progress, passed on, with the names of the subvolumes it
+/// made (for [`receive::discard`]).
+struct Made<'p> {
+    inner: &'p dyn receive::Progress,
+    names: std::sync::Mutex<Vec<Vec<u8>>>,
+}
+
+impl receive::Progress for Made<'_> {
+    fn subvol_start(&self, name: &[u8], incremental: bool) {
+        if let Ok(mut n) = self.names.lock() {
+            n.push(name.to_vec());
+        }
+        self.inner.subvol_start(name, incremental);
+    }
+    fn subvol_done(&self, name: &[u8], complete: bool) {
+        self.inner.subvol_done(name, complete);
+    }
+    fn data(&self, bytes: u64) {
+        self.inner.data(bytes);
+    }
+    fn position(&self, offset: u64, commands: u64) {
+        self.inner.position(offset, commands);
+    }
+    fn inode(&self, ino: u64) {
+        self.inner.inode(ino);
+    }
+    fn note(&self, msg: &str) {
+        self.inner.note(msg);
+    }
+    fn error(&self, err: &dyn std::error::Error) {
+        self.inner.error(err);
+    }
+    fn lists_commands(&self) -> bool {
+        self.inner.lists_commands()
+    }
+    fn command(&self, cmd: &Command<'_>) {
+        self.inner.command(cmd);
+    }
+    fn encoded_fallback(&self, path: &[u8], err: io::Error) {
+        self.inner.encoded_fallback(path, err);
+    }
+}
+
 impl Repository {
-    /// Restore the snapshot `spec` names (uuid, id or path): its chain is
-    /// checked first — every file present, every trailer and every frame's
-    /// hash — and nothing is applied or written if any of it is damaged.
+    /// Restore the snapshot `spec` names (uuid, id or path): every file of
+    /// its chain present, with a trailer that matches its entry, then its
+    /// streams in order, oldest first.
+    ///
+    /// Nothing damaged is applied or written. [`RestoreTarget::Writer`]:
+    /// every frame's hash is checked before the first byte is written.
+    /// [`RestoreTarget::Dir`] reads the files once: each frame's hash is
+    /// checked before it is decompressed and applied, each stream's hash
+    /// before its last frame (with the END command that finishes a
+    /// subvolume); damage stops the receive there, and the subvolumes this
+    /// restore made are removed, so `dir` is left as it was.
     ///
     /// # Errors
     ///
@@ -1702,33 +1804,37 @@ impl Repository {
             repo: self.store.name().to_owned(),
             damage: Box::new(d),
         };
-        // Every frame's stored bytes against their hash before anything is
-        // applied or written.
-        let hash_only = frames::Work {
-            hash: true,
-            decompress: false,
-            decode: false,
-        };
-        frames::read_ahead(store, &files, hash_only, |ahead| {
-            while let Some(r) = ahead.next() {
-                ahead.recycle(r?.into_buf());
-            }
-            Ok(())
-        })
-        .map_err(|err| match err {
+        let read_err = |err| match err {
             ReadError::Damage(d) => damage(d),
             ReadError::Store(s) => BackupError::Store(s),
-        })?;
+        };
+        let found = std::sync::Mutex::new(None);
+        let mut decompress = frames::Work {
+            hash: true,
+            decompress: true,
+            decode: false,
+        };
+        if matches!(target, RestoreTarget::Writer(_)) {
+            // Bytes written cannot be taken back: every frame's stored
+            // bytes against their hash first.
+            let hash_only = frames::Work {
+                hash: true,
+                decompress: false,
+                decode: false,
+            };
+            frames::read_ahead(store, &files, hash_only, |ahead| {
+                while let Some(r) = ahead.next() {
+                    ahead.recycle(r?.into_buf());
+                }
+                Ok(())
+            })
+            .map_err(read_err)?;
+            // Then decompressed (zstd checks each frame's checksum).
+            decompress.hash = false;
+        }
         let damage_or = |e: io::Error, what: String| match file::damage_of(&e) {
             Some(ReadError::Damage(d)) => damage(d.clone()),
             _ => BackupError::Io { what, error: e },
-        };
-        // Then decompressed ahead of the receiver (zstd checks each frame's
-        // checksum; each stream's BLAKE3 is checked at its end).
-        let decompress = frames::Work {
-            hash: false,
-            decompress: true,
-            decode: false,
         };
         frames::read_ahead(store, &files, decompress, |ahead| {
             let mut input = ChainReader {
@@ -1740,6 +1846,7 @@ impl Repository {
                 hasher: blake3::Hasher::new(),
                 total: 0,
                 done: false,
+                damage: &found,
             };
             match target {
                 RestoreTarget::Writer(w) => {
@@ -1752,13 +1859,27 @@ impl Repository {
                 }
                 RestoreTarget::Dir(dir) => {
                     let opts = ReceiveOptions::new();
-                    receive::receive(input, dir, &opts, progress)
-                        .map(|_| ())
-                        .map_err(|source| BackupError::Receive {
+                    let mut made = Made {
+                        inner: &*progress,
+                        names: std::sync::Mutex::new(Vec::new()),
+                    };
+                    let res = receive::receive_blocks(input, RESTORE_QUEUE, dir, &opts, &mut made);
+                    let Err(source) = res else { return Ok(()) };
+                    let Some(d) = found.lock().ok().and_then(|mut f| f.take()) else {
+                        return Err(BackupError::Receive {
                             snapshot: format!("{} ({})", entry.path, entry.id),
                             dir: dir.to_path_buf(),
                             error: Box::new(source),
-                        })
+                        });
+                    };
+                    // Damage: what was received of the chain goes.
+                    let names = made.names.into_inner().unwrap_or_default();
+                    for n in names.iter().rev() {
+                        if let Err(e) = receive::discard(dir, n) {
+                            progress.note(&format!("cannot remove what the restore received: {e}"));
+                        }
+                    }
+                    Err(damage(d))
                 }
             }
         })?;

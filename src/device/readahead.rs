@@ -93,7 +93,7 @@ impl Default for ReadOptions {
             .ok()
             .and_then(|v| v.parse::<usize>().ok())
         {
-            o.cache_bytes = mib.clamp(MIN_CACHE_MIB, MAX_CACHE_MIB) << 20;
+            o = o.with_cache_mib(mib);
         }
         o
     }

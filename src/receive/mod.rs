@@ -468,7 +468,7 @@ impl Read for Blocks {
                     self.pos = 0;
                     // The pool may be full: then the buffer is freed (and
                     // the first, empty, one is never a block's).
-                    if old.len() == BLOCK {
+                    if old.capacity() > 0 {
                         let _ = self.empty.try_send(old);
                     }
                 }
@@ -635,6 +635,80 @@ fn with_read_ahead<T>(input: impl Read + Send, f: impl FnOnce(Blocks) -> T) -> T
         // it.
         f(blocks)
     })
+}
+
+/// Where [`receive_blocks`] gets its input: buffers of the stream, in
+/// order, made by the caller (e.g. decompressed), so that they need not be
+/// copied into blocks of a reader thread.
+pub trait BlockSource {
+    /// The next buffer and how many of its first bytes are input; `None`
+    /// at the end of the input. An error ends the input.
+    fn next_block(&mut self) -> Option<io::Result<(Vec<u8>, usize)>>;
+    /// A buffer [`BlockSource::next_block`] gave, decoded, for reuse.
+    fn give_back(&mut self, buf: Vec<u8>) {
+        drop(buf);
+    }
+}
+
+/// Receive every stream in the buffers `input` gives into `dir`, as
+/// [`receive`] does with what it reads: `input` runs on a thread of its
+/// own, at most `queue` buffers ahead of the decoder (at least 1), which
+/// copies the commands out of them; each buffer is given back once its
+/// bytes are copied.
+///
+/// # Errors
+///
+/// As [`receive`].
+pub fn receive_blocks(
+    input: impl BlockSource + Send,
+    queue: usize,
+    dir: &Path,
+    opts: &ReceiveOptions,
+    progress: &mut dyn Progress,
+) -> Result<Summary, ReceiveError> {
+    let mut rx = receiver(dir, opts, progress)?;
+    let queue = queue.max(1);
+    let (full_tx, full_rx) = std::sync::mpsc::sync_channel(queue);
+    let (empty_tx, empty_rx) = std::sync::mpsc::sync_channel(queue + 2);
+    std::thread::scope(|s| {
+        s.spawn(move || send_blocks(input, &full_tx, &empty_rx));
+        let blocks = Blocks {
+            full: full_rx,
+            empty: empty_tx,
+            cur: (Vec::new(), 0),
+            pos: 0,
+            done: false,
+        };
+        // As in `with_read_ahead`: dropping `blocks` ends the thread.
+        decode_and_apply(&mut rx, blocks, opts)
+    })
+}
+
+/// The thread of [`receive_blocks`]: the buffers of `input` in order, the
+/// decoded ones given back first; stops at the end, after an error (sent),
+/// or when the decoder hangs up.
+fn send_blocks(
+    mut input: impl BlockSource,
+    full: &std::sync::mpsc::SyncSender<io::Result<Block>>,
+    empty: &std::sync::mpsc::Receiver<Vec<u8>>,
+) {
+    loop {
+        while let Ok(b) = empty.try_recv() {
+            input.give_back(b);
+        }
+        match input.next_block() {
+            None => return,
+            Some(Ok(b)) => {
+                if full.send(Ok(b)).is_err() {
+                    return;
+                }
+            }
+            Some(Err(e)) => {
+                let _ = full.send(Err(e));
+                return;
+            }
+        }
+    }
 }
 
 /// Read the commands from `input` and apply them (the body of [`receive`]).
@@ -995,6 +1069,82 @@ fn decode_and_apply_from(
         return Err(ReceiveError::Errors(errors));
     }
     Ok(summary)
+}
+
+/// Remove what a receive into `dir` made of the subvolume `name`: the
+/// subvolume (a real one, as [`receive`] makes where
+/// [`subvol_mode_possible`]) or the directory with its record, and its
+/// resume point. For a caller that must leave nothing of a receive it
+/// stopped (`backup restore` after finding damage); `name` must be one
+/// that receive reported with [`Progress::subvol_start`] (it made it).
+///
+/// # Errors
+///
+/// The OS error, naming the path it concerns.
+pub fn discard(dir: &Path, name: &[u8]) -> io::Result<()> {
+    use std::ffi::OsStr;
+    use std::os::fd::AsFd;
+    use std::os::unix::ffi::OsStrExt;
+
+    use rustix::fs::{AtFlags, Mode, OFlags};
+
+    let rdir = target::ReceiveDir::open(dir)?;
+    let path = rdir.display_path(name);
+    let named = |e: io::Error, p: &Path| meta::with_path(e, p);
+    let os = OsStr::from_bytes(name);
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC | OFlags::NOFOLLOW;
+    // The resume point first: its checkpoints are snapshots of `name`.
+    let resume = rdir.display_path(RESUME_DIR.as_bytes());
+    if let Ok(top) = rustix::fs::openat(rdir.fd(), RESUME_DIR, flags, Mode::empty())
+        && let Ok(points) = rustix::fs::openat(&top, os, flags, Mode::empty())
+    {
+        let mut ckpts = Vec::new();
+        let mut it = rustix::fs::Dir::read_from(&points).map_err(|e| named(e.into(), &resume))?;
+        while let Some(Ok(e)) = it.next() {
+            let n = e.file_name().to_bytes();
+            if n.starts_with(b"ckpt-") {
+                ckpts.push(n.to_vec());
+            }
+        }
+        for n in ckpts {
+            sys::snap_destroy(points.as_fd(), &n).map_err(|e| named(e.into(), &resume))?;
+        }
+        for f in ["state", "state.tmp"] {
+            match rustix::fs::unlinkat(&points, f, AtFlags::empty()) {
+                Ok(()) | Err(rustix::io::Errno::NOENT) => {}
+                Err(e) => return Err(named(e.into(), &resume)),
+            }
+        }
+        drop(points);
+        rustix::fs::unlinkat(&top, os, AtFlags::REMOVEDIR).map_err(|e| named(e.into(), &resume))?;
+        // Only if no other subvolume has a resume point.
+        let _ = rustix::fs::unlinkat(rdir.fd(), RESUME_DIR, AtFlags::REMOVEDIR);
+    }
+    if subvol_mode_possible(dir) {
+        let d = subvol::reopen_dir(rdir.fd()).map_err(|e| named(e, dir))?;
+        return match sys::snap_destroy(d.as_fd(), name) {
+            Ok(()) | Err(rustix::io::Errno::NOENT) => Ok(()),
+            Err(e) => Err(named(e.into(), &path)),
+        };
+    }
+    match std::fs::remove_dir_all(&path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(named(e, &path)),
+    }
+    let record = meta::Records::open(&rdir)?.path_of(name);
+    match std::fs::remove_file(&record) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(named(e, &record)),
+    }
+    // Only if no other record is there.
+    let _ = rustix::fs::unlinkat(
+        rdir.fd(),
+        OsStr::from_bytes(target::RESERVED_NAME),
+        AtFlags::REMOVEDIR,
+    );
+    Ok(())
 }
 
 #[cfg(test)]

@@ -38,10 +38,10 @@ stream: `zstd -dc FILE | btrfs receive DIR` restores it without btrsend
 (full stream first, then each incremental of the chain, as `btrsend
 backup list` shows them). The layout is described in btrsend-repository(5).
 
-Nightly from cron (silent on success):
-  0 3 * * * btrsend backup run --repo /backup/home --device /dev/sdb1 'snaps/home.*'
-or, taking and pruning the snapshots too, with retention (as root):
-  0 3 * * * btrsend backup run --repo /backup/home --snapshot /mnt/pool/home --snapshot-dir /mnt/pool/snaps --keep-snapshots 7 && btrsend backup forget --repo /backup/home --keep-daily 7 --keep-weekly 4 --keep-monthly 12
+Nightly, from cron or the systemd units in contrib/: `backup run` (with
+--snapshot to take and prune the source snapshots too), then `backup
+forget`; silent on success. The crontab lines are in the EXAMPLES of
+btrsend-backup(1) and in the README.
 
 Exit status:
   0    success
@@ -257,7 +257,9 @@ pub struct RestoreArgs {
     #[command(flatten)]
     repo: RepoArg,
     /// Receive the chain into DIR with btrsend's receiver (DIR/NAME appears
-    /// for each stream of the chain, as `btrsend receive` makes it).
+    /// for each stream of the chain, as `btrsend receive` makes it). Each
+    /// frame is checked before it is applied, each stream's hash before its
+    /// END; on damage what the restore received is deleted again.
     #[arg(
         long = "to",
         value_name = "DIR",

@@ -420,6 +420,40 @@ fn damage_case(env: Env, how: &str) {
         assert_eq!(o.status.code(), Some(1), "{how} {snap}");
         assert!(o.stdout.is_empty(), "{how}: {snap}: bytes were written");
     }
+    // Into btrfs as real subvolumes (root): the frames before the damage
+    // are applied as they are checked (s1 whole, s2 in part, with the small
+    // frames of `Env::run`), and all of it is deleted again, the finished
+    // read-only s1 too: the mount holds what mkfs made, nothing else.
+    if (how == "flip" || how == "swap")
+        && btrsend::testing::require_live(&format!("backup damage {how}: restore into btrfs"))
+    {
+        let live = btrsend::testing::LiveBtrfs::new().unwrap();
+        let o = env
+            .cmd()
+            .args(["backup", "restore", "--repo", env.repo(), "--to"])
+            .arg(live.path())
+            .arg("snaps/s3")
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(1), "{how} into btrfs");
+        assert!(stderr(&o).contains(name), "{how}: {}", stderr(&o));
+        let left: Vec<_> = fs::read_dir(live.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert!(left.is_empty(), "{how}: left in the btrfs: {left:?}");
+        let subvols = Command::new("btrfs")
+            .args(["subvolume", "list", "-a"])
+            .arg(live.path())
+            .output()
+            .unwrap();
+        assert!(subvols.status.success(), "{}", stderr(&subvols));
+        let list = String::from_utf8_lossy(&subvols.stdout);
+        assert!(
+            !list.lines().any(|l| !l.contains("DELETED")),
+            "{how}: subvolumes left: {list}"
+        );
+    }
     let to = env.dir.path().join("to-s1");
     fs::create_dir(&to).unwrap();
     let o = env

@@ -364,6 +364,28 @@ fn documented_nightly_lines_parse() {
         .collect();
     assert_eq!(units.len(), 2, "{service}");
     lines.extend(units);
+    // The man pages' crontab examples, unfolded.
+    let mut man_lines = 0;
+    for page in [
+        "btrsend-backup",
+        "btrsend-backup-run",
+        "btrsend-backup-forget",
+    ] {
+        for section in btrsend_cli::man::extra_sections(page) {
+            for block in section.blocks {
+                if let btrsend_cli::man::Block::Example(_, cmd) = block
+                    && let Some(l) = cmd.strip_prefix("0 3 * * * ")
+                {
+                    man_lines += 1;
+                    lines.extend(l.split("&&").map(|p| p.trim().to_owned()));
+                }
+            }
+        }
+    }
+    assert!(
+        man_lines >= 4,
+        "the backup man pages lost their crontab examples"
+    );
     let missing = tempfile::tempdir().unwrap();
     let repo = missing.path().join("no-such-repo");
     for line in &lines {
