@@ -5,7 +5,11 @@
 //!
 //! A btrsend stream is deterministic: the same snapshot (uuid, ctransid),
 //! parent, clone sources, protocol and options give the same commands,
-//! byte for byte. So the sender resumes by planning the send again and
+//! byte for byte, as long as the filesystem's layout does not change (a
+//! balance in between can make a CLONE name another of the references to a
+//! shared extent, or split an extent, as it does for `btrfs send`; then
+//! the shape chain below refuses a token when the commands before its point
+//! no longer have the same numbers and lengths). So the sender resumes by planning the send again and
 //! dropping every command before the resume point, counted by the sizing
 //! mode of `send --estimate` (no file data is read for a dropped WRITE:
 //! skipping costs the metadata walk only), and the receiver continues from
@@ -153,6 +157,16 @@ impl Shape {
         h.update(&self.0);
         h.update(&cmd.to_le_bytes());
         h.update(&len.to_le_bytes());
+        let out = h.finalize();
+        self.0.copy_from_slice(&out.as_bytes()[..16]);
+    }
+
+    /// Fold arbitrary bytes in (a command's identity, see
+    /// [`crate::send`]'s in-process continuation).
+    pub(crate) fn push_bytes(&mut self, bytes: &[u8]) {
+        let mut h = blake3::Hasher::new();
+        h.update(&self.0);
+        h.update(bytes);
         let out = h.finalize();
         self.0.copy_from_slice(&out.as_bytes()[..16]);
     }

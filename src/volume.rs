@@ -68,6 +68,12 @@ pub struct Volume {
     /// File data bytes read without checking them against checksums
     /// (NODATASUM files, sectors without checksums, `--no-verify-data`).
     unverified: AtomicU64,
+    /// Tests: reads until one fails (`u64::MAX`: none).
+    #[cfg(feature = "testing")]
+    fail_after: AtomicU64,
+    /// Tests: tree block and data reads so far.
+    #[cfg(feature = "testing")]
+    reads: AtomicU64,
 }
 
 impl Volume {
@@ -247,6 +253,10 @@ impl Volume {
             data_queued: Arc::new(AtomicU64::new(0)),
             data_requested: AtomicU64::new(0),
             unverified: AtomicU64::new(0),
+            #[cfg(feature = "testing")]
+            fail_after: AtomicU64::new(u64::MAX),
+            #[cfg(feature = "testing")]
+            reads: AtomicU64::new(0),
         })
     }
 
@@ -348,7 +358,50 @@ impl Volume {
     ///
     /// The most telling error of a piece no copy can give.
     pub fn read_logical(&self, logical: Logical, buf: &mut [u8]) -> Result<()> {
+        #[cfg(feature = "testing")]
+        self.injected_failure(logical)?;
         self.io().read_logical(logical, buf)
+    }
+
+    /// Tests: the read after `reads` more tree block or data reads fails
+    /// once (as a block a balance moved away does).
+    #[cfg(feature = "testing")]
+    #[doc(hidden)]
+    pub fn fail_read_after(&self, reads: u64) {
+        self.fail_after
+            .store(reads, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Tests: the tree block and data reads so far.
+    #[cfg(feature = "testing")]
+    #[doc(hidden)]
+    pub fn reads(&self) -> u64 {
+        self.reads.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    #[cfg(feature = "testing")]
+    fn injected_failure(&self, logical: Logical) -> Result<()> {
+        use std::sync::atomic::Ordering::SeqCst;
+        self.reads.fetch_add(1, SeqCst);
+        let due = self
+            .fail_after
+            .fetch_update(SeqCst, SeqCst, |n| match n {
+                u64::MAX => None,
+                0 => Some(u64::MAX),
+                n => Some(n - 1),
+            })
+            .is_ok_and(|n| n == 0);
+        if due {
+            return Err(crate::Error::corrupt(
+                crate::error::Location::Logical(logical),
+                crate::error::CorruptKind::BadField {
+                    field: "injected read failure",
+                    value: 0,
+                    why: "a test made this read fail",
+                },
+            ));
+        }
+        Ok(())
     }
 
     /// Read `[logical, logical + buf.len())` checking it sector by sector
@@ -921,6 +974,8 @@ impl Volume {
 
 impl BlockSource for Volume {
     fn read_block(&self, expect: &BlockExpect) -> Result<TreeBlock> {
+        #[cfg(feature = "testing")]
+        self.injected_failure(expect.logical)?;
         let block = self.cache.get(expect)?;
         // If the cached copy does not pass for this tree, the other copies
         // may.

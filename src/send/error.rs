@@ -108,6 +108,17 @@ pub enum SendError {
     },
     /// `send --resume TOKEN`: the token does not belong to this send.
     ResumeMismatch(String),
+    /// A send from a mounted filesystem, planned again after a balance
+    /// moved blocks it was reading, makes other commands before the point
+    /// where its stream stopped: it cannot continue that stream.
+    Replanned {
+        /// The filesystem.
+        mount: String,
+        /// The stream offset where the output stopped.
+        at: u64,
+        /// How the commands differ.
+        why: String,
+    },
 }
 
 impl fmt::Display for SendError {
@@ -164,6 +175,12 @@ impl fmt::Display for SendError {
                 "the chunk layout of {mount} changed during the send (chunks removed or moved; \
                  chunk tree generation {was} then {now}: a balance?); the stream may hold stale \
                  blocks, so its end was withheld (a receiver of it fails): run the send again"
+            ),
+            SendError::Replanned { mount, at, why } => write!(
+                f,
+                "a balance moved blocks on {mount} during the send, and the send planned again \
+                 differs from the stream written before byte {at}: {why}; the stream already \
+                 written is incomplete: run the send again"
             ),
             SendError::ResumeMismatch(why) => write!(
                 f,

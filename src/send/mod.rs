@@ -296,7 +296,65 @@ pub fn send_with_clone_sources<W: Write>(
     progress: &dyn Progress,
 ) -> Result<(W, SendStats), SendError> {
     progress.subvol_start(&subvol.path, parent.is_some());
-    let res = send_stream(fs, subvol, parent, clone_sources, out, opts, None, progress);
+    let res = send_stream(
+        fs,
+        subvol,
+        parent,
+        clone_sources,
+        out,
+        opts,
+        None,
+        None,
+        progress,
+    );
+    progress.subvol_done(&subvol.path, res.is_ok());
+    res
+}
+
+/// One attempt of a mounted send that keeps what it writes in a trail, so
+/// that a later attempt can continue it (see [`pipeline::Trail`]).
+#[derive(Clone, Copy)]
+pub(crate) struct Traced<'a> {
+    pub(crate) trail: &'a std::cell::RefCell<pipeline::Trail>,
+    /// Continue the trail's stream where it stopped (else start: from the
+    /// start, or the token's point).
+    pub(crate) resume: bool,
+    /// The resume token the whole send continues, if any.
+    pub(crate) token: Option<&'a crate::resume::Token>,
+}
+
+/// [`send_with_clone_sources`] or [`send_resumed`] (with `traced.token`),
+/// keeping what it writes in `traced.trail`, or continuing it.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn send_traced<W: Write>(
+    fs: &Filesystem,
+    subvol: &Subvolume,
+    parent: Option<&Subvolume>,
+    clone_sources: &[Subvolume],
+    out: W,
+    opts: SendOptions,
+    traced: Traced<'_>,
+    progress: &dyn Progress,
+) -> Result<(W, SendStats), SendError> {
+    let from = match traced.token {
+        Some(t) if !traced.resume => {
+            check_token(subvol, parent, opts, t)?;
+            Some(ResumeFrom::Token(t))
+        }
+        _ => None,
+    };
+    progress.subvol_start(&subvol.path, parent.is_some());
+    let res = send_stream(
+        fs,
+        subvol,
+        parent,
+        clone_sources,
+        out,
+        opts,
+        from,
+        Some(traced),
+        progress,
+    );
     progress.subvol_done(&subvol.path, res.is_ok());
     res
 }
@@ -345,6 +403,7 @@ pub fn send_resumed<W: Write>(
         out,
         opts,
         Some(from),
+        None,
         progress,
     );
     progress.subvol_done(&subvol.path, res.is_ok());
@@ -421,6 +480,7 @@ fn send_stream<W: Write>(
     out: W,
     opts: SendOptions,
     from: Option<ResumeFrom<'_>>,
+    traced: Option<Traced<'_>>,
     progress: &dyn Progress,
 ) -> Result<(W, SendStats), SendError> {
     check_options(opts)?;
@@ -433,15 +493,17 @@ fn send_stream<W: Write>(
     let tree = fs.fs_tree(subvol.id())?;
     let mut buffered = BufWriter::with_capacity(256 * 1024, out);
     let io_err = |error| SendError::Output(stream_format::EncodeError::Io { offset: 0, error });
-    let skip = match from {
-        None => None,
-        Some(ResumeFrom::Token(t)) => {
+    let skip = match (traced.filter(|t| t.resume), from) {
+        // The stream already written: nothing of the header again.
+        (Some(t), _) => Some(pipeline::Skip::to_trail(&t.trail.borrow(), t.token)),
+        (None, None) => None,
+        (None, Some(ResumeFrom::Token(t))) => {
             buffered
                 .write_all(&crate::resume::continuation_header(t))
                 .map_err(io_err)?;
             Some(pipeline::Skip::to_token(t))
         }
-        Some(ResumeFrom::Offset(at)) => {
+        (None, Some(ResumeFrom::Offset(at))) => {
             // The part of the stream header not written yet.
             let mut h = stream_format::STREAM_MAGIC.to_vec();
             h.extend_from_slice(&opts.version.to_le_bytes());
@@ -463,6 +525,10 @@ fn send_stream<W: Write>(
         let out = pipeline::Pipeline::new(writer, &tree, opts.verify_data, workers);
         let out = match skip {
             Some(s) => out.resume(s),
+            None => out,
+        };
+        let out = match traced {
+            Some(t) => out.traced(t.trail),
             None => out,
         };
         let planner =

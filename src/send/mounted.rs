@@ -24,22 +24,35 @@
 //!   snapshot do not change, except when a balance relocates them.
 //! * **Relocation** (read-write mounts): a block that fails to read or
 //!   verify may have been moved by a balance. Then the superblock, the
-//!   chunk map and the snapshot's root are read again and, if chunks were
-//!   indeed moved and nothing of the stream was written yet, the send
-//!   starts again (at most [`MAX_RESTARTS`] times). After the first byte
-//!   the send fails ([`SendError::Incomplete`]): continuing mid-stream (the
-//!   resume machinery of [`crate::resume`] within one process: the stream
-//!   planned again, the bytes already written skipped) is built and passes
-//!   its own tests, but misaligned a stream once under fstests btrfs/252
-//!   (a balance loop under fsstress), so it stays off until that is found.
-//!   A failure with no chunk
-//!   moved is an error ([`SendError::Incomplete`]). After the send, if file
-//!   data was read unverified (files without checksums, `--no-verify-data`)
-//!   and chunks were removed or moved meanwhile, that data may be stale:
-//!   the send fails ([`SendError::LayoutChanged`]) and the stream's last
-//!   command (END) is withheld so that a receiver of what was written
-//!   fails too. Every other block read was verified, so a relocation
-//!   cannot have made it stale.
+//!   chunk map and the snapshot's roots are read again and, if chunks were
+//!   indeed moved, the send is planned again and continues its stream at
+//!   the byte where the output stopped, within the same process (the
+//!   resume machinery of [`crate::resume`]: the commands before that point
+//!   are planned and dropped without reading their file data); at most
+//!   [`MAX_RESTARTS`] times. The stream is continuous and receives to the
+//!   snapshot's exact tree. It is not always byte for byte the stream an
+//!   undisturbed send writes: the stream of `btrfs send` and btrsend
+//!   depends on the layout (a CLONE names one of the references to a
+//!   shared extent, in the order of its back references, which a
+//!   relocation rewrites; a relocation may also split extents), so two
+//!   undisturbed sends before and after a balance may differ, and the
+//!   kernel's do too. Continuing at a byte offset therefore needs the
+//!   commands planned again before that point to be the very ones written
+//!   (fstests btrfs/252 once received a garbage command length when they
+//!   were not): the clone sources chosen before the point are chosen again
+//!   as they were, and the commands dropped are checked against an
+//!   identity chain of the commands written (each as encoded, without its
+//!   file data, which its path, offset and length fix; see `Trail` in
+//!   `src/send/pipeline.rs`); if they differ all the same (say a
+//!   relocation split an extent written before the point), the send fails
+//!   ([`SendError::Replanned`]) rather than continue. A failure with no
+//!   chunk moved is an error ([`SendError::Incomplete`]). The stream's last
+//!   command (END) is withheld until the send succeeds, so that a receiver
+//!   of a failed send's output fails too. After the send, if file data was
+//!   read unverified (files without checksums, `--no-verify-data`) and
+//!   chunks were removed or moved meanwhile, that data may be stale: the
+//!   send fails ([`SendError::LayoutChanged`]). Every other block read was
+//!   verified, so a relocation cannot have made it stale.
 //!
 //! Every tree block is checked (checksum, bytenr, generation against its
 //! parent pointer) and, unless [`SendOptions::verify_data`] is off, every
@@ -52,6 +65,7 @@
 //! (pages cached during an earlier read-write mount may be stale), and
 //! nothing is held back or checked afterwards, since nothing can move.
 
+use std::cell::RefCell;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -60,6 +74,7 @@ use crate::fs::Filesystem;
 use crate::fs::subvol::Subvolume;
 use crate::mount::{self, MountedFs};
 
+use super::pipeline::Trail;
 use super::{Progress, SendError, SendOptions, SendStats};
 
 /// Restarts of one send after blocks were moved (each continues the
@@ -104,6 +119,21 @@ pub struct Source {
     mounted: Option<Mounted>,
     /// How the devices are read (kept for rereads).
     read: ReadOptions,
+    /// Tests: run after the first failed attempt of a send, before the
+    /// filesystem is read again (e.g. a balance).
+    #[cfg(feature = "testing")]
+    after_failure: Option<Hook>,
+}
+
+/// Tests: see [`Source::fail_once`].
+#[cfg(feature = "testing")]
+struct Hook(Box<dyn FnMut()>);
+
+#[cfg(feature = "testing")]
+impl std::fmt::Debug for Hook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Hook")
+    }
 }
 
 impl Source {
@@ -143,6 +173,8 @@ impl Source {
             devices: devices.to_vec(),
             mounted,
             read: read.clone(),
+            #[cfg(feature = "testing")]
+            after_failure: None,
         })
     }
 
@@ -173,6 +205,8 @@ impl Source {
             devices,
             mounted: Some(mounted),
             read: read.clone(),
+            #[cfg(feature = "testing")]
+            after_failure: None,
         })
     }
 
@@ -223,6 +257,16 @@ impl Source {
 
     /// Whether the full mounted policy applies: the filesystem is mounted
     /// read-write (or its mount is not visible here), so it may change.
+    /// Tests: make the next block read of the filesystem fail once (after
+    /// `reads` more reads), and run `hook` after the failed attempt
+    /// (before the filesystem is read again).
+    #[cfg(feature = "testing")]
+    #[doc(hidden)]
+    pub fn fail_once(&mut self, reads: u64, hook: Box<dyn FnMut()>) {
+        self.fs.volume().fail_read_after(reads);
+        self.after_failure = Some(Hook(hook));
+    }
+
     fn may_change(&self) -> bool {
         self.mounted.as_ref().is_some_and(|m| !m.fs.read_only)
     }
@@ -391,8 +435,8 @@ impl Source {
     ///
     /// As [`send_with_clone_sources`](super::send_with_clone_sources);
     /// the subvolumes' errors as [`subvolume`](Self::subvolume); on a
-    /// filesystem mounted read-write also [`SendError::Incomplete`] and
-    /// [`SendError::LayoutChanged`].
+    /// filesystem mounted read-write also [`SendError::Incomplete`],
+    /// [`SendError::Replanned`] and [`SendError::LayoutChanged`].
     pub fn send<W: Write>(
         &mut self,
         req: &Request<'_>,
@@ -408,7 +452,9 @@ impl Source {
     ///
     /// # Errors
     ///
-    /// As [`send`](Self::send); [`SendError::ResumeMismatch`].
+    /// As [`send`](Self::send); [`SendError::ResumeMismatch`];
+    /// [`SendError::Replanned`] when a balance moved blocks and the send
+    /// planned again differs before the point its stream stopped at.
     pub fn send_from<W: Write>(
         &mut self,
         req: &Request<'_>,
@@ -425,51 +471,62 @@ impl Source {
         };
         // A continuation's header comes before its first command.
         let prefix = token.map_or(0, |t| crate::resume::continuation_header(t).len() as u64);
+        // Where the commands written start in the stream.
+        let (start, start_index) =
+            token.map_or((crate::resume::FIRST_COMMAND, 0), |t| (t.offset, t.index));
+        let trail = RefCell::new(Trail::new(start, start_index));
         let mut restarts = 0u32;
+        let mut continued_at = 0u64;
         // File data read unverified (a relocation could have made it stale).
         let mut unverified = 0u64;
         loop {
-            let roots = self.roots(req)?;
-            let from = if out.accepted == 0 {
-                token.map(super::ResumeFrom::Token)
-            } else {
-                // Continue where the output stopped: the same stream.
-                let at = match token {
-                    Some(t) => t.offset.saturating_add(out.accepted.saturating_sub(prefix)),
-                    None => out.accepted,
-                };
-                Some(super::ResumeFrom::Offset(at))
-            };
+            if out.accepted == 0 {
+                // Nothing written: start afresh.
+                trail.borrow_mut().rewind();
+            }
             let before_reads = self.fs.volume().unverified_bytes();
-            let res = match from {
-                None => super::send_with_clone_sources(
-                    &self.fs,
-                    &roots.subvol,
-                    roots.parent.as_ref(),
-                    &roots.clones,
-                    &mut out,
-                    opts,
-                    progress,
-                ),
-                Some(from) => super::send_resumed(
-                    &self.fs,
-                    &roots.subvol,
-                    roots.parent.as_ref(),
-                    &roots.clones,
-                    &mut out,
-                    opts,
-                    from,
-                    progress,
-                ),
+            let traced = super::Traced {
+                trail: &trail,
+                // Something of the stream reached the output: continue it.
+                resume: out.accepted > 0,
+                token,
             };
+            // The snapshots' roots are read again each time (a relocation
+            // rewrites them).
+            let res = self.roots(req).and_then(|roots| {
+                super::send_traced(
+                    &self.fs,
+                    &roots.subvol,
+                    roots.parent.as_ref(),
+                    &roots.clones,
+                    &mut out,
+                    opts,
+                    traced,
+                    progress,
+                )
+            });
             unverified = unverified.saturating_add(
                 self.fs
                     .volume()
                     .unverified_bytes()
                     .saturating_sub(before_reads),
             );
+            #[cfg(feature = "testing")]
+            let res = match res {
+                Err(e) if policy && restarts == 0 => {
+                    if let Some(hook) = self.after_failure.as_mut() {
+                        (hook.0)();
+                    }
+                    Err(e)
+                }
+                res => res,
+            };
             let stats = match res {
-                Ok((_, stats)) => stats,
+                Ok((_, mut stats)) => {
+                    stats.continued = restarts;
+                    stats.continued_at = if restarts > 0 { continued_at } else { 0 };
+                    stats
+                }
                 Err(e) if policy && is_read_error(&e) => {
                     // The kernel may have moved blocks (a balance): reread
                     // the superblock, the chunk map and the snapshot's
@@ -481,13 +538,15 @@ impl Source {
                     let after = self.fs.volume().superblock().generation.get();
                     let now = self.fs.volume().chunk_map().chunks();
                     let moved = !old.iter().all(|c| now.contains(c));
-                    // Only before any of the stream was written: a
-                    // continuation mid-stream was seen to misalign the
-                    // stream (fstests btrfs/252, a balance loop under
-                    // fsstress: a garbage command length after the
-                    // restart), so until that is found a failure after the
-                    // first byte ends the send with a clear error.
-                    if !moved || restarts >= MAX_RESTARTS || out.accepted != prefix {
+                    // The output stopped after the last command the trail
+                    // holds (nothing was written cut).
+                    let t = trail.borrow();
+                    let stopped = out
+                        .accepted
+                        .checked_sub(prefix)
+                        .map(|n| n.saturating_add(if token.is_some() { start } else { 0 }));
+                    let whole = out.accepted == 0 || (!t.broken && stopped == Some(t.pos));
+                    if !moved || restarts >= MAX_RESTARTS || !whole {
                         return Err(SendError::Incomplete {
                             mount: self.describe(),
                             before,
@@ -496,7 +555,17 @@ impl Source {
                         });
                     }
                     restarts += 1;
+                    continued_at = t.pos;
                     continue;
+                }
+                Err(SendError::ResumeMismatch(why)) if restarts > 0 => {
+                    // Planned again after the relocation, the stream
+                    // differs before the point where it stopped.
+                    return Err(SendError::Replanned {
+                        mount: self.describe(),
+                        at: continued_at,
+                        why,
+                    });
                 }
                 Err(e) => return Err(e),
             };

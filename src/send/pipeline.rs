@@ -240,6 +240,10 @@ pub(crate) struct Pipeline<'t, W: Write> {
     skip: Option<Skip>,
     /// Sets the cut of a straddling command (resuming only).
     cut: Option<fn(&mut W, u64)>,
+    /// What is written, for a continuation (see [`Trail`]).
+    trail: Option<&'t std::cell::RefCell<Trail>>,
+    /// Encodes commands for their identity (see [`Pipeline::ident`]).
+    ident_buf: Option<StreamWriter<Vec<u8>>>,
 }
 
 /// Resuming a stream: the commands before stream offset `until` are
@@ -254,10 +258,23 @@ pub(crate) struct Skip {
     pos: u64,
     index: u64,
     shape: Chain,
-    /// A resume token's point: the resume point must be a command
-    /// boundary with this index and shape chain.
-    expect: Option<(u64, Chain)>,
+    /// Continuing a [`Trail`]: the identity chain of the commands from this
+    /// stream offset on.
+    ident: Option<(u64, Chain)>,
+    /// Points the dropped commands must match, by stream offset.
+    checks: Vec<Check>,
     done: bool,
+}
+
+/// A point a resumed stream must have: a command boundary at stream offset
+/// `at`, with `index` commands before it, whose shape chain (a resume
+/// token's) or identity chain (a [`Trail`]'s) is this.
+#[derive(Debug, Clone)]
+struct Check {
+    at: u64,
+    index: u64,
+    shape: Option<Chain>,
+    ident: Option<Chain>,
 }
 
 impl Skip {
@@ -269,7 +286,8 @@ impl Skip {
             pos: crate::resume::FIRST_COMMAND,
             index: 0,
             shape: Chain::default(),
-            expect: None,
+            ident: None,
+            checks: Vec::new(),
             done: until <= crate::resume::FIRST_COMMAND,
         }
     }
@@ -277,30 +295,139 @@ impl Skip {
     /// Skip to a resume token's point.
     pub(crate) fn to_token(t: &crate::resume::Token) -> Skip {
         let mut s = Skip::to_offset(t.offset);
-        s.expect = Some((t.index, t.shape));
+        s.checks.push(Check {
+            at: t.offset,
+            index: t.index,
+            shape: Some(t.shape),
+            ident: None,
+        });
         s.done = false;
         s
     }
 
-    /// The resume point was reached: is it the token's?
-    fn check(&self) -> Result<(), SendError> {
-        let Some((index, shape)) = self.expect else {
-            return Ok(());
+    /// Skip to where `trail`'s stream stopped, the commands dropped being
+    /// the very ones written there (identity chains equal; and the
+    /// token's point on the way, if the stream continues one).
+    pub(crate) fn to_trail(trail: &Trail, token: Option<&crate::resume::Token>) -> Skip {
+        let mut s = match token {
+            Some(t) => Skip::to_token(t),
+            None => Skip::to_offset(0),
         };
-        if self.pos != self.until {
-            return Err(SendError::ResumeMismatch(format!(
-                "no command of this send starts at stream offset {} (the token's command {index})",
-                self.until
-            )));
-        }
-        if self.index != index || self.shape != shape {
-            return Err(SendError::ResumeMismatch(format!(
-                "the commands before stream offset {} differ from the interrupted send's \
-                 (command {} here, {index} in the token)",
-                self.until, self.index
-            )));
+        s.until = trail.pos;
+        s.ident = Some((trail.from, Chain::default()));
+        s.checks.push(Check {
+            at: trail.pos,
+            index: trail.index,
+            shape: None,
+            ident: Some(trail.ident),
+        });
+        s.done = false;
+        s
+    }
+
+    /// Check the points at or before the current position.
+    fn verify(&mut self) -> Result<(), SendError> {
+        while let Some(c) = self.checks.first() {
+            if self.pos < c.at {
+                break;
+            }
+            let c = self.checks.remove(0);
+            if self.pos != c.at {
+                return Err(SendError::ResumeMismatch(format!(
+                    "no command of this send starts at stream offset {} (command {} of the \
+                     interrupted send)",
+                    c.at, c.index
+                )));
+            }
+            let ident = self.ident.map(|(_, chain)| chain);
+            if self.index != c.index
+                || c.shape.is_some_and(|s| s != self.shape)
+                || c.ident.is_some_and(|i| Some(i) != ident)
+            {
+                return Err(SendError::ResumeMismatch(format!(
+                    "the commands before stream offset {} differ from the interrupted send's \
+                     (command {} here, {} there)",
+                    c.at, self.index, c.index
+                )));
+            }
         }
         Ok(())
+    }
+
+    /// The resume point is inside the next command: every point not
+    /// passed yet fails.
+    fn straddled(&self) -> Result<(), SendError> {
+        match self.checks.first() {
+            Some(c) => Err(SendError::ResumeMismatch(format!(
+                "no command of this send starts at stream offset {} (command {} of the \
+                 interrupted send)",
+                c.at, c.index
+            ))),
+            None => Ok(()),
+        }
+    }
+}
+
+/// What a send wrote so far, kept across the attempts of one mounted send
+/// (see [`super::mounted`]) so that a send planned again after a balance
+/// moved blocks can continue the same stream: where it stopped, an
+/// identity chain of the commands written, and the clone sources chosen.
+///
+/// The stream btrfs and btrsend make depends on the layout: which of the
+/// references to a shared extent a CLONE names follows the order of its
+/// back references, which a relocation changes (it rewrites them as shared
+/// references keyed by the new tree blocks' addresses); a relocation may
+/// also split extents. So a send planned again after a balance may make
+/// other commands before the point where the first one stopped. The clone
+/// sources chosen before that point are therefore chosen again as they
+/// were, and the commands dropped must be the very ones written (identity
+/// chain: each command as encoded, without its file data, whose bytes its
+/// path, offset and length fix), else the continuation is refused.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Trail {
+    /// Stream offset after the last command written (a command boundary).
+    pub(crate) pos: u64,
+    /// Index of the next command.
+    pub(crate) index: u64,
+    /// Identity chain of the commands written from stream offset `from` on.
+    pub(crate) ident: Chain,
+    /// Where the first attempt started writing commands, and the index of
+    /// the command there.
+    pub(crate) from: u64,
+    from_index: u64,
+    /// A command was written cut: the trail cannot be continued.
+    pub(crate) broken: bool,
+    /// Clone sources chosen, by (inode, file offset) of the extent
+    /// (inode, offset, clone root index), or none (written).
+    clones: std::collections::HashMap<(u64, u64), ClonePick>,
+}
+
+/// A clone source chosen for an extent (inode, offset, clone root index),
+/// or none (the extent is written).
+pub(crate) type ClonePick = Option<(u64, u64, usize)>;
+
+/// Clone choices a [`Trail`] keeps at most (about 64 bytes each).
+pub(crate) const TRAIL_CLONES_MAX: usize = 1 << 18;
+
+impl Trail {
+    /// A trail of a stream whose commands start at stream offset `from`
+    /// with command `index`.
+    pub(crate) fn new(from: u64, index: u64) -> Trail {
+        Trail {
+            pos: from,
+            index,
+            from,
+            from_index: index,
+            ..Trail::default()
+        }
+    }
+
+    /// Back to the start, nothing written (the clone choices are kept).
+    pub(crate) fn rewind(&mut self) {
+        self.pos = self.from;
+        self.index = self.from_index;
+        self.ident = Chain::default();
+        self.broken = false;
     }
 }
 
@@ -390,6 +517,8 @@ impl<'t, W: Write> Pipeline<'t, W> {
             sizing: None,
             skip: None,
             cut: None,
+            trail: None,
+            ident_buf: None,
         }
     }
 
@@ -406,35 +535,139 @@ impl<'t, W: Write> Pipeline<'t, W> {
     /// Whether the next command, `kind` with `len` bytes on the wire, is
     /// before the resume point (then it is counted and dropped).
     fn skipped(&mut self, cmd: &Command<'_>, data_len: u64) -> Result<bool, SendError> {
-        let Some(skip) = self.skip.as_mut().filter(|s| !s.done) else {
-            return Ok(false);
-        };
-        let len = cmd.stream_len(self.out.version()).saturating_add(data_len);
-        let end = skip.pos.saturating_add(len);
-        if skip.pos >= skip.until {
-            skip.done = true;
-            skip.check()?;
+        if self.skip.as_ref().is_none_or(|s| s.done) {
             return Ok(false);
         }
+        let len = cmd.stream_len(self.out.version()).saturating_add(data_len);
+        let tracked = self
+            .skip
+            .as_ref()
+            .and_then(|s| s.ident.map(|(from, _)| s.pos >= from))
+            .unwrap_or(false);
+        let id = if tracked {
+            Some(self.ident(cmd, data_len)?)
+        } else {
+            None
+        };
+        let Some(skip) = self.skip.as_mut() else {
+            return Ok(false);
+        };
+        skip.verify()?;
+        if skip.pos >= skip.until {
+            skip.done = true;
+            return Ok(false);
+        }
+        let end = skip.pos.saturating_add(len);
         if end > skip.until {
             // Straddles the resume point: written, its head cut off.
             skip.done = true;
-            skip.check()?;
+            skip.straddled()?;
             let n = skip.until - skip.pos;
             if let Some(cut) = self.cut {
                 cut(self.out.get_mut(), n);
+            }
+            if let Some(t) = self.trail {
+                t.borrow_mut().broken = true;
             }
             return Ok(false);
         }
         let number = cmd.kind().map_or(0, |k| k.number());
         skip.shape.push(number, len);
+        if let (Some((_, chain)), Some(id)) = (&mut skip.ident, &id) {
+            chain.push_bytes(id);
+        }
         skip.pos = end;
         skip.index += 1;
-        if skip.pos == skip.until && skip.expect.is_none() {
+        skip.verify()?;
+        if skip.pos == skip.until && skip.checks.is_empty() {
             skip.done = true;
         }
         self.count(cmd, data_len);
         Ok(true)
+    }
+
+    /// A command's identity for a [`Trail`]: its encoding without its file
+    /// data, and the data's length (`data_len` more bytes not in `cmd`).
+    fn ident(&mut self, cmd: &Command<'_>, data_len: u64) -> Result<Vec<u8>, SendError> {
+        let stripped;
+        let (c, n) = match cmd {
+            Command::Write { path, offset, data } => {
+                stripped = Command::Write {
+                    path: path.as_ref().into(),
+                    offset: *offset,
+                    data: (&[][..]).into(),
+                };
+                (&stripped, data.len())
+            }
+            Command::EncodedWrite {
+                path,
+                offset,
+                unencoded_file_len,
+                unencoded_len,
+                unencoded_offset,
+                compression,
+                encryption,
+                data,
+            } => {
+                stripped = Command::EncodedWrite {
+                    path: path.as_ref().into(),
+                    offset: *offset,
+                    unencoded_file_len: *unencoded_file_len,
+                    unencoded_len: *unencoded_len,
+                    unencoded_offset: *unencoded_offset,
+                    compression: *compression,
+                    encryption: *encryption,
+                    data: (&[][..]).into(),
+                };
+                (&stripped, data.len())
+            }
+            other => (other, 0),
+        };
+        let w = match &mut self.ident_buf {
+            Some(w) => w,
+            None => self.ident_buf.insert(StreamWriter::with_options(
+                Vec::with_capacity(512),
+                stream_format::WriterOptions::new(self.out.version()).without_header(),
+            )?),
+        };
+        w.get_mut().clear();
+        w.write(c)?;
+        let mut id = std::mem::take(w.get_mut());
+        let n = u64::try_from(n)
+            .unwrap_or(u64::MAX)
+            .saturating_add(data_len);
+        id.extend_from_slice(&n.to_le_bytes());
+        Ok(id)
+    }
+
+    /// Keep what is written in `trail` (see [`Trail`]).
+    pub(crate) fn traced(mut self, trail: &'t std::cell::RefCell<Trail>) -> Pipeline<'t, W> {
+        self.trail = Some(trail);
+        self
+    }
+
+    /// Continuing a [`Trail`] and still before its point: the clone source
+    /// chosen for the extent at `offset` of `ino` when it was written.
+    pub(crate) fn replayed_clone(&self, ino: u64, offset: u64) -> Option<ClonePick> {
+        let skipping = self
+            .skip
+            .as_ref()
+            .is_some_and(|s| !s.done && s.ident.is_some());
+        if !skipping {
+            return None;
+        }
+        self.trail?.borrow().clones.get(&(ino, offset)).copied()
+    }
+
+    /// Keep the clone source chosen for the extent at `offset` of `ino`
+    /// (tracing a [`Trail`]).
+    pub(crate) fn record_clone(&self, ino: u64, offset: u64, src: ClonePick) {
+        if let Some(t) = self.trail {
+            let mut t = t.borrow_mut();
+            if t.clones.len() < TRAIL_CLONES_MAX {
+                t.clones.entry((ino, offset)).or_insert(src);
+            }
+        }
     }
 
     /// The stream bytes the resume point skipped (0 when not resuming).
@@ -898,6 +1131,14 @@ impl<'t, W: Write> Pipeline<'t, W> {
         }
         self.out.write(cmd).map_err(|e| self.fail(e.into()))?;
         self.count(cmd, 0);
+        if let Some(t) = self.trail {
+            let id = self.ident(cmd, 0)?;
+            let len = cmd.stream_len(self.out.version());
+            let mut t = t.borrow_mut();
+            t.pos = t.pos.saturating_add(len);
+            t.index += 1;
+            t.ident.push_bytes(&id);
+        }
         Ok(())
     }
 

@@ -19,6 +19,7 @@ mod receive_lanes;
 mod receive_subvol;
 mod send;
 mod send_clone;
+mod send_continue;
 mod send_incremental;
 mod send_live;
 mod send_pipeline;

@@ -165,12 +165,17 @@ filesystem, drops the page cache of the block devices it reads (the kernel
 writes around that cache, so pages cached earlier can be stale), and sends
 only read-only subvolumes (parent and clone sources too). If a block fails
 to read or verify because the kernel moved it meanwhile (a balance),
-btrsend rereads the superblock, the chunk map and the snapshot's root, and
-starts again if nothing of the stream was written yet; otherwise the send
-fails saying the stream is incomplete: run it again. After the send, btrsend fails if file data was read without
-checksums (nodatasum files, --no-verify-data) and chunks were removed or
-moved meanwhile (that data may be stale); the stream's final END command is
-withheld then, so a receiver of it fails too: run the send again.
+btrsend rereads the superblock, the chunk map and the snapshot's roots,
+plans the send again and continues the stream at the byte where it
+stopped (a note on stderr says so, unless --quiet): the stream stays
+continuous and receives to the snapshot's exact tree. (The stream depends on the layout, as btrfs send's does: the clone
+sources chosen before that point are chosen again as they were, and if
+the commands planned again before it still differ from those written,
+the send fails saying the stream is incomplete: run it again.) After the
+send, btrsend fails if file data was read without checksums (nodatasum
+files, --no-verify-data) and chunks were removed or moved meanwhile (that
+data may be stale); the stream's final END command is withheld then, so
+a receiver of it fails too: run the send again.
 A read-only mount only has its block devices' page cache dropped first.
 
 VERIFICATION: every tree block is checked (checksum, address, generation)
@@ -392,7 +397,16 @@ pub fn run(args: &SendArgs) -> anyhow::Result<()> {
         }
         let resume = token.as_ref().filter(|_| k == first_sent);
         match send_one(&mut src, req, opts, resume, &mut *out, &progress) {
-            Ok(n) => stream_bytes = stream_bytes.saturating_add(n),
+            Ok(stats) => {
+                stream_bytes = stream_bytes.saturating_add(stats.stream_bytes);
+                if stats.continued > 0 && !args.quiet {
+                    progress.println(&format!(
+                        "btrsend: note: a balance moved blocks during the send of {}; its \
+                         stream continued where it stopped (last at byte {}, {} time(s))",
+                        req.subvol, stats.continued_at, stats.continued
+                    ));
+                }
+            }
             Err(e) => {
                 res = Err(match e {
                     e if e.is_broken_pipe() => broken_pipe(),
@@ -492,7 +506,7 @@ fn send_one(
     resume: Option<&btrsend::resume::Token>,
     out: &mut dyn Write,
     progress: &Reporter,
-) -> Result<u64, SendError> {
+) -> Result<btrsend::send::SendStats, SendError> {
     let (_, stats) = src.send_from(req, out, opts, resume, progress)?;
     if std::env::var_os("BTRSEND_DEBUG_EXTENT_TREE").is_some() {
         let x = stats.extent_tree;
@@ -515,7 +529,7 @@ fn send_one(
             src.fs().volume().cache_stats()
         );
     }
-    Ok(stats.stream_bytes)
+    Ok(stats)
 }
 
 /// `--estimate`: the total of the streams' sizes (one number), or with

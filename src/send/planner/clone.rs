@@ -31,6 +31,30 @@ const PAGE_SIZE: u64 = 4096;
 const MAX_SECTOR_SIZE: u64 = 64 * 1024;
 
 impl<'a, W: Write> Planner<'a, W> {
+    /// [`find_extent_clone`](Self::find_extent_clone), or, continuing a
+    /// mounted send's stream and before the point where it stopped, the
+    /// clone source chosen when it was written: the order of back
+    /// references the choice follows may have changed with a relocation
+    /// since (see [`crate::send::pipeline::Trail`]).
+    pub(super) fn choose_clone(
+        &mut self,
+        ext: &FileExtent,
+        leaf: Logical,
+    ) -> Result<Option<CloneSrc>, SendError> {
+        let (ino, offset) = (self.cur.ino, ext.file_offset);
+        if let Some(src) = self.out.replayed_clone(ino, offset) {
+            return Ok(src.map(|(ino, offset, root)| CloneSrc { ino, offset, root }));
+        }
+        self.walked = false;
+        let src = self.find_extent_clone(ext, leaf)?;
+        // Only a choice among back references depends on the layout.
+        if self.walked {
+            self.out
+                .record_clone(ino, offset, src.map(|s| (s.ino, s.offset, s.root)));
+        }
+        Ok(src)
+    }
+
     /// `find_extent_clone`: the clone root and reference to clone `ext`
     /// from, chosen as the kernel chooses (`iterate_backrefs`, then the
     /// root with the most bytes, lowest id first).
@@ -74,6 +98,7 @@ impl<'a, W: Write> Planner<'a, W> {
         } else {
             num_bytes
         };
+        self.walked = true;
         let compressed = ext.compression != Compression::None;
         let pos = (!compressed).then_some(ext_off);
         let (cur_ino, backref_offset) = (self.cur.ino, data_offset.wrapping_sub(ext_off));

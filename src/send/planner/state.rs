@@ -131,6 +131,11 @@ pub struct SendStats {
     /// The stream's commands by command number (END included); see
     /// [`SendStats::count`].
     pub commands: crate::send::pipeline::CommandCounts,
+    /// Times a send from a mounted filesystem continued its stream after a
+    /// balance moved blocks it was reading.
+    pub continued: u32,
+    /// The stream offset where it last continued.
+    pub continued_at: u64,
 }
 
 impl SendStats {
