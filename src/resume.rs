@@ -160,16 +160,6 @@ impl Shape {
         let out = h.finalize();
         self.0.copy_from_slice(&out.as_bytes()[..16]);
     }
-
-    /// Fold arbitrary bytes in (a command's identity, see
-    /// [`crate::send`]'s in-process continuation).
-    pub(crate) fn push_bytes(&mut self, bytes: &[u8]) {
-        let mut h = blake3::Hasher::new();
-        h.update(&self.0);
-        h.update(bytes);
-        let out = h.finalize();
-        self.0.copy_from_slice(&out.as_bytes()[..16]);
-    }
 }
 
 /// Where a subvolume's stream continues: what was sent, and the point.

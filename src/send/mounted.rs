@@ -39,8 +39,9 @@
 //!   kernel's do too. Continuing at a byte offset therefore needs the
 //!   commands planned again before that point to be the very ones written
 //!   (fstests btrfs/252 once received a garbage command length when they
-//!   were not): the clone sources chosen before the point are chosen again
-//!   as they were, and the commands dropped are checked against an
+//!   were not): the data commands of each extent before the point (which
+//!   clone source, what is cloned and what written) are made again as
+//!   they were, and the commands dropped are checked against an
 //!   identity chain of the commands written (each as encoded, without its
 //!   file data, which its path, offset and length fix; see `Trail` in
 //!   `src/send/pipeline.rs`); if they differ all the same (say a

@@ -242,8 +242,67 @@ pub(crate) struct Pipeline<'t, W: Write> {
     cut: Option<fn(&mut W, u64)>,
     /// What is written, for a continuation (see [`Trail`]).
     trail: Option<&'t std::cell::RefCell<Trail>>,
-    /// Encodes commands for their identity (see [`Pipeline::ident`]).
+    /// Encodes commands for their identity (see [`ident`]).
     ident_buf: Option<StreamWriter<Vec<u8>>>,
+}
+
+/// A command's identity for a [`Trail`]: its encoding without its file
+/// data, and the data's length (`data_len` more bytes not in `cmd`), in
+/// `buf`'s buffer.
+fn ident<'b>(
+    buf: &'b mut Option<StreamWriter<Vec<u8>>>,
+    version: u32,
+    cmd: &Command<'_>,
+    data_len: u64,
+) -> Result<&'b [u8], SendError> {
+    let stripped;
+    let (c, n) = match cmd {
+        Command::Write { path, offset, data } => {
+            stripped = Command::Write {
+                path: path.as_ref().into(),
+                offset: *offset,
+                data: (&[][..]).into(),
+            };
+            (&stripped, data.len())
+        }
+        Command::EncodedWrite {
+            path,
+            offset,
+            unencoded_file_len,
+            unencoded_len,
+            unencoded_offset,
+            compression,
+            encryption,
+            data,
+        } => {
+            stripped = Command::EncodedWrite {
+                path: path.as_ref().into(),
+                offset: *offset,
+                unencoded_file_len: *unencoded_file_len,
+                unencoded_len: *unencoded_len,
+                unencoded_offset: *unencoded_offset,
+                compression: *compression,
+                encryption: *encryption,
+                data: (&[][..]).into(),
+            };
+            (&stripped, data.len())
+        }
+        other => (other, 0),
+    };
+    let w = match buf {
+        Some(w) => w,
+        None => buf.insert(StreamWriter::with_options(
+            Vec::with_capacity(512),
+            stream_format::WriterOptions::new(version).without_header(),
+        )?),
+    };
+    w.get_mut().clear();
+    w.write(c)?;
+    let n = u64::try_from(n)
+        .unwrap_or(u64::MAX)
+        .saturating_add(data_len);
+    w.get_mut().extend_from_slice(&n.to_le_bytes());
+    Ok(w.get_ref())
 }
 
 /// Resuming a stream: the commands before stream offset `until` are
@@ -260,10 +319,25 @@ pub(crate) struct Skip {
     shape: Chain,
     /// Continuing a [`Trail`]: the identity chain of the commands from this
     /// stream offset on.
-    ident: Option<(u64, Chain)>,
+    ident: Option<(u64, IdentChain)>,
     /// Points the dropped commands must match, by stream offset.
     checks: Vec<Check>,
     done: bool,
+}
+
+/// The running digest of commands' identities (see [`Trail`]): one
+/// hasher fed every command, finished only when compared.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct IdentChain(blake3::Hasher);
+
+impl IdentChain {
+    fn push(&mut self, id: &[u8]) {
+        self.0.update(id);
+    }
+
+    fn digest(&self) -> [u8; 32] {
+        *self.0.finalize().as_bytes()
+    }
 }
 
 /// A point a resumed stream must have: a command boundary at stream offset
@@ -274,7 +348,7 @@ struct Check {
     at: u64,
     index: u64,
     shape: Option<Chain>,
-    ident: Option<Chain>,
+    ident: Option<[u8; 32]>,
 }
 
 impl Skip {
@@ -314,12 +388,12 @@ impl Skip {
             None => Skip::to_offset(0),
         };
         s.until = trail.pos;
-        s.ident = Some((trail.from, Chain::default()));
+        s.ident = Some((trail.from, IdentChain::default()));
         s.checks.push(Check {
             at: trail.pos,
             index: trail.index,
             shape: None,
-            ident: Some(trail.ident),
+            ident: Some(trail.ident.digest()),
         });
         s.done = false;
         s
@@ -339,7 +413,9 @@ impl Skip {
                     c.at, c.index
                 )));
             }
-            let ident = self.ident.map(|(_, chain)| chain);
+            let ident = c
+                .ident
+                .and_then(|_| self.ident.as_ref().map(|(_, chain)| chain.digest()));
             if self.index != c.index
                 || c.shape.is_some_and(|s| s != self.shape)
                 || c.ident.is_some_and(|i| Some(i) != ident)
@@ -371,18 +447,22 @@ impl Skip {
 /// What a send wrote so far, kept across the attempts of one mounted send
 /// (see [`super::mounted`]) so that a send planned again after a balance
 /// moved blocks can continue the same stream: where it stopped, an
-/// identity chain of the commands written, and the clone sources chosen.
+/// identity chain of the commands written, and the data commands made for
+/// each extent.
 ///
 /// The stream btrfs and btrsend make depends on the layout: which of the
 /// references to a shared extent a CLONE names follows the order of its
 /// back references, which a relocation changes (it rewrites them as shared
-/// references keyed by the new tree blocks' addresses); a relocation may
-/// also split extents. So a send planned again after a balance may make
-/// other commands before the point where the first one stopped. The clone
-/// sources chosen before that point are therefore chosen again as they
-/// were, and the commands dropped must be the very ones written (identity
-/// chain: each command as encoded, without its file data, whose bytes its
-/// path, offset and length fix), else the continuation is refused.
+/// references keyed by the new tree blocks' addresses); whether a source
+/// shares an extent is decided by extent addresses, which a relocation in
+/// progress may give to one tree before another; a relocation may also
+/// split extents. So a send planned again after a balance may make other
+/// commands before the point where the first one stopped. The data
+/// commands of an extent before that point are therefore made again as
+/// they were (when the extent still has the same shape), and the commands
+/// dropped must be the very ones written (identity chain: each command as
+/// encoded, without its file data, whose bytes its path, offset and length
+/// fix), else the continuation is refused.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Trail {
     /// Stream offset after the last command written (a command boundary).
@@ -390,24 +470,69 @@ pub(crate) struct Trail {
     /// Index of the next command.
     pub(crate) index: u64,
     /// Identity chain of the commands written from stream offset `from` on.
-    pub(crate) ident: Chain,
+    pub(crate) ident: IdentChain,
     /// Where the first attempt started writing commands, and the index of
     /// the command there.
     pub(crate) from: u64,
     from_index: u64,
     /// A command was written cut: the trail cannot be continued.
     pub(crate) broken: bool,
-    /// Clone sources chosen, by (inode, file offset) of the extent
-    /// (inode, offset, clone root index), or none (written).
-    clones: std::collections::HashMap<(u64, u64), ClonePick>,
+    /// The data commands made for each extent, by (inode, file offset) of
+    /// the extent, with the extent's shape.
+    extents: std::collections::HashMap<(u64, u64), (ExtentShape, Vec<DataOp>)>,
 }
 
-/// A clone source chosen for an extent (inode, offset, clone root index),
-/// or none (the extent is written).
-pub(crate) type ClonePick = Option<(u64, u64, usize)>;
+/// What identifies an extent item's data beside its key: its kind,
+/// encoding and the range of the disk extent it covers. (A relocation may
+/// split an extent: then the recorded commands are not reused.)
+pub(crate) type ExtentShape = (u8, crate::fs::Compression, u64, u64, u64, u64);
 
-/// Clone choices a [`Trail`] keeps at most (about 64 bytes each).
-pub(crate) const TRAIL_CLONES_MAX: usize = 1 << 18;
+/// The shape of `ext` (see [`ExtentShape`]).
+pub(crate) fn extent_shape(ext: &FileExtent) -> ExtentShape {
+    match &ext.data {
+        ExtentData::Inline(b) => (
+            0,
+            ext.compression,
+            ext.ram_bytes,
+            u64::try_from(b.len()).unwrap_or(u64::MAX),
+            0,
+            0,
+        ),
+        ExtentData::Regular(d) | ExtentData::Prealloc(d) => (
+            if matches!(ext.data, ExtentData::Regular(_)) {
+                1
+            } else {
+                2
+            },
+            ext.compression,
+            ext.ram_bytes,
+            d.disk_num_bytes,
+            d.offset,
+            d.num_bytes,
+        ),
+    }
+}
+
+/// One command made for an extent's data (see [`Trail`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum DataOp {
+    /// Its bytes `[offset, offset + len)` (WRITE, ENCODED_WRITE or
+    /// UPDATE_EXTENT commands).
+    Write { offset: u64, len: u64 },
+    /// CLONE of `[offset, offset + len)` from `src` (inode, offset, clone
+    /// root index).
+    Clone {
+        offset: u64,
+        len: u64,
+        src: (u64, u64, usize),
+    },
+    /// TRUNCATE to `size`.
+    Truncate { size: u64 },
+}
+
+/// Extents whose commands a [`Trail`] keeps at most (about 150 bytes
+/// each).
+pub(crate) const TRAIL_EXTENTS_MAX: usize = 1 << 17;
 
 impl Trail {
     /// A trail of a stream whose commands start at stream offset `from`
@@ -426,7 +551,7 @@ impl Trail {
     pub(crate) fn rewind(&mut self) {
         self.pos = self.from;
         self.index = self.from_index;
-        self.ident = Chain::default();
+        self.ident = IdentChain::default();
         self.broken = false;
     }
 }
@@ -542,10 +667,11 @@ impl<'t, W: Write> Pipeline<'t, W> {
         let tracked = self
             .skip
             .as_ref()
-            .and_then(|s| s.ident.map(|(from, _)| s.pos >= from))
+            .and_then(|s| s.ident.as_ref().map(|(from, _)| s.pos >= *from))
             .unwrap_or(false);
+        let version = self.out.version();
         let id = if tracked {
-            Some(self.ident(cmd, data_len)?)
+            Some(ident(&mut self.ident_buf, version, cmd, data_len)?)
         } else {
             None
         };
@@ -573,8 +699,8 @@ impl<'t, W: Write> Pipeline<'t, W> {
         }
         let number = cmd.kind().map_or(0, |k| k.number());
         skip.shape.push(number, len);
-        if let (Some((_, chain)), Some(id)) = (&mut skip.ident, &id) {
-            chain.push_bytes(id);
+        if let (Some((_, chain)), Some(id)) = (&mut skip.ident, id) {
+            chain.push(id);
         }
         skip.pos = end;
         skip.index += 1;
@@ -586,69 +712,16 @@ impl<'t, W: Write> Pipeline<'t, W> {
         Ok(true)
     }
 
-    /// A command's identity for a [`Trail`]: its encoding without its file
-    /// data, and the data's length (`data_len` more bytes not in `cmd`).
-    fn ident(&mut self, cmd: &Command<'_>, data_len: u64) -> Result<Vec<u8>, SendError> {
-        let stripped;
-        let (c, n) = match cmd {
-            Command::Write { path, offset, data } => {
-                stripped = Command::Write {
-                    path: path.as_ref().into(),
-                    offset: *offset,
-                    data: (&[][..]).into(),
-                };
-                (&stripped, data.len())
-            }
-            Command::EncodedWrite {
-                path,
-                offset,
-                unencoded_file_len,
-                unencoded_len,
-                unencoded_offset,
-                compression,
-                encryption,
-                data,
-            } => {
-                stripped = Command::EncodedWrite {
-                    path: path.as_ref().into(),
-                    offset: *offset,
-                    unencoded_file_len: *unencoded_file_len,
-                    unencoded_len: *unencoded_len,
-                    unencoded_offset: *unencoded_offset,
-                    compression: *compression,
-                    encryption: *encryption,
-                    data: (&[][..]).into(),
-                };
-                (&stripped, data.len())
-            }
-            other => (other, 0),
-        };
-        let w = match &mut self.ident_buf {
-            Some(w) => w,
-            None => self.ident_buf.insert(StreamWriter::with_options(
-                Vec::with_capacity(512),
-                stream_format::WriterOptions::new(self.out.version()).without_header(),
-            )?),
-        };
-        w.get_mut().clear();
-        w.write(c)?;
-        let mut id = std::mem::take(w.get_mut());
-        let n = u64::try_from(n)
-            .unwrap_or(u64::MAX)
-            .saturating_add(data_len);
-        id.extend_from_slice(&n.to_le_bytes());
-        Ok(id)
-    }
-
     /// Keep what is written in `trail` (see [`Trail`]).
     pub(crate) fn traced(mut self, trail: &'t std::cell::RefCell<Trail>) -> Pipeline<'t, W> {
         self.trail = Some(trail);
         self
     }
 
-    /// Continuing a [`Trail`] and still before its point: the clone source
-    /// chosen for the extent at `offset` of `ino` when it was written.
-    pub(crate) fn replayed_clone(&self, ino: u64, offset: u64) -> Option<ClonePick> {
+    /// Continuing a [`Trail`] and still before its point: the data
+    /// commands made for `ext` of `ino` when it was written, if its shape
+    /// is the same.
+    pub(crate) fn replayed_ops(&self, ino: u64, ext: &FileExtent) -> Option<Vec<DataOp>> {
         let skipping = self
             .skip
             .as_ref()
@@ -656,18 +729,27 @@ impl<'t, W: Write> Pipeline<'t, W> {
         if !skipping {
             return None;
         }
-        self.trail?.borrow().clones.get(&(ino, offset)).copied()
+        let t = self.trail?.borrow();
+        let (shape, ops) = t.extents.get(&(ino, ext.file_offset))?;
+        (*shape == extent_shape(ext)).then(|| ops.clone())
     }
 
-    /// Keep the clone source chosen for the extent at `offset` of `ino`
-    /// (tracing a [`Trail`]).
-    pub(crate) fn record_clone(&self, ino: u64, offset: u64, src: ClonePick) {
+    /// Keep the data commands made for `ext` of `ino` (tracing a
+    /// [`Trail`]).
+    pub(crate) fn record_ops(&self, ino: u64, ext: &FileExtent, ops: Vec<DataOp>) {
         if let Some(t) = self.trail {
             let mut t = t.borrow_mut();
-            if t.clones.len() < TRAIL_CLONES_MAX {
-                t.clones.entry((ino, offset)).or_insert(src);
+            if t.extents.len() < TRAIL_EXTENTS_MAX {
+                t.extents
+                    .entry((ino, ext.file_offset))
+                    .or_insert((extent_shape(ext), ops));
             }
         }
+    }
+
+    /// Whether data commands are worth recording (tracing a [`Trail`]).
+    pub(crate) fn tracing(&self) -> bool {
+        self.trail.is_some()
     }
 
     /// The stream bytes the resume point skipped (0 when not resuming).
@@ -1132,12 +1214,13 @@ impl<'t, W: Write> Pipeline<'t, W> {
         self.out.write(cmd).map_err(|e| self.fail(e.into()))?;
         self.count(cmd, 0);
         if let Some(t) = self.trail {
-            let id = self.ident(cmd, 0)?;
-            let len = cmd.stream_len(self.out.version());
+            let version = self.out.version();
+            let id = ident(&mut self.ident_buf, version, cmd, 0)?;
+            let len = cmd.stream_len(version);
             let mut t = t.borrow_mut();
             t.pos = t.pos.saturating_add(len);
             t.index += 1;
-            t.ident.push_bytes(&id);
+            t.ident.push(id);
         }
         Ok(())
     }

@@ -168,10 +168,11 @@ to read or verify because the kernel moved it meanwhile (a balance),
 btrsend rereads the superblock, the chunk map and the snapshot's roots,
 plans the send again and continues the stream at the byte where it
 stopped (a note on stderr says so, unless --quiet): the stream stays
-continuous and receives to the snapshot's exact tree. (The stream depends on the layout, as btrfs send's does: the clone
-sources chosen before that point are chosen again as they were, and if
-the commands planned again before it still differ from those written,
-the send fails saying the stream is incomplete: run it again.) After the
+continuous and receives to the snapshot's exact tree. (The stream depends on the layout, as btrfs send's does: the data
+commands of each extent before that point, such as which clone source,
+are made again as they were, and if the commands planned again before it
+still differ from those written, the send fails saying the stream is
+incomplete: run it again.) After the
 send, btrsend fails if file data was read without checksums (nodatasum
 files, --no-verify-data) and chunks were removed or moved meanwhile (that
 data may be stale); the stream's final END command is withheld then, so

@@ -12,6 +12,7 @@ use crate::fs::{Compression, ExtentData, FileExtent};
 use crate::ondisk;
 use crate::send::backref::{Elem, LeafRefs};
 use crate::send::error::SendError;
+use crate::send::pipeline::DataOp;
 use crate::send::view::TreeView;
 use crate::tree::key::Key;
 use crate::types::Logical;
@@ -31,28 +32,61 @@ const PAGE_SIZE: u64 = 4096;
 const MAX_SECTOR_SIZE: u64 = 64 * 1024;
 
 impl<'a, W: Write> Planner<'a, W> {
-    /// [`find_extent_clone`](Self::find_extent_clone), or, continuing a
-    /// mounted send's stream and before the point where it stopped, the
-    /// clone source chosen when it was written: the order of back
-    /// references the choice follows may have changed with a relocation
-    /// since (see [`crate::send::pipeline::Trail`]).
-    pub(super) fn choose_clone(
-        &mut self,
-        ext: &FileExtent,
-        leaf: Logical,
-    ) -> Result<Option<CloneSrc>, SendError> {
-        let (ino, offset) = (self.cur.ino, ext.file_offset);
-        if let Some(src) = self.out.replayed_clone(ino, offset) {
-            return Ok(src.map(|(ino, offset, root)| CloneSrc { ino, offset, root }));
+    /// The data commands of extent `ext` (`find_extent_clone`, then
+    /// `send_write_or_clone`), or, continuing a mounted send's stream and
+    /// before the point where it stopped, the very commands made for it
+    /// when it was written: the clone source chosen follows the order of
+    /// back references, and what the source shares the extent addresses,
+    /// both of which a relocation may have changed since (see `Trail` in
+    /// `src/send/pipeline.rs`).
+    pub(super) fn extent_data(&mut self, ext: &FileExtent, leaf: Logical) -> Result<(), SendError> {
+        let ino = self.cur.ino;
+        if let Some(ops) = self.out.replayed_ops(ino, ext) {
+            for op in ops {
+                match op {
+                    DataOp::Write { offset, len } => self.send_extent_data(ext, offset, len)?,
+                    DataOp::Clone { offset, len, src } => self.send_clone(
+                        offset,
+                        len,
+                        CloneSrc {
+                            ino: src.0,
+                            offset: src.1,
+                            root: src.2,
+                        },
+                    )?,
+                    DataOp::Truncate { size } => self.send_truncate(size)?,
+                }
+            }
+            let end = ext.end(self.sectorsize).min(self.cur.size);
+            if ext.file_offset < end {
+                self.cur.next_write_offset = end;
+            }
+            return Ok(());
         }
-        self.walked = false;
-        let src = self.find_extent_clone(ext, leaf)?;
-        // Only a choice among back references depends on the layout.
-        if self.walked {
-            self.out
-                .record_clone(ino, offset, src.map(|s| (s.ino, s.offset, s.root)));
+        if self.out.tracing() {
+            self.recording = Some(Vec::new());
         }
-        Ok(src)
+        let res = self
+            .find_extent_clone(ext, leaf)
+            .and_then(|clone| self.send_write_or_clone(ext, clone));
+        let ops = self.recording.take();
+        res?;
+        if let Some(ops) = ops {
+            self.out.record_ops(ino, ext, ops);
+        }
+        Ok(())
+    }
+
+    /// TRUNCATE of the current inode to `size`.
+    fn send_truncate(&mut self, size: u64) -> Result<(), SendError> {
+        if let Some(r) = &mut self.recording {
+            r.push(DataOp::Truncate { size });
+        }
+        let path = self.cur_inode_path()?;
+        self.emit(&Command::Truncate {
+            path: path.as_slice().into(),
+            size,
+        })
     }
 
     /// `find_extent_clone`: the clone root and reference to clone `ext`
@@ -98,7 +132,6 @@ impl<'a, W: Write> Planner<'a, W> {
         } else {
             num_bytes
         };
-        self.walked = true;
         let compressed = ext.compression != Compression::None;
         let pos = (!compressed).then_some(ext_off);
         let (cur_ino, backref_offset) = (self.cur.ino, data_offset.wrapping_sub(ext_off));
@@ -215,11 +248,7 @@ impl<'a, W: Write> Planner<'a, W> {
                 let src_size = self.clone_src_size(&c)?;
                 let ok = c.offset.saturating_add(num_bytes) == src_size;
                 if ok && self.parent.is_some() {
-                    let path = self.cur_inode_path()?;
-                    self.emit(&Command::Truncate {
-                        path: path.as_slice().into(),
-                        size: offset,
-                    })?;
+                    self.send_truncate(offset)?;
                 }
                 ok.then_some(c)
             }
@@ -350,6 +379,13 @@ impl<'a, W: Write> Planner<'a, W> {
                 (self.cur_path(src.ino, src_gen)?, self.uuid, self.ctransid)
             }
         };
+        if let Some(r) = &mut self.recording {
+            r.push(DataOp::Clone {
+                offset,
+                len,
+                src: (src.ino, src.offset, src.root),
+            });
+        }
         self.stats.cloned_bytes = self.stats.cloned_bytes.saturating_add(len);
         self.emit(&Command::Clone {
             offset,

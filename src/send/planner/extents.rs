@@ -75,8 +75,7 @@ impl<'a, W: Write> Planner<'a, W> {
         if !incremental && ext.is_hole_or_prealloc() {
             return Ok(());
         }
-        let clone = self.choose_clone(ext, leaf)?;
-        self.send_write_or_clone(ext, clone)?;
+        self.extent_data(ext, leaf)?;
         self.maybe_send_hole(ext, slot)?;
         if let Some(d) = ext.disk()
             && d.disk_bytenr.get() != 0

@@ -107,9 +107,9 @@ pub(crate) struct Planner<'a, W: Write> {
     parent_uuid: [u8; 16],
     parent_ctransid: u64,
     out: Pipeline<'a, W>,
-    /// The last clone search walked back references (see
-    /// [`Planner::choose_clone`]).
-    walked: bool,
+    /// The data commands made for the current extent, while a mounted
+    /// send records them (see [`Planner::extent_data`]).
+    recording: Option<Vec<crate::send::pipeline::DataOp>>,
     opts: SendOptions,
     progress: &'a dyn Progress,
     sectorsize: u32,
@@ -193,7 +193,7 @@ impl<'a, W: Write> Planner<'a, W> {
             parent_uuid,
             parent_ctransid,
             out,
-            walked: false,
+            recording: None,
             opts,
             progress,
             sectorsize,

@@ -21,6 +21,9 @@ impl<'a, W: Write> Planner<'a, W> {
         offset: u64,
         len: u64,
     ) -> Result<(), SendError> {
+        if let Some(r) = &mut self.recording {
+            r.push(crate::send::pipeline::DataOp::Write { offset, len });
+        }
         let path = self.cur_inode_path()?;
         if self.opts.no_data {
             return self.emit(&Command::UpdateExtent {
