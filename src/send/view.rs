@@ -74,19 +74,28 @@ const NEAR_LEAVES: usize = 4;
 /// The cursor of a tree's point lookups, shared by a view's clones.
 type SharedCursor<'a> = Rc<RefCell<Cursor<&'a Volume>>>;
 
+/// The subvolume's root directory: its items (orphan-name checks, the
+/// entries of top-level paths) have a lookup cursor of their own.
+const ROOT_DIR: u64 = ondisk::BTRFS_FIRST_FREE_OBJECTID;
+
 /// Point lookups in one subvolume tree. Clones share the inode memo and
 /// the lookup cursor: each lookup moves that cursor with
 /// [`Cursor::seek_near`] (a binary search in the leaf under it when the key
 /// is there, a few leaf steps forward, else a search from the lowest node
 /// of its path that holds the key), not from the root. The planner's
 /// lookups cluster: around the current inode, in the root directory
-/// (orphan names), along a path.
+/// (orphan names), along a path. Lookups of the root directory's items
+/// (every new inode's orphan name is checked there) go through a second
+/// cursor, so that they do not pull the first away from the current inode
+/// to the start of the tree and back: two searches from the root per
+/// inode of a full send.
 #[derive(Debug, Clone)]
 pub(crate) struct TreeView<'a> {
     pub fs: &'a Filesystem,
     pub root: TreeRoot,
     inodes: InodeMemo,
     lookups: SharedCursor<'a>,
+    root_dir: SharedCursor<'a>,
 }
 
 impl<'a> TreeView<'a> {
@@ -97,6 +106,7 @@ impl<'a> TreeView<'a> {
             root,
             inodes: InodeMemo::default(),
             lookups: Rc::new(RefCell::new(Cursor::new(fs.volume(), root))),
+            root_dir: Rc::new(RefCell::new(Cursor::new(fs.volume(), root))),
         })
     }
 
@@ -110,7 +120,12 @@ impl<'a> TreeView<'a> {
     /// is busy) gets a cursor of its own, sought from the root: same
     /// answer, no shortcut.
     fn at<T>(&self, key: &Key, f: impl FnOnce(&mut Cursor<&'a Volume>) -> Result<T>) -> Result<T> {
-        if let Ok(mut c) = self.lookups.try_borrow_mut() {
+        let shared = if key.objectid == ROOT_DIR {
+            &self.root_dir
+        } else {
+            &self.lookups
+        };
+        if let Ok(mut c) = shared.try_borrow_mut() {
             c.seek_near(key, NEAR_LEAVES)?;
             return f(&mut c);
         }
