@@ -1793,7 +1793,9 @@ impl Repository {
     /// checked before it is decompressed and applied, each stream's hash
     /// before its last frame (with the END command that finishes a
     /// subvolume); damage stops the receive there, and the subvolumes this
-    /// restore made are removed, so `dir` is left as it was.
+    /// restore made are removed, so `dir` is left as it was. It takes no
+    /// resume checkpoints: an interrupted restore leaves its partial
+    /// subvolume (delete it and restore again).
     ///
     /// # Errors
     ///
@@ -1875,7 +1877,12 @@ impl Repository {
                     })
                 }
                 RestoreTarget::Dir(dir) => {
-                    let opts = ReceiveOptions::new();
+                    // No resume checkpoints: the stream is in the
+                    // repository, an interrupted restore is run again (each
+                    // checkpoint snapshots the subvolume, which writes out
+                    // its data: about half the time of a 4 GiB restore).
+                    let mut opts = ReceiveOptions::new();
+                    opts.checkpoint_interval = 0;
                     let mut made = Made {
                         inner: &*progress,
                         names: std::sync::Mutex::new(Vec::new()),

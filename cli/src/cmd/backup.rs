@@ -259,7 +259,10 @@ pub struct RestoreArgs {
     /// Receive the chain into DIR with btrsend's receiver (DIR/NAME appears
     /// for each stream of the chain, as `btrsend receive` makes it). Each
     /// frame is checked before it is applied, each stream's hash before its
-    /// END; on damage what the restore received is deleted again.
+    /// END; on damage what the restore received is deleted again. No resume
+    /// checkpoints are taken (the stream is in the repository): an
+    /// interrupted restore leaves a partial DIR/NAME; delete it and run the
+    /// restore again.
     #[arg(
         long = "to",
         value_name = "DIR",
