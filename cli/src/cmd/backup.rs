@@ -354,6 +354,14 @@ struct RunProgress {
     /// Snapshots the run stores, and the number of the current one.
     count: std::sync::atomic::AtomicUsize,
     current: std::sync::atomic::AtomicUsize,
+    /// The stream bytes kept from an interrupted run for the snapshot
+    /// being stored (for its `stored` message).
+    resumed: Mutex<Option<u64>>,
+    /// A test hook (`BTRSEND_TEST_PAUSE_AT`): stop the run's sender for
+    /// good once this many stream bytes are stored, so that a test can kill
+    /// it at a known point.
+    pause_at: Option<u64>,
+    streamed: std::sync::atomic::AtomicU64,
 }
 
 impl RunProgress {
@@ -373,6 +381,11 @@ impl RunProgress {
             out: Mutex::new(crate::exit::Watch(std::io::stdout())),
             count: std::sync::atomic::AtomicUsize::new(0),
             current: std::sync::atomic::AtomicUsize::new(0),
+            resumed: Mutex::new(None),
+            pause_at: std::env::var("BTRSEND_TEST_PAUSE_AT")
+                .ok()
+                .and_then(|v| v.parse().ok()),
+            streamed: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -426,6 +439,16 @@ impl Progress for RunProgress {
     }
 
     fn stream(&self, bytes: u64) {
+        if let Some(at) = self.pause_at {
+            use std::sync::atomic::Ordering;
+            let now = self.streamed.fetch_add(bytes, Ordering::Relaxed) + bytes;
+            if now >= at {
+                eprintln!("btrsend: test: paused after {now} stream bytes");
+                loop {
+                    std::thread::sleep(std::time::Duration::from_secs(3600));
+                }
+            }
+        }
         if let Some(b) = &self.bar {
             b.inc(bytes);
             // An estimate is exact, but never let the bar run past its end
@@ -436,11 +459,38 @@ impl Progress for RunProgress {
         }
     }
 
+    fn resumed(&self, path: &str, stream_bytes: u64, stored_bytes: u64) {
+        if let Ok(mut r) = self.resumed.lock() {
+            *r = Some(stream_bytes);
+        }
+        if self.json {
+            self.line(json!({
+                "message_type": "status",
+                "snapshot": path,
+                "resumed_from_bytes": stream_bytes,
+                "resumed_stored_bytes": stored_bytes,
+            }));
+        } else if let Some(b) = &self.bar {
+            b.println(format!(
+                "btrsend: continuing {path} where an interrupted run stopped: {stream_bytes} bytes of its stream kept"
+            ));
+        }
+    }
+
     fn stored(&self, e: &Entry) {
+        let resumed = self.resumed.lock().ok().and_then(|mut r| r.take());
         if self.json {
             let mut v = serde_json::to_value(e).unwrap_or_default();
             if let Some(o) = v.as_object_mut() {
                 o.insert("message_type".into(), "stored".into());
+                // What this run sent of the stream, and what an interrupted
+                // run had stored already.
+                let kept = resumed.unwrap_or(0);
+                o.insert("resumed_from_bytes".into(), kept.into());
+                o.insert(
+                    "sent_bytes".into(),
+                    e.stream_bytes.saturating_sub(kept).into(),
+                );
             }
             self.line(v);
         }
@@ -453,6 +503,9 @@ impl Progress for RunProgress {
     }
 
     fn failed(&self, path: &str, err: &BackupError) {
+        if let Ok(mut r) = self.resumed.lock() {
+            *r = None;
+        }
         if self.json {
             let v = json!({"message_type": "error", "snapshot": path, "message": err.to_string()});
             eprintln!("{v}");
