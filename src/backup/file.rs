@@ -301,7 +301,11 @@ fn start_threads(
     // The writer first, the sink handed over once the workers run too (so
     // that it is still ours if something cannot start).
     let (sink_tx, sink_rx) = mpsc::channel::<Box<Sink>>();
-    let (done_tx, done_rx) = mpsc::channel::<Done>();
+    // Bounded: a writer that falls behind (a slow disk or network, or a
+    // starved thread) stops the workers and then the sender, so that what
+    // the sender produced and no store holds yet stays within a few frames
+    // (it is what a killed run loses and the next one sends again).
+    let (done_tx, done_rx) = mpsc::sync_channel::<Done>(threads + 1);
     let failed = Arc::clone(failed);
     let writer = std::thread::Builder::new()
         .name(String::from("btrsend-write"))
@@ -715,7 +719,7 @@ fn compress_frame(
 
 fn compress_worker(
     jobs: &Mutex<mpsc::Receiver<(u64, Vec<u8>)>>,
-    done: &mpsc::Sender<Done>,
+    done: &mpsc::SyncSender<Done>,
     pool: &Pool,
     level: i32,
 ) {
