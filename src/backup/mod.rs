@@ -15,7 +15,7 @@
 //! REPO/streams/UUID-CTRANSID-RANDOM.btrs.zst   stream files (file)
 //! REPO/lock                         flock(2) target (local directories)
 //! REPO/locks/…                      lock objects (S3)
-//! REPO/tmp/…                        unfinished uploads (temporary files; S3: markers of multipart uploads)
+//! REPO/tmp/…                        unfinished uploads (partial stream files; S3: markers of multipart uploads)
 //! ```
 //!
 //! * [`store`]: where objects live (a directory; an S3 bucket in `s3`,
@@ -25,20 +25,22 @@
 //! * [`catalog`]: the list of stored streams, replaced atomically;
 //! * [`lock`]: exclusive for `run`, shared for the readers;
 //! * [`retention`]: which stored streams `backup forget` keeps;
-//! * [`forget`]: `backup forget`, which applies it.
+//! * [`forget`]: `backup forget`, which applies it;
+//! * [`partial`]: continuing the stream file an interrupted run left.
 //!
 //! A stream file becomes part of the repository only when its upload is
 //! complete and durable and the catalog that lists it is stored: a run
 //! killed at any point leaves at most an unreferenced file (reported by
-//! `verify`, removed by the next `run`) and never a listed stream that is
-//! not whole.
+//! `verify`, removed by the next `run`) or, in a directory, a partial stream
+//! file in `tmp/` that the next `run` of the same snapshot continues
+//! ([`partial`]), and never a listed stream that is not whole.
 
 pub mod catalog;
 pub mod file;
 pub mod forget;
 mod frames;
 pub mod lock;
-mod partial;
+pub mod partial;
 pub mod retention;
 #[cfg(feature = "s3")]
 pub mod s3;

@@ -183,7 +183,10 @@ pub struct RunArgs {
           value_parser = clap::value_parser!(i32).range(1..=19))]
     level: i32,
     /// Print JSON Lines on standard output (message_type status, stored,
-    /// then summary) and errors as JSON on standard error.
+    /// then summary) and errors as JSON on standard error. A stream that
+    /// continues an interrupted run's adds a status line with
+    /// resumed_from_bytes (raw stream kept) and resumed_stored_bytes; every
+    /// stored line has resumed_from_bytes and sent_bytes (the rest).
     #[arg(long)]
     json: bool,
     #[command(flatten)]
@@ -206,7 +209,13 @@ the same origin subvolume (the subvolume it was taken of) whose chain is
 intact and which is still on the source, else as a full stream. A stream
 becomes visible in the repository only once it is complete and durable:
 a run that is killed leaves nothing half-written, and the next run
-completes the work. Silent on success unless standard error is a
+completes the work. In a directory repository it continues the stream
+where the interrupted run stopped: the partial stream file in REPO/tmp/
+(kept when a run is killed or fails) is checked frame by frame, cut back
+to its last intact frame, and the rest of the stream is sent and appended,
+if it is of the same snapshot and parent (else it is removed, with a
+notice, and the stream sent again; see btrsend-repository(5)). S3
+repositories send the stream again. Silent on success unless standard error is a
 terminal or --json is given. On a terminal a progress bar covers the whole
 run: its total is the exact size of every stream the run stores (estimated
 first from the snapshots' metadata, as `btrsend send --estimate` does), so
