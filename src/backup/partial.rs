@@ -107,13 +107,16 @@ fn hyphenated(u: &[u8; 16]) -> String {
     uuid::Uuid::from_bytes(*u).hyphenated().to_string()
 }
 
+/// A stream's snapshot: uuid and ctransid, and its parent's.
+type Ident = ([u8; 16], u64, Option<([u8; 16], u64)>);
+
 /// A frame's commands, checked: their (number, wire length), and the first
 /// command's identity for frame 0.
 struct Decoded {
     shape: Vec<(u16, u64)>,
     ended: bool,
     proto: u32,
-    ident: Option<([u8; 16], u64, Option<([u8; 16], u64)>)>,
+    ident: Option<Ident>,
 }
 
 /// Decode the commands of one frame's raw bytes (`raw` starts with the
