@@ -558,6 +558,17 @@ impl ExtentReader<'_, '_> {
                     })?;
                 self.read_disk(at, out, offset).map(|_| ())
             }
+            // Plain inline data: straight from the item, no decoded copy.
+            (ExtentData::Inline(bytes), Compression::None) => {
+                let skip = usize::try_from(within).unwrap_or(usize::MAX);
+                let avail = bytes.get(skip..).unwrap_or_default();
+                let n = avail.len().min(out.len());
+                let (head, tail) = out.split_at_mut(n);
+                head.copy_from_slice(avail.get(..n).unwrap_or_default());
+                // Past the data (the inline tail up to the sector end).
+                tail.fill(0);
+                Ok(())
+            }
             _ => {
                 let id = match &e.data {
                     ExtentData::Regular(d) => (d.disk_bytenr.get(), d.disk_num_bytes),

@@ -928,7 +928,7 @@ impl<'t, W: Write> Pipeline<'t, W> {
         other: u64,
         entry: impl FnOnce(Pending) -> Entry,
     ) -> Result<(), SendError> {
-        let buf = match read {
+        let mut buf = match read {
             Read::Range { .. } => self.buffer(len),
             Read::Raw => Vec::new(),
         };
@@ -937,6 +937,16 @@ impl<'t, W: Write> Pipeline<'t, W> {
             .saturating_add(other)
             .saturating_add(ENTRY_OVERHEAD);
         self.make_room(charge)?;
+        // Plain inline data is in the leaf already: copied here, with no
+        // job (and no copy of the extent) handed to a worker.
+        if let (Read::Range { offset, .. }, ExtentData::Inline(_), Compression::None) =
+            (&read, &ext.data, ext.compression)
+        {
+            buf.resize(usize::try_from(len).unwrap_or(usize::MAX), 0);
+            let r = self.tree.extent_reader(ino, self.verify);
+            let data = r.read_at(ext, *offset, &mut buf).map(|()| buf);
+            return self.push(entry(Pending::Ready(data)), charge);
+        }
         let job = Job {
             ino,
             ext: ext.clone(),
@@ -966,6 +976,16 @@ impl<'t, W: Write> Pipeline<'t, W> {
     /// none (a new one is made by the job).
     fn buffer(&mut self, len: u64) -> Vec<u8> {
         let need = usize::try_from(len).unwrap_or(usize::MAX);
+        // Most reads are alike: the last buffer kept usually fits.
+        if let Some(b) = self.pool.last()
+            && b.capacity() >= need
+            && b.capacity() / 2 <= need
+            && let Some(b) = self.pool.pop()
+        {
+            let cap = u64::try_from(b.capacity()).unwrap_or(u64::MAX);
+            self.pool_bytes = self.pool_bytes.saturating_sub(cap);
+            return b;
+        }
         let best = self
             .pool
             .iter()

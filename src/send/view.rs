@@ -74,19 +74,69 @@ const NEAR_LEAVES: usize = 4;
 /// The cursor of a tree's point lookups, shared by a view's clones.
 type SharedCursor<'a> = Rc<RefCell<Cursor<&'a Volume>>>;
 
+/// The subvolume's root directory: its items (orphan-name checks, the
+/// entries of top-level paths) have a lookup cursor of their own.
+const ROOT_DIR: u64 = ondisk::BTRFS_FIRST_FREE_OBJECTID;
+
+/// Orphan-name checks made by lookups before the root directory is
+/// scanned once for the names that look like orphan names (a small
+/// incremental send makes a few and never scans).
+const ORPHAN_PROBES: u32 = 256;
+/// The most root-directory entries that scan reads; a larger root
+/// directory keeps the lookups.
+const ORPHAN_SCAN_MAX: usize = 1 << 20;
+/// The most orphan-like names kept from it (24 bytes each); more keep the
+/// lookups.
+const ORPHAN_SET_MAX: usize = 1 << 16;
+
+/// What is known of the names `o<ino>-<gen>-<idx>` in a tree's root
+/// directory (`gen_unique_name` asks whether one exists for every new
+/// inode of a send).
+#[derive(Debug)]
+enum OrphanNames {
+    /// Not scanned yet; this many lookups so far.
+    Probing(u32),
+    /// Every such name there, as (ino, gen, idx).
+    Known(std::collections::HashSet<(u64, u64, u64)>),
+    /// Too many to keep: look each up.
+    Lookups,
+}
+
+/// `name` as (ino, gen, idx) if it is exactly `o<ino>-<gen>-<idx>` as
+/// `gen_unique_name` writes it (decimal, no leading zeros).
+fn parse_orphan_name(name: &[u8]) -> Option<(u64, u64, u64)> {
+    let rest = name.strip_prefix(b"o")?;
+    let mut parts = rest.split(|&b| b == b'-');
+    let mut num = || -> Option<u64> {
+        let p = parts.next()?;
+        let canonical = !p.is_empty()
+            && p.iter().all(u8::is_ascii_digit)
+            && (p.len() == 1 || p.first() != Some(&b'0'));
+        canonical.then(|| std::str::from_utf8(p).ok()?.parse().ok())?
+    };
+    let t = (num()?, num()?, num()?);
+    parts.next().is_none().then_some(t)
+}
+
 /// Point lookups in one subvolume tree. Clones share the inode memo and
 /// the lookup cursor: each lookup moves that cursor with
 /// [`Cursor::seek_near`] (a binary search in the leaf under it when the key
 /// is there, a few leaf steps forward, else a search from the lowest node
 /// of its path that holds the key), not from the root. The planner's
 /// lookups cluster: around the current inode, in the root directory
-/// (orphan names), along a path.
+/// (orphan names), along a path. Lookups of the root directory's items
+/// (every new inode's orphan name is checked there) go through a second
+/// cursor, so that they do not pull the first away from the current inode
+/// to the start of the tree and back: two searches from the root per
+/// inode of a full send.
 #[derive(Debug, Clone)]
 pub(crate) struct TreeView<'a> {
     pub fs: &'a Filesystem,
     pub root: TreeRoot,
     inodes: InodeMemo,
     lookups: SharedCursor<'a>,
+    root_dir: SharedCursor<'a>,
+    orphans: Rc<RefCell<OrphanNames>>,
 }
 
 impl<'a> TreeView<'a> {
@@ -97,6 +147,8 @@ impl<'a> TreeView<'a> {
             root,
             inodes: InodeMemo::default(),
             lookups: Rc::new(RefCell::new(Cursor::new(fs.volume(), root))),
+            root_dir: Rc::new(RefCell::new(Cursor::new(fs.volume(), root))),
+            orphans: Rc::new(RefCell::new(OrphanNames::Probing(0))),
         })
     }
 
@@ -110,7 +162,12 @@ impl<'a> TreeView<'a> {
     /// is busy) gets a cursor of its own, sought from the root: same
     /// answer, no shortcut.
     fn at<T>(&self, key: &Key, f: impl FnOnce(&mut Cursor<&'a Volume>) -> Result<T>) -> Result<T> {
-        if let Ok(mut c) = self.lookups.try_borrow_mut() {
+        let shared = if key.objectid == ROOT_DIR {
+            &self.root_dir
+        } else {
+            &self.lookups
+        };
+        if let Ok(mut c) = shared.try_borrow_mut() {
             c.seek_near(key, NEAR_LEAVES)?;
             return f(&mut c);
         }
@@ -195,6 +252,70 @@ impl<'a> TreeView<'a> {
     pub fn lookup_dir_item(&self, dir: u64, name: &[u8]) -> Result<Option<Key>> {
         self.lookup_named(dir, ondisk::BTRFS_DIR_ITEM_KEY, name)
             .map(|e| e.map(|(k, _)| k))
+    }
+
+    /// Whether the root directory has an entry named `o<ino>-<gen>-<idx>`
+    /// (`name`): by lookups at first, then — for sends that ask often —
+    /// from one scan of the root directory's DIR_ITEMs that keeps the
+    /// names of that shape (the tree does not change during a send).
+    pub fn has_orphan_name(
+        &self,
+        (ino, generation, idx): (u64, u64, u64),
+        name: &[u8],
+    ) -> Result<bool> {
+        let scan = {
+            let mut st = self.orphans.borrow_mut();
+            match &mut *st {
+                OrphanNames::Known(set) => return Ok(set.contains(&(ino, generation, idx))),
+                OrphanNames::Lookups => false,
+                OrphanNames::Probing(n) => {
+                    *n = n.saturating_add(1);
+                    *n > ORPHAN_PROBES
+                }
+            }
+        };
+        if scan {
+            let known = self.scan_orphan_names()?;
+            let found = known
+                .as_ref()
+                .map(|set| set.contains(&(ino, generation, idx)));
+            *self.orphans.borrow_mut() = match known {
+                Some(set) => OrphanNames::Known(set),
+                None => OrphanNames::Lookups,
+            };
+            if let Some(found) = found {
+                return Ok(found);
+            }
+        }
+        Ok(self.lookup_dir_item(ROOT_DIR, name)?.is_some())
+    }
+
+    /// The orphan-shaped names of the root directory, unless it has more
+    /// than [`ORPHAN_SCAN_MAX`] entries or more than [`ORPHAN_SET_MAX`] of
+    /// them.
+    fn scan_orphan_names(&self) -> Result<Option<std::collections::HashSet<(u64, u64, u64)>>> {
+        let mut set = std::collections::HashSet::new();
+        let mut seen = 0usize;
+        let mut fits = true;
+        self.each_item(
+            ROOT_DIR,
+            ondisk::BTRFS_DIR_ITEM_KEY..=ondisk::BTRFS_DIR_ITEM_KEY,
+            |item| {
+                if !fits {
+                    return Ok(());
+                }
+                for e in items::dir_records(item) {
+                    let e = e?;
+                    seen = seen.saturating_add(1);
+                    if let Some(t) = parse_orphan_name(e.name) {
+                        set.insert(t);
+                    }
+                }
+                fits = seen <= ORPHAN_SCAN_MAX && set.len() <= ORPHAN_SET_MAX;
+                Ok(())
+            },
+        )?;
+        Ok(fits.then_some(set))
     }
 
     /// The value of xattr `name` of `ino`.
@@ -306,5 +427,40 @@ impl ExtentIter<'_> {
                 .map(|o| Key::new(key.objectid, ondisk::BTRFS_EXTENT_DATA_KEY, o));
             Ok(Some(ext))
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_orphan_name;
+
+    #[test]
+    fn orphan_names_are_parsed_only_in_their_exact_shape() {
+        assert_eq!(parse_orphan_name(b"o257-7-0"), Some((257, 7, 0)));
+        assert_eq!(
+            parse_orphan_name(b"o18446744073709551615-0-10"),
+            Some((u64::MAX, 0, 10))
+        );
+        for other in [
+            &b"o0257-7-0"[..],
+            b"o257-07-0",
+            b"o257-7-00",
+            b"o257-7",
+            b"o257-7-0-",
+            b"o257-7-0-1",
+            b"o-7-0",
+            b"p257-7-0",
+            b"o257-7-x",
+            b"o18446744073709551616-0-0",
+            b"o257--0",
+            b"",
+        ] {
+            assert_eq!(
+                parse_orphan_name(other),
+                None,
+                "{:?}",
+                String::from_utf8_lossy(other)
+            );
+        }
     }
 }

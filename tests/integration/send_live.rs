@@ -272,3 +272,166 @@ fn kernel_oracle_on_a_fresh_filesystem() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// (inode number, generation) of each path, from `stat` and `lsattr -v`
+/// (FS_IOC_GETVERSION: the inode item's generation on btrfs).
+fn ino_gen(dir: &std::path::Path, paths: &[String]) -> Vec<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let out = Command::new("lsattr")
+        .arg("-v")
+        .arg("-d")
+        .args(paths)
+        .current_dir(dir)
+        .output()
+        .expect("lsattr");
+    assert!(out.status.success(), "lsattr -v");
+    let text = String::from_utf8(out.stdout).expect("utf-8");
+    let gens: Vec<u64> = text
+        .lines()
+        .map(|l| l.split_whitespace().next().unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(gens.len(), paths.len(), "{text}");
+    paths
+        .iter()
+        .zip(gens)
+        .map(|(p, g)| (std::fs::metadata(dir.join(p)).unwrap().ino(), g))
+        .collect()
+}
+
+/// Orphan names (`o<ino>-<gen>-<idx>`) already taken in the root
+/// directory, of the snapshot and of the parent, in sends that check
+/// more names than the planner looks up one by one (it then scans the
+/// root directory once): the kernel skips to the next free index, and so
+/// must we; names of another shape (leading zeros, two numbers) take
+/// nothing. Full send of the child and incremental from the parent,
+/// compared command for command with the kernel's.
+#[test]
+fn orphan_names_taken_in_the_root_directory() {
+    let test = "orphan_names_taken_in_the_root_directory";
+    if !testing::require_live(test) {
+        return;
+    }
+    const N: usize = 300;
+    let live = LiveBtrfs::with_options(1 << 30, &[], "").expect("scratch btrfs");
+    let m = live.path().display().to_string();
+    // k first, then N directories, then a file in each (higher inode
+    // numbers than every directory).
+    sh(&format!(
+        "cd {m} && btrfs -q subvolume create src && cd src && mkdir k && \
+         for i in $(seq 0 {last}); do mkdir x$i; done && \
+         for i in $(seq 0 {last}); do echo $i > x$i/f; done && sync",
+        last = N - 1
+    ));
+    let src = live.path().join("src");
+    let dirs: Vec<String> = (0..N).map(|i| format!("x{i}")).collect();
+    let files: Vec<String> = (0..N).map(|i| format!("x{i}/f")).collect();
+    let d = ino_gen(&src, &dirs);
+    let f = ino_gen(&src, &files);
+    let touch = |name: String| {
+        std::fs::write(src.join(name), b"decoy").expect("decoy");
+    };
+    // The parent: names of the last directories' orphans (the
+    // incremental send orphanizes each deleted directory while its file
+    // is still in it): index 0 taken for 20 of them, 0 and 1 for the last;
+    // decoys of other shapes for one.
+    for &(ino, generation) in &d[N - 20..] {
+        touch(format!("o{ino}-{generation}-0"));
+    }
+    let (ino, generation) = d[N - 1];
+    touch(format!("o{ino}-{generation}-1"));
+    let (ino, generation) = d[N - 11];
+    for name in [
+        format!("o0{ino}-{generation}-1"),
+        format!("o{ino}-{generation}-01"),
+        format!("o{ino}-{generation}"),
+        format!("o{ino}-{generation}-1-"),
+    ] {
+        touch(name);
+    }
+    sh(&format!(
+        "sync && btrfs -q subvolume snapshot -r {m}/src {m}/snap1 && sync"
+    ));
+    // The child: the files moved out, the directories deleted, the
+    // parent's names for the first 10 of those directories gone (taken
+    // in the parent only); the files' orphan names (each new in a full
+    // send) taken for the last 20 files, 0 and 1 for the last.
+    sh(&format!(
+        "cd {m}/src && for i in $(seq 0 {last}); do mv x$i/f k/f$i && rmdir x$i; done",
+        last = N - 1
+    ));
+    for &(ino, generation) in &d[N - 20..N - 10] {
+        std::fs::remove_file(src.join(format!("o{ino}-{generation}-0"))).expect("rm");
+    }
+    for &(ino, generation) in &f[N - 20..] {
+        touch(format!("o{ino}-{generation}-0"));
+    }
+    let (ino, generation) = f[N - 1];
+    touch(format!("o{ino}-{generation}-1"));
+    sh(&format!(
+        "sync && btrfs -q subvolume snapshot -r {m}/src {m}/snap2 && sync"
+    ));
+    let scratch = live.scratch_dir().to_owned();
+    let kernel_stream = |args: &[&str], name: &str| {
+        let out = scratch.join(name);
+        let st = Command::new("btrfs")
+            .arg("-q")
+            .arg("send")
+            .args(args)
+            .arg("-f")
+            .arg(&out)
+            .arg(live.path().join("snap2"))
+            .status()
+            .expect("btrfs send");
+        assert!(st.success());
+        commands(&std::fs::read(&out).expect("kernel stream"))
+    };
+    let full_k = kernel_stream(&[], "full.stream");
+    let parent = format!("{m}/snap1");
+    let inc_k = kernel_stream(&["-p", &parent], "inc.stream");
+    sh("sync");
+    let fs = Filesystem::open(&[scratch.join("fs.img")]).expect("open image");
+    let snap1 = send::find_subvolume(&fs, "snap1").expect("snap1");
+    let snap2 = send::find_subvolume(&fs, "snap2").expect("snap2");
+    let opts = SendOptions::new(1);
+    let (full, _) = send::send_full(&fs, &snap2, Vec::new(), opts, &NoProgress).expect("full");
+    let (inc, _) =
+        send::send_incremental(&fs, &snap2, &snap1, Vec::new(), opts, &NoProgress).expect("inc");
+    // The kernel skipped taken names where this test expects it to: in the
+    // parent (the orphanized directories) and in the child (new files).
+    let names = |cmds: &[Cmd<'_>]| -> Vec<Vec<u8>> {
+        cmds.iter()
+            .filter_map(|c| match c {
+                Cmd::Mkfile { path, .. } => Some(path.to_vec()),
+                Cmd::Rename { path_to, .. } => Some(path_to.to_vec()),
+                _ => None,
+            })
+            .collect()
+    };
+    let (ino, generation) = f[N - 1];
+    assert!(
+        names(&full_k).contains(&format!("o{ino}-{generation}-2").into_bytes()),
+        "kernel full stream: no file created at index 2"
+    );
+    let (ino, generation) = d[N - 1];
+    assert!(
+        names(&inc_k).contains(&format!("o{ino}-{generation}-2").into_bytes()),
+        "kernel incremental stream: no directory orphanized at index 2"
+    );
+    let (ino, generation) = d[N - 15];
+    assert!(
+        names(&inc_k).contains(&format!("o{ino}-{generation}-1").into_bytes()),
+        "kernel incremental stream: a name taken in the parent only was used"
+    );
+    let mut failures = Vec::new();
+    for (what, ours, k) in [("full", full, full_k), ("incremental", inc, inc_k)] {
+        let a = commands(&ours);
+        if let Some(i) = (0..a.len().max(k.len())).find(|&i| a.get(i) != k.get(i)) {
+            failures.push(format!(
+                "{what}: command {i} differs: ours {:?}, kernel {:?}",
+                a.get(i),
+                k.get(i)
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

@@ -43,11 +43,12 @@ impl<'a, W: Write> Planner<'a, W> {
         let mut idx = 0u64;
         loop {
             let name = format!("o{ino}-{generation}-{idx}").into_bytes();
-            let in_parent = match self.parent.clone() {
-                Some(p) => p.lookup_dir_item(FIRST_FREE, &name)?.is_some(),
+            let id = (ino, generation, idx);
+            let in_parent = match &self.parent {
+                Some(p) => p.has_orphan_name(id, &name)?,
                 None => false,
             };
-            if !in_parent && self.view.lookup_dir_item(FIRST_FREE, &name)?.is_none() {
+            if !in_parent && !self.view.has_orphan_name(id, &name)? {
                 return Ok(name);
             }
             idx = idx.saturating_add(1);
