@@ -301,7 +301,11 @@ fn start_threads(
     // The writer first, the sink handed over once the workers run too (so
     // that it is still ours if something cannot start).
     let (sink_tx, sink_rx) = mpsc::channel::<Box<Sink>>();
-    let (done_tx, done_rx) = mpsc::channel::<Done>();
+    // Bounded: a writer that falls behind (a slow disk or network, or a
+    // starved thread) stops the workers and then the sender, so that what
+    // the sender produced and no store holds yet stays within a few frames
+    // (it is what a killed run loses and the next one sends again).
+    let (done_tx, done_rx) = mpsc::sync_channel::<Done>(threads + 1);
     let failed = Arc::clone(failed);
     let writer = std::thread::Builder::new()
         .name(String::from("btrsend-write"))
@@ -371,18 +375,55 @@ fn write_frames(
     }
 }
 
+/// What a stream file's writer continues from: the frames an interrupted
+/// writer left whole (see [`partial`](super::partial)), and the state of
+/// the raw stream after them.
+#[derive(Debug, Clone)]
+pub struct Continued {
+    /// The frames kept, in file order.
+    pub frames: Vec<FrameInfo>,
+    /// Their stored length (where the next frame starts in the file).
+    pub stored_bytes: u64,
+    /// Their raw length (where the rest of the stream starts).
+    pub raw_bytes: u64,
+    /// Commands they hold.
+    pub commands: u64,
+    /// The stream's protocol version (from its header).
+    pub proto: u32,
+    /// The BLAKE3 of their raw bytes so far (the whole stream's hash goes
+    /// on from it).
+    pub hasher: blake3::Hasher,
+}
+
 impl FileWriter {
     /// A writer into `upload`.
     pub fn new(upload: Box<dyn Upload>, opts: WriterOptions) -> FileWriter {
+        FileWriter::start(upload, opts, None)
+    }
+
+    /// A writer that appends to the frames of an interrupted file: `upload`
+    /// holds them (its next byte goes at `from.stored_bytes`), and the raw
+    /// bytes given to it go on from `from.raw_bytes` at a command boundary
+    /// (no stream header).
+    pub fn continued(upload: Box<dyn Upload>, opts: WriterOptions, from: Continued) -> FileWriter {
+        FileWriter::start(upload, opts, Some(from))
+    }
+
+    fn start(upload: Box<dyn Upload>, opts: WriterOptions, from: Option<Continued>) -> FileWriter {
         let pool = Arc::new(Pool::default());
         let failed = Arc::new(Mutex::new(None));
+        let (frames, offset, hasher) = match &from {
+            Some(c) => (c.frames.clone(), c.stored_bytes, c.hasher.clone()),
+            None => (Vec::new(), 0, blake3::Hasher::new()),
+        };
+        let next = frames.len() as u64;
         let sink = Box::new(Sink {
             upload,
             pending: BTreeMap::new(),
-            next: 0,
-            offset: 0,
-            frames: Vec::new(),
-            hasher: blake3::Hasher::new(),
+            next,
+            offset,
+            frames,
+            hasher,
             pool: Arc::clone(&pool),
         });
         let stage = match start_threads(sink, opts.threads, opts.level, &failed) {
@@ -393,13 +434,17 @@ impl FileWriter {
             stage: Some(stage),
             opts,
             buf: Vec::with_capacity(opts.frame_bytes.saturating_add(256 << 10)),
-            parse: Parse::Header(0),
+            parse: if from.is_some() {
+                Parse::CmdHeader(0)
+            } else {
+                Parse::Header(0)
+            },
             hdr: [0; CMD_HEADER_SIZE],
             stream_hdr: Vec::with_capacity(STREAM_HEADER_SIZE),
-            proto: None,
-            commands: 0,
-            raw_bytes: 0,
-            next_index: 0,
+            proto: from.as_ref().map(|c| c.proto),
+            commands: from.as_ref().map_or(0, |c| c.commands),
+            raw_bytes: from.as_ref().map_or(0, |c| c.raw_bytes),
+            next_index: next,
             pool,
             failed,
         }
@@ -674,7 +719,7 @@ fn compress_frame(
 
 fn compress_worker(
     jobs: &Mutex<mpsc::Receiver<(u64, Vec<u8>)>>,
-    done: &mpsc::Sender<Done>,
+    done: &mpsc::SyncSender<Done>,
     pool: &Pool,
     level: i32,
 ) {

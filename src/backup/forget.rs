@@ -120,7 +120,9 @@ impl Repository {
             }
             // Stream files of entries that an interrupted forget (or run)
             // had already dropped from the catalog.
-            self.clean_leftovers(&catalog, progress)?;
+            // A run's partial stream files stay for the next run, unless
+            // their snapshot is stored.
+            self.clean_leftovers(&catalog, &|u, c| catalog.find(u, c).is_none(), progress)?;
         }
         Ok(ForgetReport {
             verdicts: plan.verdicts,

@@ -15,7 +15,7 @@
 //! REPO/streams/UUID-CTRANSID-RANDOM.btrs.zst   stream files (file)
 //! REPO/lock                         flock(2) target (local directories)
 //! REPO/locks/…                      lock objects (S3)
-//! REPO/tmp/…                        unfinished uploads (temporary files; S3: markers of multipart uploads)
+//! REPO/tmp/…                        unfinished uploads (partial stream files; S3: markers of multipart uploads)
 //! ```
 //!
 //! * [`store`]: where objects live (a directory; an S3 bucket in `s3`,
@@ -25,19 +25,22 @@
 //! * [`catalog`]: the list of stored streams, replaced atomically;
 //! * [`lock`]: exclusive for `run`, shared for the readers;
 //! * [`retention`]: which stored streams `backup forget` keeps;
-//! * [`forget`]: `backup forget`, which applies it.
+//! * [`forget`]: `backup forget`, which applies it;
+//! * [`partial`]: continuing the stream file an interrupted run left.
 //!
 //! A stream file becomes part of the repository only when its upload is
 //! complete and durable and the catalog that lists it is stored: a run
 //! killed at any point leaves at most an unreferenced file (reported by
-//! `verify`, removed by the next `run`) and never a listed stream that is
-//! not whole.
+//! `verify`, removed by the next `run`) or, in a directory, a partial stream
+//! file in `tmp/` that the next `run` of the same snapshot continues
+//! ([`partial`]), and never a listed stream that is not whole.
 
 pub mod catalog;
 pub mod file;
 pub mod forget;
 mod frames;
 pub mod lock;
+pub mod partial;
 pub mod retention;
 #[cfg(feature = "s3")]
 pub mod s3;
@@ -216,6 +219,10 @@ pub trait Progress: Sync {
     fn data(&self, _bytes: u64) {}
     /// `bytes` more of the raw stream were stored.
     fn stream(&self, _bytes: u64) {}
+    /// The stream of the snapshot being stored continues the partial file
+    /// an interrupted run left: `stream_bytes` of its raw stream
+    /// (`stored_bytes` in the file) are kept, the rest is sent now.
+    fn resumed(&self, _path: &str, _stream_bytes: u64, _stored_bytes: u64) {}
     /// A snapshot was stored.
     fn stored(&self, _entry: &Entry) {}
     /// A snapshot was already stored.
@@ -467,8 +474,15 @@ impl Repository {
     }
 
     /// Remove stream files no catalog entry names and unfinished uploads
-    /// (left by an interrupted run). Needs the exclusive lock.
-    fn clean_leftovers(&self, cat: &Catalog, progress: &dyn Progress) -> Result<(), BackupError> {
+    /// (left by an interrupted run), but the partial stream files of the
+    /// snapshots `keep` names (uuid, ctransid): a later run continues them
+    /// (see [`partial`]). Needs the exclusive lock.
+    fn clean_leftovers(
+        &self,
+        cat: &Catalog,
+        keep: &dyn Fn(&str, u64) -> bool,
+        progress: &dyn Progress,
+    ) -> Result<(), BackupError> {
         let named: BTreeSet<&str> = cat.entries.iter().map(|e| e.file.as_str()).collect();
         for o in self.store.list(STREAMS_DIR)? {
             if !named.contains(o.key.as_str()) {
@@ -482,7 +496,14 @@ impl Repository {
         // Unfinished uploads: temporary files, or S3 multipart uploads
         // (aborted, so no part stays behind). One that cannot be removed
         // now is tried again next time.
+        let resumable = self.store.local_root().is_some();
         for o in self.store.list(&format!("{}/", store::TMP_DIR))? {
+            if resumable
+                && partial::snapshot_of(&o.key).is_some_and(|(u, c)| keep(&u, c))
+                && o.size > 0
+            {
+                continue;
+            }
             if let Err(e) = self.store.discard_unfinished(&o.key) {
                 progress.notice(&format!(
                     "cannot remove what an interrupted upload left ({}): {e}; the next run tries again",
@@ -1045,7 +1066,15 @@ impl Repository {
             None => Vec::new(),
         };
         let mut src = select(opts, specs, &mut found, &cat)?;
-        self.clean_leftovers(&cat, progress)?;
+        // The partial stream files of the snapshots this run stores stay,
+        // to be continued.
+        let todo: BTreeSet<(String, u64)> = src
+            .selected
+            .iter()
+            .map(|s| (stream_uuid(&s.subvol), s.subvol.root.ctransid.get()))
+            .filter(|(u, c)| cat.find(u, *c).is_none())
+            .collect();
+        self.clean_leftovers(&cat, &|u, c| todo.contains(&(u.to_owned(), c)), progress)?;
         for (path, err) in std::mem::take(&mut src.rejected) {
             progress.failed(&path, &err);
             report.failed.push((path, err));
@@ -1244,11 +1273,9 @@ impl Repository {
             "{STREAMS_DIR}{uuid}-{ctransid}-{:08x}.btrs.zst",
             store::random_u64() & 0xffff_ffff
         );
-        let upload = self.store.multipart(&key)?;
         let wopts = WriterOptions::new()
             .with_level(opts.level)
             .with_frame_bytes(opts.frame_bytes);
-        let writer = FileWriter::new(upload, wopts);
         let sopts = SendOptions::new(1);
         let bridge = SendBridge(progress);
         // By id: unambiguous on devices and in a mount alike.
@@ -1259,18 +1286,57 @@ impl Repository {
             parent: parent_spec.as_deref(),
             clone_sources: &[],
         };
-        let counted = Counted {
-            inner: writer,
-            progress,
+        let parent_id = parent.as_ref().map(|(e, _)| (e.uuid.clone(), e.ctransid));
+        let mut partial = self.find_partial(&uuid, ctransid, parent_id.as_ref(), progress);
+        let writer = loop {
+            let Some((tmp, scan)) = partial.take() else {
+                let mut upload = self.store.multipart(&key)?;
+                upload.keep_when_dropped();
+                let counted = Counted {
+                    inner: FileWriter::new(upload, wopts),
+                    progress,
+                };
+                let (counted, _stats) = source
+                    .send(&req, counted, sopts, &bridge)
+                    .map_err(send_err)?;
+                break counted.inner;
+            };
+            let Some(mut upload) =
+                self.store
+                    .continue_upload(&tmp, scan.kept.stored_bytes, &key)?
+            else {
+                self.discard_partial(&tmp, "this store cannot continue it", progress);
+                continue;
+            };
+            upload.keep_when_dropped();
+            progress.resumed(&sel.path, scan.kept.raw_bytes, scan.kept.stored_bytes);
+            progress.stream(scan.kept.raw_bytes);
+            let counted = Counted {
+                inner: FileWriter::continued(upload, wopts, scan.kept.clone()),
+                progress,
+            };
+            // The continuation's header is not part of the stream.
+            let out = SkipHead {
+                inner: counted,
+                left: crate::resume::continuation_header(&scan.token).len(),
+            };
+            match source.send_from(&req, out, sopts, Some(&scan.token), &bridge) {
+                Ok((out, _stats)) => break out.inner.inner,
+                Err(SendError::ResumeMismatch(why)) => {
+                    // Another stream than the partial file's: start over.
+                    self.discard_partial(
+                        &tmp,
+                        &format!("its commands are not this send's ({why})"),
+                        progress,
+                    );
+                }
+                Err(e) => return Err(send_err(e)),
+            }
         };
-        let (counted, _stats) = source
-            .send(&req, counted, sopts, &bridge)
-            .map_err(send_err)?;
-        let writer = counted.inner;
         let id = StreamIdentity {
             uuid: uuid.clone(),
             ctransid,
-            parent: parent.as_ref().map(|(e, _)| (e.uuid.clone(), e.ctransid)),
+            parent: parent_id.clone(),
         };
         let (trailer, size) = writer.finish(id)?;
         let entry = Entry {
@@ -1299,6 +1365,112 @@ impl Repository {
         cat.get(id)
             .cloned()
             .ok_or_else(|| BackupError::Invalid(String::from("entry vanished")))
+    }
+}
+
+/// A writer that drops the first `left` bytes written to it (a
+/// continuation stream's header).
+struct SkipHead<W> {
+    inner: W,
+    left: usize,
+}
+
+impl<W: Write> Write for SkipHead<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let skip = self.left.min(buf.len());
+        self.left -= skip;
+        if skip == buf.len() {
+            return Ok(skip);
+        }
+        Ok(skip + self.inner.write(&buf[skip..])?)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+impl Repository {
+    /// The partial stream file an interrupted run left for this snapshot
+    /// (stream `uuid`, `ctransid`, incremental from `parent`), scanned
+    /// (see [`partial`]); the others of the same snapshot, and one that
+    /// does not match, are removed with a notice.
+    fn find_partial(
+        &self,
+        uuid: &str,
+        ctransid: u64,
+        parent: Option<&(String, u64)>,
+        progress: &dyn Progress,
+    ) -> Option<(String, partial::Scan)> {
+        self.store.local_root()?;
+        let tmp = self.store.list(&format!("{}/", store::TMP_DIR)).ok()?;
+        let mut best: Option<(String, partial::Scan)> = None;
+        for o in tmp {
+            if partial::snapshot_of(&o.key).is_none_or(|(u, c)| u != uuid || c != ctransid) {
+                continue;
+            }
+            let scan = match partial::scan(&*self.store, &o.key, o.size) {
+                Ok(s) => s,
+                Err(why) => {
+                    self.discard_partial(&o.key, &why, progress);
+                    continue;
+                }
+            };
+            if scan.uuid != uuid || scan.ctransid != ctransid {
+                let why = format!(
+                    "it holds the stream of snapshot {} ctransid {}",
+                    scan.uuid, scan.ctransid
+                );
+                self.discard_partial(&o.key, &why, progress);
+                continue;
+            }
+            if scan.parent.as_ref() != parent {
+                let was = scan.parent.as_ref().map_or_else(
+                    || String::from("a full stream"),
+                    |(u, c)| format!("incremental from {u} ctransid {c}"),
+                );
+                let now = parent.map_or_else(
+                    || String::from("a full stream"),
+                    |(u, c)| format!("incremental from {u} ctransid {c}"),
+                );
+                let why = format!("it holds {was}, this run stores {now}");
+                self.discard_partial(&o.key, &why, progress);
+                continue;
+            }
+            if let Some(cut) = &scan.cut {
+                progress.notice(&format!(
+                    "{}: keeping its first {} frames ({} bytes of stream): {cut}",
+                    o.key,
+                    scan.kept.frames.len(),
+                    scan.kept.raw_bytes
+                ));
+            }
+            // Two partial files of one snapshot (two runs killed): the
+            // longer is continued.
+            let longer = best
+                .as_ref()
+                .is_none_or(|(_, b)| scan.kept.raw_bytes > b.kept.raw_bytes);
+            if longer {
+                if let Some((k, _)) = best.replace((o.key.clone(), scan)) {
+                    self.discard_partial(&k, &format!("{} holds more", o.key), progress);
+                }
+            } else if let Some((k, _)) = &best {
+                self.discard_partial(&o.key, &format!("{k} holds more"), progress);
+            }
+        }
+        best
+    }
+
+    /// Remove a partial stream file that cannot be continued, saying why.
+    fn discard_partial(&self, key: &str, why: &str, progress: &dyn Progress) {
+        progress.notice(&format!(
+            "{key}: not continuing the stream an interrupted run left: {why}; sending it again"
+        ));
+        if let Err(e) = self.store.discard_unfinished(key) {
+            progress.notice(&format!(
+                "cannot remove {key}: {e}; the next run tries again"
+            ));
+        }
     }
 }
 
@@ -1409,11 +1581,15 @@ impl Repository {
                 ));
             }
         }
+        let resumable = self.store.local_root().is_some();
         for o in self.store.list(&format!("{}/", store::TMP_DIR))? {
-            rep.notices.push(format!(
-                "{}: an unfinished upload (left by an interrupted run; the next run removes it)",
-                o.key
-            ));
+            let what = match partial::snapshot_of(&o.key) {
+                Some((u, c)) if resumable && cat.find(&u, c).is_none() => {
+                    "the partial stream file of an interrupted run (the next run that stores its snapshot continues it)"
+                }
+                _ => "an unfinished upload (left by an interrupted run; the next run removes it)",
+            };
+            rep.notices.push(format!("{}: {what}", o.key));
         }
         let mut bad: BTreeSet<u64> = BTreeSet::new();
         for e in &cat.entries {
@@ -2058,7 +2234,9 @@ impl Repository {
     ) -> Result<ImportReport, BackupError> {
         let _lock = self.lock(LockKind::Exclusive, opts.wait_lock, progress)?;
         let mut cat = self.catalog()?;
-        self.clean_leftovers(&cat, progress)?;
+        // A run's partial stream files stay for the next run, unless their
+        // snapshot is stored.
+        self.clean_leftovers(&cat, &|u, c| cat.find(u, c).is_none(), progress)?;
         let mut report = ImportReport::default();
         let mut todo = Vec::new();
         for f in files {

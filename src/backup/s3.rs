@@ -24,7 +24,12 @@
 //!   which finds its marker. Only an upload killed between its creation and
 //!   its marker's (one request, before any part) is left to the bucket's
 //!   lifecycle rule (`AbortIncompleteMultipartUpload`), if one is set; it
-//!   holds no data.
+//!   holds no data. An interrupted upload is not continued (as a
+//!   directory's partial stream file is, see [`partial`](super::partial)):
+//!   the next run sends the stream again. Continuing would need the frame
+//!   table, the stream's hash state and the parts' ETags recorded in the
+//!   marker as parts complete, since the parts of an unfinished upload
+//!   cannot be read back.
 //! * Connections: `AWS_ENDPOINT_URL` (an `http://` endpoint is allowed),
 //!   `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_REGION` or
 //!   `AWS_DEFAULT_REGION`, and the other `AWS_*` variables `object_store`

@@ -88,6 +88,11 @@ pub trait Upload: Send {
     ///
     /// I/O or network errors; [`StoreError::Exists`].
     fn complete(self: Box<Self>) -> Result<(), StoreError>;
+    /// Keep what was written when the upload is dropped without being
+    /// completed (a run killed, or failed: a lost connection, a full
+    /// disk), for a later writer to continue ([`Store::continue_upload`]).
+    /// Stores that cannot continue an upload abort it as before.
+    fn keep_when_dropped(&mut self) {}
 }
 
 /// The operations a repository needs from where it lives.
@@ -136,6 +141,23 @@ pub trait Store: Send + Sync + fmt::Debug {
     ///
     /// I/O or network errors.
     fn multipart(&self, key: &str) -> Result<Box<dyn Upload>, StoreError>;
+    /// Continue the unfinished upload `tmp` (a key in `tmp/` as
+    /// [`Store::list`] gives it) as an upload of `key`: its first `keep`
+    /// bytes stay, the rest is cut off, and what is written goes after
+    /// them. Only stores whose unfinished uploads can be read back and cut
+    /// (a directory) can; the others return `Ok(None)`.
+    ///
+    /// # Errors
+    ///
+    /// I/O errors; [`StoreError::NotFound`].
+    fn continue_upload(
+        &self,
+        _tmp: &str,
+        _keep: u64,
+        _key: &str,
+    ) -> Result<Option<Box<dyn Upload>>, StoreError> {
+        Ok(None)
+    }
     /// Remove what an unfinished upload left in `tmp/` (`key`, as
     /// [`Store::list`] gives it): a temporary file; in S3 a marker, whose
     /// multipart upload is aborted first (its parts deleted). Needs the
@@ -415,7 +437,31 @@ impl Store for LocalStore {
             key: key.to_owned(),
             file: Some(io::BufWriter::with_capacity(1 << 20, file)),
             tmp,
+            keep: false,
         }))
+    }
+
+    fn continue_upload(
+        &self,
+        tmp: &str,
+        keep: u64,
+        key: &str,
+    ) -> Result<Option<Box<dyn Upload>>, StoreError> {
+        let path = self.path(tmp);
+        let mut file = OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .map_err(|e| self.err("open", tmp, e))?;
+        file.set_len(keep)
+            .and_then(|()| file.seek(SeekFrom::Start(keep)))
+            .map_err(|e| self.err("truncate", tmp, e))?;
+        Ok(Some(Box::new(LocalUpload {
+            store: LocalStore::new(&self.root),
+            key: key.to_owned(),
+            file: Some(io::BufWriter::with_capacity(1 << 20, file)),
+            tmp: path,
+            keep: false,
+        })))
     }
 
     fn check_reachable(&self) -> Result<(), StoreError> {
@@ -443,6 +489,8 @@ struct LocalUpload {
     key: String,
     file: Option<io::BufWriter<File>>,
     tmp: PathBuf,
+    /// Leave the temporary file when dropped unfinished.
+    keep: bool,
 }
 
 impl Upload for LocalUpload {
@@ -469,12 +517,23 @@ impl Upload for LocalUpload {
             })
         }
     }
+
+    fn keep_when_dropped(&mut self) {
+        self.keep = true;
+    }
 }
 
 impl Drop for LocalUpload {
     fn drop(&mut self) {
-        if self.file.take().is_some() {
-            let _ = fs::remove_file(&self.tmp);
+        if let Some(mut f) = self.file.take() {
+            if self.keep {
+                // What was written stays for the next run (a failed flush
+                // leaves a shorter file, which is cut at its last whole
+                // frame then).
+                let _ = f.flush();
+            } else {
+                let _ = fs::remove_file(&self.tmp);
+            }
         }
     }
 }

@@ -183,7 +183,10 @@ pub struct RunArgs {
           value_parser = clap::value_parser!(i32).range(1..=19))]
     level: i32,
     /// Print JSON Lines on standard output (message_type status, stored,
-    /// then summary) and errors as JSON on standard error.
+    /// then summary) and errors as JSON on standard error. A stream that
+    /// continues an interrupted run's adds a status line with
+    /// resumed_from_bytes (raw stream kept) and resumed_stored_bytes; every
+    /// stored line has resumed_from_bytes and sent_bytes (the rest).
     #[arg(long)]
     json: bool,
     #[command(flatten)]
@@ -206,7 +209,13 @@ the same origin subvolume (the subvolume it was taken of) whose chain is
 intact and which is still on the source, else as a full stream. A stream
 becomes visible in the repository only once it is complete and durable:
 a run that is killed leaves nothing half-written, and the next run
-completes the work. Silent on success unless standard error is a
+completes the work. In a directory repository it continues the stream
+where the interrupted run stopped: the partial stream file in REPO/tmp/
+(kept when a run is killed or fails) is checked frame by frame, cut back
+to its last intact frame, and the rest of the stream is sent and appended,
+if it is of the same snapshot and parent (else it is removed, with a
+notice, and the stream sent again; see btrsend-repository(5)). S3
+repositories send the stream again. Silent on success unless standard error is a
 terminal or --json is given. On a terminal a progress bar covers the whole
 run: its total is the exact size of every stream the run stores (estimated
 first from the snapshots' metadata, as `btrsend send --estimate` does), so
@@ -358,6 +367,14 @@ struct RunProgress {
     /// Snapshots the run stores, and the number of the current one.
     count: std::sync::atomic::AtomicUsize,
     current: std::sync::atomic::AtomicUsize,
+    /// The stream bytes kept from an interrupted run for the snapshot
+    /// being stored (for its `stored` message).
+    resumed: Mutex<Option<u64>>,
+    /// A test hook (`BTRSEND_TEST_PAUSE_AT`): stop the run's sender for
+    /// good once this many stream bytes are stored, so that a test can kill
+    /// it at a known point.
+    pause_at: Option<u64>,
+    streamed: std::sync::atomic::AtomicU64,
 }
 
 impl RunProgress {
@@ -377,6 +394,11 @@ impl RunProgress {
             out: Mutex::new(crate::exit::Watch(std::io::stdout())),
             count: std::sync::atomic::AtomicUsize::new(0),
             current: std::sync::atomic::AtomicUsize::new(0),
+            resumed: Mutex::new(None),
+            pause_at: std::env::var("BTRSEND_TEST_PAUSE_AT")
+                .ok()
+                .and_then(|v| v.parse().ok()),
+            streamed: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -430,6 +452,16 @@ impl Progress for RunProgress {
     }
 
     fn stream(&self, bytes: u64) {
+        if let Some(at) = self.pause_at {
+            use std::sync::atomic::Ordering;
+            let now = self.streamed.fetch_add(bytes, Ordering::Relaxed) + bytes;
+            if now >= at {
+                eprintln!("btrsend: test: paused after {now} stream bytes");
+                loop {
+                    std::thread::sleep(std::time::Duration::from_secs(3600));
+                }
+            }
+        }
         if let Some(b) = &self.bar {
             b.inc(bytes);
             // An estimate is exact, but never let the bar run past its end
@@ -440,11 +472,38 @@ impl Progress for RunProgress {
         }
     }
 
+    fn resumed(&self, path: &str, stream_bytes: u64, stored_bytes: u64) {
+        if let Ok(mut r) = self.resumed.lock() {
+            *r = Some(stream_bytes);
+        }
+        if self.json {
+            self.line(json!({
+                "message_type": "status",
+                "snapshot": path,
+                "resumed_from_bytes": stream_bytes,
+                "resumed_stored_bytes": stored_bytes,
+            }));
+        } else if let Some(b) = &self.bar {
+            b.println(format!(
+                "btrsend: continuing {path} where an interrupted run stopped: {stream_bytes} bytes of its stream kept"
+            ));
+        }
+    }
+
     fn stored(&self, e: &Entry) {
+        let resumed = self.resumed.lock().ok().and_then(|mut r| r.take());
         if self.json {
             let mut v = serde_json::to_value(e).unwrap_or_default();
             if let Some(o) = v.as_object_mut() {
                 o.insert("message_type".into(), "stored".into());
+                // What this run sent of the stream, and what an interrupted
+                // run had stored already.
+                let kept = resumed.unwrap_or(0);
+                o.insert("resumed_from_bytes".into(), kept.into());
+                o.insert(
+                    "sent_bytes".into(),
+                    e.stream_bytes.saturating_sub(kept).into(),
+                );
             }
             self.line(v);
         }
@@ -457,6 +516,9 @@ impl Progress for RunProgress {
     }
 
     fn failed(&self, path: &str, err: &BackupError) {
+        if let Ok(mut r) = self.resumed.lock() {
+            *r = None;
+        }
         if self.json {
             let v = json!({"message_type": "error", "snapshot": path, "message": err.to_string()});
             eprintln!("{v}");

@@ -1,0 +1,470 @@
+//! `backup run` continuing the stream an interrupted run left (issue 14),
+//! live (root; required in CI), in a directory repository.
+//!
+//! A kernel-made btrfs holds `snaps/s1` (~300 MB: files of 1-12 MB, some
+//! compressible, small files), `snaps/s2` (overwrites, renames, ~80 MB of
+//! new data) and `snaps/s3` (~60 MB more). `backup run` is killed with
+//! SIGKILL at 16 points of s1's full stream and 4 of s2's incremental one,
+//! each re-run continuing the partial file of the one before (and then
+//! killed itself). The test hook `BTRSEND_TEST_PAUSE_AT=N` stops the
+//! run's sender once N bytes of stream went to the stream file's writer
+//! (its threads go on with the frames in flight) and says so on stderr; the
+//! test then
+//! kills it: so the kills fall at chosen points of the stream, and the
+//! stream re-sent after each is measured exactly (what the killed run had
+//! produced minus what the next one kept), within 64 MiB plus one frame.
+//! A torn tail and a flipped byte in the partial's last frame are cut back
+//! to the last intact frame; a partial of another snapshot, and one made
+//! for another parent, are discarded with a notice and the stream started
+//! over. In the end `verify --read-data` passes, `restore --to` of every
+//! snapshot has the kernel mount's manifest, and `restore --stdout` of the
+//! chain into `btrfs receive` too.
+
+use std::io::{BufRead, BufReader, Read};
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use btrsend::manifest::{self, Options};
+use btrsend::testing::workload::Rng;
+use btrsend::testing::{self, LiveBtrfs};
+use serde_json::Value;
+
+use crate::common::btrsend;
+
+const MIB: u64 = 1 << 20;
+/// The default frame size of a stream file.
+const FRAME: u64 = 4 * MIB;
+
+fn sh(cmd: &mut Command) -> std::process::Output {
+    let out = cmd.output().expect("spawn");
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+fn write_random(path: &Path, len: usize, rng: &mut Rng) {
+    use std::io::Write;
+    let mut f = std::fs::File::create(path).unwrap();
+    let mut left = len;
+    while left > 0 {
+        let n = left.min(4 << 20);
+        let compressible = rng.chance(30);
+        f.write_all(&rng.bytes(n, compressible)).unwrap();
+        left -= n;
+    }
+}
+
+fn snapshot(vol: &Path, to: &Path) {
+    sh(Command::new("btrfs")
+        .args(["subvolume", "snapshot", "-r"])
+        .arg(vol)
+        .arg(to));
+}
+
+/// The source filesystem and its three snapshots.
+fn make_source(rng: &mut Rng) -> (LiveBtrfs, [PathBuf; 3]) {
+    let src = LiveBtrfs::with_options(3 << 30, &[], "").expect("scratch btrfs");
+    let mnt = src.path().to_path_buf();
+    let vol = mnt.join("vol");
+    sh(Command::new("btrfs")
+        .args(["subvolume", "create"])
+        .arg(&vol));
+    for d in 0..4 {
+        let dir = vol.join(format!("d{d}"));
+        std::fs::create_dir(&dir).unwrap();
+        for f in 0..50 {
+            let len = rng.below(9000) as usize;
+            write_random(&dir.join(format!("s{f}")), len, rng);
+        }
+    }
+    let (mut total, mut big) = (0u64, 0);
+    while total < 300 * MIB {
+        let len = (MIB + rng.below(11 * MIB)) as usize;
+        write_random(&vol.join(format!("d{}/big{big}", big % 4)), len, rng);
+        total += len as u64;
+        big += 1;
+    }
+    std::fs::create_dir(mnt.join("snaps")).unwrap();
+    let s1 = mnt.join("snaps/s1");
+    snapshot(&vol, &s1);
+    // s2: overwrites, a rename, new data.
+    for b in (0..big).step_by(6) {
+        let p = vol.join(format!("d{}/big{b}", b % 4));
+        let f = std::fs::OpenOptions::new().write(true).open(p).unwrap();
+        use std::os::unix::fs::FileExt;
+        f.write_all_at(&rng.bytes(200_000, false), 50_000).unwrap();
+    }
+    std::fs::rename(vol.join("d1"), vol.join("d0/moved")).unwrap();
+    for n in 0..8 {
+        write_random(&vol.join(format!("d2/new{n}")), 10 << 20, rng);
+    }
+    let s2 = mnt.join("snaps/s2");
+    snapshot(&vol, &s2);
+    // s3: more new data, a deletion.
+    std::fs::remove_file(vol.join("d2/new0")).unwrap();
+    for n in 0..6 {
+        write_random(&vol.join(format!("d3/more{n}")), 10 << 20, rng);
+    }
+    let s3 = mnt.join("snaps/s3");
+    snapshot(&vol, &s3);
+    sh(&mut Command::new("sync"));
+    (src, [s1, s2, s3])
+}
+
+/// What one `backup run --json` did: its JSON lines, where its sender was
+/// stopped (then it was killed with SIGKILL), its stderr.
+struct Run {
+    lines: Vec<Value>,
+    paused_at: Option<u64>,
+    stderr: String,
+}
+
+impl Run {
+    /// The notices it printed.
+    fn notices(&self) -> Vec<String> {
+        self.lines
+            .iter()
+            .filter_map(|l| l["notice"].as_str().map(str::to_owned))
+            .collect()
+    }
+
+    /// Its `stored` message.
+    fn stored(&self) -> Option<&Value> {
+        self.lines.iter().find(|l| l["message_type"] == "stored")
+    }
+
+    fn resumed_from(&self) -> Option<u64> {
+        self.lines
+            .iter()
+            .filter(|l| l["message_type"] == "status")
+            .find_map(|l| l.get("resumed_from_bytes")?.as_u64())
+    }
+}
+
+/// `backup run --json --repo REPO EXTRA… SNAP`, killed with SIGKILL once
+/// its sender stopped at `pause_at` stream bytes (if it gets there).
+fn run(repo: &Path, snap: &Path, pause_at: Option<u64>, extra: &[&str]) -> Run {
+    let mut c = btrsend();
+    c.args(["backup", "run", "--json", "--repo"])
+        .arg(repo)
+        .args(extra)
+        .arg(snap)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    if let Some(n) = pause_at {
+        c.env("BTRSEND_TEST_PAUSE_AT", n.to_string());
+    }
+    let mut child = c.spawn().expect("btrsend backup run");
+    let mut out = child.stdout.take().unwrap();
+    let stdout = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = out.read_to_string(&mut s);
+        s
+    });
+    let err = child.stderr.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    let stderr = std::thread::spawn(move || {
+        let mut all = String::new();
+        for line in BufReader::new(err).lines() {
+            let Ok(line) = line else { break };
+            if let Some(n) = line
+                .strip_prefix("btrsend: test: paused after ")
+                .and_then(|r| r.strip_suffix(" stream bytes"))
+            {
+                let _ = tx.send(n.parse::<u64>().unwrap());
+            }
+            all.push_str(&line);
+            all.push('\n');
+        }
+        all
+    });
+    let paused_at = match rx.recv_timeout(Duration::from_secs(600)) {
+        Ok(n) => {
+            child.kill().unwrap();
+            Some(n)
+        }
+        Err(_) => None,
+    };
+    let status = child.wait().unwrap();
+    let stdout = stdout.join().unwrap();
+    let stderr = stderr.join().unwrap();
+    if paused_at.is_some() {
+        assert_eq!(status.signal(), Some(9), "{stderr}");
+    } else {
+        assert!(status.success(), "{status:?}: {stderr}");
+    }
+    let lines = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    Run {
+        lines,
+        paused_at,
+        stderr,
+    }
+}
+
+/// The partial stream files in the repository's `tmp/`.
+fn partials(repo: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(repo.join("tmp"))
+        .map(|d| d.map(|e| e.unwrap().path()).collect())
+        .unwrap_or_default();
+    v.retain(|p| p.to_string_lossy().contains(".btrs.zst."));
+    v.sort();
+    v
+}
+
+/// Kill runs of `snap` at each of `points`, each run continuing the
+/// partial of the one before; the largest stream re-sent after a kill.
+fn kill_at(repo: &Path, snap: &Path, points: &[u64], log: &mut Vec<String>) -> u64 {
+    let mut prev: Option<u64> = None;
+    let mut max_resent = 0;
+    for &at in points {
+        let r = run(repo, snap, Some(at), &[]);
+        let paused = r
+            .paused_at
+            .unwrap_or_else(|| panic!("the run of {} ended before {at} bytes", snap.display()));
+        let kept = r.resumed_from();
+        if let Some(p) = prev {
+            let kept = kept.unwrap_or_else(|| {
+                panic!(
+                    "the run after a kill at {p} did not continue: {:?}",
+                    r.lines
+                )
+            });
+            let resent = p - kept;
+            log.push(format!(
+                "{}: killed at {p}, continued from {kept}: {resent} re-sent",
+                snap.display()
+            ));
+            assert!(
+                resent <= 64 * MIB + FRAME,
+                "{resent} bytes re-sent after a kill at {p}"
+            );
+            max_resent = max_resent.max(resent);
+        }
+        assert_eq!(partials(repo).len(), 1, "{}", r.stderr);
+        prev = Some(paused);
+    }
+    max_resent
+}
+
+/// `backup restore --to DIR SNAP` and the manifests of its chain.
+fn check_restore(repo: &Path, src: &LiveBtrfs, to: &Path, snap: &str, chain: &[&str]) {
+    std::fs::create_dir_all(to).unwrap();
+    sh(btrsend()
+        .args(["backup", "restore", "--repo"])
+        .arg(repo)
+        .arg("--to")
+        .arg(to)
+        .arg(snap));
+    let opts = Options { holes: false };
+    for s in chain {
+        let want = src.manifest(&format!("snaps/{s}"), opts).unwrap();
+        let got = manifest::manifest(&to.join(s), opts).unwrap();
+        assert!(
+            manifest::diff(&want, &got, 20).is_none(),
+            "{s}: {}",
+            manifest::diff(&want, &got, 20).unwrap_or_default()
+        );
+    }
+}
+
+#[test]
+fn backup_run_continues_the_stream_an_interrupted_run_left() {
+    let test = "backup_run_continues_the_stream_an_interrupted_run_left";
+    if !testing::require_live(test) {
+        return;
+    }
+    let mut rng = Rng::new(1414);
+    let (src, [s1, s2, s3]) = make_source(&mut rng);
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = tmp.path().join("repo");
+    sh(btrsend().args(["backup", "init", "--repo"]).arg(&repo));
+    let estimate = |snap: &Path, parent: Option<&Path>| {
+        let mut c = btrsend();
+        c.args(["send", "--estimate"]);
+        if let Some(p) = parent {
+            c.arg("-p").arg(p);
+        }
+        let o = sh(c.arg(snap));
+        String::from_utf8(o.stdout)
+            .unwrap()
+            .trim()
+            .parse::<u64>()
+            .unwrap()
+    };
+    let len1 = estimate(&s1, None);
+    let len2 = estimate(&s2, Some(&s1));
+    assert!(len1 > 250 * MIB && len2 > 80 * MIB, "{len1} {len2}");
+    let mut log = Vec::new();
+
+    // s1: 16 kills spread over its stream, at random points of 16 equal
+    // slices.
+    let points: Vec<u64> = (0..16)
+        .map(|k| 40 * MIB + (len1 - 48 * MIB) * k / 16 + rng.below((len1 - 48 * MIB) / 16))
+        .collect();
+    let mut max_resent = kill_at(&repo, &s1, &points, &mut log);
+    // Nothing partial is listed; verify passes and notes the partial file.
+    let list = sh(btrsend()
+        .args(["backup", "list", "--json", "--repo"])
+        .arg(&repo));
+    assert_eq!(String::from_utf8_lossy(&list.stdout).trim(), "[]");
+    let v = sh(btrsend()
+        .args(["backup", "verify", "--read-data", "--repo"])
+        .arg(&repo));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&v.stdout),
+        String::from_utf8_lossy(&v.stderr)
+    );
+    assert!(
+        !text.contains("error") && !text.contains("damage"),
+        "verify: {text}"
+    );
+    // The last run continues and stores it.
+    let r = run(&repo, &s1, None, &[]);
+    let kept = r.resumed_from().expect("the last run continued");
+    let last = points[points.len() - 1];
+    max_resent = max_resent.max(last.saturating_sub(kept));
+    let stored = r.stored().expect("s1 stored");
+    assert_eq!(stored["stream_bytes"].as_u64(), Some(len1));
+    assert_eq!(stored["resumed_from_bytes"].as_u64(), Some(kept));
+    assert_eq!(stored["sent_bytes"].as_u64(), Some(len1 - kept));
+    assert!(partials(&repo).is_empty());
+
+    // s2 (incremental from s1): 4 kills; the partial of the second one
+    // gets a torn tail, that of the third a flipped byte in its last frame.
+    let points: Vec<u64> = (0..4)
+        .map(|k| 40 * MIB + k * (len2 - 46 * MIB) / 4)
+        .collect();
+    let mut prev = None;
+    let mut s2_copy = None;
+    for (k, &at) in points.iter().enumerate() {
+        let r = run(&repo, &s2, Some(at), &[]);
+        if let Some((p, cut)) = prev {
+            let kept = r
+                .resumed_from()
+                .unwrap_or_else(|| panic!("not continued: {:?} {}", r.lines, r.stderr));
+            let resent = p - kept;
+            log.push(format!("s2: killed at {p}, continued from {kept}"));
+            assert!(resent <= 64 * MIB + FRAME + cut, "{resent} re-sent");
+            if cut > 0 {
+                assert!(
+                    r.notices().iter().any(|n| n.contains("keeping its first")),
+                    "{:?}",
+                    r.notices()
+                );
+            } else {
+                max_resent = max_resent.max(resent);
+            }
+        }
+        let part = partials(&repo);
+        assert_eq!(part.len(), 1);
+        let path = &part[0];
+        let mut bytes = std::fs::read(path).unwrap();
+        let cut = match k {
+            1 => {
+                // Torn: the last 1000 bytes gone.
+                bytes.truncate(bytes.len() - 1000);
+                std::fs::write(path, &bytes).unwrap();
+                FRAME + 1000
+            }
+            2 => {
+                let n = bytes.len();
+                bytes[n - 100] ^= 0x55;
+                std::fs::write(path, &bytes).unwrap();
+                2 * FRAME
+            }
+            _ => 0,
+        };
+        if k == 0 {
+            s2_copy = Some(bytes);
+        }
+        prev = Some((r.paused_at.unwrap(), cut));
+    }
+    let r = run(&repo, &s2, None, &[]);
+    assert!(r.resumed_from().is_some(), "{:?}", r.lines);
+    let stored = r.stored().expect("s2 stored");
+    let uuid2 = stored["uuid"].as_str().unwrap().to_owned();
+    assert_eq!(stored["kind"], "incremental");
+    assert_eq!(stored["stream_bytes"].as_u64(), Some(len2));
+
+    // s3: a partial holding another snapshot's stream (s2's, named as
+    // s3's), and one of s3 made incremental while this run stores it full.
+    let r = run(&repo, &s3, Some(44 * MIB), &[]);
+    assert!(r.paused_at.is_some());
+    let real = partials(&repo);
+    assert_eq!(real.len(), 1);
+    let name = real[0].file_name().unwrap().to_string_lossy().into_owned();
+    let fake = real[0].with_file_name(format!("{name}.0"));
+    std::fs::write(&fake, s2_copy.unwrap()).unwrap();
+    let r = run(&repo, &s3, None, &["--full-every", "1"]);
+    let notices = r.notices();
+    assert!(
+        notices
+            .iter()
+            .any(|n| n.contains("not continuing") && n.contains("holds the stream of snapshot")),
+        "{notices:?}"
+    );
+    assert!(
+        notices.iter().any(|n| n.contains("not continuing")
+            && n.contains("it holds incremental from")
+            && n.contains("this run stores a full stream")),
+        "{notices:?}"
+    );
+    assert_eq!(r.resumed_from(), None);
+    let stored = r.stored().expect("s3 stored");
+    let uuid3 = stored["uuid"].as_str().unwrap().to_owned();
+    assert_eq!(stored["kind"], "full");
+    assert!(partials(&repo).is_empty());
+
+    // The repository verifies, and restores to the kernel's trees.
+    let v = sh(btrsend()
+        .args(["backup", "verify", "--read-data", "--repo"])
+        .arg(&repo));
+    assert!(
+        v.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&v.stderr)
+    );
+    let to = src.path().join("restored");
+    check_restore(&repo, &src, &to, &uuid2, &["s1", "s2"]);
+    check_restore(&repo, &src, &to.join("3"), &uuid3, &["s3"]);
+    let stream = tmp.path().join("chain.stream");
+    let out = btrsend()
+        .args(["backup", "restore", "--stdout", "--repo"])
+        .arg(&repo)
+        .arg(&uuid2)
+        .stdout(std::fs::File::create(&stream).unwrap())
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    src.receive("recv", &[&stream]).unwrap();
+    let opts = Options { holes: false };
+    for s in ["s1", "s2"] {
+        let want = src.manifest(&format!("snaps/{s}"), opts).unwrap();
+        let got = src.manifest(&format!("recv/{s}"), opts).unwrap();
+        assert!(
+            manifest::diff(&want, &got, 20).is_none(),
+            "btrfs receive {s}: {}",
+            manifest::diff(&want, &got, 20).unwrap_or_default()
+        );
+    }
+    eprintln!(
+        "{test}: 20 kills; largest stream re-sent after a kill: {max_resent} bytes ({:.1} MiB)\n{}",
+        max_resent as f64 / MIB as f64,
+        log.join("\n")
+    );
+}
