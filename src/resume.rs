@@ -101,6 +101,11 @@
 //! (48 MiB) of stream were applied since the last one; with the receiver's
 //! read-ahead (at most 9 MiB) and a pipe buffer, at most 64 MiB of what
 //! the sender wrote before an interruption is sent again.
+//! [`ReceiveOptions::checkpoint_interval`](crate::receive::ReceiveOptions::checkpoint_interval)
+//! (`receive --checkpoint-interval`) sets another interval; 0 takes no
+//! checkpoints at all (a one-shot receive, e.g. `backup restore`): an
+//! interrupted receive then leaves its subvolume incomplete with no resume
+//! point, as `btrfs receive` does.
 //!
 //! **Continuation stream.** `send --resume` writes a stream header with the
 //! magic [`CONTINUATION_MAGIC`] instead of `btrfs-stream`, the protocol

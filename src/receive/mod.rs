@@ -84,6 +84,16 @@ pub struct ReceiveOptions {
     /// Worker threads that write file data (`--threads`); 0 or 1: every
     /// command is applied on the receiving thread. See [`receive`].
     pub threads: usize,
+    /// Bytes of stream between two resume checkpoints of a subvolume
+    /// (default [`crate::resume::CHECKPOINT_BYTES`], 48 MiB; the design is
+    /// in [`crate::resume`]). 0: no checkpoints, for a one-shot receive
+    /// that is never resumed (e.g. a restore from a stream that can simply
+    /// be received again): no snapshots or `syncfs` on the way, no undo
+    /// journal; an interrupted receive then leaves its subvolume
+    /// incomplete with no resume point (delete it and receive it again).
+    /// A larger interval makes fewer checkpoints and more stream sent
+    /// again after an interruption (at most the interval plus 16 MiB).
+    pub checkpoint_interval: u64,
 }
 
 impl ReceiveOptions {
@@ -96,6 +106,7 @@ impl ReceiveOptions {
             stop_at_end: false,
             force_decompress: false,
             threads: DEFAULT_THREADS,
+            checkpoint_interval: crate::resume::CHECKPOINT_BYTES,
         }
     }
 }
@@ -918,7 +929,7 @@ fn decode_and_apply_from(
     let mut attrs = Vec::new();
     let list = rx.lists_commands();
     // Where the current subvolume's stream is, for its resume points.
-    let mut track = apply::Tracker::default();
+    let mut track = apply::Tracker::new(opts.checkpoint_interval);
     // A resume error stops the receive.
     let resume_error = |kind| {
         ReceiveError::Apply(Box::new(ApplyError {

@@ -23,7 +23,7 @@ pub struct ReceiveArgs {
     /// (the same as `btrsend dump`).
     #[arg(
         long,
-        conflicts_with_all = ["dir", "directories", "root_mount", "force_decompress", "threads", "stop_at_end", "max_errors"]
+        conflicts_with_all = ["dir", "directories", "root_mount", "force_decompress", "threads", "stop_at_end", "max_errors", "checkpoint_interval"]
     )]
     pub dump: bool,
     /// Read the stream from FILE instead of standard input.
@@ -55,6 +55,16 @@ pub struct ReceiveArgs {
     /// data is queued at once.
     #[arg(long, value_name = "N", value_hint = ValueHint::Other)]
     pub threads: Option<usize>,
+    /// Take a resume checkpoint of each subvolume every MIB mebibytes of
+    /// stream (default 48; see RESUMING below): after an interruption, at
+    /// most MIB + 16 MiB of stream is sent again. 0 takes none, for a
+    /// one-shot receive that is faster (on btrfs, each checkpoint is a
+    /// snapshot that flushes the data written so far; elsewhere a syncfs
+    /// and an undo journal): an interrupted receive then leaves an
+    /// incomplete subvolume that cannot be resumed (delete it and receive
+    /// the whole stream again).
+    #[arg(long, value_name = "MIB", default_value_t = 48, value_hint = ValueHint::Other)]
+    pub checkpoint_interval: u64,
     /// Show progress on standard error: a bar on a terminal (bytes of the
     /// stream file's size, or from a pipe bytes, rate and elapsed time),
     /// otherwise a line every few seconds and a summary (default: a bar
@@ -150,7 +160,7 @@ As an ordinary user, file owners cannot be set: this is reported once and is
 not an error.
 
 RESUMING: a receive takes a checkpoint of each subvolume every 48 MiB of
-stream, kept in DIR/.btrsend-resume/NAME/ and deleted when the subvolume is
+stream (--checkpoint-interval; 0: none, and no resume), kept in DIR/.btrsend-resume/NAME/ and deleted when the subvolume is
 complete: on btrfs as root a snapshot of it; in directory mode the whole
 filesystem is synced and, until the next checkpoint, an undo journal records
 how to reverse every change (removed entries are moved to a trash there and
@@ -383,6 +393,7 @@ pub fn run(args: &ReceiveArgs) -> anyhow::Result<()> {
         std::thread::available_parallelism()
             .map_or(receive::DEFAULT_THREADS, |n| n.get().clamp(2, 4))
     });
+    opts.checkpoint_interval = args.checkpoint_interval.saturating_mul(1 << 20);
     let res = receive::receive_file(input, dir, &opts, &mut progress);
     progress.reporter.finish(res.is_ok(), None);
     res?;

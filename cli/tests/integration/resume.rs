@@ -1002,3 +1002,109 @@ fn resume_in_the_second_subvolume_keeps_fileattrs_before_the_checkpoint() {
         assert!(!dir.join(btrsend::receive::RESUME_DIR).exists(), "{mode}");
     }
 }
+
+/// `--checkpoint-interval 0` (a one-shot receive, for `backup restore`):
+/// a receive cut short leaves no resume point in either mode, where
+/// `--checkpoint-interval 1` leaves one; an uninterrupted receive without
+/// checkpoints builds the kernel's tree. The stream is the kernel's.
+#[test]
+fn checkpoint_interval_zero_takes_no_checkpoints() {
+    let test = "checkpoint_interval_zero_takes_no_checkpoints";
+    if !testing::require_live(test) {
+        return;
+    }
+    let src = LiveBtrfs::with_options(512 * MIB, &[], "").expect("scratch btrfs");
+    let mnt = src.path().to_path_buf();
+    let mut rng = Rng::new(1733);
+    let vol = mnt.join("vol");
+    sh(Command::new("btrfs")
+        .args(["subvolume", "create"])
+        .arg(&vol));
+    for f in 0..24 {
+        write_random(&vol.join(format!("f{f}")), 1_000_000, &mut rng);
+    }
+    let snap = mnt.join("snap");
+    sh(Command::new("btrfs")
+        .args(["subvolume", "snapshot", "-r"])
+        .arg(&vol)
+        .arg(&snap));
+    sh(&mut Command::new("sync"));
+    let want = src.manifest("snap", Options { holes: false }).unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let whole = work.path().join("whole.stream");
+    sh(Command::new("btrfs")
+        .args(["send", "-q", "-f"])
+        .arg(&whole)
+        .arg(&snap));
+    let bytes = std::fs::read(&whole).unwrap();
+    assert!(bytes.len() as u64 > 20 * MIB, "{} bytes", bytes.len());
+    // Cut after 12 MiB: a receive that stops there.
+    let cut = work.path().join("cut.stream");
+    std::fs::write(&cut, &bytes[..12 << 20]).unwrap();
+    let btrfs_dst = LiveBtrfs::with_options(512 * MIB, &[], "").expect("scratch btrfs");
+    let tmpfs = Tmpfs::new(256 * MIB).expect("tmpfs");
+    for (mode, root) in [
+        ("subvolumes", btrfs_dst.path()),
+        ("directories", tmpfs.path()),
+    ] {
+        let dst = if mode == "subvolumes" {
+            Target::Btrfs(&btrfs_dst)
+        } else {
+            Target::Tmpfs(&tmpfs)
+        };
+        let dir = root.join("recv");
+        std::fs::create_dir(&dir).unwrap();
+        let receive = |stream: &Path, interval: &str| {
+            btrsend()
+                .args(["receive", "-q", "--checkpoint-interval", interval, "-f"])
+                .arg(stream)
+                .arg(&dir)
+                .env_remove("BTRSEND_CHECKPOINT_BYTES")
+                .output()
+                .unwrap()
+        };
+        let o = receive(&cut, "0");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "{mode}: a cut stream was received");
+        assert!(err.contains("truncated"), "{mode}: {err}");
+        assert_eq!(token(&dir, "snap"), None, "{mode}: a resume point");
+        assert!(!dir.join(btrsend::receive::RESUME_DIR).exists(), "{mode}");
+        dst.delete(&dir.join("snap"));
+        let _ = std::fs::remove_dir_all(dir.join(".btrsend"));
+        // The same cut with 1 MiB checkpoints: a resume point.
+        let o = receive(&cut, "1");
+        assert!(!o.status.success(), "{mode}: a cut stream was received");
+        let t = token(&dir, "snap").expect("a resume point");
+        assert!(token_offset(&t) > 8 * MIB, "{mode}: {t}");
+        // The whole stream again, without checkpoints: it continues from
+        // the checkpoint there is, and ends with the kernel's tree.
+        let o = receive(&whole, "0");
+        assert!(
+            o.status.success(),
+            "{mode}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let got = btrsend::manifest::manifest(&dir.join("snap"), Options { holes: false }).unwrap();
+        assert!(
+            manifest::diff(&want, &got, 20).is_none(),
+            "{mode}: {}",
+            manifest::diff(&want, &got, 20).unwrap_or_default()
+        );
+        assert!(!dir.join(btrsend::receive::RESUME_DIR).exists(), "{mode}");
+        // And from nothing, without checkpoints.
+        dst.delete(&dir.join("snap"));
+        let _ = std::fs::remove_dir_all(dir.join(".btrsend"));
+        let o = receive(&whole, "0");
+        assert!(
+            o.status.success(),
+            "{mode}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let got = btrsend::manifest::manifest(&dir.join("snap"), Options { holes: false }).unwrap();
+        assert!(
+            manifest::diff(&want, &got, 20).is_none(),
+            "{mode}: {}",
+            manifest::diff(&want, &got, 20).unwrap_or_default()
+        );
+    }
+}

@@ -24,14 +24,18 @@ use crate::resume::{CHECKPOINT_BYTES, FIRST_COMMAND, Shape, Token};
 /// The hidden directory of resume points in DIR.
 pub const RESUME_DIR: &str = ".btrsend-resume";
 
-/// Bytes of stream between checkpoints: [`CHECKPOINT_BYTES`], or
-/// `BTRSEND_CHECKPOINT_BYTES` (for tests that interrupt often).
-fn checkpoint_bytes() -> u64 {
+/// Bytes of stream between checkpoints: `every` (0: no checkpoints), or
+/// when it is not 0, `BTRSEND_CHECKPOINT_BYTES` if set (for tests that
+/// interrupt often).
+fn checkpoint_bytes(every: u64) -> u64 {
+    if every == 0 {
+        return 0;
+    }
     std::env::var("BTRSEND_CHECKPOINT_BYTES")
         .ok()
         .and_then(|v| v.parse().ok())
         .filter(|&n| n > 0)
-        .unwrap_or(CHECKPOINT_BYTES)
+        .unwrap_or(every)
 }
 
 /// Where the receive is in the current subvolume's stream.
@@ -45,6 +49,7 @@ pub struct Tracker {
     version: u32,
     /// Stream bytes since the last checkpoint.
     since: u64,
+    /// Stream bytes between checkpoints; 0: none.
     every: u64,
     /// Drop the commands before this index (the checkpoint holds them);
     /// the shape there must be this.
@@ -54,17 +59,9 @@ pub struct Tracker {
 }
 
 impl Default for Tracker {
+    /// A checkpoint every [`CHECKPOINT_BYTES`].
     fn default() -> Tracker {
-        Tracker {
-            index: 0,
-            offset: FIRST_COMMAND,
-            shape: Shape::default(),
-            version: 0,
-            since: 0,
-            every: checkpoint_bytes(),
-            skip_to: None,
-            stream: None,
-        }
+        Tracker::new(CHECKPOINT_BYTES)
     }
 }
 
@@ -78,6 +75,22 @@ pub enum Step {
 }
 
 impl Tracker {
+    /// A tracker that makes a checkpoint due every `every` bytes of stream
+    /// applied ([`crate::receive::ReceiveOptions::checkpoint_interval`]);
+    /// 0: never.
+    pub fn new(every: u64) -> Tracker {
+        Tracker {
+            index: 0,
+            offset: FIRST_COMMAND,
+            shape: Shape::default(),
+            version: 0,
+            since: 0,
+            every: checkpoint_bytes(every),
+            skip_to: None,
+            stream: None,
+        }
+    }
+
     /// Count command `info` (read whole or skimmed): whether it is to be
     /// applied.
     ///
@@ -89,7 +102,7 @@ impl Tracker {
         if self.stream != Some(info.stream) {
             // A new stream of the input (not a continuation: see
             // `Receiver::continuation`).
-            *self = Tracker::default();
+            *self = Tracker::new(self.every);
             self.stream = Some(info.stream);
         }
         self.version = info.version;
@@ -122,7 +135,7 @@ impl Tracker {
 
     /// Whether a checkpoint is due (enough stream applied since the last).
     pub fn due(&self) -> bool {
-        self.since >= self.every && self.skip_to.is_none()
+        self.every != 0 && self.since >= self.every && self.skip_to.is_none()
     }
 
     /// The SUBVOL / SNAPSHOT just applied rolled its partial subvolume
@@ -136,7 +149,7 @@ impl Tracker {
     /// Start tracking a continuation stream (number `stream`) whose first
     /// command is the token's.
     fn continue_at(&mut self, stream: u32, t: &Token, checkpoint: &Token) {
-        *self = Tracker::default();
+        *self = Tracker::new(self.every);
         self.stream = Some(stream);
         self.index = t.index;
         self.offset = t.offset;
@@ -191,7 +204,7 @@ impl std::fmt::Display for TokenError {
                  delete it and receive it again",
                 path.display(),
                 state.display(),
-                checkpoint_bytes() >> 20
+                checkpoint_bytes(CHECKPOINT_BYTES) >> 20
             ),
         }
     }
