@@ -56,7 +56,7 @@ pub const SECTIONS: &[(&str, &[&str])] = &[
     (
         "CHECKS",
         &[
-            "btrsend backup verify checks the catalog, the presence and size of every file, every trailer against its entry, and every chain; with --read-data also every frame's BLAKE3, every command's CRC-32C and every stream's BLAKE3. btrsend backup restore --stdout checks every frame of the chain before it writes anything. restore --to reads each file once: every frame's BLAKE3 is checked before the frame is decompressed and applied, and every stream's BLAKE3 before its last frame, which holds the END command that finishes a received subvolume; so a damaged stream never ends as a finished subvolume, and on damage the receive stops and the subvolumes this restore made (the chain's earlier ones too) are deleted again: DIR is left as it was.",
+            "btrsend backup verify checks the catalog, the presence and size of every file, every trailer against its entry, and every chain; with --read-data also every frame's BLAKE3, every command's CRC-32C and every stream's BLAKE3. btrsend backup restore --stdout reads the chain twice: every frame's BLAKE3 and every stream's BLAKE3 are checked before it writes anything. restore --to reads each file once: every frame's BLAKE3 is checked before the frame is decompressed and applied, and every stream's BLAKE3 before its last frame, which holds the END command that finishes a received subvolume; so a damaged stream never ends as a finished subvolume, and on damage the receive stops and the subvolumes this restore made (the chain's earlier ones too) are deleted again: DIR is left as it was.",
         ],
     ),
     (

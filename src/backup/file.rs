@@ -1066,6 +1066,20 @@ impl Read for RawReader<'_> {
     }
 }
 
+/// The error inside an I/O error from a [`RawReader`] (or the error
+/// itself, when it holds none).
+pub(crate) fn into_read_error(e: io::Error) -> Result<ReadError, io::Error> {
+    if damage_of(&e).is_none() {
+        return Err(e);
+    }
+    match e.into_inner().map(|inner| inner.downcast::<ReadError>()) {
+        Some(Ok(r)) => Ok(*r),
+        // Not reached: `damage_of` found a ReadError.
+        Some(Err(inner)) => Err(io::Error::new(io::ErrorKind::InvalidData, inner)),
+        None => Err(io::Error::from(io::ErrorKind::InvalidData)),
+    }
+}
+
 /// The damage inside an I/O error from a [`RawReader`], if any.
 pub fn damage_of(e: &io::Error) -> Option<&ReadError> {
     e.get_ref()

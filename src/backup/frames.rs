@@ -1,8 +1,9 @@
 //! Reading the frames of stream files on several threads, ahead of the one
 //! consumer that needs them in order: `verify --read-data` (every frame
 //! read, hashed, decompressed and decoded) and `restore` (each frame hashed
-//! and decompressed ahead of the receiver; for `--stdout` a hash pass over
-//! the stored bytes first).
+//! and decompressed ahead of the receiver; for `--stdout`, whose bytes
+//! cannot be taken back, all of that in a first pass that writes nothing,
+//! then decompressed again to be written).
 //!
 //! [`read_ahead`] starts one worker per core. Workers take frames in file
 //! order, at most [`window`] of them ahead of the consumer (so memory stays

@@ -1602,7 +1602,26 @@ struct ChainReader<'a, 'b> {
     damage: &'a std::sync::Mutex<Option<Damage>>,
 }
 
-impl ChainReader<'_, '_> {
+impl<'a, 'b> ChainReader<'a, 'b> {
+    /// A reader of the frames of `files` from `ahead`.
+    fn new(
+        ahead: &'a mut frames::Ahead<'b>,
+        files: &'a [StreamFile],
+        damage: &'a std::sync::Mutex<Option<Damage>>,
+    ) -> ChainReader<'a, 'b> {
+        ChainReader {
+            ahead,
+            files,
+            cur: None,
+            pos: 0,
+            file: 0,
+            hasher: blake3::Hasher::new(),
+            total: 0,
+            done: false,
+            damage,
+        }
+    }
+
     /// The error for `err`, its damage kept in `self.damage`.
     fn fail(&self, err: ReadError) -> io::Error {
         if let ReadError::Damage(d) = &err
@@ -1767,7 +1786,9 @@ impl Repository {
     /// streams in order, oldest first.
     ///
     /// Nothing damaged is applied or written. [`RestoreTarget::Writer`]:
-    /// every frame's hash is checked before the first byte is written.
+    /// the files are read twice, every frame's hash and every stream's
+    /// hash checked before the first byte is written (written bytes cannot
+    /// be taken back).
     /// [`RestoreTarget::Dir`] reads the files once: each frame's hash is
     /// checked before it is decompressed and applied, each stream's hash
     /// before its last frame (with the END command that finishes a
@@ -1814,40 +1835,36 @@ impl Repository {
             decompress: true,
             decode: false,
         };
-        if matches!(target, RestoreTarget::Writer(_)) {
-            // Bytes written cannot be taken back: every frame's stored
-            // bytes against their hash first.
-            let hash_only = frames::Work {
-                hash: true,
-                decompress: false,
-                decode: false,
-            };
-            frames::read_ahead(store, &files, hash_only, |ahead| {
-                while let Some(r) = ahead.next() {
-                    ahead.recycle(r?.into_buf());
-                }
-                Ok(())
-            })
-            .map_err(read_err)?;
-            // Then decompressed (zstd checks each frame's checksum).
-            decompress.hash = false;
-        }
         let damage_or = |e: io::Error, what: String| match file::damage_of(&e) {
             Some(ReadError::Damage(d)) => damage(d.clone()),
             _ => BackupError::Io { what, error: e },
         };
+        if matches!(target, RestoreTarget::Writer(_)) {
+            // Bytes written cannot be taken back: a whole pass first, each
+            // frame's stored bytes against their hash and each stream's
+            // raw bytes against theirs (frames intact under a forged
+            // stream hash are found only so), nothing written.
+            frames::read_ahead(store, &files, decompress, |ahead| {
+                let mut check = ChainReader::new(ahead, &files, &found);
+                while let Some(b) = receive::BlockSource::next_block(&mut check) {
+                    let (buf, _) = b?;
+                    check.ahead.recycle(buf);
+                }
+                Ok(())
+            })
+            .map_err(|e| match file::into_read_error(e) {
+                Ok(err) => read_err(err),
+                Err(e) => BackupError::Io {
+                    what: String::from("cannot read the streams"),
+                    error: e,
+                },
+            })?;
+            // Then decompressed again and written (zstd checks each
+            // frame's checksum, each stream's hash is checked again).
+            decompress.hash = false;
+        }
         frames::read_ahead(store, &files, decompress, |ahead| {
-            let mut input = ChainReader {
-                ahead,
-                files: &files,
-                cur: None,
-                pos: 0,
-                file: 0,
-                hasher: blake3::Hasher::new(),
-                total: 0,
-                done: false,
-                damage: &found,
-            };
+            let mut input = ChainReader::new(ahead, &files, &found);
             match target {
                 RestoreTarget::Writer(w) => {
                     io::copy(&mut input, w)

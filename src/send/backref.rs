@@ -23,6 +23,21 @@
 //! leaf's first position. Each leaf is then visited for every clone root
 //! that reaches it — found by searching that root's tree for the leaf's
 //! first key, cached per leaf — in descending root id.
+//!
+//! Linux ≥ 6.2 adds the send backref cache (`lookup_backref_cache`,
+//! `store_backref_cache` in `fs/btrfs/send.c`), which changes that order:
+//! a 128-entry LRU of leaf → the clone roots reaching it, filled for every
+//! leaf the final loop of `iterate_extent_inodes` resolves roots for (not
+//! when more than 17 clone roots reach it). While the references are
+//! resolved (`check_extent_in_eb`), an item in a leaf the cache knows is
+//! handed to the iterator at once: first the items of indirect references
+//! in resolution order, then those of shared references in *forward* slot
+//! order; only then come the leaves in their merged order, cached or not.
+//! [`Walk`] holds the three sequences and [`KernelCache`] the LRU, so the
+//! planner visits candidates as the kernel does (which candidate among
+//! several whole-extent ones is taken depends on it: e.g. after a balance,
+//! when all references are shared, the kernel clones every copy of a file
+//! from the first one).
 
 use std::collections::HashMap;
 
@@ -40,6 +55,59 @@ use crate::fs::{Compression, FileExtent};
 /// Leaves whose reaching clone roots are cached before the cache is dropped
 /// (memory bound; the kernel keeps 128).
 const LEAF_ROOTS_CACHE_MAX: usize = 1 << 14;
+
+/// `SEND_MAX_BACKREF_CACHE_SIZE`: leaves in the kernel's send backref cache.
+const KERNEL_CACHE_SIZE: usize = 128;
+/// `SEND_MAX_BACKREF_CACHE_ROOTS`: a leaf reached by more clone roots is
+/// not cached.
+const KERNEL_CACHE_ROOTS: usize = 17;
+
+/// The kernel's send backref cache: leaf → the clone roots reaching it
+/// (descending id, as [`Backrefs::roots_of`] gives them), least recently
+/// used first. A lookup that hits makes the entry the most recently used;
+/// a store into a full cache evicts the least recently used
+/// (`btrfs_lru_cache`). One per send of a subvolume, as in the kernel.
+#[derive(Debug, Default)]
+pub(crate) struct KernelCache {
+    entries: Vec<(u64, Vec<u64>)>,
+}
+
+impl KernelCache {
+    /// `lookup_backref_cache`.
+    pub fn lookup(&mut self, leaf: u64) -> Option<Vec<u64>> {
+        let i = self.entries.iter().position(|e| e.0 == leaf)?;
+        let e = self.entries.remove(i);
+        let roots = e.1.clone();
+        self.entries.push(e);
+        Some(roots)
+    }
+
+    /// `store_backref_cache`, for a leaf the lookup missed.
+    pub fn store(&mut self, leaf: u64, roots: &[u64]) {
+        if roots.len() > KERNEL_CACHE_ROOTS || self.entries.iter().any(|e| e.0 == leaf) {
+            return;
+        }
+        if self.entries.len() >= KERNEL_CACHE_SIZE {
+            self.entries.remove(0);
+        }
+        self.entries.push((leaf, roots.to_vec()));
+    }
+}
+
+/// The back-reference walk of one extent, as `iterate_extent_inodes` meets
+/// its items.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Walk {
+    /// The leaves in their merged order (`ctx->refs`), each with its items.
+    pub leaves: Vec<LeafRefs>,
+    /// The items of indirect references in the order they are resolved
+    /// (index into `leaves`).
+    pub resolved: Vec<(usize, Elem)>,
+    /// The leaves of shared references (index into `leaves`), in the order
+    /// they are read; their items are met in forward slot order there, the
+    /// reverse of `leaves[i].elems`.
+    pub shared: Vec<usize>,
+}
 
 /// One referencing file extent item (`struct extent_inode_elem`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,7 +135,8 @@ struct Prelim {
     base: u64,
     leaf: u64,
     first_key: Key,
-    elems: Vec<Elem>,
+    /// Each item with its place in the resolution of its reference.
+    elems: Vec<(usize, Elem)>,
 }
 
 /// Resolves references to leaves and leaves to clone roots, with caches.
@@ -101,17 +170,17 @@ impl<'a> Backrefs<'a> {
         Ok(t)
     }
 
-    /// The leaves referencing `disk_bytenr` with their items, in the
-    /// kernel's order. `pos` is the position in the extent the walk asks
-    /// for (uncompressed extents: only items covering it count); `skip`
-    /// drops a data reference (root, inode, base) unresolved.
-    pub fn leaves(
+    /// The walk of the leaves referencing `disk_bytenr` with their items,
+    /// in the kernel's orders. `pos` is the position in the extent the walk
+    /// asks for (uncompressed extents: only items covering it count);
+    /// `skip` drops a data reference (root, inode, base) unresolved.
+    pub fn walk(
         &mut self,
         refs: &ExtentRecord,
         disk_bytenr: u64,
         pos: Option<u64>,
         skip: impl Fn(u64, u64, u64) -> bool,
-    ) -> Result<Vec<LeafRefs>, SendError> {
+    ) -> Result<Walk, SendError> {
         let mut prelims = Vec::new();
         for r in &refs.data_refs {
             let (root, ino, base, count) = (r.root, r.objectid, r.offset, r.count);
@@ -141,23 +210,41 @@ impl<'a> Backrefs<'a> {
                     base: 0,
                     leaf,
                     first_key,
-                    elems,
+                    elems: elems.into_iter().map(|e| (0, e)).collect(),
                 });
             }
         }
         prelims.sort_by_key(|p| std::cmp::Reverse((p.root, p.ino, p.base, p.leaf)));
-        let mut out: Vec<LeafRefs> = Vec::new();
+        let mut walk = Walk::default();
+        // Resolution order: the references descending (the indirect tree),
+        // each one's items in tree order: ((root, inode, base) descending,
+        // place in its resolution) → (leaf, item).
+        type Order = (std::cmp::Reverse<(u64, u64, u64)>, usize);
+        let mut resolved: Vec<(Order, (usize, Elem))> = Vec::new();
         for p in prelims {
-            match out.iter_mut().find(|l| l.leaf == p.leaf) {
-                Some(l) => l.elems.extend(p.elems),
-                None => out.push(LeafRefs {
-                    leaf: p.leaf,
-                    first_key: p.first_key,
-                    elems: p.elems,
-                }),
+            let i = match walk.leaves.iter().position(|l| l.leaf == p.leaf) {
+                Some(i) => i,
+                None => {
+                    walk.leaves.push(LeafRefs {
+                        leaf: p.leaf,
+                        first_key: p.first_key,
+                        elems: Vec::new(),
+                    });
+                    walk.leaves.len() - 1
+                }
+            };
+            if p.root == 0 {
+                walk.shared.push(i);
+            } else {
+                let key = std::cmp::Reverse((p.root, p.ino, p.base));
+                resolved.extend(p.elems.iter().map(|&(seq, e)| ((key, seq), (i, e))));
             }
+            let l = &mut walk.leaves[i];
+            l.elems.extend(p.elems.into_iter().map(|(_, e)| e));
         }
-        Ok(out)
+        resolved.sort_by_key(|r| r.0);
+        walk.resolved = resolved.into_iter().map(|r| r.1).collect();
+        Ok(walk)
     }
 
     /// `resolve_indirect_ref` + `add_all_parents` of one data reference.
@@ -207,17 +294,18 @@ impl<'a> Backrefs<'a> {
                     in_extent(item.key.offset, fe.compression, d.offset, d.num_bytes, pos)
                     && let Some(first_key) = first_key
                 {
+                    let seq = matched as usize;
                     match prelims.iter_mut().find(|p| {
                         p.root == root && p.ino == ino && p.base == base && p.leaf == leaf_addr
                     }) {
-                        Some(p) => p.elems.push(elem(ino)),
+                        Some(p) => p.elems.push((seq, elem(ino))),
                         None => prelims.push(Prelim {
                             root,
                             ino,
                             base,
                             leaf: leaf_addr,
                             first_key,
-                            elems: vec![elem(ino)],
+                            elems: vec![(seq, elem(ino))],
                         }),
                     }
                 }

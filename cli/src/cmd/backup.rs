@@ -268,7 +268,8 @@ pub struct RestoreArgs {
     )]
     to: Option<PathBuf>,
     /// Write the chain's raw send streams, full first, to standard output
-    /// (for `btrfs receive DIR`).
+    /// (for `btrfs receive DIR`). The chain is read twice: every frame and
+    /// every stream's hash is checked before the first byte is written.
     #[arg(long)]
     stdout: bool,
     #[command(flatten)]

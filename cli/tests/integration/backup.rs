@@ -360,6 +360,34 @@ fn damage_case(env: Env, how: &str) {
             swapped.extend_from_slice(&bytes[a.0..a.0 + a.1]);
             bytes.splice(a.0..b.0 + b.1, swapped);
         }
+        "forge" => {
+            // Every frame intact, but the whole stream's BLAKE3 in the
+            // trailer replaced (same length, so the trailer still parses)
+            // and the catalog updated to match: only hashing the raw
+            // stream finds it.
+            let key = b"\"stream_blake3\":\"";
+            let at = bytes
+                .windows(key.len())
+                .rposition(|w| w == key)
+                .expect("stream_blake3 in the trailer")
+                + key.len();
+            let old = String::from_utf8(bytes[at..at + 64].to_vec()).unwrap();
+            assert_eq!(old, list[1]["stream_blake3"].as_str().unwrap());
+            let forged: String = old.chars().rev().collect();
+            assert_ne!(forged, old);
+            bytes[at..at + 64].copy_from_slice(forged.as_bytes());
+            let cat = env.repo.files.join("catalog");
+            let mut updated = 0;
+            for e in fs::read_dir(&cat).unwrap() {
+                let p = e.unwrap().path();
+                let text = fs::read_to_string(&p).unwrap();
+                if text.contains(&old) {
+                    fs::write(&p, text.replace(&old, &forged)).unwrap();
+                    updated += 1;
+                }
+            }
+            assert!(updated > 0, "no catalog in {} names {old}", cat.display());
+        }
         _ => unreachable!(),
     }
     if how == "missing" {
@@ -368,7 +396,8 @@ fn damage_case(env: Env, how: &str) {
         fs::write(&s2, &bytes).unwrap();
     }
     let name = list[1]["file"].as_str().unwrap();
-    let args: &[&str] = if how == "flip" || how == "swap" {
+    let read_data = matches!(how, "flip" | "swap" | "forge");
+    let args: &[&str] = if read_data {
         &["verify", "--read-data"]
     } else {
         &["verify"]
@@ -391,6 +420,12 @@ fn damage_case(env: Env, how: &str) {
     if how == "flip" || how == "swap" {
         assert!(
             err.contains("frame ") && err.contains("BLAKE3 mismatch"),
+            "{how}: {err}"
+        );
+    }
+    if how == "forge" {
+        assert!(
+            err.contains("the raw stream has") && err.contains("the trailer says"),
             "{how}: {err}"
         );
     }
@@ -424,7 +459,7 @@ fn damage_case(env: Env, how: &str) {
     // are applied as they are checked (s1 whole, s2 in part, with the small
     // frames of `Env::run`), and all of it is deleted again, the finished
     // read-only s1 too: the mount holds what mkfs made, nothing else.
-    if (how == "flip" || how == "swap")
+    if read_data
         && btrsend::testing::require_live(&format!("backup damage {how}: restore into btrfs"))
     {
         let live = btrsend::testing::LiveBtrfs::new().unwrap();
@@ -501,6 +536,10 @@ both!(missing_file_is_found_and_refused, |env| damage_case(
 
 both!(swapped_frames_are_found_and_refused, |env| damage_case(
     env, "swap"
+));
+
+both!(forged_stream_hash_is_found_and_refused, |env| damage_case(
+    env, "forge"
 ));
 
 /// The repository's lock, held as another process would hold it: `flock`

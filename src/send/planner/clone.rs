@@ -10,12 +10,15 @@ use stream_format::Command;
 
 use crate::fs::{Compression, ExtentData, FileExtent};
 use crate::ondisk;
-use crate::send::backref::{Elem, LeafRefs};
+use crate::send::backref::{Elem, LeafRefs, Walk};
 use crate::send::error::SendError;
 use crate::send::pipeline::DataOp;
 use crate::send::view::TreeView;
 use crate::tree::key::Key;
+use crate::tree::node::BlockExpect;
+use crate::tree::walk::BlockSource;
 use crate::types::Logical;
+use crate::types::{Generation, TreeId};
 
 use super::Planner;
 use super::paths::inode_path;
@@ -146,23 +149,35 @@ impl<'a, W: Write> Planner<'a, W> {
                 ([], [shared]) => *shared == leaf.get(),
                 _ => false,
             };
-        let leaves = if own_only {
-            vec![LeafRefs {
-                leaf: leaf.get(),
-                // Any key in the leaf finds it.
-                first_key: Key::new(cur_ino, ondisk::BTRFS_EXTENT_DATA_KEY, data_offset),
-                elems: vec![Elem {
-                    ino: cur_ino,
-                    offset: data_offset,
-                    num_bytes,
+        let walk = if own_only {
+            let elem = Elem {
+                ino: cur_ino,
+                offset: data_offset,
+                num_bytes,
+            };
+            let shared = !refs.shared.is_empty();
+            Walk {
+                leaves: vec![LeafRefs {
+                    leaf: leaf.get(),
+                    // Any key in the leaf finds it.
+                    first_key: Key::new(cur_ino, ondisk::BTRFS_EXTENT_DATA_KEY, data_offset),
+                    elems: vec![elem],
                 }],
-            }]
+                resolved: if shared { Vec::new() } else { vec![(0, elem)] },
+                shared: if shared { vec![0] } else { Vec::new() },
+            }
         } else {
             // skip_self_data_ref: with the send root as the only clone root,
-            // our own data reference is not resolved at all.
+            // our own data reference (its root is the owner of our leaf,
+            // which a snapshot may share) is not resolved at all.
+            let owner = if only_send_root {
+                self.leaf_owner(leaf)?
+            } else {
+                0
+            };
             self.backrefs
-                .leaves(&refs, disk_bytenr, pos, |_, ino, base| {
-                    only_send_root && ino == cur_ino && base == backref_offset
+                .walk(&refs, disk_bytenr, pos, |root, ino, base| {
+                    only_send_root && root == owner && ino == cur_ino && base == backref_offset
                 })?
         };
         let roots: Vec<(u64, crate::tree::walk::TreeRoot)> = self
@@ -170,35 +185,58 @@ impl<'a, W: Write> Planner<'a, W> {
             .iter()
             .map(|r| (r.id, r.view.root))
             .collect();
-        // Per clone root: (ino, offset, num_bytes) of the best reference.
-        let mut found: Vec<Option<(u64, u64, u64)>> = vec![None; roots.len()];
-        'walk: for leaf in &leaves {
-            for root_id in self.backrefs.roots_of(leaf, &roots)? {
-                let Some(i) = roots.iter().position(|r| r.0 == root_id) else {
-                    continue;
-                };
-                for e in &leaf.elems {
-                    if i == self.send_root {
-                        if e.ino == cur_ino && e.offset == data_offset {
-                            continue;
-                        }
-                        if e.ino > cur_ino
-                            || (e.ino == cur_ino
-                                && e.offset.saturating_add(extent_len) > self.cur.next_write_offset)
-                        {
-                            continue;
+        let mut cands = Candidates {
+            found: vec![None; roots.len()],
+            send_root: self.send_root,
+            cur_ino,
+            data_offset,
+            extent_len,
+            next_write_offset: self.cur.next_write_offset,
+        };
+        let root_index = |id: u64| roots.iter().position(|r| r.0 == id);
+        'walk: {
+            // The items of leaves the cache knows, as the references are
+            // resolved (check_extent_in_eb)...
+            for &(i, e) in &walk.resolved {
+                for r in self.kcache.lookup(walk.leaves[i].leaf).unwrap_or_default() {
+                    if root_index(r).is_some_and(|ri| cands.visit(ri, &e)) {
+                        break 'walk;
+                    }
+                }
+            }
+            // ... and as the shared references' leaves are read
+            // (find_extent_in_eb: forward slot order) ...
+            for &i in &walk.shared {
+                for e in walk.leaves[i].elems.iter().rev() {
+                    for r in self.kcache.lookup(walk.leaves[i].leaf).unwrap_or_default() {
+                        if root_index(r).is_some_and(|ri| cands.visit(ri, e)) {
+                            break 'walk;
                         }
                     }
-                    let best = &mut found[i];
-                    if best.is_none_or(|(_, _, n)| e.num_bytes > n) {
-                        *best = Some((e.ino, e.offset, e.num_bytes));
-                        if e.num_bytes >= extent_len {
+                }
+            }
+            // ... then every leaf, with the roots reaching it
+            // (iterate_extent_inodes).
+            for l in &walk.leaves {
+                let leaf_roots = match self.kcache.lookup(l.leaf) {
+                    Some(r) => r,
+                    None => {
+                        let r = self.backrefs.roots_of(l, &roots)?;
+                        self.kcache.store(l.leaf, &r);
+                        r
+                    }
+                };
+                for r in leaf_roots {
+                    let Some(ri) = root_index(r) else { continue };
+                    for e in &l.elems {
+                        if cands.visit(ri, e) {
                             break 'walk;
                         }
                     }
                 }
             }
         }
+        let found = cands.found;
         let mut chosen: Option<(usize, (u64, u64, u64))> = None;
         for (i, f) in found.iter().enumerate() {
             let Some(f) = *f else { continue };
@@ -210,6 +248,25 @@ impl<'a, W: Write> Planner<'a, W> {
             }
         }
         Ok(chosen.map(|(root, (ino, offset, _))| CloneSrc { ino, offset, root }))
+    }
+
+    /// The owner in the header of leaf `leaf` of the tree being sent
+    /// (`btrfs_header_owner`: a snapshot shares its source's leaves).
+    fn leaf_owner(&mut self, leaf: Logical) -> Result<u64, SendError> {
+        let Some(generation) = self.backrefs.extents.tree_block_generation(leaf.get())? else {
+            return Err(SendError::corrupt(
+                self.cur.ino,
+                "the leaf holding its file extent item has no extent item",
+            ));
+        };
+        let block = self.fs.volume().read_block(&BlockExpect {
+            logical: leaf,
+            tree: TreeId(ondisk::BTRFS_FS_TREE_OBJECTID),
+            generation: Generation(generation),
+            level: 0,
+            first_key: None,
+        })?;
+        Ok(block.node().owner().get())
     }
 
     /// The tree a clone source lives in.
@@ -396,5 +453,40 @@ impl<'a, W: Write> Planner<'a, W> {
             clone_path: clone_path.into(),
             clone_offset: src.offset,
         })
+    }
+}
+
+/// `iterate_backrefs`: the best reference per clone root so far.
+struct Candidates {
+    /// Per clone root: (ino, offset, num_bytes) of the best reference.
+    found: Vec<Option<(u64, u64, u64)>>,
+    send_root: usize,
+    cur_ino: u64,
+    data_offset: u64,
+    extent_len: u64,
+    next_write_offset: u64,
+}
+
+impl Candidates {
+    /// One reference of clone root `i`; true: a whole-extent candidate,
+    /// the walk stops (`BTRFS_ITERATE_EXTENT_INODES_STOP`).
+    fn visit(&mut self, i: usize, e: &Elem) -> bool {
+        if i == self.send_root {
+            if e.ino == self.cur_ino && e.offset == self.data_offset {
+                return false;
+            }
+            if e.ino > self.cur_ino
+                || (e.ino == self.cur_ino
+                    && e.offset.saturating_add(self.extent_len) > self.next_write_offset)
+            {
+                return false;
+            }
+        }
+        let best = &mut self.found[i];
+        if best.is_none_or(|(_, _, n)| e.num_bytes > n) {
+            *best = Some((e.ino, e.offset, e.num_bytes));
+            return e.num_bytes >= self.extent_len;
+        }
+        false
     }
 }

@@ -28,9 +28,13 @@
 //! Clone sources: the send root, the parent and the `-c` roots (sorted by
 //! id, as the kernel keeps `clone_roots`); `find_extent_clone` walks the
 //! extent's back references in the kernel's order (`backref`) and picks
-//! the reference `iterate_backrefs` would. Not modelled: the kernel's
-//! backref cache calling the iterator early for leaves seen before (it can
-//! only change which of several whole-extent candidates is taken).
+//! the reference `iterate_backrefs` would, with the kernel's send backref
+//! cache (an LRU of leaves whose items reach the iterator early, which
+//! decides among several whole-extent candidates). Not modelled: the
+//! cache entries the kernel makes while walking an extent this send has
+//! not written yet with only the send root as clone root (no candidate
+//! can come of that walk, so the planner skips it; only the cache's
+//! evictions could differ).
 //!
 //! Full and incremental sends are one planner, as in the kernel: a full
 //! send is an incremental send in which every item is new. What both share:
@@ -73,7 +77,7 @@ use crate::ondisk;
 use crate::tree::key::Key;
 use crate::tree::walk::ItemRef;
 
-use super::backref::Backrefs;
+use super::backref::{Backrefs, KernelCache};
 use super::compare::{Change, compare_trees};
 use super::error::SendError;
 use super::extent_tree::ExtentTreeReader;
@@ -136,6 +140,8 @@ pub(crate) struct Planner<'a, W: Write> {
     clone_roots: Vec<CloneRoot<'a>>,
     send_root: usize,
     backrefs: Backrefs<'a>,
+    /// The kernel's send backref cache, which orders the candidates.
+    kcache: KernelCache,
     /// The data extents this send already wrote (full send without clone
     /// sources: no other extent can be a clone source); at most
     /// `CLONE_INDEX_MAX` entries, then `None` and the backref walk decides.
@@ -210,6 +216,7 @@ impl<'a, W: Write> Planner<'a, W> {
             dir_utimes: VecDeque::new(),
             names: HashMap::new(),
             backrefs: Backrefs::new(fs, ExtentTreeReader::new(fs, SEND_MAX_EXTENT_REFS)?),
+            kcache: KernelCache::default(),
             clone_index: (clone_roots.len() == 1).then(HashSet::new),
             clone_roots,
             send_root,
