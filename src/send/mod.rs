@@ -321,6 +321,9 @@ pub(crate) struct Traced<'a> {
     pub(crate) resume: bool,
     /// The resume token the whole send continues, if any.
     pub(crate) token: Option<&'a crate::resume::Token>,
+    /// Keep the trail (identity chain, each extent's data commands):
+    /// only a send that may continue after a relocation needs it.
+    pub(crate) record: bool,
 }
 
 /// [`send_with_clone_sources`] or [`send_resumed`] (with `traced.token`),
@@ -528,8 +531,8 @@ fn send_stream<W: Write>(
             None => out,
         };
         let out = match traced {
-            Some(t) => out.traced(t.trail),
-            None => out,
+            Some(t) if t.record => out.traced(t.trail),
+            _ => out,
         };
         let planner =
             planner::Planner::new(fs, subvol, parent, clone_sources, out, opts, progress)?;

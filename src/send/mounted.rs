@@ -46,7 +46,10 @@
 //!   file data, which its path, offset and length fix; see `Trail` in
 //!   `src/send/pipeline.rs`); if they differ all the same (say a
 //!   relocation split an extent written before the point), the send fails
-//!   ([`SendError::Replanned`]) rather than continue. A failure with no
+//!   ([`SendError::Replanned`]) rather than continue. (That record, the
+//!   trail, is kept only on a read-write mount: elsewhere nothing moves
+//!   and a send is never continued; it costs a tenth of a small-file
+//!   send's time and tens of MiB.) A failure with no
 //!   chunk moved is an error ([`SendError::Incomplete`]). The stream's last
 //!   command (END) is withheld until the send succeeds, so that a receiver
 //!   of a failed send's output fails too. After the send, if file data was
@@ -491,6 +494,9 @@ impl Source {
                 // Something of the stream reached the output: continue it.
                 resume: out.accepted > 0,
                 token,
+                // Only a filesystem mounted read-write can move blocks
+                // (and only then is the send continued).
+                record: policy,
             };
             // The snapshots' roots are read again each time (a relocation
             // rewrites them).

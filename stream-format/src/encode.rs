@@ -238,6 +238,13 @@ impl<W: Write> StreamWriter<W> {
         res
     }
 
+    /// The bytes of the command written last, as written, but for its
+    /// DATA attribute's value (not copied: [`write`](Self::write) writes it
+    /// from the caller's slice): the whole command when it has no DATA.
+    pub fn last_encoded(&self) -> &[u8] {
+        &self.scratch
+    }
+
     /// Write a command verbatim from its number and payload: no version or
     /// attribute checks (use it to pass through what a reader accepted).
     ///
@@ -438,6 +445,34 @@ mod tests {
             w.write(&cmd).unwrap();
             assert_eq!(cmd.encoded_len(), w.bytes_written(), "{cmd:?}");
         }
+    }
+
+    #[test]
+    fn last_encoded_is_the_command_but_for_its_data() {
+        let t = Timespec::default();
+        let utimes = Command::Utimes {
+            path: Cow::Borrowed(b"a/b"),
+            atime: t,
+            mtime: t,
+            ctime: t,
+            otime: None,
+        };
+        let write = Command::Write {
+            path: Cow::Borrowed(b"f"),
+            offset: 4096,
+            data: Cow::Owned(vec![7; 1000]),
+        };
+        let mut w =
+            StreamWriter::with_options(Vec::new(), WriterOptions::new(1).without_header()).unwrap();
+        w.write(&utimes).unwrap();
+        // Without DATA: every byte written.
+        assert_eq!(w.last_encoded(), &w.get_ref()[..]);
+        let before = w.get_ref().len();
+        w.write(&write).unwrap();
+        // With DATA: all but the value of DATA, which ends the command.
+        let written = w.get_ref().get(before..).unwrap();
+        assert_eq!(w.last_encoded().len() + 1000, written.len());
+        assert_eq!(Some(w.last_encoded()), written.get(..written.len() - 1000));
     }
 
     #[test]
