@@ -560,13 +560,7 @@ impl ExtentReader<'_, '_> {
             }
             // Plain inline data: straight from the item, no decoded copy.
             (ExtentData::Inline(bytes), Compression::None) => {
-                let skip = usize::try_from(within).unwrap_or(usize::MAX);
-                let avail = bytes.get(skip..).unwrap_or_default();
-                let n = avail.len().min(out.len());
-                let (head, tail) = out.split_at_mut(n);
-                head.copy_from_slice(avail.get(..n).unwrap_or_default());
-                // Past the data (the inline tail up to the sector end).
-                tail.fill(0);
+                copy_padded(bytes, within, out);
                 Ok(())
             }
             _ => {
@@ -584,13 +578,7 @@ impl ExtentReader<'_, '_> {
                     _ => 0,
                 }
                 .saturating_add(within);
-                let skip = usize::try_from(skip).unwrap_or(usize::MAX);
-                let avail = bytes.get(skip..).unwrap_or_default();
-                let n = avail.len().min(out.len());
-                let (head, tail) = out.split_at_mut(n);
-                head.copy_from_slice(avail.get(..n).unwrap_or_default());
-                // Past ram_bytes (inline tail up to the sector end).
-                tail.fill(0);
+                copy_padded(bytes, skip, out);
                 Ok(())
             }
         }
@@ -899,6 +887,18 @@ impl FsTree<'_> {
         }
         Ok(out)
     }
+}
+
+/// Fill `out` from `bytes` at `skip`, zeros past their end (an inline
+/// extent's tail up to the sector end, or past a decoded extent's
+/// `ram_bytes`).
+fn copy_padded(bytes: &[u8], skip: u64, out: &mut [u8]) {
+    let skip = usize::try_from(skip).unwrap_or(usize::MAX);
+    let avail = bytes.get(skip..).unwrap_or_default();
+    let n = avail.len().min(out.len());
+    let (head, tail) = out.split_at_mut(n);
+    head.copy_from_slice(avail.get(..n).unwrap_or_default());
+    tail.fill(0);
 }
 
 #[cfg(test)]

@@ -242,6 +242,34 @@ fn clone_source_send_receives_to_stored_manifest() {
     );
 }
 
+/// `btrfs ARGS…`, which must succeed; its stdout.
+fn btrfs(args: &[&str]) -> Vec<u8> {
+    let out = std::process::Command::new("btrfs")
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "btrfs {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
+/// Our stream must be the kernel's, command for command (the first
+/// difference named) and byte for byte.
+fn same_stream(what: &str, ours: &[u8], kernel: &[u8]) {
+    let (a, b) = (commands(ours), commands(kernel));
+    if let Some(i) = (0..a.len().max(b.len())).find(|&i| a.get(i) != b.get(i)) {
+        panic!(
+            "{what}: command {i} differs: ours {:?}, kernel {:?}",
+            a.get(i).map(short),
+            b.get(i).map(short)
+        );
+    }
+    assert!(ours == kernel, "{what}: bytes differ");
+}
+
 /// Deterministic bytes (xorshift) for the live scenario.
 fn bytes(seed: u64, len: usize) -> Vec<u8> {
     let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
@@ -272,15 +300,6 @@ fn shared_leaf_clone_sources_match_the_kernel_live() {
     }
     let live = LiveBtrfs::new().expect("scratch btrfs");
     let m = live.path().to_path_buf();
-    let btrfs = |args: &[&str]| {
-        let out = Command::new("btrfs").args(args).output().unwrap();
-        assert!(
-            out.status.success(),
-            "btrfs {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        out.stdout
-    };
     let p = |s: &str| m.join(s).to_string_lossy().into_owned();
     btrfs(&["subvolume", "create", &p("a")]);
     // Enough inline files for a tree of several leaves (a single-leaf tree
@@ -327,19 +346,11 @@ fn shared_leaf_clone_sources_match_the_kernel_live() {
             sources: sources.iter().map(|s| (*s).to_owned()).collect(),
         };
         let ours = ours(&fs, &cs, SendOptions::new(1)).unwrap();
-        let (a, b) = (commands(&ours), commands(&kernel));
-        clones += b
+        clones += commands(&kernel)
             .iter()
             .filter(|c| matches!(c, stream_format::Command::Clone { .. }))
             .count();
-        if let Some(i) = (0..a.len().max(b.len())).find(|&i| a.get(i) != b.get(i)) {
-            panic!(
-                "{what}: command {i} differs: ours {:?}, kernel {:?}",
-                a.get(i).map(short),
-                b.get(i).map(short)
-            );
-        }
-        assert!(ours == kernel, "{what}: bytes differ");
+        same_stream(what, &ours, &kernel);
     }
     assert!(
         clones > 0,
@@ -367,15 +378,6 @@ fn balanced_filesystem_clone_sources_match_the_kernel_live() {
     }
     let live = LiveBtrfs::new().expect("scratch btrfs");
     let m = live.path().to_path_buf();
-    let btrfs = |args: &[&str]| {
-        let out = Command::new("btrfs").args(args).output().unwrap();
-        assert!(
-            out.status.success(),
-            "btrfs {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        out.stdout
-    };
     let p = |s: &str| m.join(s).to_string_lossy().into_owned();
     let reflink = |from: &str, to: &str| {
         let st = Command::new("cp")
@@ -458,8 +460,7 @@ fn balanced_filesystem_clone_sources_match_the_kernel_live() {
             } else {
                 ours(&fs, &cs, opts).unwrap()
             };
-            let (a, b) = (commands(&ours), commands(&kernel));
-            for c in &b {
+            for c in &commands(&kernel) {
                 if let stream_format::Command::Clone {
                     path, clone_path, ..
                 } = c
@@ -472,14 +473,7 @@ fn balanced_filesystem_clone_sources_match_the_kernel_live() {
                     }
                 }
             }
-            if let Some(i) = (0..a.len().max(b.len())).find(|&i| a.get(i) != b.get(i)) {
-                panic!(
-                    "{what} {v}: command {i} differs: ours {:?}, kernel {:?}",
-                    a.get(i).map(short),
-                    b.get(i).map(short)
-                );
-            }
-            assert!(ours == kernel, "{what} {v}: bytes differ");
+            same_stream(&format!("{what} {v}"), &ours, &kernel);
         }
     }
     assert!(
