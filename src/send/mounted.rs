@@ -48,8 +48,9 @@
 //!   relocation split an extent written before the point), the send fails
 //!   ([`SendError::Replanned`]) rather than continue. (That record, the
 //!   trail, is kept only on a read-write mount: elsewhere nothing moves
-//!   and a send is never continued; it costs a tenth of a small-file
-//!   send's time and at most ~6 MiB.) A failure with no
+//!   and a send is never continued; its identity hashing took 1.8 % of
+//!   the CPU samples of a warm 500k-small-file send, and it holds at most
+//!   ~6 MiB.) A failure with no
 //!   chunk moved is an error ([`SendError::Incomplete`]). The stream's last
 //!   command (END) is withheld until the send succeeds, so that a receiver
 //!   of a failed send's output fails too. After the send, if file data was
