@@ -53,10 +53,27 @@
 //! is about to store and removes the others (a partial of a snapshot that
 //! is stored already, no longer on the source, changed since, or not
 //! selected by this run); `forget` and `import` keep those whose snapshot is
-//! not stored yet. An S3 repository does not continue an upload yet: an
-//! interrupted multipart upload is aborted by the next writer, as before
-//! (its parts cannot be read back to check them, so continuing would need
-//! the state to be recorded as parts complete).
+//! not stored yet.
+//!
+//! # S3: recorded state
+//!
+//! The parts of an unfinished S3 multipart upload cannot be read back, so
+//! step 1 and 2 cannot be done by reading: the state is recorded instead as
+//! the parts are stored ([`Checkpoint`], in the upload's marker; see
+//! [`s3`](super::s3)). Parts end at frame ends, so the point after a part
+//! is a clean cut: the stored bytes are whole frames, the raw stream ends
+//! at a command boundary. The state there is what the scan above derives:
+//! the frame table, the command count and shape chain (the resume
+//! [`Token`]), the protocol and snapshot identity, and the raw stream's
+//! BLAKE3 state. That last one is a `blake3::Hasher`, which has no
+//! serialised form; rather than re-running the send from the start to hash
+//! the prefix again (it would read all of its data), the writer hashes the
+//! raw stream as aligned 16 KiB subtrees ([`treehash`](super::treehash),
+//! with blake3's `hazmat`), whose chaining values and last partial block
+//! are the state: the continuation finishes the same root hash without the
+//! prefix. Steps 3 and 4 are the same (identity, then the send continued,
+//! the remaining parts uploaded with the next part numbers and the upload
+//! completed with all the parts).
 
 use std::io::Cursor;
 
