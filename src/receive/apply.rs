@@ -822,8 +822,21 @@ impl<'p> Receiver<'p> {
     fn remove_xattr(&mut self, path: &[u8], name: &[u8]) -> Result<(), ApplyErrorKind> {
         self.settle(path);
         let l = self.cur()?.target.locate(path)?;
-        rustix::fs::lremovexattr(l.proc_path(), std::ffi::OsStr::from_bytes(name))?;
-        Ok(())
+        match rustix::fs::lremovexattr(l.proc_path(), std::ffi::OsStr::from_bytes(name)) {
+            // As for SET_XATTR: a filesystem without btrfs.* properties
+            // never had the xattr set, so there is nothing to remove.
+            Err(rustix::io::Errno::OPNOTSUPP) if name.starts_with(b"btrfs.") => {
+                self.note(
+                    "btrfs-xattr",
+                    format!(
+                        "the target filesystem has no btrfs.* properties: removal of {} and other btrfs.* xattrs skipped",
+                        name.escape_ascii()
+                    ),
+                );
+                Ok(())
+            }
+            r => Ok(r?),
+        }
     }
 
     /// WRITE `data` at `offset` (after the file's queued jobs, if it has

@@ -1397,3 +1397,74 @@ fn compressed_data_is_written_encoded_on_btrfs() {
         counts[1]
     );
 }
+
+/// A `btrfs.compression` property set in one snapshot and removed in the
+/// next: the kernel's incremental stream carries a REMOVE_XATTR of it.
+/// Into a filesystem without btrfs properties (tmpfs) the SET_XATTR is
+/// noted and skipped, and so must be the REMOVE_XATTR (it failed the
+/// receive with EOPNOTSUPP); the trees must be the kernel's otherwise.
+#[test]
+fn btrfs_property_removed_into_a_directory_is_skipped() {
+    let test = "btrfs_property_removed_into_a_directory_is_skipped";
+    if !testing::require_live(test) {
+        return;
+    }
+    let src = LiveBtrfs::with_options(256 << 20, &[], "").expect("scratch btrfs");
+    let mnt = src.path();
+    let vol = mnt.join("vol");
+    run(Proc::new("btrfs").args(["subvolume", "create"]).arg(&vol));
+    for f in ["a", "b"] {
+        fs::write(vol.join(f), vec![b'x'; 70_000]).unwrap();
+        run(Proc::new("btrfs")
+            .args(["property", "set"])
+            .arg(vol.join(f))
+            .args(["compression", "zstd"]));
+    }
+    run(Proc::new("btrfs")
+        .args(["subvolume", "snapshot", "-r"])
+        .arg(&vol)
+        .arg(mnt.join("s1")));
+    run(Proc::new("btrfs")
+        .args(["property", "set"])
+        .arg(vol.join("a"))
+        .args(["compression", ""]));
+    fs::write(vol.join("b"), vec![b'y'; 50_000]).unwrap();
+    run(Proc::new("btrfs")
+        .args(["subvolume", "snapshot", "-r"])
+        .arg(&vol)
+        .arg(mnt.join("s2")));
+    run(&mut Proc::new("sync"));
+    let work = tempfile::tempdir().unwrap();
+    let full = work.path().join("full.stream");
+    let inc = work.path().join("inc.stream");
+    run(Proc::new("btrfs")
+        .args(["send", "-q", "-f"])
+        .arg(&full)
+        .arg(mnt.join("s1")));
+    run(Proc::new("btrfs")
+        .args(["send", "-q", "-p"])
+        .arg(mnt.join("s1"))
+        .arg("-f")
+        .arg(&inc)
+        .arg(mnt.join("s2")));
+    let dump = run(Proc::new("btrfs")
+        .args(["receive", "--dump", "-f"])
+        .arg(&inc));
+    assert!(
+        dump.lines()
+            .any(|l| l.starts_with("remove_xattr") && l.contains("name=btrfs.compression")),
+        "the kernel's stream has no REMOVE_XATTR of the property:\n{dump}"
+    );
+    let t = testing::Tmpfs::new(64 << 20).expect("tmpfs");
+    let dir = t.path();
+    let opts = ReceiveOptions::default();
+    receive_file(&full, dir, &opts).unwrap_or_else(|e| panic!("full: {e:#}"));
+    receive_file(&inc, dir, &opts).unwrap_or_else(|e| panic!("incremental: {e:#}"));
+    for s in ["s1", "s2"] {
+        let want = manifest_of(&mnt.join(s));
+        let got = manifest_of(&dir.join(s));
+        if let Some(d) = manifest::diff(&want, &got, 20) {
+            panic!("{s} differs from the kernel's snapshot:\n{d}");
+        }
+    }
+}
