@@ -269,7 +269,7 @@ impl Sink {
                 let (stored, raw_bytes) = (self.offset, self.raw_offset);
                 let mut state = || {
                     let ident = ident.as_ref()?;
-                    Some(Checkpoint::new(
+                    Some(Checkpoint::encode(
                         ident,
                         (at.commands, at.shape, at.proto),
                         frames,

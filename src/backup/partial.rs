@@ -167,7 +167,7 @@ pub(crate) struct Checkpoint {
 impl Checkpoint {
     /// The state after `frames` (`stored` bytes in the file, `raw` bytes of
     /// stream), of a stream of `ident`, as JSON.
-    pub(crate) fn new(
+    pub(crate) fn encode(
         ident: &Ident,
         (commands, shape, proto): (u64, Shape, u32),
         frames: &[FrameInfo],
@@ -196,7 +196,7 @@ impl Checkpoint {
 ///
 /// # Errors
 ///
-/// Why the state cannot be continued (not one [`Checkpoint::new`] makes,
+/// Why the state cannot be continued (not one [`Checkpoint::encode`] makes,
 /// or not the parts' end).
 pub(crate) fn from_checkpoint(json: &str, stored: u64, file: &str) -> Result<Scan, String> {
     let c: Checkpoint =
@@ -620,8 +620,10 @@ mod tests {
     }
 
     type Shared<T> = std::sync::Arc<std::sync::Mutex<T>>;
+    /// The states recorded: (stored bytes, state).
+    type States = Shared<Vec<(u64, String)>>;
 
-    fn recording(start: Vec<u8>) -> (Recording, Shared<Vec<u8>>, Shared<Vec<(u64, String)>>) {
+    fn recording(start: Vec<u8>) -> (Recording, Shared<Vec<u8>>, States) {
         let data = std::sync::Arc::new(std::sync::Mutex::new(start));
         let states = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
         let up = Recording {
