@@ -59,7 +59,7 @@
 //!
 //! The parts of an unfinished S3 multipart upload cannot be read back, so
 //! step 1 and 2 cannot be done by reading: the state is recorded instead as
-//! the parts are stored ([`Checkpoint`], in the upload's marker; see
+//! the parts are stored (`Checkpoint`, in the upload's marker; see
 //! [`s3`](super::s3)). Parts end at frame ends, so the point after a part
 //! is a clean cut: the stored bytes are whole frames, the raw stream ends
 //! at a command boundary. The state there is what the scan above derives:
@@ -68,7 +68,7 @@
 //! BLAKE3 state. That last one is a `blake3::Hasher`, which has no
 //! serialised form; rather than re-running the send from the start to hash
 //! the prefix again (it would read all of its data), the writer hashes the
-//! raw stream as aligned 16 KiB subtrees ([`treehash`](super::treehash),
+//! raw stream as aligned 16 KiB subtrees (`treehash`,
 //! with blake3's `hazmat`), whose chaining values and last partial block
 //! are the state: the continuation finishes the same root hash without the
 //! prefix. Steps 3 and 4 are the same (identity, then the send continued,

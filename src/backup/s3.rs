@@ -31,7 +31,7 @@
 //!   ([`Upload::write_resumable`]); a part is cut only at the end of the
 //!   frame that brings the buffer to the part size (so parts are 8 MiB plus
 //!   up to a frame, and never end inside one), with the state after that
-//!   frame ([`partial::Checkpoint`](super::partial::Checkpoint)). A
+//!   frame (`partial::Checkpoint`). A
 //!   recorder task takes the servers' acknowledgements (in any order) and,
 //!   each time the run of parts stored from the first grows past a part
 //!   with a state, rewrites the marker: `{"key","upload_id","parts":
