@@ -33,8 +33,9 @@
 //! applied (the lanes drained, no command held back): a snapshot of the
 //! partial subvolume, `DIR/.btrsend-resume/NAME/ckpt-INDEX` (its creation
 //! flushes the subvolume's data and commits it), then the resume point
-//! `DIR/.btrsend-resume/NAME/state` (the token, written to a temporary file,
-//! synced and renamed), then the previous checkpoint is deleted. Resuming
+//! `DIR/.btrsend-resume/NAME/state` (the token and the boot id, written to
+//! a temporary file, synced and renamed), then the previous checkpoint is
+//! deleted. Resuming
 //! replaces the partial `DIR/NAME` by a writable snapshot of the
 //! checkpoint, which is exactly the subvolume as it was at the resume point,
 //! whatever was applied after it; the received UUID and read-only flag are
@@ -47,11 +48,11 @@
 //! other filesystem, or not as root) there is no snapshot to roll back
 //! to, so the receiver journals how to undo what it changes after a
 //! checkpoint, before it changes it. A checkpoint (same interval, lanes
-//! drained) `syncfs`es DIR's filesystem (everything written so far and the
-//! directory's record are on disk), creates an empty journal
-//! `DIR/.btrsend-resume/NAME/undo-INDEX` and trash directory
-//! `trash-INDEX/` (synced), then writes the state as above, then deletes
-//! the previous journal and trash. From then on each command first
+//! drained) creates an empty journal `DIR/.btrsend-resume/NAME/undo-INDEX`
+//! and trash directory `trash-INDEX/`, then writes the state (a temporary
+//! file renamed into place, with the system's boot id, see below), then
+//! deletes the previous journal and trash. Nothing is flushed to the
+//! device: see "What survives what" below. From then on each command first
 //! appends what undoes it to the journal (paths as they are right after
 //! the command, so undoing in reverse order finds each object where its
 //! entry says):
@@ -90,12 +91,32 @@
 //! afresh and the receive continues. This is sound under kill -9 at any
 //! moment, a closed pipe, or a full disk (a journal entry that cannot be
 //! written fails its command before anything changes, and a checkpoint
-//! that fails for want of space stops the receive there). A power loss or
-//! an OS crash is another matter: between checkpoints nothing is synced,
-//! and a filesystem may write a change to disk before the journal entry
-//! written before it, so after a crash a resume may not find the tree of
-//! the checkpoint; receive such a subvolume again. Nothing is ever written
-//! outside DIR.
+//! that fails for want of space stops the receive there). Nothing is ever
+//! written outside DIR.
+//!
+//! **What survives what.** A process that dies (kill -9, a closed pipe, a
+//! full disk of either side, a crash of btrsend itself) loses nothing it
+//! wrote: the page cache keeps every write, in the order the system calls
+//! made them, until the kernel writes it out. So a resume point that
+//! only has to survive the death of the receiver needs no flush at all,
+//! and the write-then-rename of the state is atomic with respect to it.
+//! A power loss or an OS crash is another matter: what reaches the disk
+//! is then whatever the filesystem had written out, in any order (a
+//! change can be on disk while the journal entry written before it is
+//! not). The state therefore records the boot id of the system that wrote
+//! it (`/proc/sys/kernel/random/boot_id`, a random UUID per boot), and a
+//! resume point is used only as far as the failures it survives:
+//!
+//! | resume point | kill -9, closed pipe, ENOSPC | power loss, OS crash |
+//! |---|---|---|
+//! | directory mode (undo journal) | resumed, tree exact | refused: `DIR/NAME` cannot be trusted; delete it and receive it again |
+//! | subvolume mode (snapshot) | resumed, tree exact | resumed, tree exact (the snapshot and the state are flushed) |
+//!
+//! A directory-mode resume point of another boot is refused with that
+//! message by `--resume-token`, by a continuation stream and by the whole
+//! stream received again, and nothing in DIR is changed (an old state
+//! without a boot id, from an earlier btrsend that flushed every
+//! checkpoint, is still used).
 //!
 //! **Re-sent data.** A checkpoint is taken as soon as [`CHECKPOINT_BYTES`]
 //! (48 MiB) of stream were applied since the last one; with the receiver's
@@ -149,6 +170,16 @@ pub const TOKEN_LEN: usize = 101;
 pub const FIRST_COMMAND: u64 = 17;
 
 const MAC_CONTEXT: &str = "btrsend 2026-11 resume token v1";
+
+/// The running system's boot id (`/proc/sys/kernel/random/boot_id`, a
+/// random UUID the kernel makes at each boot), or `None` where it cannot be
+/// read. A resume point that is not flushed to the device is valid only
+/// while it is the same (see "What survives what" in the module doc).
+pub fn boot_id() -> Option<String> {
+    let s = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+    let s = s.trim();
+    (!s.is_empty() && s.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-')).then(|| s.to_owned())
+}
 
 /// The chained digest of the commands of a stream so far (see the module
 /// doc): each command's number and length on the wire (header included).

@@ -59,8 +59,8 @@ pub struct ReceiveArgs {
     /// stream (default 48; see RESUMING below): after an interruption, at
     /// most MIB + 16 MiB of stream is sent again. 0 takes none, for a
     /// one-shot receive that is faster (on btrfs, each checkpoint is a
-    /// snapshot that flushes the data written so far; elsewhere a syncfs
-    /// and an undo journal): an interrupted receive then leaves an
+    /// snapshot that flushes the data written so far; elsewhere an undo
+    /// journal): an interrupted receive then leaves an
     /// incomplete subvolume that cannot be resumed (delete it and receive
     /// the whole stream again).
     #[arg(long, value_name = "MIB", default_value_t = 48, value_hint = ValueHint::Other)]
@@ -161,10 +161,10 @@ not an error.
 
 RESUMING: a receive takes a checkpoint of each subvolume every 48 MiB of
 stream (--checkpoint-interval; 0: none, and no resume), kept in DIR/.btrsend-resume/NAME/ and deleted when the subvolume is
-complete: on btrfs as root a snapshot of it; in directory mode the whole
-filesystem is synced and, until the next checkpoint, an undo journal records
-how to reverse every change (removed entries are moved to a trash there and
-deleted at the next checkpoint). After an interruption (a killed sender or
+complete: on btrfs as root a snapshot of it; in directory mode an undo
+journal that records, until the next checkpoint, how to reverse every change
+(removed entries are moved to a trash there and deleted at the next
+checkpoint; nothing is flushed, see below). After an interruption (a killed sender or
 receiver, a closed pipe, a full disk), --resume-token DIR/NAME prints the
 token of the last checkpoint; `btrsend send --resume TOKEN` with the
 arguments of the interrupted send writes the rest of the stream (a
@@ -182,9 +182,11 @@ Over ssh:
 A subvolume resumed on btrfs is a snapshot of its checkpoint: btrfs subvolume
 show gives it a Parent UUID (that of the deleted checkpoint) where an
 uninterrupted receive of a full stream has none, or its parent's. Its tree,
-UUID and received UUID are the same. In directory mode a power loss or OS
-crash (unlike a killed process) may leave changes on disk that the journal
-does not know of: receive such a directory again.";
+UUID and received UUID are the same. In directory mode a resume point serves
+only until the system restarts: a power loss or OS crash (unlike a killed
+process) may leave changes on disk that the journal does not know of, so
+after a restart (another boot id) the resume is refused, nothing is changed,
+and DIR/NAME is to be deleted and received again.";
 
 /// The [`Reporter`], plus the lines `btrfs receive` prints (btrfs-progs
 /// `cmds/receive.c`): "At subvol NAME" (stderr) and "At snapshot NAME"

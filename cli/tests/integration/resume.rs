@@ -1179,6 +1179,163 @@ fn btrfs_property_after_a_checkpoint_into_a_directory_is_skipped() {
     );
 }
 
+/// Replace the boot id in the state file of `dir/name` by `boot`.
+fn set_state_boot(dir: &Path, name: &str, boot: &str) {
+    let state = dir
+        .join(btrsend::receive::RESUME_DIR)
+        .join(name)
+        .join("state");
+    let text = std::fs::read_to_string(&state).unwrap();
+    let lines: Vec<String> = text
+        .lines()
+        .map(|l| {
+            if l.starts_with("boot ") {
+                format!("boot {boot}")
+            } else {
+                l.to_owned()
+            }
+        })
+        .collect();
+    assert_ne!(lines.join("\n") + "\n", text, "no boot line in {text}");
+    std::fs::write(&state, lines.join("\n") + "\n").unwrap();
+}
+
+/// Issue 17 / 14: a directory-mode resume point is not flushed, so it
+/// serves only in the boot that wrote it (its state records the kernel's
+/// boot id). A restart is faked by editing that id in the state: then
+/// `--resume-token`, a continuation and the whole stream again are all
+/// refused with the reason, and nothing under DIR changes (its manifest,
+/// the resume point included); with the id put back, the whole stream
+/// continues and ends with the kernel's tree. In subvolume mode the
+/// checkpoint is a flushed snapshot: the same edit does not stop the
+/// resume, which ends with the kernel's tree.
+#[test]
+fn a_directory_resume_point_of_another_boot_is_refused() {
+    let test = "a_directory_resume_point_of_another_boot_is_refused";
+    if !testing::require_live(test) {
+        return;
+    }
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
+    let boot = boot.trim();
+    let other = "00000000-1111-2222-3333-444444444444";
+    assert_ne!(boot, other);
+    let src = LiveBtrfs::with_options(512 * MIB, &[], "").expect("scratch btrfs");
+    let mnt = src.path().to_path_buf();
+    let mut rng = Rng::new(1735);
+    let vol = mnt.join("vol");
+    sh(Command::new("btrfs")
+        .args(["subvolume", "create"])
+        .arg(&vol));
+    for f in 0..24 {
+        write_random(&vol.join(format!("f{f}")), 1_000_000, &mut rng);
+    }
+    let snap = mnt.join("snap");
+    sh(Command::new("btrfs")
+        .args(["subvolume", "snapshot", "-r"])
+        .arg(&vol)
+        .arg(&snap));
+    sh(&mut Command::new("sync"));
+    let opts = Options { holes: false };
+    let want = src.manifest("snap", opts).unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let whole = work.path().join("whole.stream");
+    sh(Command::new("btrfs")
+        .args(["send", "-q", "-f"])
+        .arg(&whole)
+        .arg(&snap));
+    let bytes = std::fs::read(&whole).unwrap();
+    assert!(bytes.len() as u64 > 20 * MIB, "{} bytes", bytes.len());
+    let cut = work.path().join("cut.stream");
+    std::fs::write(&cut, &bytes[..12 << 20]).unwrap();
+    let btrfs_dst = LiveBtrfs::with_options(512 * MIB, &[], "").expect("scratch btrfs");
+    let tmpfs = Tmpfs::new(256 * MIB).expect("tmpfs");
+    for (mode, root) in [
+        ("directories", tmpfs.path()),
+        ("subvolumes", btrfs_dst.path()),
+    ] {
+        let dir = root.join("recv");
+        std::fs::create_dir(&dir).unwrap();
+        let receive = |stream: &Path| {
+            btrsend()
+                .args(["receive", "-f"])
+                .arg(stream)
+                .arg(&dir)
+                .env("BTRSEND_CHECKPOINT_BYTES", MIB.to_string())
+                .output()
+                .unwrap()
+        };
+        let o = receive(&cut);
+        assert!(!o.status.success(), "{mode}: a cut stream was received");
+        let t = token(&dir, "snap").expect("a resume point");
+        assert!(token_offset(&t) > 8 * MIB, "{mode}: {t}");
+        let state = dir.join(btrsend::receive::RESUME_DIR).join("snap/state");
+        let text = std::fs::read_to_string(&state).unwrap();
+        assert!(
+            text.lines().any(|l| l == format!("boot {boot}")),
+            "{mode}: the state does not name this boot ({boot}): {text}"
+        );
+        let cont = work.path().join("cont.stream");
+        let o = btrsend()
+            .args(["send", "--resume", &t, "-f"])
+            .arg(&cont)
+            .arg(&snap)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        set_state_boot(&dir, "snap", other);
+        if mode == "directories" {
+            let before = btrsend::manifest::manifest(&dir, opts).unwrap();
+            let o = btrsend()
+                .arg("receive")
+                .arg("--resume-token")
+                .arg(dir.join("snap"))
+                .output()
+                .unwrap();
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert_eq!(o.status.code(), Some(1), "{err}");
+            assert!(o.stdout.is_empty());
+            for s in [
+                "before the system restarted",
+                other,
+                boot,
+                "delete it and receive it again",
+            ] {
+                assert!(err.contains(s), "--resume-token: {s:?} not in {err}");
+            }
+            for stream in [&cont, &whole] {
+                let o = receive(stream);
+                let err = String::from_utf8_lossy(&o.stderr);
+                assert!(!o.status.success(), "{mode}: resumed after a restart");
+                assert!(
+                    err.contains("before the system restarted")
+                        && err.contains("delete it and receive it again"),
+                    "{err}"
+                );
+                let after = btrsend::manifest::manifest(&dir, opts).unwrap();
+                assert!(
+                    manifest::diff(&before, &after, 20).is_none(),
+                    "a refused resume changed DIR: {}",
+                    manifest::diff(&before, &after, 20).unwrap_or_default()
+                );
+            }
+            // The same resume point in this boot: it continues.
+            set_state_boot(&dir, "snap", boot);
+        }
+        let o = receive(&cont);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success(), "{mode}: {err}");
+        assert!(err.contains("resuming"), "{mode}: {err}");
+        let got = btrsend::manifest::manifest(&dir.join("snap"), opts).unwrap();
+        assert!(
+            manifest::diff(&want, &got, 20).is_none(),
+            "{mode}: {}",
+            manifest::diff(&want, &got, 20).unwrap_or_default()
+        );
+        assert!(!dir.join(btrsend::receive::RESUME_DIR).exists(), "{mode}");
+        std::fs::remove_file(&cont).unwrap();
+    }
+}
+
 /// A snapshot made by `btrfs receive` has a received UUID, which the
 /// streams sent from it carry (SUBVOL, as the kernel's `btrfs send` does),
 /// and so does the token a receiver of such a stream prints: `send

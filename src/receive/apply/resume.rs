@@ -171,6 +171,16 @@ pub enum TokenError {
     Complete(PathBuf),
     /// DIR/NAME is a directory received completely in directory mode.
     Directory(PathBuf),
+    /// A directory-mode resume point written before the system restarted
+    /// (see "What survives what" in [`crate::resume`]).
+    Restarted {
+        /// DIR/NAME.
+        path: PathBuf,
+        /// The boot id in the state.
+        was: String,
+        /// The boot id now.
+        now: String,
+    },
     /// No checkpoint was taken (or it cannot be read).
     NoCheckpoint {
         /// DIR/NAME.
@@ -198,6 +208,9 @@ impl std::fmt::Display for TokenError {
                 "{} was received completely (as a directory): nothing to resume",
                 p.display()
             ),
+            TokenError::Restarted { path, was, now } => {
+                f.write_str(&restarted_message(path, was, now))
+            }
             TokenError::NoCheckpoint { path, state, why } => write!(
                 f,
                 "{} has no resume point ({}: {why}; the first is taken after {} MiB of stream): \
@@ -211,6 +224,35 @@ impl std::fmt::Display for TokenError {
 }
 
 impl std::error::Error for TokenError {}
+
+/// Why a directory-mode resume point of another boot is refused.
+fn restarted_message(path: &Path, was: &str, now: &str) -> String {
+    format!(
+        "cannot resume {}: its resume point was written before the system restarted (boot id \
+         {was}, now {now}), and a receive into directories keeps its resume point only while \
+         the system runs (a power loss or crash may have left a tree its checkpoint does not \
+         describe): delete it and receive it again",
+        path.display()
+    )
+}
+
+/// A state file's text: its token (first line) and the boot id it was
+/// written in (a `boot` line; `None` in a state of an earlier btrsend).
+fn parse_state(text: &str) -> Result<(Token, Option<String>), String> {
+    let token = Token::parse(text.lines().next().unwrap_or_default()).map_err(|e| e.to_string())?;
+    let boot = text
+        .lines()
+        .skip(1)
+        .find_map(|l| l.strip_prefix("boot ").map(str::to_owned));
+    Ok((token, boot))
+}
+
+/// The boot ids (recorded, now) if `boot` is not the running system's.
+fn other_boot(boot: Option<&str>) -> Option<(String, String)> {
+    let was = boot?;
+    let now = crate::resume::boot_id()?;
+    (was != now).then(|| (was.to_owned(), now))
+}
 
 /// The resume token of the partial subvolume `DIR/NAME` (`btrsend receive
 /// --resume-token DIR/NAME`).
@@ -231,11 +273,28 @@ pub fn resume_token(path: &Path) -> Result<Token, TokenError> {
         std::fs::symlink_metadata(path).map_err(|_| TokenError::Missing(path.to_path_buf()))?;
     let state = dir.join(RESUME_DIR).join(name).join("state");
     let read = std::fs::read_to_string(&state);
-    let token = read.as_ref().map_err(|e| e.to_string()).and_then(|s| {
-        Token::parse(s.lines().next().unwrap_or_default()).map_err(|e| e.to_string())
-    });
+    let token = read
+        .as_ref()
+        .map_err(|e| e.to_string())
+        .and_then(|s| parse_state(s));
     match token {
-        Ok(t) => Ok(t),
+        Ok((t, boot)) => {
+            // A checkpoint snapshot is flushed: valid after a restart too.
+            let snapshot = dir
+                .join(RESUME_DIR)
+                .join(name)
+                .join(format!("ckpt-{}", t.index));
+            if let Some((was, now)) = other_boot(boot.as_deref())
+                && std::fs::symlink_metadata(snapshot).is_err()
+            {
+                return Err(TokenError::Restarted {
+                    path: path.to_path_buf(),
+                    was,
+                    now,
+                });
+            }
+            Ok(t)
+        }
         Err(why) => {
             use std::os::unix::fs::MetadataExt;
             if meta.is_dir() && meta.ino() != subvol::FIRST_FREE {
@@ -365,17 +424,27 @@ impl Receiver<'_> {
         let _ = sys::snap_destroy(rdir.as_fd(), ckpt.as_bytes());
         let src = subvol::reopen_dir(cur.target.root())?;
         sys::snapshot_create(rdir.as_fd(), ckpt.as_bytes(), src.as_fd())?;
-        self.write_state(&rdir, token)?;
+        self.write_state(&rdir, token, true)?;
         self.drop_checkpoints(&rdir, Some(&ckpt));
         Ok(())
     }
 
     /// The resume point `token` of the current subvolume in `rdir`: the
-    /// token, then a line per FILEATTR still to be set at its end (the
-    /// file's path now, hex, and the flags), written to a temporary file,
-    /// synced and renamed into place.
-    fn write_state(&self, rdir: &std::os::fd::OwnedFd, token: &Token) -> io::Result<()> {
+    /// token, the boot id, then a line per FILEATTR still to be set at its
+    /// end (the file's path now, hex, and the flags), written to a
+    /// temporary file and renamed into place; `durable`: flushed (the file
+    /// and the rename) before that returns, else valid only until the
+    /// system restarts (see "What survives what" in [`crate::resume`]).
+    fn write_state(
+        &self,
+        rdir: &std::os::fd::OwnedFd,
+        token: &Token,
+        durable: bool,
+    ) -> io::Result<()> {
         let mut text = format!("{token}\n");
+        if let Some(b) = crate::resume::boot_id() {
+            text.push_str(&format!("boot {b}\n"));
+        }
         if let Some(cur) = &self.cur {
             let link = |fd: std::os::fd::BorrowedFd<'_>| {
                 std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()))
@@ -404,22 +473,23 @@ impl Receiver<'_> {
         )?;
         let mut f = std::fs::File::from(fd);
         f.write_all(text.as_bytes())?;
-        f.sync_all()?;
+        if durable {
+            f.sync_all()?;
+        }
         rustix::fs::renameat(rdir, tmp, rdir, "state")?;
-        rustix::fs::fsync(rdir)?;
+        if durable {
+            rustix::fs::fsync(rdir)?;
+        }
         Ok(())
     }
 
-    /// A checkpoint of a directory-mode receive: everything on the
-    /// filesystem synced, a new journal and trash, the state naming them,
-    /// then the previous journal and trash deleted (see the design in
-    /// [`crate::resume`]).
+    /// A checkpoint of a directory-mode receive: a new journal and trash,
+    /// the state naming them, then the previous journal and trash deleted;
+    /// nothing flushed (see the design in [`crate::resume`]).
     fn write_dir_checkpoint(&mut self, name: &[u8], token: &Token) -> io::Result<()> {
         let rdir = self.resume_dir(name, true)?;
-        rustix::fs::syncfs(&rdir)?;
         let journal = undo::Journal::create(rdir.as_fd(), token.index)?;
-        rustix::fs::fsync(&rdir)?;
-        self.write_state(&rdir, token)?;
+        self.write_state(&rdir, token, false)?;
         self.journal = Some(journal);
         drop_journals(&rdir, Some(token.index));
         Ok(())
@@ -468,6 +538,12 @@ impl Receiver<'_> {
 
     /// The resume point recorded for `name`, if any.
     fn state_of(&self, name: &[u8]) -> Option<Token> {
+        self.state_and_boot(name).map(|(t, _)| t)
+    }
+
+    /// The resume point recorded for `name` and the boot id it was
+    /// written in, if any.
+    fn state_and_boot(&self, name: &[u8]) -> Option<(Token, Option<String>)> {
         let rdir = self.resume_dir(name, false).ok()?;
         let fd = rustix::fs::openat(
             &rdir,
@@ -477,7 +553,7 @@ impl Receiver<'_> {
         )
         .ok()?;
         let s = io::read_to_string(std::fs::File::from(fd)).ok()?;
-        Token::parse(s.lines().next()?).ok()
+        parse_state(&s).ok()
     }
 
     /// The FILEATTRs recorded with the resume point of `name`: path and
@@ -616,7 +692,16 @@ impl Receiver<'_> {
         let rdir = self.resume_dir(name, false)?;
         let ckpt_name = format!("ckpt-{}", ckpt.index);
         if rustix::fs::statat(&rdir, ckpt_name.as_str(), AtFlags::SYMLINK_NOFOLLOW).is_err() {
-            // No snapshot: a directory-mode resume point.
+            // No snapshot: a directory-mode resume point, valid only in
+            // the boot that wrote it.
+            let boot = self.state_and_boot(name).and_then(|(_, b)| b);
+            if let Some((was, now)) = other_boot(boot.as_deref()) {
+                return Err(ApplyErrorKind::Invalid(restarted_message(
+                    &self.dir.display_path(name),
+                    &was,
+                    &now,
+                )));
+            }
             self.rollback_dir(name, ckpt, &rdir)?;
         } else {
             self.rollback_subvol(name, ckpt)?;

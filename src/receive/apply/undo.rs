@@ -277,8 +277,9 @@ impl Journal {
         let file = File::from(fd);
         let mut h = [0u8; 16];
         h[..8].copy_from_slice(MAGIC);
+        // Not flushed: a directory-mode resume point serves only while
+        // the system runs (see "What survives what" in crate::resume).
         file.write_all_at(&h, 0)?;
-        file.sync_all()?;
         let trash = open_dir(rdir, OsStr::new(&trash))?;
         Ok(Journal {
             file,
