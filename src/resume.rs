@@ -27,32 +27,46 @@
 //! **Receiver: checkpoints with rollback.** Namespace commands (RENAME,
 //! LINK, UNLINK, RMDIR, MKFILE…) are not idempotent and the receiver's data
 //! lanes apply file data out of order, so "replay what may have been
-//! applied" is unsound. Instead the receiver rolls back: in subvolume mode
-//! (a btrfs target, as root) it takes a checkpoint every
-//! [`CHECKPOINT_BYTES`] of stream, where every command before the point is
-//! applied (the lanes drained, no command held back): a snapshot of the
-//! partial subvolume, `DIR/.btrsend-resume/NAME/ckpt-INDEX` (its creation
-//! flushes the subvolume's data and commits it), then the resume point
-//! `DIR/.btrsend-resume/NAME/state` (the token and the boot id, written to
-//! a temporary file, synced and renamed), then the previous checkpoint is
-//! deleted. Resuming
-//! replaces the partial `DIR/NAME` by a writable snapshot of the
-//! checkpoint, which is exactly the subvolume as it was at the resume point,
-//! whatever was applied after it; the received UUID and read-only flag are
-//! set at the very end, as for any receive, and the checkpoint is deleted
-//! then. A kill -9 or a power loss at any moment leaves a checkpoint and
-//! its state consistent (a new checkpoint counts only once its state is
-//! renamed into place).
+//! applied" is unsound. Instead the receiver rolls back to a checkpoint,
+//! taken every [`CHECKPOINT_BYTES`] of stream where every command before
+//! the point is applied (the lanes drained, no command held back). In both
+//! modes (subvolume mode: a btrfs target, as root; directory mode: any
+//! other filesystem, or not as root) a checkpoint is an undo journal: the
+//! receiver journals how to undo what it changes after a checkpoint,
+//! before it changes it. A checkpoint creates an empty journal
+//! `DIR/.btrsend-resume/NAME/undo-INDEX` and a trash directory (directory
+//! mode: `trash-INDEX/` beside it; subvolume mode: `.btrsend-trash-INDEX/`
+//! in the subvolume's root, since a rename cannot leave a subvolume; made
+//! and removed with the root's times kept, the last one removed before the
+//! subvolume is made read-only; a stream that makes an entry of that name
+//! in the root while it is there fails as on an existing name), then
+//! writes the state
+//! `DIR/.btrsend-resume/NAME/state` (the token, the system's boot id and
+//! the FILEATTRs still to set, a temporary file renamed into place), then
+//! deletes the previous journal and trash. Nothing of this is flushed to
+//! the device: see "What survives what" below.
 //!
-//! **Directory mode: checkpoints with an undo journal.** Elsewhere (any
-//! other filesystem, or not as root) there is no snapshot to roll back
-//! to, so the receiver journals how to undo what it changes after a
-//! checkpoint, before it changes it. A checkpoint (same interval, lanes
-//! drained) creates an empty journal `DIR/.btrsend-resume/NAME/undo-INDEX`
-//! and trash directory `trash-INDEX/`, then writes the state (a temporary
-//! file renamed into place, with the system's boot id, see below), then
-//! deletes the previous journal and trash. Nothing is flushed to the
-//! device: see "What survives what" below. From then on each command first
+//! **Durable checkpoints (subvolume mode).** Some checkpoints are also
+//! durable: after creating the journal, a snapshot of the partial
+//! subvolume, `DIR/.btrsend-resume/NAME/ckpt-INDEX` (its creation flushes
+//! the subvolume's data and commits it), then its state written to
+//! `durable` and flushed (file and rename), then `state` as above, then the
+//! previous snapshot deleted. A snapshot costs a transaction commit and the
+//! flush of everything written since the last one (about 0.1 s and more),
+//! so they are taken on a budget: when the time since the last one is at
+//! least 20 times what the last one cost (the first counted as 0.1 s, so
+//! it comes 2 s after the subvolume's first checkpoint), or after 4 GiB of
+//! stream: at most about 5 % of the receive's time. After a restart the
+//! receive goes back to the last durable checkpoint: the partial
+//! `DIR/NAME` is replaced by a writable snapshot of it (exactly the
+//! subvolume as it was then), so what is sent again is what the receive
+//! applied in up to 20 times the last snapshot's cost (a few seconds of
+//! stream) or 4 GiB, whichever came first, plus 16 MiB. In the same boot a
+//! journal rollback is used, even to a durable checkpoint (its journal
+//! starts with it). The received UUID and read-only flag are set at the
+//! very end, as for any receive, and the resume point is deleted then.
+//!
+//! **The undo journal.** From a checkpoint on each command first
 //! appends what undoes it to the journal (paths as they are right after
 //! the command, so undoing in reverse order finds each object where its
 //! entry says):
@@ -109,19 +123,22 @@
 //!
 //! | resume point | kill -9, closed pipe, ENOSPC | power loss, OS crash |
 //! |---|---|---|
-//! | directory mode (undo journal) | resumed, tree exact | refused: `DIR/NAME` cannot be trusted; delete it and receive it again |
-//! | subvolume mode (snapshot) | resumed, tree exact | resumed, tree exact (the snapshot and the state are flushed) |
+//! | directory mode (undo journal) | resumed from the last checkpoint, tree exact | refused: `DIR/NAME` cannot be trusted; delete it and receive it again |
+//! | subvolume mode, with a durable checkpoint | resumed from the last checkpoint, tree exact | resumed from the last durable checkpoint (snapshot and `durable` flushed), tree exact |
+//! | subvolume mode, none durable yet (the first seconds) | resumed from the last checkpoint, tree exact | refused, as in directory mode |
 //!
-//! A directory-mode resume point of another boot is refused with that
-//! message by `--resume-token`, by a continuation stream and by the whole
-//! stream received again, and nothing in DIR is changed (an old state
-//! without a boot id, from an earlier btrsend that flushed every
-//! checkpoint, is still used).
+//! A resume point of another boot (or a `state` a crash left torn) with no
+//! durable checkpoint is refused with that message by `--resume-token`, by
+//! a continuation stream and by the whole stream received again, and
+//! nothing in DIR is changed (an old state without a boot id, from an
+//! earlier btrsend that flushed every checkpoint, is still used).
+//! `--resume-token` prints the token of the point a resume would use.
 //!
 //! **Re-sent data.** A checkpoint is taken as soon as [`CHECKPOINT_BYTES`]
 //! (48 MiB) of stream were applied since the last one; with the receiver's
 //! read-ahead (at most 9 MiB) and a pipe buffer, at most 64 MiB of what
-//! the sender wrote before an interruption is sent again.
+//! the sender wrote before an interruption is sent again (after a restart,
+//! subvolume mode: see the durable checkpoints above).
 //! [`ReceiveOptions::checkpoint_interval`](crate::receive::ReceiveOptions::checkpoint_interval)
 //! (`receive --checkpoint-interval`) sets another interval; 0 takes no
 //! checkpoints at all (a one-shot receive, e.g. `backup restore`): an

@@ -215,6 +215,8 @@ pub struct Receiver<'p> {
     /// The undo journal of a directory-mode receive past its first
     /// checkpoint (see `undo`).
     journal: Option<undo::Journal>,
+    /// When a subvolume-mode checkpoint is also durable.
+    budget: Option<resume::Budget>,
     progress: &'p mut dyn Progress,
 }
 
@@ -266,6 +268,7 @@ impl<'p> Receiver<'p> {
             root_names: None,
             ioctl_refused: None,
             journal: None,
+            budget: None,
             progress,
         })
     }
@@ -392,9 +395,13 @@ impl<'p> Receiver<'p> {
             self.set_flags(&fd, &path, flags);
         }
         if cur.errors == 0 && cur.subvolume {
-            // As btrfs-progs: received UUID and stransid, then read-only.
-            subvol::finish(cur.target.root(), cur.record.uuid.0, cur.record.ctransid).map_err(
-                |e| {
+            // The undo journal's trash goes first (see `undo`); then, as
+            // btrfs-progs: received UUID and stransid, then read-only.
+            undo::drop_subvol_trash(cur.target.root(), None)
+                .and_then(|()| {
+                    subvol::finish(cur.target.root(), cur.record.uuid.0, cur.record.ctransid)
+                })
+                .map_err(|e| {
                     Box::new(ApplyError {
                         cmd: None,
                         op: "finish subvolume",
@@ -403,8 +410,7 @@ impl<'p> Receiver<'p> {
                         path2: None,
                         kind: ApplyErrorKind::Io(e),
                     })
-                },
-            )?;
+                })?;
             self.drop_resume_point(&cur.record.name);
         } else if cur.errors == 0 {
             cur.record.state = State::Complete;

@@ -558,6 +558,7 @@ fn receiver<'p>(
     }
     rx.force_decompress(opts.force_decompress);
     rx.threads(opts.threads, MAX_QUEUED_DATA).map_err(err)?;
+    rx.drop_stale_resume_points();
     Ok(rx)
 }
 
@@ -1138,7 +1139,7 @@ pub fn discard(dir: &Path, name: &[u8]) -> io::Result<()> {
         }
         // A directory-mode resume point: its undo journal and trash.
         apply::drop_journals(&points, None);
-        for f in ["state", "state.tmp"] {
+        for f in ["state", "state.tmp", "durable", "durable.tmp"] {
             match rustix::fs::unlinkat(&points, f, AtFlags::empty()) {
                 Ok(()) | Err(rustix::io::Errno::NOENT) => {}
                 Err(e) => return Err(named(e.into(), &resume)),

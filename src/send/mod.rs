@@ -54,7 +54,10 @@
 //! leaf path of the extent tree, and the decoded back references of the
 //! latest extents looked up (at most 4096 extents and 2^16 references
 //! together, ~2 MiB; an extent's references are read only when it has at
-//! most `SEND_MAX_EXTENT_REFS` = 1024, the most that are walked).
+//! most `SEND_MAX_EXTENT_REFS` = 1024, the most that are walked). A send
+//! of a read-write mounted filesystem keeps the data commands of at most
+//! 2^17 extents with data on disk (48 bytes each, ~6 MiB; see
+//! [`mounted`]), for a continuation after a balance.
 //! The block cache is bounded by [`ReadOptions`](crate::device::readahead::ReadOptions).
 
 pub mod error;

@@ -49,7 +49,7 @@
 //!   ([`SendError::Replanned`]) rather than continue. (That record, the
 //!   trail, is kept only on a read-write mount: elsewhere nothing moves
 //!   and a send is never continued; it costs a tenth of a small-file
-//!   send's time and tens of MiB.) A failure with no
+//!   send's time and at most ~6 MiB.) A failure with no
 //!   chunk moved is an error ([`SendError::Incomplete`]). The stream's last
 //!   command (END) is withheld until the send succeeds, so that a receiver
 //!   of a failed send's output fails too. After the send, if file data was

@@ -459,7 +459,7 @@ impl Skip {
 /// (see [`super::mounted`]) so that a send planned again after a balance
 /// moved blocks can continue the same stream: where it stopped, an
 /// identity chain of the commands written, and the data commands made for
-/// each extent.
+/// each extent with data on disk.
 ///
 /// The stream btrfs and btrsend make depends on the layout: which of the
 /// references to a shared extent a CLONE names follows the order of its
@@ -470,7 +470,8 @@ impl Skip {
 /// split extents. So a send planned again after a balance may make other
 /// commands before the point where the first one stopped. The data
 /// commands of an extent before that point are therefore made again as
-/// they were (when the extent still has the same shape), and the commands
+/// they were (when the extent still has the same shape; inline extents
+/// and holes need no record, see [`layout_dependent`]), and the commands
 /// dropped must be the very ones written (identity chain: each command as
 /// encoded, without its file data, whose bytes its path, offset and length
 /// fix), else the continuation is refused.
@@ -488,21 +489,61 @@ pub(crate) struct Trail {
     from_index: u64,
     /// A command was written cut: the trail cannot be continued.
     pub(crate) broken: bool,
-    /// The data commands made for each extent, by (inode, file offset) of
-    /// the extent, with the extent's shape.
-    extents: std::collections::HashMap<(u64, u64), (ExtentShape, Vec<DataOp>)>,
+    /// The data commands made for each extent whose commands depend on
+    /// the layout (see [`layout_dependent`]), sorted by (inode, file
+    /// offset) of the extent, at most [`TRAIL_EXTENTS_MAX`].
+    extents: Vec<TrailExtent>,
 }
 
-/// What identifies an extent item's data beside its key: its kind,
-/// encoding and the range of the disk extent it covers. (A relocation may
-/// split an extent: then the recorded commands are not reused.)
-pub(crate) type ExtentShape = (u8, crate::fs::Compression, u64, u64, u64, u64);
+/// One extent's data commands in a [`Trail`], in 48 bytes: most extents
+/// have one WRITE, kept inline; the others a boxed list.
+#[derive(Debug, Clone)]
+struct TrailExtent {
+    ino: u64,
+    file_offset: u64,
+    /// A digest of the extent's shape (see [`shape_digest`]).
+    shape: u64,
+    ops: TrailOps,
+}
 
-/// The shape of `ext` (see [`ExtentShape`]).
-pub(crate) fn extent_shape(ext: &FileExtent) -> ExtentShape {
-    match &ext.data {
+/// The data commands of a [`TrailExtent`].
+#[derive(Debug, Clone)]
+enum TrailOps {
+    /// One [`DataOp::Write`].
+    Write { offset: u64, len: u64 },
+    /// Any other list.
+    List(Box<[DataOp]>),
+}
+
+impl TrailOps {
+    fn new(ops: Vec<DataOp>) -> TrailOps {
+        match ops.as_slice() {
+            &[DataOp::Write { offset, len }] => TrailOps::Write { offset, len },
+            _ => TrailOps::List(ops.into_boxed_slice()),
+        }
+    }
+
+    fn to_vec(&self) -> Vec<DataOp> {
+        match self {
+            TrailOps::Write { offset, len } => vec![DataOp::Write {
+                offset: *offset,
+                len: *len,
+            }],
+            TrailOps::List(ops) => ops.to_vec(),
+        }
+    }
+}
+
+/// A digest of what identifies an extent item's data beside its key: its
+/// kind, encoding and the range of the disk extent it covers (a
+/// relocation may split an extent: then the recorded commands are not
+/// reused). A collision (odds 2^-64) can only reuse commands that then
+/// fail the identity chain: the continuation is refused, never wrong.
+fn shape_digest(ext: &FileExtent) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let shape = match &ext.data {
         ExtentData::Inline(b) => (
-            0,
+            0u8,
             ext.compression,
             ext.ram_bytes,
             u64::try_from(b.len()).unwrap_or(u64::MAX),
@@ -521,7 +562,21 @@ pub(crate) fn extent_shape(ext: &FileExtent) -> ExtentShape {
             d.offset,
             d.num_bytes,
         ),
-    }
+    };
+    let mut h = xxhash_rust::xxh3::Xxh3::new();
+    shape.hash(&mut h);
+    h.finish()
+}
+
+/// Whether the data commands of `ext` may differ after a relocation:
+/// only an extent with data on disk has back references, whose order
+/// picks a clone source, and an address, by which sources share it. The
+/// commands of an inline extent or a hole follow from the item and the
+/// inode alone, which a relocation leaves as they are: planned again,
+/// they are the very commands written, so a [`Trail`] need not keep them
+/// (in a tree of small files, nearly every extent).
+pub(crate) fn layout_dependent(ext: &FileExtent) -> bool {
+    ext.disk().is_some_and(|d| d.disk_bytenr.get() != 0)
 }
 
 /// One command made for an extent's data (see [`Trail`]).
@@ -541,8 +596,11 @@ pub(crate) enum DataOp {
     Truncate { size: u64 },
 }
 
-/// Extents whose commands a [`Trail`] keeps at most (about 150 bytes
-/// each).
+/// Extents whose commands a [`Trail`] keeps at most: 48 bytes each, 6 MiB
+/// (plus the lists of extents with more than one command). Past it, an
+/// extent's commands are planned afresh when a send is continued: the
+/// continuation is refused ([`SendError::Replanned`]) if a relocation
+/// changed them.
 pub(crate) const TRAIL_EXTENTS_MAX: usize = 1 << 17;
 
 impl Trail {
@@ -556,6 +614,47 @@ impl Trail {
             from_index: index,
             ..Trail::default()
         }
+    }
+
+    /// Keep `ops`, the data commands made for `ext` of `ino`, unless
+    /// the trail is full or has the extent's commands already.
+    fn keep(&mut self, ino: u64, ext: &FileExtent, ops: Vec<DataOp>) {
+        if self.extents.len() >= TRAIL_EXTENTS_MAX {
+            return;
+        }
+        let key = (ino, ext.file_offset);
+        // A send plans extents in key order: appended, as a rule.
+        let at = match self.extents.last() {
+            Some(e) if (e.ino, e.file_offset) >= key => {
+                match self
+                    .extents
+                    .binary_search_by_key(&key, |e| (e.ino, e.file_offset))
+                {
+                    Ok(_) => return,
+                    Err(at) => at,
+                }
+            }
+            _ => self.extents.len(),
+        };
+        self.extents.insert(
+            at,
+            TrailExtent {
+                ino,
+                file_offset: ext.file_offset,
+                shape: shape_digest(ext),
+                ops: TrailOps::new(ops),
+            },
+        );
+    }
+
+    /// The data commands kept for `ext` of `ino`, if its shape is the same.
+    fn kept(&self, ino: u64, ext: &FileExtent) -> Option<Vec<DataOp>> {
+        let i = self
+            .extents
+            .binary_search_by_key(&(ino, ext.file_offset), |e| (e.ino, e.file_offset))
+            .ok()?;
+        let e = self.extents.get(i)?;
+        (e.shape == shape_digest(ext)).then(|| e.ops.to_vec())
     }
 
     /// Back to the start, nothing written (the clone choices are kept).
@@ -740,21 +839,14 @@ impl<'t, W: Write> Pipeline<'t, W> {
         if !skipping {
             return None;
         }
-        let t = self.trail?.borrow();
-        let (shape, ops) = t.extents.get(&(ino, ext.file_offset))?;
-        (*shape == extent_shape(ext)).then(|| ops.clone())
+        self.trail?.borrow().kept(ino, ext)
     }
 
     /// Keep the data commands made for `ext` of `ino` (tracing a
     /// [`Trail`]).
     pub(crate) fn record_ops(&self, ino: u64, ext: &FileExtent, ops: Vec<DataOp>) {
         if let Some(t) = self.trail {
-            let mut t = t.borrow_mut();
-            if t.extents.len() < TRAIL_EXTENTS_MAX {
-                t.extents
-                    .entry((ino, ext.file_offset))
-                    .or_insert((extent_shape(ext), ops));
-            }
+            t.borrow_mut().keep(ino, ext, ops);
         }
     }
 
@@ -1306,5 +1398,107 @@ impl<'t, W: Write> Pipeline<'t, W> {
         let counts = self.counts;
         let out = self.out.finish()?;
         Ok(Finished { out, len, counts })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fs::{Compression, DiskExtent};
+    use crate::types::{Generation, Logical};
+
+    fn regular(file_offset: u64, disk_bytenr: u64, num_bytes: u64) -> FileExtent {
+        FileExtent {
+            file_offset,
+            generation: Generation(7),
+            ram_bytes: num_bytes,
+            compression: Compression::None,
+            data: ExtentData::Regular(DiskExtent {
+                disk_bytenr: Logical(disk_bytenr),
+                disk_num_bytes: num_bytes,
+                offset: 0,
+                num_bytes,
+            }),
+        }
+    }
+
+    #[test]
+    fn trail_keeps_each_extents_first_commands_in_any_order() {
+        let mut t = Trail::new(0, 0);
+        let write = |offset, len| vec![DataOp::Write { offset, len }];
+        let clone = vec![
+            DataOp::Truncate { size: 4096 },
+            DataOp::Clone {
+                offset: 4096,
+                len: 8192,
+                src: (258, 0, 1),
+            },
+            DataOp::Write {
+                offset: 12288,
+                len: 100,
+            },
+        ];
+        let (a, b, c) = (
+            regular(0, 1 << 20, 4096),
+            regular(4096, 2 << 20, 8192),
+            regular(0, 3 << 20, 4096),
+        );
+        t.keep(260, &a, write(0, 4096));
+        t.keep(260, &b, clone.clone());
+        // Out of order (a continuation records extents it did not keep).
+        t.keep(259, &c, write(0, 1000));
+        // The first commands stay.
+        t.keep(260, &a, write(0, 1));
+        assert_eq!(t.kept(260, &a), Some(write(0, 4096)));
+        assert_eq!(t.kept(260, &b), Some(clone));
+        assert_eq!(t.kept(259, &c), Some(write(0, 1000)));
+        assert_eq!(t.kept(261, &a), None);
+        // A relocation moved the extent: its commands are reused; it split
+        // the extent: they are not.
+        assert_eq!(
+            t.kept(260, &regular(0, 5 << 20, 4096)),
+            Some(write(0, 4096))
+        );
+        assert_eq!(t.kept(260, &regular(0, 1 << 20, 2048)), None);
+        let keys: Vec<_> = t.extents.iter().map(|e| (e.ino, e.file_offset)).collect();
+        assert_eq!(keys, [(259, 0), (260, 0), (260, 4096)]);
+    }
+
+    #[test]
+    fn trail_stops_at_its_cap() {
+        let mut t = Trail::new(0, 0);
+        let n = u64::try_from(TRAIL_EXTENTS_MAX).unwrap();
+        for ino in 256..256 + n + 10 {
+            t.keep(
+                ino,
+                &regular(0, ino << 20, 4096),
+                vec![DataOp::Truncate { size: 1 }],
+            );
+        }
+        assert_eq!(t.extents.len(), TRAIL_EXTENTS_MAX);
+        assert_eq!(t.kept(256 + n, &regular(0, (256 + n) << 20, 4096)), None);
+        assert_eq!(
+            t.kept(256 + n - 1, &regular(0, (256 + n - 1) << 20, 4096)),
+            Some(vec![DataOp::Truncate { size: 1 }])
+        );
+    }
+
+    #[test]
+    fn only_extents_with_disk_data_depend_on_the_layout() {
+        let inline = FileExtent {
+            file_offset: 0,
+            generation: Generation(7),
+            ram_bytes: 3,
+            compression: Compression::None,
+            data: ExtentData::Inline(b"abc".to_vec()),
+        };
+        assert!(!layout_dependent(&inline));
+        assert!(!layout_dependent(&regular(0, 0, 4096)));
+        assert!(layout_dependent(&regular(0, 1 << 20, 4096)));
+    }
+
+    #[test]
+    fn trail_extent_is_48_bytes() {
+        assert_eq!(std::mem::size_of::<TrailExtent>(), 48);
     }
 }

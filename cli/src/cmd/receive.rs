@@ -58,9 +58,9 @@ pub struct ReceiveArgs {
     /// Take a resume checkpoint of each subvolume every MIB mebibytes of
     /// stream (default 48; see RESUMING below): after an interruption, at
     /// most MIB + 16 MiB of stream is sent again. 0 takes none, for a
-    /// one-shot receive that is faster (on btrfs, each checkpoint is a
-    /// snapshot that flushes the data written so far; elsewhere an undo
-    /// journal): an interrupted receive then leaves an
+    /// one-shot receive that is a little faster (no undo journal; on btrfs
+    /// no durable snapshot checkpoints either): an interrupted receive then
+    /// leaves an
     /// incomplete subvolume that cannot be resumed (delete it and receive
     /// the whole stream again).
     #[arg(long, value_name = "MIB", default_value_t = 48, value_hint = ValueHint::Other)]
@@ -161,16 +161,17 @@ not an error.
 
 RESUMING: a receive takes a checkpoint of each subvolume every 48 MiB of
 stream (--checkpoint-interval; 0: none, and no resume), kept in DIR/.btrsend-resume/NAME/ and deleted when the subvolume is
-complete: on btrfs as root a snapshot of it; in directory mode an undo
-journal that records, until the next checkpoint, how to reverse every change
-(removed entries are moved to a trash there and deleted at the next
-checkpoint; nothing is flushed, see below). After an interruption (a killed sender or
+complete: an undo journal that records, until the next checkpoint, how to
+reverse every change (removed entries are moved to a trash and deleted at the
+next checkpoint; nothing is flushed, see below); on btrfs as root some
+checkpoints are also durable: a snapshot, flushed, taken on a time budget (at
+most about 5 % of the receive, the first after a few seconds). After an interruption (a killed sender or
 receiver, a closed pipe, a full disk), --resume-token DIR/NAME prints the
 token of the last checkpoint; `btrsend send --resume TOKEN` with the
 arguments of the interrupted send writes the rest of the stream (a
 continuation stream, which btrfs receive refuses), and `btrsend receive
-DIR` rolls DIR/NAME back to its checkpoint (replaces it by the snapshot, or
-plays the journal backwards) and finishes it: the same tree as an
+DIR` rolls DIR/NAME back to its checkpoint (plays the journal backwards, or
+after a restart replaces it by the durable snapshot) and finishes it: the same tree as an
 uninterrupted receive, with its received UUID set only at the end. The
 whole stream received again into DIR continues NAME from its checkpoint in
 the same way (the commands the checkpoint holds are read and dropped).
@@ -179,14 +180,16 @@ Over ssh:
     T=$(ssh backup btrsend receive --resume-token /backup/host1/day2)
     btrsend send --resume \"$T\" -p /mnt/snaps/day1 /mnt/snaps/day2 | ssh backup btrsend receive /backup/host1
 
-A subvolume resumed on btrfs is a snapshot of its checkpoint: btrfs subvolume
-show gives it a Parent UUID (that of the deleted checkpoint) where an
-uninterrupted receive of a full stream has none, or its parent's. Its tree,
-UUID and received UUID are the same. In directory mode a resume point serves
-only until the system restarts: a power loss or OS crash (unlike a killed
-process) may leave changes on disk that the journal does not know of, so
-after a restart (another boot id) the resume is refused, nothing is changed,
-and DIR/NAME is to be deleted and received again.";
+A resume point between durable checkpoints serves only until the system
+restarts: a power loss or OS crash (unlike a killed process) may leave changes
+on disk that the journal does not know of. After a restart (another boot id)
+a receive into btrfs goes back to its last durable checkpoint; with none, and
+in directory mode, the resume is refused, nothing is changed, and DIR/NAME is
+to be deleted and received again. A subvolume resumed from a durable
+checkpoint is a snapshot of it: btrfs subvolume show gives it a Parent UUID
+(that of the deleted checkpoint) where an uninterrupted receive of a full
+stream has none, or its parent's. Its tree, UUID and received UUID are the
+same.";
 
 /// The [`Reporter`], plus the lines `btrfs receive` prints (btrfs-progs
 /// `cmds/receive.c`): "At subvol NAME" (stderr) and "At snapshot NAME"

@@ -359,6 +359,21 @@ fn receive_interrupted(
                     "{name}: finished from offset {start}, {cut:?} at {} after the end",
                     run.relayed
                 ));
+                // Killed after it marked the subvolume complete, perhaps
+                // before it deleted the resume point: the next receive
+                // into DIR deletes it (here one of an empty input).
+                let o = btrsend()
+                    .arg("receive")
+                    .arg(dir)
+                    .stdin(Stdio::null())
+                    .output()
+                    .unwrap();
+                assert!(!o.status.success());
+                assert!(
+                    !dir.join(btrsend::receive::RESUME_DIR).join(&name).exists(),
+                    "{name}: the resume point of a complete subvolume stays: {:?}",
+                    walkdir_names(&dir.join(btrsend::receive::RESUME_DIR))
+                );
                 return done;
             }
             Some(t) => {
@@ -390,6 +405,26 @@ fn receive_interrupted(
             }
         }
     }
+}
+
+/// The paths under `root` (for a message).
+fn walkdir_names(root: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut todo = vec![root.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        let Ok(rd) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let p = e.path();
+            if p.is_dir() && !p.is_symlink() {
+                todo.push(p.clone());
+            }
+            out.push(p);
+        }
+    }
+    out.sort();
+    out
 }
 
 /// The source: a kernel-made btrfs with `snaps/s1` (~300 MB in files of
@@ -697,7 +732,8 @@ fn resume_after_interruptions_builds_the_kernels_tree() {
     assert!(total_cuts >= 100, "{total_cuts} interruptions: {log:#?}");
     assert!(
         !dir.join(btrsend::receive::RESUME_DIR).exists(),
-        "resume points left behind"
+        "resume points left behind: {:?}\n{log:#?}",
+        walkdir_names(&dir.join(btrsend::receive::RESUME_DIR))
     );
     let resent: Vec<u64> = log
         .iter()
@@ -825,7 +861,8 @@ fn resume_into_directories_after_interruptions_builds_the_kernels_tree() {
     assert!(total_cuts >= 100, "{total_cuts} interruptions: {log:#?}");
     assert!(
         !dir.join(btrsend::receive::RESUME_DIR).exists(),
-        "resume points left behind"
+        "resume points left behind: {:?}\n{log:#?}",
+        walkdir_names(&dir.join(btrsend::receive::RESUME_DIR))
     );
     let resent: Vec<u64> = log
         .iter()
@@ -1200,18 +1237,24 @@ fn set_state_boot(dir: &Path, name: &str, boot: &str) {
     std::fs::write(&state, lines.join("\n") + "\n").unwrap();
 }
 
-/// Issue 17 / 14: a directory-mode resume point is not flushed, so it
-/// serves only in the boot that wrote it (its state records the kernel's
-/// boot id). A restart is faked by editing that id in the state: then
-/// `--resume-token`, a continuation and the whole stream again are all
-/// refused with the reason, and nothing under DIR changes (its manifest,
-/// the resume point included); with the id put back, the whole stream
-/// continues and ends with the kernel's tree. In subvolume mode the
-/// checkpoint is a flushed snapshot: the same edit does not stop the
-/// resume, which ends with the kernel's tree.
+/// Issue 17 / 14: a resume point between flushed checkpoints serves only
+/// in the boot that wrote it (its state records the kernel's boot id). A
+/// restart is faked by editing that id in the state (1 MiB checkpoints, a
+/// kernel stream cut after 12 MiB):
+/// * directory mode, and subvolume mode with no durable checkpoint
+///   (`BTRSEND_DURABLE_EVERY=0`): `--resume-token`, a continuation and the
+///   whole stream again are all refused with the reason, and nothing under
+///   DIR changes (its manifest, the resume point included);
+/// * subvolume mode with a durable snapshot every 4th checkpoint: the
+///   token goes back to the last durable checkpoint (an earlier offset), a
+///   continuation from the later point is refused, and one from the token
+///   ends with the kernel's tree.
+///
+/// With the id put back, the refused ones continue from their later point
+/// and end with the kernel's tree.
 #[test]
-fn a_directory_resume_point_of_another_boot_is_refused() {
-    let test = "a_directory_resume_point_of_another_boot_is_refused";
+fn a_resume_point_of_another_boot_falls_back_to_a_durable_checkpoint_or_is_refused() {
+    let test = "a_resume_point_of_another_boot_falls_back_to_a_durable_checkpoint_or_is_refused";
     if !testing::require_live(test) {
         return;
     }
@@ -1249,11 +1292,24 @@ fn a_directory_resume_point_of_another_boot_is_refused() {
     std::fs::write(&cut, &bytes[..12 << 20]).unwrap();
     let btrfs_dst = LiveBtrfs::with_options(512 * MIB, &[], "").expect("scratch btrfs");
     let tmpfs = Tmpfs::new(256 * MIB).expect("tmpfs");
-    for (mode, root) in [
-        ("directories", tmpfs.path()),
-        ("subvolumes", btrfs_dst.path()),
-    ] {
-        let dir = root.join("recv");
+    let continuation = |t: &str, to: &Path| {
+        let o = btrsend()
+            .args(["send", "--resume", t, "-f"])
+            .arg(to)
+            .arg(&snap)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    };
+    for (i, (mode, root, durable_every)) in [
+        ("directories", tmpfs.path(), "4"),
+        ("subvolumes, none durable", btrfs_dst.path(), "0"),
+        ("subvolumes, every 4th durable", btrfs_dst.path(), "4"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let dir = root.join(format!("recv{i}"));
         std::fs::create_dir(&dir).unwrap();
         let receive = |stream: &Path| {
             btrsend()
@@ -1261,13 +1317,14 @@ fn a_directory_resume_point_of_another_boot_is_refused() {
                 .arg(stream)
                 .arg(&dir)
                 .env("BTRSEND_CHECKPOINT_BYTES", MIB.to_string())
+                .env("BTRSEND_DURABLE_EVERY", durable_every)
                 .output()
                 .unwrap()
         };
         let o = receive(&cut);
         assert!(!o.status.success(), "{mode}: a cut stream was received");
         let t = token(&dir, "snap").expect("a resume point");
-        assert!(token_offset(&t) > 8 * MIB, "{mode}: {t}");
+        assert!(token_offset(&t) > 10 * MIB, "{mode}: {t}");
         let state = dir.join(btrsend::receive::RESUME_DIR).join("snap/state");
         let text = std::fs::read_to_string(&state).unwrap();
         assert!(
@@ -1275,16 +1332,30 @@ fn a_directory_resume_point_of_another_boot_is_refused() {
             "{mode}: the state does not name this boot ({boot}): {text}"
         );
         let cont = work.path().join("cont.stream");
-        let o = btrsend()
-            .args(["send", "--resume", &t, "-f"])
-            .arg(&cont)
-            .arg(&snap)
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        continuation(&t, &cont);
         set_state_boot(&dir, "snap", other);
-        if mode == "directories" {
-            let before = btrsend::manifest::manifest(&dir, opts).unwrap();
+        if mode.contains("every 4th") {
+            // Back to the last durable checkpoint: the 9th (of 1 MiB
+            // each), before the 11th the state names.
+            let d = token(&dir, "snap").expect("a durable resume point");
+            let (from, light) = (token_offset(&d), token_offset(&t));
+            assert!(
+                from < light && from > 6 * MIB,
+                "{mode}: durable point at {from}, the state's at {light}"
+            );
+            let o = receive(&cont);
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert!(!o.status.success(), "{mode}: continued from the lost point");
+            assert!(err.contains("can only continue from command"), "{err}");
+            continuation(&d, &cont);
+        } else {
+            // DIR, and the partial subvolume (a subvolume is a line of
+            // its parent's manifest).
+            let tree = || {
+                btrsend::manifest::manifest(&dir, opts).unwrap()
+                    + &btrsend::manifest::manifest(&dir.join("snap"), opts).unwrap()
+            };
+            let before = tree();
             let o = btrsend()
                 .arg("receive")
                 .arg("--resume-token")
@@ -1292,7 +1363,7 @@ fn a_directory_resume_point_of_another_boot_is_refused() {
                 .output()
                 .unwrap();
             let err = String::from_utf8_lossy(&o.stderr);
-            assert_eq!(o.status.code(), Some(1), "{err}");
+            assert_eq!(o.status.code(), Some(1), "{mode}: {err}");
             assert!(o.stdout.is_empty());
             for s in [
                 "before the system restarted",
@@ -1300,7 +1371,10 @@ fn a_directory_resume_point_of_another_boot_is_refused() {
                 boot,
                 "delete it and receive it again",
             ] {
-                assert!(err.contains(s), "--resume-token: {s:?} not in {err}");
+                assert!(
+                    err.contains(s),
+                    "{mode}: --resume-token: {s:?} not in {err}"
+                );
             }
             for stream in [&cont, &whole] {
                 let o = receive(stream);
@@ -1309,12 +1383,12 @@ fn a_directory_resume_point_of_another_boot_is_refused() {
                 assert!(
                     err.contains("before the system restarted")
                         && err.contains("delete it and receive it again"),
-                    "{err}"
+                    "{mode}: {err}"
                 );
-                let after = btrsend::manifest::manifest(&dir, opts).unwrap();
+                let after = tree();
                 assert!(
                     manifest::diff(&before, &after, 20).is_none(),
-                    "a refused resume changed DIR: {}",
+                    "{mode}: a refused resume changed DIR: {}",
                     manifest::diff(&before, &after, 20).unwrap_or_default()
                 );
             }

@@ -6,7 +6,7 @@
 
 use std::ffi::OsStr;
 use std::io::{self, Write};
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -14,7 +14,8 @@ use std::sync::Arc;
 use rustix::fs::{AtFlags, Mode, OFlags};
 use stream_format::CommandInfo;
 
-use super::{Current, Receiver, undo};
+use super::undo::{self, TrashAt};
+use super::{Current, Receiver};
 use crate::receive::ApplyErrorKind;
 use crate::receive::meta::{Record, State, Uuid};
 use crate::receive::subvol;
@@ -36,6 +37,51 @@ fn checkpoint_bytes(every: u64) -> u64 {
         .and_then(|v| v.parse().ok())
         .filter(|&n| n > 0)
         .unwrap_or(every)
+}
+
+/// A durable (snapshot) checkpoint of a subvolume-mode receive is due
+/// when the time since the last one is at least this many times what the
+/// last one cost (so they cost at most about 5 % of the receive)...
+const DURABLE_FACTOR: u32 = 20;
+/// ...taking the first to cost this (so the first comes after 2 s)...
+const DURABLE_FIRST_COST: std::time::Duration = std::time::Duration::from_millis(100);
+/// ...or when this much stream was applied since the last one.
+const DURABLE_BYTES: u64 = 4 << 30;
+
+/// When the checkpoints of a subvolume-mode receive are also durable (see
+/// "What survives what" in [`crate::resume`]).
+#[derive(Debug)]
+pub(super) struct Budget {
+    /// The subvolume it counts for.
+    name: Vec<u8>,
+    /// When the last durable checkpoint ended (at first: the first
+    /// checkpoint of the subvolume).
+    last: std::time::Instant,
+    /// What it cost.
+    cost: std::time::Duration,
+    /// Stream bytes since.
+    bytes: u64,
+    /// Checkpoints of the subvolume so far.
+    count: u64,
+}
+
+impl Budget {
+    fn new(name: &[u8]) -> Budget {
+        Budget {
+            name: name.to_vec(),
+            last: std::time::Instant::now(),
+            cost: DURABLE_FIRST_COST,
+            bytes: 0,
+            count: 0,
+        }
+    }
+}
+
+/// `BTRSEND_DURABLE_EVERY=N` (for tests): every Nth checkpoint of a
+/// subvolume-mode receive is durable, from the first; 0: none. Unset: the
+/// time budget.
+fn durable_every() -> Option<u64> {
+    std::env::var("BTRSEND_DURABLE_EVERY").ok()?.parse().ok()
 }
 
 /// Where the receive is in the current subvolume's stream.
@@ -171,8 +217,8 @@ pub enum TokenError {
     Complete(PathBuf),
     /// DIR/NAME is a directory received completely in directory mode.
     Directory(PathBuf),
-    /// A directory-mode resume point written before the system restarted
-    /// (see "What survives what" in [`crate::resume`]).
+    /// A resume point written before the system restarted, with no
+    /// durable checkpoint (see "What survives what" in [`crate::resume`]).
     Restarted {
         /// DIR/NAME.
         path: PathBuf,
@@ -225,26 +271,119 @@ impl std::fmt::Display for TokenError {
 
 impl std::error::Error for TokenError {}
 
-/// Why a directory-mode resume point of another boot is refused.
+/// Why a resume point of another boot is refused.
 fn restarted_message(path: &Path, was: &str, now: &str) -> String {
     format!(
         "cannot resume {}: its resume point was written before the system restarted (boot id \
-         {was}, now {now}), and a receive into directories keeps its resume point only while \
-         the system runs (a power loss or crash may have left a tree its checkpoint does not \
-         describe): delete it and receive it again",
+         {was}, now {now}) and serves only while the system runs (a power loss or crash may \
+         have left a tree its checkpoint does not describe), and it has no flushed checkpoint: \
+         delete it and receive it again",
         path.display()
     )
 }
 
-/// A state file's text: its token (first line) and the boot id it was
-/// written in (a `boot` line; `None` in a state of an earlier btrsend).
-fn parse_state(text: &str) -> Result<(Token, Option<String>), String> {
+/// A state file's text: its token (first line), the boot id it was
+/// written in (a `boot` line; `None` in a state of an earlier btrsend) and
+/// the FILEATTRs still to set (path and flags).
+#[allow(clippy::type_complexity)]
+fn parse_state(text: &str) -> Result<(Token, Option<String>, Vec<(Vec<u8>, u32)>), String> {
     let token = Token::parse(text.lines().next().unwrap_or_default()).map_err(|e| e.to_string())?;
     let boot = text
         .lines()
         .skip(1)
         .find_map(|l| l.strip_prefix("boot ").map(str::to_owned));
-    Ok((token, boot))
+    let attrs = text
+        .lines()
+        .skip(1)
+        .filter_map(|l| {
+            let mut w = l.split(' ');
+            (w.next()? == "fileattr").then_some(())?;
+            let hex = w.next()?.as_bytes();
+            let flags = w.next()?.parse().ok()?;
+            let path = hex
+                .chunks(2)
+                .map(|c| u8::from_str_radix(std::str::from_utf8(c).ok()?, 16).ok())
+                .collect::<Option<Vec<u8>>>()?;
+            Some((path, flags))
+        })
+        .collect();
+    Ok((token, boot, attrs))
+}
+
+/// How a partial subvolume goes back to its resume point.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Via {
+    /// Its undo journal `undo-INDEX` played backwards (either mode).
+    Journal,
+    /// Replaced by a snapshot of `ckpt-INDEX` (subvolume mode, durable).
+    Snapshot,
+}
+
+/// The resume point of a partial subvolume, as its resume directory says.
+#[derive(Debug, Clone)]
+struct Point {
+    token: Token,
+    via: Via,
+    /// FILEATTRs still to set at its end: path then, flags.
+    fileattrs: Vec<(Vec<u8>, u32)>,
+    /// Refused: written in another boot (recorded, now), with no durable
+    /// checkpoint to fall back on.
+    refused: Option<(String, String)>,
+}
+
+/// Read the resume point in the resume directory `rdir` (see "What
+/// survives what" in [`crate::resume`]): the state if it was written in
+/// this boot (its journal, or an older btrsend's snapshot); after a restart
+/// (or with the state torn) the durable checkpoint's, if there is one;
+/// else the state marked refused. `Err`: no resume point, and why.
+fn read_point(rdir: BorrowedFd<'_>) -> Result<Point, String> {
+    let read = |name: &str| -> Result<String, String> {
+        let fd = rustix::fs::openat(
+            rdir,
+            name,
+            OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+            Mode::empty(),
+        )
+        .map_err(|e| io::Error::from(e).to_string())?;
+        io::read_to_string(std::fs::File::from(fd)).map_err(|e| e.to_string())
+    };
+    let exists =
+        |name: String| rustix::fs::statat(rdir, name.as_str(), AtFlags::SYMLINK_NOFOLLOW).is_ok();
+    let point = |(token, _, fileattrs): (Token, Option<String>, _), via| Point {
+        token,
+        via,
+        fileattrs,
+        refused: None,
+    };
+    let state = read("state").and_then(|t| parse_state(&t));
+    if let Ok(s) = &state
+        && other_boot(s.1.as_deref()).is_none()
+    {
+        let i = s.0.index;
+        if exists(undo::names(i).0) {
+            return Ok(point(s.clone(), Via::Journal));
+        }
+        if exists(format!("ckpt-{i}")) {
+            return Ok(point(s.clone(), Via::Snapshot));
+        }
+        return Err(format!("its checkpoint undo-{i} or ckpt-{i} is missing"));
+    }
+    // Another boot, or no readable state: a flushed snapshot checkpoint.
+    if let Ok(d) = read("durable").and_then(|t| parse_state(&t))
+        && exists(format!("ckpt-{}", d.0.index))
+    {
+        return Ok(point(d, Via::Snapshot));
+    }
+    let s = state?;
+    if exists(format!("ckpt-{}", s.0.index)) {
+        // An earlier btrsend's state: its snapshots were all flushed.
+        return Ok(point(s, Via::Snapshot));
+    }
+    let refused = other_boot(s.1.as_deref());
+    Ok(Point {
+        refused,
+        ..point(s, Via::Journal)
+    })
 }
 
 /// The boot ids (recorded, now) if `boot` is not the running system's.
@@ -271,54 +410,51 @@ pub fn resume_token(path: &Path) -> Result<Token, TokenError> {
     };
     let meta =
         std::fs::symlink_metadata(path).map_err(|_| TokenError::Missing(path.to_path_buf()))?;
-    let state = dir.join(RESUME_DIR).join(name).join("state");
-    let read = std::fs::read_to_string(&state);
-    let token = read
-        .as_ref()
-        .map_err(|e| e.to_string())
-        .and_then(|s| parse_state(s));
-    match token {
-        Ok((t, boot)) => {
-            // A checkpoint snapshot is flushed: valid after a restart too.
-            let snapshot = dir
-                .join(RESUME_DIR)
-                .join(name)
-                .join(format!("ckpt-{}", t.index));
-            if let Some((was, now)) = other_boot(boot.as_deref())
-                && std::fs::symlink_metadata(snapshot).is_err()
-            {
-                return Err(TokenError::Restarted {
-                    path: path.to_path_buf(),
-                    was,
-                    now,
+    // Complete first: a receiver killed after it marked the subvolume
+    // complete but before it deleted the resume point leaves both.
+    {
+        use std::os::unix::fs::MetadataExt;
+        if meta.is_dir() && meta.ino() != subvol::FIRST_FREE {
+            let complete = crate::receive::target::ReceiveDir::open(dir)
+                .and_then(|d| crate::receive::meta::Records::open(&d)?.list())
+                .is_ok_and(|r| {
+                    r.iter()
+                        .any(|r| r.name == name.as_bytes() && r.state == State::Complete)
                 });
+            if complete {
+                return Err(TokenError::Directory(path.to_path_buf()));
             }
-            Ok(t)
+        } else if let Ok(fd) =
+            rustix::fs::open(path, OFlags::RDONLY | OFlags::DIRECTORY, Mode::empty())
+            && sys::subvol_info(fd.as_fd()).is_ok_and(|i| i.received_uuid != [0; 16])
+        {
+            return Err(TokenError::Complete(path.to_path_buf()));
         }
-        Err(why) => {
-            use std::os::unix::fs::MetadataExt;
-            if meta.is_dir() && meta.ino() != subvol::FIRST_FREE {
-                let complete = crate::receive::target::ReceiveDir::open(dir)
-                    .and_then(|d| crate::receive::meta::Records::open(&d)?.list())
-                    .is_ok_and(|r| {
-                        r.iter()
-                            .any(|r| r.name == name.as_bytes() && r.state == State::Complete)
-                    });
-                if complete {
-                    return Err(TokenError::Directory(path.to_path_buf()));
-                }
-            } else if let Ok(fd) =
-                rustix::fs::open(path, OFlags::RDONLY | OFlags::DIRECTORY, Mode::empty())
-                && sys::subvol_info(fd.as_fd()).is_ok_and(|i| i.received_uuid != [0; 16])
-            {
-                return Err(TokenError::Complete(path.to_path_buf()));
-            }
-            Err(TokenError::NoCheckpoint {
-                path: path.to_path_buf(),
-                state,
-                why,
-            })
-        }
+    }
+    let rdir = dir.join(RESUME_DIR).join(name);
+    let state = rdir.join("state");
+    let point = rustix::fs::open(
+        &rdir,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| io::Error::from(e).to_string())
+    .and_then(|fd| read_point(fd.as_fd()));
+    match point {
+        Ok(Point {
+            refused: Some((was, now)),
+            ..
+        }) => Err(TokenError::Restarted {
+            path: path.to_path_buf(),
+            was,
+            now,
+        }),
+        Ok(p) => Ok(p.token),
+        Err(why) => Err(TokenError::NoCheckpoint {
+            path: path.to_path_buf(),
+            state,
+            why,
+        }),
     }
 }
 
@@ -329,9 +465,9 @@ fn os(name: &[u8]) -> &OsStr {
 
 impl Receiver<'_> {
     /// Take a checkpoint of the current subvolume if `track` says one is
-    /// due (and it has no errors): drain the lanes, snapshot it (or sync
-    /// a directory and start a new undo journal), record the token, drop
-    /// the previous checkpoint. A failure is reported once and the receive
+    /// due (and it has no errors): drain the lanes, start a new undo
+    /// journal (in subvolume mode, when the budget allows, snapshot it
+    /// too), record the token, drop the previous checkpoint. A failure is reported once and the receive
     /// goes on (the previous checkpoint stays the resume point), but for a
     /// full disk: then the receive stops here, so that no more than one
     /// interval of stream is sent again after it.
@@ -363,7 +499,8 @@ impl Receiver<'_> {
         };
         let name = cur.record.name.clone();
         let written = if cur.subvolume {
-            self.write_checkpoint(&name, &token)
+            let durable = self.durable_due(&name, track.since);
+            self.write_subvol_checkpoint(&name, &token, durable)
         } else {
             self.write_dir_checkpoint(&name, &token)
         };
@@ -394,6 +531,54 @@ impl Receiver<'_> {
         Ok(())
     }
 
+    /// Delete the resume points of subvolumes received completely: a
+    /// receiver killed at the very end of one (after it marked it
+    /// complete, before it deleted its resume point) leaves both.
+    pub fn drop_stale_resume_points(&mut self) {
+        let Ok(top) = rustix::fs::openat(
+            self.dir.fd(),
+            RESUME_DIR,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+            Mode::empty(),
+        ) else {
+            return;
+        };
+        let Ok(it) = rustix::fs::Dir::read_from(top) else {
+            return;
+        };
+        let names: Vec<Vec<u8>> = it
+            .flatten()
+            .map(|e| e.file_name().to_bytes().to_vec())
+            .filter(|n| n != b"." && n != b"..")
+            .collect();
+        for n in names {
+            if self.complete(&n) {
+                self.drop_resume_point(&n);
+            }
+        }
+    }
+
+    /// Whether `DIR/name` was received completely: a subvolume with its
+    /// received UUID, or a directory whose record says so.
+    fn complete(&self, name: &[u8]) -> bool {
+        let Ok(fd) = rustix::fs::openat(
+            self.dir.fd(),
+            os(name),
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+            Mode::empty(),
+        ) else {
+            return false;
+        };
+        if rustix::fs::fstat(&fd).is_ok_and(|st| st.st_ino == subvol::FIRST_FREE) {
+            sys::subvol_info(fd.as_fd()).is_ok_and(|i| i.received_uuid != [0; 16])
+        } else {
+            self.records.list().is_ok_and(|l| {
+                l.iter()
+                    .any(|r| r.name == name && r.state == State::Complete)
+            })
+        }
+    }
+
     /// The resume directory of `name`, created if needed.
     fn resume_dir(&self, name: &[u8], create: bool) -> io::Result<std::os::fd::OwnedFd> {
         let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC | OFlags::NOFOLLOW;
@@ -414,18 +599,68 @@ impl Receiver<'_> {
         })
     }
 
-    fn write_checkpoint(&mut self, name: &[u8], token: &Token) -> io::Result<()> {
+    /// Whether this checkpoint of subvolume `name` (`since` bytes of
+    /// stream after the last) is to be durable: see [`Budget`].
+    fn durable_due(&mut self, name: &[u8], since: u64) -> bool {
+        let b = self.budget.get_or_insert_with(|| Budget::new(name));
+        if b.name != name {
+            *b = Budget::new(name);
+        }
+        b.bytes = b.bytes.saturating_add(since);
+        b.count += 1;
+        match durable_every() {
+            Some(0) => false,
+            Some(n) => (b.count - 1).is_multiple_of(n),
+            None => {
+                b.bytes >= DURABLE_BYTES
+                    || b.last.elapsed() >= b.cost.saturating_mul(DURABLE_FACTOR)
+            }
+        }
+    }
+
+    /// A checkpoint of a subvolume-mode receive: a new undo journal and
+    /// trash (in the subvolume's root), and if `durable` a snapshot of the
+    /// subvolume with its state flushed (`durable`); the state naming the
+    /// journal; then the previous journal, trash and snapshot deleted (see
+    /// the design in [`crate::resume`]).
+    fn write_subvol_checkpoint(
+        &mut self,
+        name: &[u8],
+        token: &Token,
+        durable: bool,
+    ) -> io::Result<()> {
         let Some(cur) = self.cur.as_ref() else {
             return Ok(());
         };
+        let root = rustix::io::dup(cur.target.root())?;
         let rdir = self.resume_dir(name, true)?;
-        let ckpt = format!("ckpt-{}", token.index);
-        // A leftover of an interrupted checkpoint with this index.
-        let _ = sys::snap_destroy(rdir.as_fd(), ckpt.as_bytes());
-        let src = subvol::reopen_dir(cur.target.root())?;
-        sys::snapshot_create(rdir.as_fd(), ckpt.as_bytes(), src.as_fd())?;
-        self.write_state(&rdir, token, true)?;
-        self.drop_checkpoints(&rdir, Some(&ckpt));
+        let journal =
+            undo::Journal::create(rdir.as_fd(), token.index, TrashAt::Subvol(root.as_fd()))?;
+        if durable {
+            let start = std::time::Instant::now();
+            let ckpt = format!("ckpt-{}", token.index);
+            // A leftover of an interrupted checkpoint with this index.
+            let _ = sys::snap_destroy(rdir.as_fd(), ckpt.as_bytes());
+            let src = subvol::reopen_dir(root.as_fd())?;
+            sys::snapshot_create(rdir.as_fd(), ckpt.as_bytes(), src.as_fd())?;
+            self.write_state(&rdir, token, "durable", true)?;
+            self.write_state(&rdir, token, "state", false)?;
+            self.journal = Some(journal);
+            self.drop_checkpoints(&rdir, Some(&ckpt));
+            if let Some(b) = &mut self.budget {
+                b.cost = start.elapsed();
+                b.last = std::time::Instant::now();
+                b.bytes = 0;
+            }
+        } else {
+            self.write_state(&rdir, token, "state", false)?;
+            self.journal = Some(journal);
+        }
+        // The state names the new journal: what is left of the previous
+        // checkpoint goes (if that fails, the next checkpoint, the end of
+        // the subvolume or a rollback removes it).
+        drop_journals(&rdir, Some(token.index));
+        let _ = undo::drop_subvol_trash(root.as_fd(), Some(token.index));
         Ok(())
     }
 
@@ -439,6 +674,7 @@ impl Receiver<'_> {
         &self,
         rdir: &std::os::fd::OwnedFd,
         token: &Token,
+        file: &str,
         durable: bool,
     ) -> io::Result<()> {
         let mut text = format!("{token}\n");
@@ -464,7 +700,8 @@ impl Receiver<'_> {
                 text.push_str(&format!("fileattr {hex} {flags}\n"));
             }
         }
-        let tmp = "state.tmp";
+        let tmp = format!("{file}.tmp");
+        let tmp = tmp.as_str();
         let fd = rustix::fs::openat(
             rdir,
             tmp,
@@ -476,7 +713,7 @@ impl Receiver<'_> {
         if durable {
             f.sync_all()?;
         }
-        rustix::fs::renameat(rdir, tmp, rdir, "state")?;
+        rustix::fs::renameat(rdir, tmp, rdir, file)?;
         if durable {
             rustix::fs::fsync(rdir)?;
         }
@@ -488,8 +725,8 @@ impl Receiver<'_> {
     /// nothing flushed (see the design in [`crate::resume`]).
     fn write_dir_checkpoint(&mut self, name: &[u8], token: &Token) -> io::Result<()> {
         let rdir = self.resume_dir(name, true)?;
-        let journal = undo::Journal::create(rdir.as_fd(), token.index)?;
-        self.write_state(&rdir, token, false)?;
+        let journal = undo::Journal::create(rdir.as_fd(), token.index, TrashAt::ResumeDir)?;
+        self.write_state(&rdir, token, "state", false)?;
         self.journal = Some(journal);
         drop_journals(&rdir, Some(token.index));
         Ok(())
@@ -522,8 +759,9 @@ impl Receiver<'_> {
         };
         self.drop_checkpoints(&rdir, None);
         drop_journals(&rdir, None);
-        let _ = rustix::fs::unlinkat(&rdir, "state", AtFlags::empty());
-        let _ = rustix::fs::unlinkat(&rdir, "state.tmp", AtFlags::empty());
+        for f in ["state", "state.tmp", "durable", "durable.tmp"] {
+            let _ = rustix::fs::unlinkat(&rdir, f, AtFlags::empty());
+        }
         drop(rdir);
         if let Ok(top) = rustix::fs::openat(
             self.dir.fd(),
@@ -536,60 +774,15 @@ impl Receiver<'_> {
         }
     }
 
-    /// The resume point recorded for `name`, if any.
-    fn state_of(&self, name: &[u8]) -> Option<Token> {
-        self.state_and_boot(name).map(|(t, _)| t)
-    }
-
-    /// The resume point recorded for `name` and the boot id it was
-    /// written in, if any.
-    fn state_and_boot(&self, name: &[u8]) -> Option<(Token, Option<String>)> {
+    /// The resume point of `name`, if it has one (see [`read_point`]).
+    fn point(&self, name: &[u8]) -> Option<Point> {
         let rdir = self.resume_dir(name, false).ok()?;
-        let fd = rustix::fs::openat(
-            &rdir,
-            "state",
-            OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
-            Mode::empty(),
-        )
-        .ok()?;
-        let s = io::read_to_string(std::fs::File::from(fd)).ok()?;
-        parse_state(&s).ok()
-    }
-
-    /// The FILEATTRs recorded with the resume point of `name`: path and
-    /// flags.
-    fn state_fileattrs(&self, name: &[u8]) -> Vec<(Vec<u8>, u32)> {
-        let Ok(rdir) = self.resume_dir(name, false) else {
-            return Vec::new();
-        };
-        let Ok(fd) = rustix::fs::openat(
-            &rdir,
-            "state",
-            OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
-            Mode::empty(),
-        ) else {
-            return Vec::new();
-        };
-        let s = io::read_to_string(std::fs::File::from(fd)).unwrap_or_default();
-        s.lines()
-            .skip(1)
-            .filter_map(|l| {
-                let mut w = l.split(' ');
-                (w.next()? == "fileattr").then_some(())?;
-                let hex = w.next()?.as_bytes();
-                let flags = w.next()?.parse().ok()?;
-                let path = hex
-                    .chunks(2)
-                    .map(|c| u8::from_str_radix(std::str::from_utf8(c).ok()?, 16).ok())
-                    .collect::<Option<Vec<u8>>>()?;
-                Some((path, flags))
-            })
-            .collect()
+        read_point(rdir.as_fd()).ok()
     }
 
     /// The partial subvolume whose resume point is for snapshot `uuid` /
     /// `ctransid`: its name and recorded token.
-    fn find_resume_point(&self, uuid: [u8; 16], ctransid: u64) -> Option<(Vec<u8>, Token)> {
+    fn find_resume_point(&self, uuid: [u8; 16], ctransid: u64) -> Option<(Vec<u8>, Point)> {
         let top = rustix::fs::openat(
             self.dir.fd(),
             RESUME_DIR,
@@ -603,11 +796,11 @@ impl Receiver<'_> {
             if n == b"." || n == b".." {
                 continue;
             }
-            if let Some(t) = self.state_of(&n)
-                && t.uuid == uuid
-                && t.ctransid == ctransid
+            if let Some(p) = self.point(&n)
+                && p.token.uuid == uuid
+                && p.token.ctransid == ctransid
             {
-                return Some((n, t));
+                return Some((n, p));
             }
         }
         None
@@ -635,7 +828,7 @@ impl Receiver<'_> {
                 "invalid continuation stream header: its token: {e}"
             ))
         })?;
-        let (name, ckpt) = self.find_resume_point(t.uuid, t.ctransid).ok_or_else(|| {
+        let (name, point) = self.find_resume_point(t.uuid, t.ctransid).ok_or_else(|| {
             ApplyErrorKind::Invalid(format!(
                 "this continuation stream (btrsend send --resume) continues the snapshot with \
                  uuid {} ctransid {}, but no partial subvolume in {} has a resume point for it \
@@ -645,6 +838,8 @@ impl Receiver<'_> {
                 self.dir.display_path(b"").display()
             ))
         })?;
+        self.refuse_restarted(&name, &point)?;
+        let ckpt = point.token;
         if t.index > ckpt.index
             || t.parent_uuid != ckpt.parent_uuid
             || t.parent_ctransid != ckpt.parent_ctransid
@@ -661,7 +856,7 @@ impl Receiver<'_> {
                 ckpt.offset
             )));
         }
-        self.rollback(&name, &ckpt)?;
+        self.rollback(&name, &point)?;
         track.continue_at(stream, &t, &ckpt);
         Ok(())
     }
@@ -676,68 +871,89 @@ impl Receiver<'_> {
         uuid: Uuid,
         ctransid: u64,
     ) -> Result<Option<Token>, ApplyErrorKind> {
-        let Some(ckpt) = self.state_of(name) else {
+        let Some(point) = self.point(name) else {
             return Ok(None);
         };
-        if ckpt.uuid != uuid.0 || ckpt.ctransid != ctransid {
+        if point.token.uuid != uuid.0 || point.token.ctransid != ctransid {
             return Ok(None);
         }
-        self.rollback(name, &ckpt)?;
-        Ok(Some(ckpt))
+        self.rollback(name, &point)?;
+        Ok(Some(point.token))
     }
 
-    /// Replace the partial `DIR/name` by a writable snapshot of its
-    /// checkpoint `ckpt`, and make it the current subvolume.
-    fn rollback(&mut self, name: &[u8], ckpt: &Token) -> Result<(), ApplyErrorKind> {
-        let rdir = self.resume_dir(name, false)?;
-        let ckpt_name = format!("ckpt-{}", ckpt.index);
-        if rustix::fs::statat(&rdir, ckpt_name.as_str(), AtFlags::SYMLINK_NOFOLLOW).is_err() {
-            // No snapshot: a directory-mode resume point, valid only in
-            // the boot that wrote it.
-            let boot = self.state_and_boot(name).and_then(|(_, b)| b);
-            if let Some((was, now)) = other_boot(boot.as_deref()) {
-                return Err(ApplyErrorKind::Invalid(restarted_message(
-                    &self.dir.display_path(name),
-                    &was,
-                    &now,
-                )));
-            }
-            self.rollback_dir(name, ckpt, &rdir)?;
-        } else {
-            self.rollback_subvol(name, ckpt)?;
+    /// A resume point of another boot that cannot be used: the error.
+    fn refuse_restarted(&self, name: &[u8], point: &Point) -> Result<(), ApplyErrorKind> {
+        match &point.refused {
+            Some((was, now)) => Err(ApplyErrorKind::Invalid(restarted_message(
+                &self.dir.display_path(name),
+                was,
+                now,
+            ))),
+            None => Ok(()),
         }
-        let attrs = self.state_fileattrs(name);
+    }
+
+    /// Roll the partial `DIR/name` back to its resume point `point` (its
+    /// journal played backwards, or replaced by a snapshot of its durable
+    /// checkpoint), and make it the current subvolume.
+    fn rollback(&mut self, name: &[u8], point: &Point) -> Result<(), ApplyErrorKind> {
+        self.refuse_restarted(name, point)?;
+        let rdir = self.resume_dir(name, false)?;
+        match point.via {
+            Via::Journal => self.rollback_journal(name, &point.token, &rdir)?,
+            Via::Snapshot => {
+                self.rollback_subvol(name, &point.token)?;
+                // What the journal and trash held after the snapshot
+                // does not concern it (the next checkpoint starts anew).
+                drop_journals(&rdir, None);
+                if let Some(cur) = &self.cur {
+                    undo::drop_subvol_trash(cur.target.root(), None)?;
+                }
+            }
+        }
         if let Some(cur) = self.cur.as_mut() {
-            for (path, flags) in attrs {
+            for (path, flags) in &point.fileattrs {
                 // Removed since the checkpoint's tree: nothing to set.
-                if let Ok(fd) = cur.target.locate(&path).and_then(|l| Ok(l.open_path()?)) {
-                    cur.fileattrs.push((fd, path, flags));
+                if let Ok(fd) = cur.target.locate(path).and_then(|l| Ok(l.open_path()?)) {
+                    cur.fileattrs.push((fd, path.clone(), *flags));
                 }
             }
         }
         Ok(())
     }
 
-    /// Roll the directory `DIR/name` back to checkpoint `ckpt` with its
-    /// undo journal in `rdir`, and make it the current subvolume.
-    fn rollback_dir(
+    /// Roll `DIR/name` (a directory, or in subvolume mode a subvolume)
+    /// back to checkpoint `ckpt` with its undo journal in `rdir`, and make
+    /// it the current subvolume.
+    fn rollback_journal(
         &mut self,
         name: &[u8],
         ckpt: &Token,
         rdir: &std::os::fd::OwnedFd,
     ) -> Result<(), ApplyErrorKind> {
-        let incomplete = self.records.list().is_ok_and(|l| {
-            l.iter()
-                .any(|r| r.name == name && r.state != State::Complete)
-        });
-        let is_dir = rustix::fs::statat(self.dir.fd(), os(name), AtFlags::SYMLINK_NOFOLLOW)
-            .is_ok_and(|st| rustix::fs::FileType::from_raw_mode(st.st_mode).is_dir());
-        if !incomplete || !is_dir {
-            return Err(ApplyErrorKind::Invalid(format!(
-                "cannot resume {}: it is not a directory that an interrupted receive left \
-                 incomplete",
-                self.dir.display_path(name).display()
-            )));
+        let subvolume = self.btrfs.is_some();
+        if subvolume {
+            if !self.incomplete_subvolume(name) {
+                return Err(ApplyErrorKind::Invalid(format!(
+                    "cannot resume {}: it is not a subvolume that an interrupted receive left \
+                     incomplete",
+                    self.dir.display_path(name).display()
+                )));
+            }
+        } else {
+            let incomplete = self.records.list().is_ok_and(|l| {
+                l.iter()
+                    .any(|r| r.name == name && r.state != State::Complete)
+            });
+            let is_dir = rustix::fs::statat(self.dir.fd(), os(name), AtFlags::SYMLINK_NOFOLLOW)
+                .is_ok_and(|st| rustix::fs::FileType::from_raw_mode(st.st_mode).is_dir());
+            if !incomplete || !is_dir {
+                return Err(ApplyErrorKind::Invalid(format!(
+                    "cannot resume {}: it is not a directory that an interrupted receive left \
+                     incomplete",
+                    self.dir.display_path(name).display()
+                )));
+            }
         }
         self.wait_lanes();
         self.wcache = None;
@@ -765,14 +981,27 @@ impl Receiver<'_> {
             errors: 0,
             fileattrs: Vec::new(),
             base,
-            subvolume: false,
+            subvolume,
         });
-        self.j_rollback(rdir.as_fd(), ckpt.index).map_err(|e| {
-            ApplyErrorKind::Invalid(format!(
-                "cannot roll {} back to its checkpoint: {e}",
-                self.dir.display_path(name).display()
-            ))
-        })?;
+        let root = match &self.cur {
+            Some(c) if subvolume => Some(rustix::io::dup(c.target.root())?),
+            _ => None,
+        };
+        let at = root
+            .as_ref()
+            .map_or(TrashAt::ResumeDir, |r| TrashAt::Subvol(r.as_fd()));
+        self.j_rollback(rdir.as_fd(), ckpt.index, at)
+            .and_then(|()| match &root {
+                // Trash of checkpoints begun after this one.
+                Some(r) => undo::drop_subvol_trash(r.as_fd(), Some(ckpt.index)),
+                None => Ok(()),
+            })
+            .map_err(|e| {
+                ApplyErrorKind::Invalid(format!(
+                    "cannot roll {} back to its checkpoint: {e}",
+                    self.dir.display_path(name).display()
+                ))
+            })?;
         Ok(())
     }
 

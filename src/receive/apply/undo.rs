@@ -9,6 +9,10 @@
 //! a check sum, so a torn tail is ignored), and `trash-K/`, where UNLINK,
 //! RMDIR and a replaced RENAME destination move what they remove (it is
 //! deleted for real at the next checkpoint, so an undo can put it back).
+//! Into a btrfs subvolume (subvolume mode) the trash is
+//! `DIR/NAME/.btrsend-trash-K/` instead, in the subvolume's root (a rename
+//! cannot leave a subvolume); it is made and removed with the root's times
+//! kept, and the last one goes before the subvolume is made read-only.
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
@@ -221,9 +225,88 @@ pub(super) struct Journal {
     touched: HashMap<u64, u64>,
 }
 
-/// The journal and trash names of checkpoint `index`.
+/// The journal and trash names of checkpoint `index` (the trash of a
+/// directory-mode receive, in the resume directory).
 pub(super) fn names(index: u64) -> (String, String) {
     (format!("undo-{index}"), format!("trash-{index}"))
+}
+
+/// Prefix of the trash of a subvolume-mode receive, in the subvolume's
+/// root.
+pub(super) const SUBVOL_TRASH: &str = ".btrsend-trash-";
+
+/// Where the trash of a journal is: `rdir` (directory mode), or the root
+/// of the subvolume received (subvolume mode).
+#[derive(Debug, Clone, Copy)]
+pub(super) enum TrashAt<'a> {
+    /// `trash-K` in the resume directory.
+    ResumeDir,
+    /// `.btrsend-trash-K` in this subvolume root.
+    Subvol(BorrowedFd<'a>),
+}
+
+impl<'a> TrashAt<'a> {
+    /// The directory the trash is in, and its name for checkpoint `index`.
+    fn place(self, rdir: BorrowedFd<'a>, index: u64) -> (BorrowedFd<'a>, String) {
+        match self {
+            TrashAt::ResumeDir => (rdir, names(index).1),
+            TrashAt::Subvol(root) => (root, format!("{SUBVOL_TRASH}{index}")),
+        }
+    }
+}
+
+/// Run `f` on the subvolume root `root` (when there is one) and set its
+/// access and modification times back as they were (the trash comes and
+/// goes there without changing the received tree).
+pub(super) fn keeping_times<T>(
+    root: Option<BorrowedFd<'_>>,
+    f: impl FnOnce() -> io::Result<T>,
+) -> io::Result<T> {
+    let Some(root) = root else {
+        return f();
+    };
+    let st = rustix::fs::fstat(root)?;
+    let r = f();
+    let (a, m) = stat_times(&st);
+    let ts = |(s, n): (i64, u32)| Timespec {
+        tv_sec: s,
+        tv_nsec: n.into(),
+    };
+    rustix::fs::utimensat(
+        root,
+        ".",
+        &Timestamps {
+            last_access: ts(a),
+            last_modification: ts(m),
+        },
+        AtFlags::empty(),
+    )?;
+    r
+}
+
+/// Remove every subvolume-mode trash (`.btrsend-trash-*`) in the subvolume
+/// root `root` but that of checkpoint `keep`, keeping the root's times.
+pub(super) fn drop_subvol_trash(root: BorrowedFd<'_>, keep: Option<u64>) -> io::Result<()> {
+    let keep = keep.map(|k| format!("{SUBVOL_TRASH}{k}"));
+    let mut old = Vec::new();
+    for e in rustix::fs::Dir::read_from(open_dir(root, OsStr::new("."))?)? {
+        let e = e?;
+        let n = e.file_name().to_bytes();
+        if n.starts_with(SUBVOL_TRASH.as_bytes())
+            && keep.as_deref().is_none_or(|k| k.as_bytes() != n)
+        {
+            old.push(n.to_vec());
+        }
+    }
+    if old.is_empty() {
+        return Ok(());
+    }
+    keeping_times(Some(root), || {
+        for n in &old {
+            remove_tree(root, OsStr::from_bytes(n))?;
+        }
+        Ok(())
+    })
 }
 
 /// Open (`O_PATH`-free) directory `name` in `at`.
@@ -262,12 +345,21 @@ pub(super) fn remove_tree(at: BorrowedFd<'_>, name: &OsStr) -> io::Result<()> {
 }
 
 impl Journal {
-    /// A new, empty journal and trash for checkpoint `index` in the resume
-    /// directory `rdir` (leftovers of the same names are removed first).
-    pub(super) fn create(rdir: BorrowedFd<'_>, index: u64) -> io::Result<Journal> {
-        let (undo, trash) = names(index);
-        remove_tree(rdir, OsStr::new(&trash))?;
-        rustix::fs::mkdirat(rdir, trash.as_str(), Mode::from_raw_mode(0o700))?;
+    /// A new, empty journal for checkpoint `index` in the resume directory
+    /// `rdir`, and its trash `at` (leftovers of the same names are removed
+    /// first).
+    pub(super) fn create(rdir: BorrowedFd<'_>, index: u64, at: TrashAt<'_>) -> io::Result<Journal> {
+        let undo = names(index).0;
+        let (tdir, trash) = at.place(rdir, index);
+        let root = match at {
+            TrashAt::ResumeDir => None,
+            TrashAt::Subvol(r) => Some(r),
+        };
+        keeping_times(root, || {
+            remove_tree(tdir, OsStr::new(&trash))?;
+            rustix::fs::mkdirat(tdir, trash.as_str(), Mode::from_raw_mode(0o700))?;
+            Ok(())
+        })?;
         let fd = rustix::fs::openat(
             rdir,
             undo.as_str(),
@@ -280,7 +372,7 @@ impl Journal {
         // Not flushed: a directory-mode resume point serves only while
         // the system runs (see "What survives what" in crate::resume).
         file.write_all_at(&h, 0)?;
-        let trash = open_dir(rdir, OsStr::new(&trash))?;
+        let trash = open_dir(tdir, OsStr::new(&trash))?;
         Ok(Journal {
             file,
             end: HEADER,
@@ -635,13 +727,20 @@ impl Receiver<'_> {
     }
 
     /// Roll the current directory back to checkpoint `index` with its
-    /// journal in `rdir`, then start a fresh journal there.
+    /// journal in `rdir` and its trash `at`, then start a fresh journal
+    /// there.
     ///
     /// Each step is safe to make again (a rollback can itself be
     /// interrupted): the header counts the steps done.
-    pub(super) fn j_rollback(&mut self, rdir: BorrowedFd<'_>, index: u64) -> io::Result<()> {
+    pub(super) fn j_rollback(
+        &mut self,
+        rdir: BorrowedFd<'_>,
+        index: u64,
+        at: TrashAt<'_>,
+    ) -> io::Result<()> {
         self.journal = None;
-        let (undo, trash) = names(index);
+        let undo = names(index).0;
+        let (tdir, trash) = at.place(rdir, index);
         match rustix::fs::openat(
             rdir,
             undo.as_str(),
@@ -652,7 +751,7 @@ impl Receiver<'_> {
             r => {
                 let file = File::from(r?);
                 let (entries, done) = read_journal(&file)?;
-                let trash_fd = match open_dir(rdir, OsStr::new(&trash)) {
+                let trash_fd = match open_dir(tdir, OsStr::new(&trash)) {
                     Ok(fd) => Some(fd),
                     Err(e) if e.kind() == io::ErrorKind::NotFound => None,
                     Err(e) => return Err(e),
@@ -679,7 +778,7 @@ impl Receiver<'_> {
         }
         // Fresh for what follows (whatever the trash still holds was
         // never part of the checkpoint's tree).
-        self.journal = Some(Journal::create(rdir, index)?);
+        self.journal = Some(Journal::create(rdir, index, at)?);
         Ok(())
     }
 
@@ -876,7 +975,7 @@ mod tests {
             Mode::empty(),
         )
         .unwrap();
-        let mut j = Journal::create(rdir.as_fd(), 7).unwrap();
+        let mut j = Journal::create(rdir.as_fd(), 7, TrashAt::ResumeDir).unwrap();
         for e in &all {
             j.append(e).unwrap();
         }

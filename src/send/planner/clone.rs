@@ -66,7 +66,7 @@ impl<'a, W: Write> Planner<'a, W> {
             }
             return Ok(());
         }
-        if self.out.tracing() {
+        if self.out.tracing() && crate::send::pipeline::layout_dependent(ext) {
             self.recording = Some(Vec::new());
         }
         let res = self
