@@ -30,7 +30,10 @@ use std::sync::{Arc, Mutex};
 use serde::{Deserialize, Serialize};
 use stream_format::{CMD_HEADER_SIZE, STREAM_HEADER_SIZE};
 
+use super::partial::{Checkpoint, Ident};
 use super::store::{Store, StoreError, Upload};
+use super::treehash::TreeHasher;
+use crate::resume::Shape;
 
 /// Magic of the trailer's skippable frame (one of zstd's sixteen).
 pub const TRAILER_FRAME_MAGIC: u32 = 0x184D_2A5E;
@@ -170,7 +173,23 @@ struct Done {
     index: u64,
     raw: Vec<u8>,
     data: io::Result<(Vec<u8>, blake3::Hash)>,
+    at: FrameEnd,
 }
+
+/// Where the stream stands at the end of a frame (for the state a
+/// continuation needs, see [`Upload::write_resumable`]).
+#[derive(Debug, Clone, Copy, Default)]
+struct FrameEnd {
+    /// Commands up to the frame's end.
+    commands: u64,
+    /// Their shape chain (kept only when the upload records state).
+    shape: Shape,
+    /// The stream's protocol version.
+    proto: u32,
+}
+
+/// A frame to compress: its index, raw bytes and end.
+type Job = (u64, Vec<u8>, FrameEnd);
 
 /// Buffers given back by the writer for the next frames (so that a long
 /// stream costs no page faults after its first frames).
@@ -206,11 +225,15 @@ impl Pool {
 /// its own (or on the sender's, when no thread could be started).
 struct Sink {
     upload: Box<dyn Upload>,
-    pending: BTreeMap<u64, (Vec<u8>, Vec<u8>, blake3::Hash)>,
+    pending: BTreeMap<u64, (Vec<u8>, Vec<u8>, blake3::Hash, FrameEnd)>,
     next: u64,
     offset: u64,
+    raw_offset: u64,
     frames: Vec<FrameInfo>,
-    hasher: blake3::Hasher,
+    hasher: TreeHasher,
+    /// The stream's snapshot, from frame 0's first command (kept only when
+    /// the upload records state).
+    ident: Option<Ident>,
     pool: Arc<Pool>,
 }
 
@@ -222,10 +245,14 @@ impl Sink {
             location: String::from("stream"),
             error: Box::new(e),
         })?;
-        self.pending.insert(done.index, (done.raw, data, hash));
-        while let Some((raw, data, hash)) = self.pending.remove(&self.next) {
+        self.pending
+            .insert(done.index, (done.raw, data, hash, done.at));
+        while let Some((raw, data, hash, at)) = self.pending.remove(&self.next) {
             self.hasher.update(&raw);
-            self.upload.write(&data)?;
+            let records = self.upload.records_state();
+            if records && self.next == 0 {
+                self.ident = super::partial::ident_of(&raw);
+            }
             let len = data.len() as u64;
             self.frames.push(FrameInfo {
                 offset: self.offset,
@@ -234,6 +261,26 @@ impl Sink {
                 blake3: hash.to_hex().to_string(),
             });
             self.offset += len;
+            self.raw_offset += raw.len() as u64;
+            if records {
+                // The frame ends at a command boundary: a point a later
+                // run can continue from, if the store records it.
+                let (frames, hasher, ident) = (&self.frames, &self.hasher, &self.ident);
+                let (stored, raw_bytes) = (self.offset, self.raw_offset);
+                let mut state = || {
+                    let ident = ident.as_ref()?;
+                    Some(Checkpoint::encode(
+                        ident,
+                        (at.commands, at.shape, at.proto),
+                        frames,
+                        (stored, raw_bytes),
+                        hasher,
+                    ))
+                };
+                self.upload.write_resumable(&data, &mut state)?;
+            } else {
+                self.upload.write(&data)?;
+            }
             self.next += 1;
             Pool::give(&self.pool.raw, raw);
             Pool::give(&self.pool.stored, data);
@@ -246,7 +293,7 @@ impl Sink {
 /// could be started) the sender's own thread.
 enum Stage {
     Threads {
-        jobs: mpsc::SyncSender<(u64, Vec<u8>)>,
+        jobs: mpsc::SyncSender<Job>,
         workers: Vec<std::thread::JoinHandle<()>>,
         writer: std::thread::JoinHandle<Result<Sink, StoreError>>,
     },
@@ -270,6 +317,9 @@ pub struct FileWriter {
     stream_hdr: Vec<u8>,
     proto: Option<u32>,
     commands: u64,
+    /// The shape chain of the commands so far (kept only when the upload
+    /// records state).
+    shape: Option<Shape>,
     raw_bytes: u64,
     next_index: u64,
     pool: Arc<Pool>,
@@ -316,7 +366,7 @@ fn start_threads(
     let Ok(writer) = writer else {
         return Err(sink);
     };
-    let (jobs_tx, jobs_rx) = mpsc::sync_channel::<(u64, Vec<u8>)>(threads);
+    let (jobs_tx, jobs_rx) = mpsc::sync_channel::<Job>(threads);
     let jobs_rx = Arc::new(Mutex::new(jobs_rx));
     let workers = (0..threads)
         .map(|i| {
@@ -379,20 +429,24 @@ fn write_frames(
 /// writer left whole (see [`partial`](super::partial)), and the state of
 /// the raw stream after them.
 #[derive(Debug, Clone)]
-pub struct Continued {
+pub(crate) struct Continued {
     /// The frames kept, in file order.
-    pub frames: Vec<FrameInfo>,
+    pub(crate) frames: Vec<FrameInfo>,
     /// Their stored length (where the next frame starts in the file).
-    pub stored_bytes: u64,
+    pub(crate) stored_bytes: u64,
     /// Their raw length (where the rest of the stream starts).
-    pub raw_bytes: u64,
+    pub(crate) raw_bytes: u64,
     /// Commands they hold.
-    pub commands: u64,
+    pub(crate) commands: u64,
+    /// The shape chain of those commands.
+    pub(crate) shape: Shape,
     /// The stream's protocol version (from its header).
-    pub proto: u32,
+    pub(crate) proto: u32,
+    /// The snapshot the stream is of (from its first command).
+    pub(crate) ident: Ident,
     /// The BLAKE3 of their raw bytes so far (the whole stream's hash goes
     /// on from it).
-    pub hasher: blake3::Hasher,
+    pub(crate) hasher: TreeHasher,
 }
 
 impl FileWriter {
@@ -405,25 +459,40 @@ impl FileWriter {
     /// holds them (its next byte goes at `from.stored_bytes`), and the raw
     /// bytes given to it go on from `from.raw_bytes` at a command boundary
     /// (no stream header).
-    pub fn continued(upload: Box<dyn Upload>, opts: WriterOptions, from: Continued) -> FileWriter {
+    pub(crate) fn continued(
+        upload: Box<dyn Upload>,
+        opts: WriterOptions,
+        from: Continued,
+    ) -> FileWriter {
         FileWriter::start(upload, opts, Some(from))
     }
 
     fn start(upload: Box<dyn Upload>, opts: WriterOptions, from: Option<Continued>) -> FileWriter {
         let pool = Arc::new(Pool::default());
         let failed = Arc::new(Mutex::new(None));
-        let (frames, offset, hasher) = match &from {
-            Some(c) => (c.frames.clone(), c.stored_bytes, c.hasher.clone()),
-            None => (Vec::new(), 0, blake3::Hasher::new()),
+        let (frames, offset, raw_offset, hasher, ident) = match &from {
+            Some(c) => (
+                c.frames.clone(),
+                c.stored_bytes,
+                c.raw_bytes,
+                c.hasher.clone(),
+                Some(c.ident),
+            ),
+            None => (Vec::new(), 0, 0, TreeHasher::new(), None),
         };
+        let shape = upload
+            .records_state()
+            .then(|| from.as_ref().map_or_else(Shape::default, |c| c.shape));
         let next = frames.len() as u64;
         let sink = Box::new(Sink {
             upload,
             pending: BTreeMap::new(),
             next,
             offset,
+            raw_offset,
             frames,
             hasher,
+            ident,
             pool: Arc::clone(&pool),
         });
         let stage = match start_threads(sink, opts.threads, opts.level, &failed) {
@@ -443,6 +512,7 @@ impl FileWriter {
             stream_hdr: Vec::with_capacity(STREAM_HEADER_SIZE),
             proto: from.as_ref().map(|c| c.proto),
             commands: from.as_ref().map_or(0, |c| c.commands),
+            shape,
             raw_bytes: from.as_ref().map_or(0, |c| c.raw_bytes),
             next_index: next,
             pool,
@@ -482,6 +552,9 @@ impl FileWriter {
                             self.hdr[3],
                         ]);
                         let cmd = u16::from_le_bytes([self.hdr[4], self.hdr[5]]);
+                        if let Some(s) = self.shape.as_mut() {
+                            s.push(cmd, CMD_HEADER_SIZE as u64 + u64::from(len));
+                        }
                         self.parse = if len > 0 {
                             Parse::Payload(len.into())
                         } else {
@@ -535,9 +608,14 @@ impl FileWriter {
         let raw = std::mem::replace(&mut self.buf, next);
         let index = self.next_index;
         self.next_index += 1;
+        let at = FrameEnd {
+            commands: self.commands,
+            shape: self.shape.unwrap_or_default(),
+            proto: self.proto.unwrap_or(0),
+        };
         match self.stage.as_mut() {
             Some(Stage::Threads { jobs, .. }) => {
-                if jobs.send((index, raw)).is_err() {
+                if jobs.send((index, raw, at)).is_err() {
                     return Err(worker_gone());
                 }
                 Ok(())
@@ -549,7 +627,12 @@ impl FileWriter {
                     let h = blake3::hash(&out);
                     (out, h)
                 });
-                sink.push(Done { index, raw, data })
+                sink.push(Done {
+                    index,
+                    raw,
+                    data,
+                    at,
+                })
             }
             None => Err(worker_gone()),
         }
@@ -718,7 +801,7 @@ fn compress_frame(
 }
 
 fn compress_worker(
-    jobs: &Mutex<mpsc::Receiver<(u64, Vec<u8>)>>,
+    jobs: &Mutex<mpsc::Receiver<Job>>,
     done: &mpsc::SyncSender<Done>,
     pool: &Pool,
     level: i32,
@@ -730,7 +813,7 @@ fn compress_worker(
             Ok(rx) => rx.recv(),
             Err(_) => return,
         };
-        let Ok((index, raw)) = job else { return };
+        let Ok((index, raw, at)) = job else { return };
         let mut out = Pool::take(&pool.stored);
         let data = match ctx.as_mut() {
             Ok(c) => compress_frame(c, &raw, &mut out).map(|()| {
@@ -739,7 +822,15 @@ fn compress_worker(
             }),
             Err(e) => Err(io::Error::new(e.kind(), e.to_string())),
         };
-        if done.send(Done { index, raw, data }).is_err() {
+        if done
+            .send(Done {
+                index,
+                raw,
+                data,
+                at,
+            })
+            .is_err()
+        {
             return;
         }
     }

@@ -46,6 +46,7 @@ pub mod retention;
 pub mod s3;
 pub mod snapshots;
 pub mod store;
+mod treehash;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{self, Read, Write};
@@ -496,7 +497,7 @@ impl Repository {
         // Unfinished uploads: temporary files, or S3 multipart uploads
         // (aborted, so no part stays behind). One that cannot be removed
         // now is tried again next time.
-        let resumable = self.store.local_root().is_some();
+        let resumable = self.store.continues_uploads();
         for o in self.store.list(&format!("{}/", store::TMP_DIR))? {
             if resumable
                 && partial::snapshot_of(&o.key).is_some_and(|(u, c)| keep(&u, c))
@@ -1288,8 +1289,11 @@ impl Repository {
         };
         let parent_id = parent.as_ref().map(|(e, _)| (e.uuid.clone(), e.ctransid));
         let mut partial = self.find_partial(&uuid, ctransid, parent_id.as_ref(), progress);
+        // The key the stream file gets (a continued S3 upload keeps its own).
+        let mut file = key.clone();
         let writer = loop {
             let Some((tmp, scan)) = partial.take() else {
+                file.clone_from(&key);
                 let mut upload = self.store.multipart(&key)?;
                 upload.keep_when_dropped();
                 let counted = Counted {
@@ -1301,24 +1305,39 @@ impl Repository {
                     .map_err(send_err)?;
                 break counted.inner;
             };
-            let Some(mut upload) =
-                self.store
-                    .continue_upload(&tmp, scan.kept.stored_bytes, &key)?
-            else {
-                self.discard_partial(&tmp, "this store cannot continue it", progress);
-                continue;
+            file = scan.file.clone().unwrap_or_else(|| key.clone());
+            let mut upload = match self
+                .store
+                .continue_upload(&tmp, scan.kept.stored_bytes, &file)
+            {
+                Ok(Some(u)) => u,
+                Ok(None) => {
+                    self.discard_partial(&tmp, "this store cannot continue it", progress);
+                    continue;
+                }
+                Err(e) => {
+                    // (An S3 upload the server no longer has.)
+                    self.discard_partial(&tmp, &e.to_string(), progress);
+                    continue;
+                }
             };
             upload.keep_when_dropped();
-            progress.resumed(&sel.path, scan.kept.raw_bytes, scan.kept.stored_bytes);
-            progress.stream(scan.kept.raw_bytes);
             let counted = Counted {
                 inner: FileWriter::continued(upload, wopts, scan.kept.clone()),
                 progress,
             };
-            // The continuation's header is not part of the stream.
+            // The continuation's header is not part of the stream; the
+            // kept part is reported once the send is past the resume point
+            // (a send that refuses it starts over, counting from zero).
             let out = SkipHead {
                 inner: counted,
                 left: crate::resume::continuation_header(&scan.token).len(),
+                resumed: Some(Resumed {
+                    path: &sel.path,
+                    stream_bytes: scan.kept.raw_bytes,
+                    stored_bytes: scan.kept.stored_bytes,
+                }),
+                progress,
             };
             match source.send_from(&req, out, sopts, Some(&scan.token), &bridge) {
                 Ok((out, _stats)) => break out.inner.inner,
@@ -1350,7 +1369,7 @@ impl Repository {
             kind,
             time: otime_of(&sel.subvol),
             origin: origin_of(&sel.subvol),
-            file: key,
+            file,
             stream_bytes: trailer.stream_bytes,
             stored_bytes: size,
             stream_blake3: trailer.stream_blake3,
@@ -1369,18 +1388,33 @@ impl Repository {
 }
 
 /// A writer that drops the first `left` bytes written to it (a
-/// continuation stream's header).
-struct SkipHead<W> {
+/// continuation stream's header), and reports the continuation before the
+/// first byte after them.
+struct SkipHead<'p, W> {
     inner: W,
     left: usize,
+    resumed: Option<Resumed<'p>>,
+    progress: &'p dyn Progress,
 }
 
-impl<W: Write> Write for SkipHead<W> {
+/// What [`Progress::resumed`] says.
+struct Resumed<'p> {
+    path: &'p str,
+    stream_bytes: u64,
+    stored_bytes: u64,
+}
+
+impl<W: Write> Write for SkipHead<'_, W> {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         let skip = self.left.min(buf.len());
         self.left -= skip;
         if skip == buf.len() {
             return Ok(skip);
+        }
+        if let Some(r) = self.resumed.take() {
+            self.progress
+                .resumed(r.path, r.stream_bytes, r.stored_bytes);
+            self.progress.stream(r.stream_bytes);
         }
         Ok(skip + self.inner.write(&buf[skip..])?)
     }
@@ -1402,14 +1436,16 @@ impl Repository {
         parent: Option<&(String, u64)>,
         progress: &dyn Progress,
     ) -> Option<(String, partial::Scan)> {
-        self.store.local_root()?;
+        if !self.store.continues_uploads() {
+            return None;
+        }
         let tmp = self.store.list(&format!("{}/", store::TMP_DIR)).ok()?;
         let mut best: Option<(String, partial::Scan)> = None;
         for o in tmp {
             if partial::snapshot_of(&o.key).is_none_or(|(u, c)| u != uuid || c != ctransid) {
                 continue;
             }
-            let scan = match partial::scan(&*self.store, &o.key, o.size) {
+            let scan = match self.scan_partial(&o.key, o.size) {
                 Ok(s) => s,
                 Err(why) => {
                     self.discard_partial(&o.key, &why, progress);
@@ -1459,6 +1495,18 @@ impl Repository {
             }
         }
         best
+    }
+
+    /// What the unfinished upload `key` (`size` bytes in `tmp/`) lets a
+    /// run keep: the state it recorded (S3), or what its partial file
+    /// holds (a directory).
+    fn scan_partial(&self, key: &str, size: u64) -> Result<partial::Scan, String> {
+        match self.store.recorded(key) {
+            Ok(Some(r)) => partial::from_checkpoint(&r.state, r.stored_bytes, &r.key),
+            Ok(None) if self.store.local_root().is_some() => partial::scan(&*self.store, key, size),
+            Ok(None) => Err(String::from("no part of its upload was recorded as stored")),
+            Err(e) => Err(e.to_string()),
+        }
     }
 
     /// Remove a partial stream file that cannot be continued, saying why.
@@ -1581,7 +1629,7 @@ impl Repository {
                 ));
             }
         }
-        let resumable = self.store.local_root().is_some();
+        let resumable = self.store.continues_uploads();
         for o in self.store.list(&format!("{}/", store::TMP_DIR))? {
             let what = match partial::snapshot_of(&o.key) {
                 Some((u, c)) if resumable && cat.find(&u, c).is_none() => {

@@ -53,18 +53,37 @@
 //! is about to store and removes the others (a partial of a snapshot that
 //! is stored already, no longer on the source, changed since, or not
 //! selected by this run); `forget` and `import` keep those whose snapshot is
-//! not stored yet. An S3 repository does not continue an upload yet: an
-//! interrupted multipart upload is aborted by the next writer, as before
-//! (its parts cannot be read back to check them, so continuing would need
-//! the state to be recorded as parts complete).
+//! not stored yet.
+//!
+//! # S3: recorded state
+//!
+//! The parts of an unfinished S3 multipart upload cannot be read back, so
+//! step 1 and 2 cannot be done by reading: the state is recorded instead as
+//! the parts are stored (`Checkpoint`, in the upload's marker; see
+//! [`s3`](super::s3)). Parts end at frame ends, so the point after a part
+//! is a clean cut: the stored bytes are whole frames, the raw stream ends
+//! at a command boundary. The state there is what the scan above derives:
+//! the frame table, the command count and shape chain (the resume
+//! [`Token`]), the protocol and snapshot identity, and the raw stream's
+//! BLAKE3 state. That last one is a `blake3::Hasher`, which has no
+//! serialised form; rather than re-running the send from the start to hash
+//! the prefix again (it would read all of its data), the writer hashes the
+//! raw stream as aligned 16 KiB subtrees (`treehash`,
+//! with blake3's `hazmat`), whose chaining values and last partial block
+//! are the state: the continuation finishes the same root hash without the
+//! prefix. Steps 3 and 4 are the same (identity, then the send continued,
+//! the remaining parts uploaded with the next part numbers and the upload
+//! completed with all the parts).
 
 use std::io::Cursor;
 
+use serde::{Deserialize, Serialize};
 use stream_format::{Command, DecodeError, ReaderOptions, StreamReader};
 
 use super::file::{Continued, FrameInfo};
 use super::frames::MAX_FRAME_RAW;
 use super::store::{Store, TMP_DIR};
+use super::treehash::{BLOCK, HashState, TreeHasher};
 use crate::resume::{Shape, Token};
 
 /// Largest zstd frame header (magic, descriptor, window, dictionary id,
@@ -101,6 +120,9 @@ pub(crate) struct Scan {
     /// Why the file was cut where it was (`None`: it ended after a whole
     /// frame).
     pub(crate) cut: Option<String>,
+    /// The key the continued upload completes as, when the store fixed it
+    /// at the upload's start (an S3 multipart upload); `None`: any.
+    pub(crate) file: Option<String>,
 }
 
 fn hyphenated(u: &[u8; 16]) -> String {
@@ -108,7 +130,149 @@ fn hyphenated(u: &[u8; 16]) -> String {
 }
 
 /// A stream's snapshot: uuid and ctransid, and its parent's.
-type Ident = ([u8; 16], u64, Option<([u8; 16], u64)>);
+pub(crate) type Ident = ([u8; 16], u64, Option<([u8; 16], u64)>);
+
+/// The snapshot a stream's first frame (its raw bytes, stream header
+/// first) is of; `None` when it does not start with SUBVOL or SNAPSHOT.
+pub(crate) fn ident_of(frame0: &[u8]) -> Option<Ident> {
+    decode(true, 0, frame0).ok()?.ident
+}
+
+/// The state a continuation needs at the end of a frame, as a store that
+/// cannot read an unfinished upload back (S3) records it when the parts
+/// up to that frame are stored (see the module doc): JSON.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Checkpoint {
+    /// The snapshot's stream UUID (hyphenated) and ctransid.
+    pub(crate) uuid: String,
+    pub(crate) ctransid: u64,
+    /// The parent's, for an incremental stream.
+    pub(crate) parent: Option<(String, u64)>,
+    /// The stream's protocol version.
+    pub(crate) proto: u32,
+    /// Commands before the point (the index of the next one).
+    pub(crate) commands: u64,
+    /// Their shape chain, hex.
+    pub(crate) shape: String,
+    /// Stored bytes before the point (the frames' total length).
+    pub(crate) stored_bytes: u64,
+    /// Raw stream bytes before the point.
+    pub(crate) raw_bytes: u64,
+    /// The raw stream's BLAKE3 state there.
+    pub(crate) hash: HashState,
+    /// The frames before the point.
+    pub(crate) frames: Vec<FrameInfo>,
+}
+
+impl Checkpoint {
+    /// The state after `frames` (`stored` bytes in the file, `raw` bytes of
+    /// stream), of a stream of `ident`, as JSON.
+    pub(crate) fn encode(
+        ident: &Ident,
+        (commands, shape, proto): (u64, Shape, u32),
+        frames: &[FrameInfo],
+        (stored, raw): (u64, u64),
+        hasher: &TreeHasher,
+    ) -> String {
+        let c = Checkpoint {
+            uuid: hyphenated(&ident.0),
+            ctransid: ident.1,
+            parent: ident.2.map(|(u, c)| (hyphenated(&u), c)),
+            proto,
+            commands,
+            shape: shape.0.iter().map(|b| format!("{b:02x}")).collect(),
+            stored_bytes: stored,
+            raw_bytes: raw,
+            hash: hasher.state(),
+            frames: frames.to_vec(),
+        };
+        serde_json::to_string(&c).unwrap_or_default()
+    }
+}
+
+/// The continuation an upload's recorded state allows: `json` is the
+/// state recorded with its parts, which hold `stored` bytes; `file` the
+/// key the upload completes as.
+///
+/// # Errors
+///
+/// Why the state cannot be continued (not one [`Checkpoint::encode`] makes,
+/// or not the parts' end).
+pub(crate) fn from_checkpoint(json: &str, stored: u64, file: &str) -> Result<Scan, String> {
+    let c: Checkpoint =
+        serde_json::from_str(json).map_err(|e| format!("its recorded state is unreadable: {e}"))?;
+    let bad = |what: &str| format!("its recorded state is inconsistent: {what}");
+    let uuid_bytes = |u: &str| uuid::Uuid::try_parse(u).ok().map(|u| *u.as_bytes());
+    let uuid = uuid_bytes(&c.uuid).ok_or_else(|| bad("no snapshot UUID"))?;
+    let parent = match &c.parent {
+        Some((u, t)) => Some((uuid_bytes(u).ok_or_else(|| bad("no parent UUID"))?, *t)),
+        None => None,
+    };
+    let mut shape = [0u8; 16];
+    if c.shape.len() != 32 {
+        return Err(bad("no shape chain"));
+    }
+    for (i, b) in shape.iter_mut().enumerate() {
+        *b = c
+            .shape
+            .get(2 * i..2 * i + 2)
+            .and_then(|h| u8::from_str_radix(h, 16).ok())
+            .ok_or_else(|| bad("no shape chain"))?;
+    }
+    let (mut at, mut raw) = (0u64, 0u64);
+    for f in &c.frames {
+        if f.offset != at || f.len == 0 || f.raw_len == 0 {
+            return Err(bad("the frame table has gaps"));
+        }
+        at = at.saturating_add(f.len);
+        raw = raw.saturating_add(f.raw_len);
+    }
+    if at != c.stored_bytes || raw != c.raw_bytes || c.stored_bytes != stored {
+        return Err(bad(&format!(
+            "frames of {at} bytes ({raw} raw), state at {} ({} raw), parts of {stored} bytes",
+            c.stored_bytes, c.raw_bytes
+        )));
+    }
+    let hasher = TreeHasher::from_state(&c.hash)
+        .filter(|_| {
+            let tail = c.hash.tail.len() as u64 / 2;
+            c.hash
+                .blocks
+                .checked_mul(BLOCK as u64)
+                .and_then(|b| b.checked_add(tail))
+                == Some(c.raw_bytes)
+        })
+        .ok_or_else(|| bad("no hash state of its raw bytes"))?;
+    let token = Token {
+        uuid,
+        ctransid: c.ctransid,
+        parent_uuid: parent.map_or([0; 16], |p| p.0),
+        parent_ctransid: parent.map_or(0, |p| p.1),
+        version: c.proto,
+        index: c.commands,
+        offset: c.raw_bytes,
+        shape: Shape(shape),
+    };
+    Token::from_bytes(&token.to_bytes()).map_err(|e| bad(&e.to_string()))?;
+    Ok(Scan {
+        kept: Continued {
+            frames: c.frames,
+            stored_bytes: c.stored_bytes,
+            raw_bytes: c.raw_bytes,
+            commands: c.commands,
+            shape: Shape(shape),
+            proto: c.proto,
+            ident: (uuid, c.ctransid, parent),
+            hasher,
+        },
+        token,
+        uuid: hyphenated(&uuid),
+        ctransid: c.ctransid,
+        parent: parent.map(|(u, t)| (hyphenated(&u), t)),
+        cut: None,
+        file: Some(file.to_owned()),
+    })
+}
 
 /// A frame's commands, checked: their (number, wire length), and the first
 /// command's identity for frame 0.
@@ -188,7 +352,7 @@ fn decode(first: bool, proto: u32, raw: &[u8]) -> Result<Decoded, String> {
 /// stream); store errors as text.
 pub(crate) fn scan(store: &dyn Store, key: &str, size: u64) -> Result<Scan, String> {
     let mut frames: Vec<FrameInfo> = Vec::new();
-    let mut hasher = blake3::Hasher::new();
+    let mut hasher = TreeHasher::new();
     let mut shape = Shape::default();
     let (mut at, mut raw_total, mut commands, mut proto) = (0u64, 0u64, 0u64, 0u32);
     let mut ident = None;
@@ -283,7 +447,9 @@ pub(crate) fn scan(store: &dyn Store, key: &str, size: u64) -> Result<Scan, Stri
             stored_bytes: at,
             raw_bytes: raw_total,
             commands,
+            shape,
             proto,
+            ident: (uuid, ctransid, parent),
             hasher,
         },
         token,
@@ -291,6 +457,7 @@ pub(crate) fn scan(store: &dyn Store, key: &str, size: u64) -> Result<Scan, Stri
         ctransid,
         parent: parent.map(|(u, c)| (hyphenated(&u), c)),
         cut,
+        file: None,
     })
 }
 
@@ -413,6 +580,107 @@ mod tests {
             n += 1;
         }
         (s, n)
+    }
+
+    /// An upload into memory that records the state at the end of every
+    /// write that fills a "part" of `part` bytes, as the S3 store does.
+    struct Recording {
+        data: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+        states: std::sync::Arc<std::sync::Mutex<Vec<(u64, String)>>>,
+        part: usize,
+        buffered: usize,
+    }
+
+    impl crate::backup::store::Upload for Recording {
+        fn write(&mut self, data: &[u8]) -> Result<(), crate::backup::StoreError> {
+            self.data.lock().unwrap().extend_from_slice(data);
+            Ok(())
+        }
+        fn records_state(&self) -> bool {
+            true
+        }
+        fn write_resumable(
+            &mut self,
+            data: &[u8],
+            state: &mut dyn FnMut() -> Option<String>,
+        ) -> Result<(), crate::backup::StoreError> {
+            self.write(data)?;
+            self.buffered += data.len();
+            if self.buffered >= self.part {
+                self.buffered = 0;
+                let at = self.data.lock().unwrap().len() as u64;
+                let s = state().expect("a state once frame 0 is stored");
+                self.states.lock().unwrap().push((at, s));
+            }
+            Ok(())
+        }
+        fn complete(self: Box<Self>) -> Result<(), crate::backup::StoreError> {
+            Ok(())
+        }
+    }
+
+    type Shared<T> = std::sync::Arc<std::sync::Mutex<T>>;
+    /// The states recorded: (stored bytes, state).
+    type States = Shared<Vec<(u64, String)>>;
+
+    fn recording(start: Vec<u8>) -> (Recording, Shared<Vec<u8>>, States) {
+        let data = std::sync::Arc::new(std::sync::Mutex::new(start));
+        let states = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let up = Recording {
+            data: data.clone(),
+            states: states.clone(),
+            part: 1500,
+            buffered: 0,
+        };
+        (up, data, states)
+    }
+
+    #[test]
+    fn a_recorded_state_continues_into_the_same_file() {
+        for parent in [false, true] {
+            let raw = stream(400, parent);
+            let (up, data, states) = recording(Vec::new());
+            let mut w = FileWriter::new(Box::new(up), opts());
+            for c in raw.chunks(5000) {
+                w.write_all(c).unwrap();
+            }
+            let id = StreamIdentity {
+                uuid: String::from("01010101-0101-0101-0101-010101010101"),
+                ctransid: 7,
+                parent: parent.then(|| (String::from("02020202-0202-0202-0202-020202020202"), 5)),
+            };
+            let (want, _) = w.finish(id.clone()).unwrap();
+            let whole = data.lock().unwrap().clone();
+            let states = states.lock().unwrap().clone();
+            assert!(states.len() > 10, "{}", states.len());
+            for (stored, state) in states.iter().step_by(3) {
+                let scan = from_checkpoint(state, *stored, "streams/k").unwrap();
+                assert_eq!(scan.file.as_deref(), Some("streams/k"));
+                assert_eq!((scan.uuid.as_str(), scan.ctransid), (id.uuid.as_str(), 7));
+                assert_eq!(scan.parent, id.parent);
+                let (shape, index) = shape_at(&raw, scan.token.offset);
+                assert_eq!((scan.token.shape, scan.token.index), (shape, index));
+                assert_eq!(scan.kept.frames[..], want.frames[..scan.kept.frames.len()]);
+                // Continued by a writer that holds only the stored prefix.
+                let prefix = whole[..usize::try_from(*stored).unwrap()].to_vec();
+                let (up, data2, _) = recording(prefix);
+                let mut w = FileWriter::continued(Box::new(up), opts(), scan.kept.clone());
+                let from = usize::try_from(scan.token.offset).unwrap();
+                for c in raw[from..].chunks(3333) {
+                    w.write_all(c).unwrap();
+                }
+                let (t, _) = w.finish(id.clone()).unwrap();
+                assert_eq!(t, want, "continued at {stored}");
+                assert_eq!(*data2.lock().unwrap(), whole);
+                assert_eq!(t.stream_blake3, blake3::hash(&raw).to_hex().to_string());
+            }
+            // A state that does not match its parts is refused.
+            let (stored, state) = &states[2];
+            let e = from_checkpoint(state, stored + 1, "k").unwrap_err();
+            assert!(e.contains("inconsistent"), "{e}");
+            let e = from_checkpoint("{}", 0, "k").unwrap_err();
+            assert!(e.contains("unreadable"), "{e}");
+        }
     }
 
     #[test]

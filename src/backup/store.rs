@@ -93,6 +93,40 @@ pub trait Upload: Send {
     /// disk), for a later writer to continue ([`Store::continue_upload`]).
     /// Stores that cannot continue an upload abort it as before.
     fn keep_when_dropped(&mut self) {}
+    /// Whether the store records, as the upload's parts are stored, the
+    /// state a later writer continues from ([`Upload::write_resumable`]'s
+    /// `state`): an S3 multipart upload, whose parts cannot be read back.
+    fn records_state(&self) -> bool {
+        false
+    }
+    /// Append bytes that end at a point where the upload can be continued
+    /// (a frame of a stream file). `state` gives what a continuation needs
+    /// at their end ([`Store::recorded`] gives it back); a store that
+    /// [records state](Upload::records_state) asks for it when it stores
+    /// what ends there (`None`: nothing to record yet).
+    ///
+    /// # Errors
+    ///
+    /// As [`Upload::write`].
+    fn write_resumable(
+        &mut self,
+        data: &[u8],
+        _state: &mut dyn FnMut() -> Option<String>,
+    ) -> Result<(), StoreError> {
+        self.write(data)
+    }
+}
+
+/// What an unfinished upload recorded for a continuation
+/// ([`Store::recorded`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Recorded {
+    /// The key the upload completes as.
+    pub key: String,
+    /// The bytes stored in it up to the recorded point.
+    pub stored_bytes: u64,
+    /// The state given with them ([`Upload::write_resumable`]).
+    pub state: String,
 }
 
 /// The operations a repository needs from where it lives.
@@ -156,6 +190,22 @@ pub trait Store: Send + Sync + fmt::Debug {
         _keep: u64,
         _key: &str,
     ) -> Result<Option<Box<dyn Upload>>, StoreError> {
+        Ok(None)
+    }
+    /// Whether [`Store::continue_upload`] can continue unfinished uploads
+    /// (their entries in `tmp/` are then kept for the next writer).
+    fn continues_uploads(&self) -> bool {
+        false
+    }
+    /// The state the unfinished upload `tmp` recorded as its parts were
+    /// stored, for stores that [record it](Upload::records_state); `None`
+    /// when it recorded none (or the store records nothing: a directory's
+    /// partial file is read back instead).
+    ///
+    /// # Errors
+    ///
+    /// I/O or network errors; [`StoreError::NotFound`].
+    fn recorded(&self, _tmp: &str) -> Result<Option<Recorded>, StoreError> {
         Ok(None)
     }
     /// Remove what an unfinished upload left in `tmp/` (`key`, as
@@ -462,6 +512,10 @@ impl Store for LocalStore {
             tmp: path,
             keep: false,
         })))
+    }
+
+    fn continues_uploads(&self) -> bool {
+        true
     }
 
     fn check_reachable(&self) -> Result<(), StoreError> {

@@ -169,6 +169,17 @@ impl Subvolume {
     pub fn id(&self) -> TreeId {
         self.root.id
     }
+
+    /// The UUID a send stream carries for it (SUBVOL, SNAPSHOT, CLONE):
+    /// its received UUID if it has one (it was itself received), else its
+    /// own, as the kernel's `btrfs send` does.
+    pub fn stream_uuid(&self) -> [u8; 16] {
+        if self.root.received_uuid.is_nil() {
+            self.root.uuid.0
+        } else {
+            self.root.received_uuid.0
+        }
+    }
 }
 
 /// A ROOT_BACKREF: where a subvolume is linked.

@@ -424,12 +424,15 @@ fn check_token(
     t: &crate::resume::Token,
 ) -> Result<(), SendError> {
     let hex = |u: &[u8; 16]| uuid::Uuid::from_bytes(*u).hyphenated().to_string();
+    // The UUID the stream carries (a received subvolume's received UUID):
+    // a receiver's token holds what the stream carried.
+    let stream_uuid = Subvolume::stream_uuid;
     let name = String::from_utf8_lossy(&subvol.path).into_owned();
-    if subvol.root.uuid.0 != t.uuid {
+    if stream_uuid(subvol) != t.uuid {
         return Err(SendError::ResumeMismatch(format!(
             "it continues the snapshot with uuid {}, not {name} (uuid {})",
             hex(&t.uuid),
-            hex(&subvol.root.uuid.0)
+            hex(&stream_uuid(subvol))
         )));
     }
     if subvol.root.ctransid.get() != t.ctransid {
@@ -453,14 +456,14 @@ fn check_token(
             )));
         }
         (Some(p), true)
-            if p.root.uuid.0 != t.parent_uuid || p.root.ctransid.get() != t.parent_ctransid =>
+            if stream_uuid(p) != t.parent_uuid || p.root.ctransid.get() != t.parent_ctransid =>
         {
             return Err(SendError::ResumeMismatch(format!(
                 "its parent is uuid {} ctransid {}, not {} (uuid {} ctransid {})",
                 hex(&t.parent_uuid),
                 t.parent_ctransid,
                 String::from_utf8_lossy(&p.path),
-                hex(&p.root.uuid.0),
+                hex(&stream_uuid(p)),
                 p.root.ctransid.get()
             )));
         }

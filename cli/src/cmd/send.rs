@@ -336,7 +336,7 @@ pub fn run(args: &SendArgs) -> anyhow::Result<()> {
     let first_sent = match &token {
         Some(t) => subvols
             .iter()
-            .position(|s| s.root.uuid.0 == t.uuid)
+            .position(|s| s.stream_uuid() == t.uuid)
             .ok_or_else(|| {
                 SendError::ResumeMismatch(format!(
                     "it continues the snapshot with uuid {}, which is none of the SUBVOLs given",

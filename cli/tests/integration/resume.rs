@@ -1409,3 +1409,81 @@ fn a_resume_point_of_another_boot_falls_back_to_a_durable_checkpoint_or_is_refus
         std::fs::remove_file(&cont).unwrap();
     }
 }
+
+/// A snapshot made by `btrfs receive` has a received UUID, which the
+/// streams sent from it carry (SUBVOL, as the kernel's `btrfs send` does),
+/// and so does the token a receiver of such a stream prints: `send
+/// --resume` must take it as that subvolume's (it once compared the
+/// subvolume's own UUID and refused). Sent from that filesystem,
+/// interrupted, resumed: the kernel's tree and the received UUID.
+#[test]
+fn resume_of_a_subvolume_that_was_itself_received() {
+    let test = "resume_of_a_subvolume_that_was_itself_received";
+    if !testing::require_live(test) {
+        return;
+    }
+    let mut rng = Rng::new(1415);
+    let src = LiveBtrfs::with_options(1 << 30, &[], "").expect("scratch btrfs");
+    let mnt = src.path().to_path_buf();
+    let vol = mnt.join("vol");
+    sh(Command::new("btrfs")
+        .args(["subvolume", "create"])
+        .arg(&vol));
+    for f in 0..12 {
+        let len = (2 * MIB + rng.below(3 * MIB)) as usize;
+        write_random(&vol.join(format!("f{f}")), len, &mut rng);
+        write_random(&vol.join(format!("s{f}")), 3000, &mut rng);
+    }
+    std::fs::create_dir(mnt.join("snaps")).unwrap();
+    let snap = mnt.join("snaps/s");
+    sh(Command::new("btrfs")
+        .args(["subvolume", "snapshot", "-r"])
+        .arg(&vol)
+        .arg(&snap));
+    // The kernel receives it: mid/s has the snapshot's UUID as received
+    // UUID.
+    let stream = src.scratch_dir().join("s.stream");
+    sh(Command::new("btrfs")
+        .args(["send", "-q", "-f"])
+        .arg(&stream)
+        .arg(&snap));
+    std::fs::create_dir(mnt.join("mid")).unwrap();
+    sh(Command::new("btrfs")
+        .args(["receive", "-f"])
+        .arg(&stream)
+        .arg(mnt.join("mid")));
+    std::fs::remove_file(&stream).unwrap();
+    let mid = mnt.join("mid/s");
+    assert_eq!(received_uuid(&mid), uuid_of(&snap));
+    assert_ne!(uuid_of(&mid), uuid_of(&snap));
+    sh(&mut Command::new("sync"));
+    // btrsend sends mid/s, killed after 20 MiB (checkpoints every 4 MiB),
+    // then resumed from the receiver's token.
+    let dir = mnt.join("recv");
+    std::fs::create_dir(&dir).unwrap();
+    let every = 4 * MIB;
+    let mut log = Vec::new();
+    let n = receive_interrupted(
+        &Target::Btrfs(&src),
+        &dir,
+        &mid,
+        None,
+        Some(every),
+        &mut |_, step| (step == 0).then_some((Cut::KillSender, 20 * MIB)),
+        &mut rng,
+        every + 12 * MIB,
+        &mut log,
+    );
+    assert_eq!(n, 1, "{log:#?}");
+    assert!(
+        log.iter().any(|l| l.contains("resume at")),
+        "not resumed: {log:#?}"
+    );
+    let opts = Options { holes: false };
+    assert_eq!(
+        src.manifest("recv/s", opts).unwrap(),
+        src.manifest("snaps/s", opts).unwrap(),
+        "{log:#?}"
+    );
+    assert_eq!(received_uuid(&dir.join("s")), uuid_of(&snap));
+}
