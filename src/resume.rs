@@ -35,8 +35,11 @@
 //! receiver journals how to undo what it changes after a checkpoint,
 //! before it changes it. A checkpoint creates an empty journal
 //! `DIR/.btrsend-resume/NAME/undo-INDEX` and a trash directory (directory
-//! mode: `trash-INDEX/` beside it; subvolume mode: `.btrsend-trash-INDEX/`
-//! in the subvolume's root, since a rename cannot leave a subvolume; made
+//! mode: `trash-INDEX/` beside it; subvolume mode:
+//! `.btrsend-trash-UUID-INDEX/`, UUID the hex of the received subvolume's
+//! UUID, in the subvolume's root, since a rename cannot leave a
+//! subvolume; only names with the receive's own UUID are ever taken for
+//! its trash, so entries of the tree named `.btrsend-trash-…` stay; made
 //! and removed with the root's times kept, the last one removed before the
 //! subvolume is made read-only; a stream that makes an entry of that name
 //! in the root while it is there fails as on an existing name), then

@@ -397,7 +397,7 @@ impl<'p> Receiver<'p> {
         if cur.errors == 0 && cur.subvolume {
             // The undo journal's trash goes first (see `undo`); then, as
             // btrfs-progs: received UUID and stransid, then read-only.
-            undo::drop_subvol_trash(cur.target.root(), None)
+            undo::drop_subvol_trash(cur.target.root(), &cur.record.uuid.0, None)
                 .and_then(|()| {
                     subvol::finish(cur.target.root(), cur.record.uuid.0, cur.record.ctransid)
                 })

@@ -1468,3 +1468,54 @@ fn btrfs_property_removed_into_a_directory_is_skipped() {
         }
     }
 }
+
+/// Entries of the source whose names look like btrsend's own trash
+/// (`.btrsend-trash-…`, what a subvolume-mode receive keeps in the
+/// subvolume's root between checkpoints) are part of the tree: a receive
+/// into btrfs with checkpoints must keep them all, as the kernel's
+/// snapshot has them (they were taken for trash and deleted).
+#[test]
+fn trash_like_names_in_the_root_are_received() {
+    let test = "trash_like_names_in_the_root_are_received";
+    if !testing::require_live(test) {
+        return;
+    }
+    let src = LiveBtrfs::with_options(256 << 20, &[], "").expect("scratch btrfs");
+    let mnt = src.path();
+    let vol = mnt.join("vol");
+    run(Proc::new("btrfs").args(["subvolume", "create"]).arg(&vol));
+    for d in [".btrsend-trash-0", ".btrsend-trash-1", ".btrsend-trash-x"] {
+        fs::create_dir(vol.join(d)).unwrap();
+        fs::write(vol.join(d).join("kept"), d).unwrap();
+    }
+    fs::write(vol.join(".btrsend-trash-2"), b"a file").unwrap();
+    // Enough data for several 1 MiB checkpoints.
+    for f in 0..6u8 {
+        fs::write(vol.join(format!("f{f}")), vec![f; 700_000]).unwrap();
+    }
+    run(Proc::new("btrfs")
+        .args(["subvolume", "snapshot", "-r"])
+        .arg(&vol)
+        .arg(mnt.join("snap")));
+    run(&mut Proc::new("sync"));
+    let work = tempfile::tempdir().unwrap();
+    let stream = work.path().join("full.stream");
+    run(Proc::new("btrfs")
+        .args(["send", "-q", "-f"])
+        .arg(&stream)
+        .arg(mnt.join("snap")));
+    let dst = LiveBtrfs::with_options(256 << 20, &[], "").expect("scratch btrfs");
+    let mut opts = ReceiveOptions::default();
+    opts.checkpoint_interval = 1 << 20;
+    receive_file(&stream, dst.path(), &opts).unwrap_or_else(|e| panic!("receive: {e:#}"));
+    let got_show = run(Proc::new("btrfs")
+        .args(["subvolume", "show"])
+        .arg(dst.path().join("snap")));
+    assert!(got_show.contains("Received UUID"), "{got_show}");
+    let want = manifest_of(&mnt.join("snap"));
+    assert!(want.contains(".btrsend-trash-1/kept"), "{want}");
+    let got = manifest_of(&dst.path().join("snap"));
+    if let Some(d) = manifest::diff(&want, &got, 20) {
+        panic!("the received subvolume differs from the kernel's snapshot:\n{d}");
+    }
+}

@@ -633,9 +633,13 @@ impl Receiver<'_> {
             return Ok(());
         };
         let root = rustix::io::dup(cur.target.root())?;
+        let uuid = cur.record.uuid.0;
         let rdir = self.resume_dir(name, true)?;
-        let journal =
-            undo::Journal::create(rdir.as_fd(), token.index, TrashAt::Subvol(root.as_fd()))?;
+        let journal = undo::Journal::create(
+            rdir.as_fd(),
+            token.index,
+            TrashAt::Subvol(root.as_fd(), uuid),
+        )?;
         if durable {
             let start = std::time::Instant::now();
             let ckpt = format!("ckpt-{}", token.index);
@@ -660,7 +664,7 @@ impl Receiver<'_> {
         // checkpoint goes (if that fails, the next checkpoint, the end of
         // the subvolume or a rollback removes it).
         drop_journals(&rdir, Some(token.index));
-        let _ = undo::drop_subvol_trash(root.as_fd(), Some(token.index));
+        let _ = undo::drop_subvol_trash(root.as_fd(), &uuid, Some(token.index));
         Ok(())
     }
 
@@ -907,7 +911,7 @@ impl Receiver<'_> {
                 // does not concern it (the next checkpoint starts anew).
                 drop_journals(&rdir, None);
                 if let Some(cur) = &self.cur {
-                    undo::drop_subvol_trash(cur.target.root(), None)?;
+                    undo::drop_subvol_trash(cur.target.root(), &cur.record.uuid.0, None)?;
                 }
             }
         }
@@ -984,16 +988,16 @@ impl Receiver<'_> {
             subvolume,
         });
         let root = match &self.cur {
-            Some(c) if subvolume => Some(rustix::io::dup(c.target.root())?),
+            Some(c) if subvolume => Some((rustix::io::dup(c.target.root())?, c.record.uuid.0)),
             _ => None,
         };
-        let at = root
-            .as_ref()
-            .map_or(TrashAt::ResumeDir, |r| TrashAt::Subvol(r.as_fd()));
+        let at = root.as_ref().map_or(TrashAt::ResumeDir, |(r, uuid)| {
+            TrashAt::Subvol(r.as_fd(), *uuid)
+        });
         self.j_rollback(rdir.as_fd(), ckpt.index, at)
             .and_then(|()| match &root {
                 // Trash of checkpoints begun after this one.
-                Some(r) => undo::drop_subvol_trash(r.as_fd(), Some(ckpt.index)),
+                Some((r, uuid)) => undo::drop_subvol_trash(r.as_fd(), uuid, Some(ckpt.index)),
                 None => Ok(()),
             })
             .map_err(|e| {

@@ -10,9 +10,12 @@
 //! RMDIR and a replaced RENAME destination move what they remove (it is
 //! deleted for real at the next checkpoint, so an undo can put it back).
 //! Into a btrfs subvolume (subvolume mode) the trash is
-//! `DIR/NAME/.btrsend-trash-K/` instead, in the subvolume's root (a rename
-//! cannot leave a subvolume); it is made and removed with the root's times
-//! kept, and the last one goes before the subvolume is made read-only.
+//! `DIR/NAME/.btrsend-trash-UUID-K/` instead, in the subvolume's root (a
+//! rename cannot leave a subvolume), UUID being the hex of the received
+//! subvolume's UUID, so that no entry of the tree received is ever taken
+//! for a trash (a source may well hold a `.btrsend-trash-…` name); it is
+//! made and removed with the root's times kept, and the last one goes
+//! before the subvolume is made read-only.
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
@@ -235,14 +238,26 @@ pub(super) fn names(index: u64) -> (String, String) {
 /// root.
 pub(super) const SUBVOL_TRASH: &str = ".btrsend-trash-";
 
+/// The prefix of the trash names of the receive of subvolume `uuid`:
+/// [`SUBVOL_TRASH`], its UUID in hex, `-`.
+fn subvol_trash_prefix(uuid: &[u8; 16]) -> String {
+    let mut s = String::from(SUBVOL_TRASH);
+    for b in uuid {
+        s.push_str(&format!("{b:02x}"));
+    }
+    s.push('-');
+    s
+}
+
 /// Where the trash of a journal is: `rdir` (directory mode), or the root
 /// of the subvolume received (subvolume mode).
 #[derive(Debug, Clone, Copy)]
 pub(super) enum TrashAt<'a> {
     /// `trash-K` in the resume directory.
     ResumeDir,
-    /// `.btrsend-trash-K` in this subvolume root.
-    Subvol(BorrowedFd<'a>),
+    /// `.btrsend-trash-UUID-K` in this subvolume root, that of the
+    /// received subvolume `UUID`.
+    Subvol(BorrowedFd<'a>, [u8; 16]),
 }
 
 impl<'a> TrashAt<'a> {
@@ -250,7 +265,7 @@ impl<'a> TrashAt<'a> {
     fn place(self, rdir: BorrowedFd<'a>, index: u64) -> (BorrowedFd<'a>, String) {
         match self {
             TrashAt::ResumeDir => (rdir, names(index).1),
-            TrashAt::Subvol(root) => (root, format!("{SUBVOL_TRASH}{index}")),
+            TrashAt::Subvol(root, uuid) => (root, format!("{}{index}", subvol_trash_prefix(&uuid))),
         }
     }
 }
@@ -284,17 +299,22 @@ pub(super) fn keeping_times<T>(
     r
 }
 
-/// Remove every subvolume-mode trash (`.btrsend-trash-*`) in the subvolume
-/// root `root` but that of checkpoint `keep`, keeping the root's times.
-pub(super) fn drop_subvol_trash(root: BorrowedFd<'_>, keep: Option<u64>) -> io::Result<()> {
-    let keep = keep.map(|k| format!("{SUBVOL_TRASH}{k}"));
+/// Remove every trash of the subvolume-mode receive of subvolume `uuid`
+/// (`.btrsend-trash-UUID-*`) in the subvolume root `root` but that of
+/// checkpoint `keep`, keeping the root's times. Other entries, whatever
+/// their names, belong to the tree received and stay.
+pub(super) fn drop_subvol_trash(
+    root: BorrowedFd<'_>,
+    uuid: &[u8; 16],
+    keep: Option<u64>,
+) -> io::Result<()> {
+    let prefix = subvol_trash_prefix(uuid);
+    let keep = keep.map(|k| format!("{prefix}{k}"));
     let mut old = Vec::new();
     for e in rustix::fs::Dir::read_from(open_dir(root, OsStr::new("."))?)? {
         let e = e?;
         let n = e.file_name().to_bytes();
-        if n.starts_with(SUBVOL_TRASH.as_bytes())
-            && keep.as_deref().is_none_or(|k| k.as_bytes() != n)
-        {
+        if n.starts_with(prefix.as_bytes()) && keep.as_deref().is_none_or(|k| k.as_bytes() != n) {
             old.push(n.to_vec());
         }
     }
@@ -353,7 +373,7 @@ impl Journal {
         let (tdir, trash) = at.place(rdir, index);
         let root = match at {
             TrashAt::ResumeDir => None,
-            TrashAt::Subvol(r) => Some(r),
+            TrashAt::Subvol(r, _) => Some(r),
         };
         keeping_times(root, || {
             remove_tree(tdir, OsStr::new(&trash))?;
