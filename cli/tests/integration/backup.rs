@@ -8,6 +8,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
+use crate::common::stderr;
 use crate::common::{fixture_dir, unpack};
 use crate::repo_store::{Backend, Kind, TestRepo};
 
@@ -34,10 +35,6 @@ fn ok_bytes(out: &Output) -> Vec<u8> {
 
 fn ok(out: &Output) -> String {
     String::from_utf8(ok_bytes(out)).unwrap()
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
 /// A test's fixture image and repository, in a directory or on an S3

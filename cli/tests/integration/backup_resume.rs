@@ -33,32 +33,11 @@ use btrsend::testing::{self, LiveBtrfs};
 use serde_json::Value;
 
 use crate::common::btrsend;
+use crate::common::{sh, write_random};
 
 const MIB: u64 = 1 << 20;
 /// The default frame size of a stream file.
 const FRAME: u64 = 4 * MIB;
-
-fn sh(cmd: &mut Command) -> std::process::Output {
-    let out = cmd.output().expect("spawn");
-    assert!(
-        out.status.success(),
-        "{cmd:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
-
-fn write_random(path: &Path, len: usize, rng: &mut Rng) {
-    use std::io::Write;
-    let mut f = std::fs::File::create(path).unwrap();
-    let mut left = len;
-    while left > 0 {
-        let n = left.min(4 << 20);
-        let compressible = rng.chance(30);
-        f.write_all(&rng.bytes(n, compressible)).unwrap();
-        left -= n;
-    }
-}
 
 fn snapshot(vol: &Path, to: &Path) {
     sh(Command::new("btrfs")

@@ -146,3 +146,90 @@ pub fn send_dump(img: &Path, args: &[&str], stream: &Path, subvol: &str) -> Stri
     );
     dump(stream)
 }
+
+/// Run `cmd`, which must succeed (its stderr in the panic otherwise): its
+/// output.
+pub fn sh(cmd: &mut std::process::Command) -> std::process::Output {
+    let out = cmd.output().expect("spawn");
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// A command's stderr as text.
+pub fn stderr(o: &std::process::Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Write `len` bytes of random data to `path`, in pieces of 4 MiB of which
+/// about 30 % compress.
+pub fn write_random(path: &Path, len: usize, rng: &mut btrsend::testing::workload::Rng) {
+    use std::io::Write;
+    let mut f = fs::File::create(path).unwrap();
+    let mut left = len;
+    while left > 0 {
+        let n = left.min(4 << 20);
+        let compressible = rng.chance(30);
+        f.write_all(&rng.bytes(n, compressible)).unwrap();
+        left -= n;
+    }
+}
+
+/// Unmounts on drop.
+pub struct Mount(pub PathBuf);
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg(&self.0).status();
+    }
+}
+
+/// The first file of `tree` with checksums and an uncompressed regular
+/// extent of at least two sectors: (ino, its file name, file offset,
+/// logical).
+pub fn data_extent(fs: &btrsend::fs::Filesystem, tree: u64) -> (u64, String, u64, u64) {
+    use btrsend::fs::items::{Compression, ExtentData};
+    let t = fs.fs_tree(btrsend::types::TreeId(tree)).unwrap();
+    for g in t.inodes(btrsend::fs::WalkOptions::default()) {
+        let g = g.unwrap();
+        let Some(name) = g.names.first() else {
+            continue;
+        };
+        for e in &g.extents {
+            if let ExtentData::Regular(d) = &e.data
+                && d.disk_bytenr.get() != 0
+                && d.offset == 0
+                && d.num_bytes >= 8192
+                && e.compression == Compression::None
+                && !g.inode.nodatasum()
+            {
+                let name = String::from_utf8_lossy(&name.name).into_owned();
+                return (g.inode.ino, name, e.file_offset, d.disk_bytenr.get());
+            }
+        }
+    }
+    panic!("no uncompressed data extent in tree {tree}");
+}
+
+/// Overwrite the first 4 KiB at `logical` in its copy `copy` on its device.
+pub fn corrupt(fs: &btrsend::fs::Filesystem, logical: u64, copy: usize) {
+    use std::os::unix::fs::FileExt;
+    let m = fs
+        .volume()
+        .chunk_map()
+        .map(btrsend::types::Logical(logical), 4096)
+        .unwrap();
+    let loc = m.copies().nth(copy).expect("copy");
+    let dev = fs
+        .volume()
+        .devices()
+        .iter()
+        .find(|d| d.devid == loc.devid)
+        .and_then(|d| d.path.clone())
+        .unwrap();
+    let f = fs::OpenOptions::new().write(true).open(dev).unwrap();
+    f.write_all_at(&[0xa5; 4096], loc.physical.get()).unwrap();
+}

@@ -9,26 +9,13 @@
 //! of the original snapshot — from either mirror.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 
 use btrsend::manifest::{self, Options};
 use btrsend::testing::{self, LiveBtrfs};
 
 use crate::common::btrsend;
-
-fn sh(cmd: &mut Command) -> Output {
-    let out = cmd.output().expect("spawn");
-    assert!(
-        out.status.success(),
-        "{cmd:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
+use crate::common::{Mount, sh, stderr};
 
 /// Detaches a loop device on drop.
 struct Loop(PathBuf);
@@ -36,15 +23,6 @@ struct Loop(PathBuf);
 impl Drop for Loop {
     fn drop(&mut self) {
         let _ = Command::new("losetup").arg("-d").arg(&self.0).status();
-    }
-}
-
-/// Unmounts on drop.
-struct Mount(PathBuf);
-
-impl Drop for Mount {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg(&self.0).status();
     }
 }
 

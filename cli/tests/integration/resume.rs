@@ -27,32 +27,11 @@ use btrsend::testing::workload::Rng;
 use btrsend::testing::{self, LiveBtrfs, Tmpfs};
 
 use crate::common::btrsend;
+use crate::common::{sh, write_random};
 
 const MIB: u64 = 1 << 20;
 /// Continuation header: magic, version, length, 101-byte token.
 const CONT_HEADER: u64 = 13 + 4 + 4 + 101;
-
-fn sh(cmd: &mut Command) -> std::process::Output {
-    let out = cmd.output().expect("spawn");
-    assert!(
-        out.status.success(),
-        "{cmd:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
-
-/// Write `len` bytes of random data to `path`.
-fn write_random(path: &Path, len: usize, rng: &mut Rng) {
-    let mut f = std::fs::File::create(path).unwrap();
-    let mut left = len;
-    while left > 0 {
-        let n = left.min(4 << 20);
-        let compressible = rng.chance(30);
-        f.write_all(&rng.bytes(n, compressible)).unwrap();
-        left -= n;
-    }
-}
 
 /// How an interruption happens.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -27,29 +27,14 @@
 use std::fs::OpenOptions;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 
-use btrsend::fs::items::{Compression, ExtentData};
-use btrsend::fs::{Filesystem, WalkOptions};
+use btrsend::fs::Filesystem;
 use btrsend::testing::{self, LiveBtrfs};
-use btrsend::types::TreeId;
 
 use crate::common;
 use crate::common::btrsend;
-
-fn sh(cmd: &mut Command) -> Output {
-    let out = cmd.output().expect("spawn");
-    assert!(
-        out.status.success(),
-        "{cmd:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
+use crate::common::{Mount, corrupt, data_extent, sh, stderr};
 
 /// The kernel's stream of `snap` (incremental against `parent`).
 fn kernel_stream(snap: &Path, parent: Option<&Path>) -> Vec<u8> {
@@ -343,59 +328,6 @@ fn issue18_what_counts_as_mounted_and_writable_subvolumes() {
         live.manifest("recv/sv", opts).unwrap(),
         live.manifest("sv", opts).unwrap()
     );
-}
-
-/// Unmounts on drop.
-struct Mount(PathBuf);
-
-impl Drop for Mount {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg(&self.0).status();
-    }
-}
-
-/// The first file of `tree` with checksums and an uncompressed regular
-/// extent of at least two sectors: (ino, file name, file offset, logical).
-fn data_extent(fs: &Filesystem, tree: u64) -> (u64, String, u64, u64) {
-    let t = fs.fs_tree(TreeId(tree)).unwrap();
-    for g in t.inodes(WalkOptions::default()) {
-        let g = g.unwrap();
-        let Some(name) = g.names.first() else {
-            continue;
-        };
-        for e in &g.extents {
-            if let ExtentData::Regular(d) = &e.data
-                && d.disk_bytenr.get() != 0
-                && d.offset == 0
-                && d.num_bytes >= 8192
-                && e.compression == Compression::None
-                && !g.inode.nodatasum()
-            {
-                let name = String::from_utf8_lossy(&name.name).into_owned();
-                return (g.inode.ino, name, e.file_offset, d.disk_bytenr.get());
-            }
-        }
-    }
-    panic!("no uncompressed data extent in tree {tree}");
-}
-
-/// Overwrite the first 4 KiB at `logical` in copy `copy`.
-fn corrupt(fs: &Filesystem, logical: u64, copy: usize) {
-    let m = fs
-        .volume()
-        .chunk_map()
-        .map(btrsend::types::Logical(logical), 4096)
-        .unwrap();
-    let loc = m.copies().nth(copy).expect("copy");
-    let dev = fs
-        .volume()
-        .devices()
-        .iter()
-        .find(|d| d.devid == loc.devid)
-        .and_then(|d| d.path.clone())
-        .unwrap();
-    let f = OpenOptions::new().write(true).open(dev).unwrap();
-    f.write_all_at(&[0xa5; 4096], loc.physical.get()).unwrap();
 }
 
 #[test]
