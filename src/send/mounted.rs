@@ -130,6 +130,38 @@ pub struct Source {
     after_failure: Option<Hook>,
 }
 
+/// Opens another [`Source`] on the filesystem of one already open (see
+/// [`Source::beside`]).
+#[derive(Debug, Clone)]
+pub struct Beside {
+    devices: Vec<PathBuf>,
+    mounted: Option<Mounted>,
+}
+
+impl Beside {
+    /// Open the filesystem with these read options.
+    ///
+    /// # Errors
+    ///
+    /// [`SendError::Fs`] or, when mounted, [`SendError::OpenMounted`]: the
+    /// filesystem cannot be read.
+    pub fn open(self, read: &ReadOptions) -> Result<Source, SendError> {
+        let fs = match &self.mounted {
+            Some(m) => Filesystem::open_with(&self.devices, read)
+                .map_err(|source| open_mounted_error(&m.fs, &self.devices, source))?,
+            None => Filesystem::open_with(&self.devices, read)?,
+        };
+        Ok(Source {
+            fs,
+            devices: self.devices,
+            mounted: self.mounted,
+            read: read.clone(),
+            #[cfg(feature = "testing")]
+            after_failure: None,
+        })
+    }
+}
+
 /// Tests: see [`Source::fail_once`].
 #[cfg(feature = "testing")]
 struct Hook(Box<dyn FnMut()>);
@@ -243,6 +275,20 @@ impl Source {
             return Err(SendError::NeedsDevice(subvol.to_owned()));
         }
         Source::open_path_with(Path::new(subvol), read)
+    }
+
+    /// What opens another source on this filesystem, for a pass beside
+    /// the send (the progress total's estimate): the same devices, found
+    /// the same way, read as they are now. Unlike [`open_with`](Self::open_with)
+    /// it neither syncs a mounted filesystem nor drops the devices' page
+    /// cache again: this source's opening just did, and a second drop would
+    /// throw away what the send has read meanwhile. [`Beside::open`] may run
+    /// on another thread.
+    pub fn beside(&self) -> Beside {
+        Beside {
+            devices: self.devices.clone(),
+            mounted: self.mounted.clone(),
+        }
     }
 
     /// The filesystem as read now (after a restart, the fresh one).
@@ -633,7 +679,12 @@ fn open_mounted(
         m.sync()?;
     }
     drop_cache(devices)?;
-    Filesystem::open_with(devices, read).map_err(|source| SendError::OpenMounted {
+    Filesystem::open_with(devices, read).map_err(|source| open_mounted_error(m, devices, source))
+}
+
+/// [`SendError::OpenMounted`]: the devices of mounted `m` cannot be read.
+fn open_mounted_error(m: &MountedFs, devices: &[PathBuf], source: crate::Error) -> SendError {
+    SendError::OpenMounted {
         mount: m.describe(),
         devices: devices
             .iter()
@@ -641,7 +692,7 @@ fn open_mounted(
             .collect::<Vec<_>>()
             .join(", "),
         source,
-    })
+    }
 }
 
 /// The output: holds back the first `hold` bytes (until more come) and

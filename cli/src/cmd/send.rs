@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 use anyhow::bail;
 use btrsend::device::readahead::{MIN_CACHE_MIB, ReadOptions};
-use btrsend::send::mounted::{Request, Source};
+use btrsend::send::mounted::{Beside, Request, Source};
 use btrsend::send::{self, MAX_PROTO, SendError, SendOptions};
 use clap::builder::TypedValueParser as _;
 use clap::{Args, ValueHint};
@@ -364,6 +364,7 @@ pub fn run(args: &SendArgs) -> anyhow::Result<()> {
     } else {
         Some(spawn_total(
             args,
+            src.beside(),
             &lists,
             opts,
             estimate_read,
@@ -444,23 +445,24 @@ pub fn run(args: &SendArgs) -> anyhow::Result<()> {
 }
 
 /// The estimate of every SUBVOL of `args`, on a thread of its own with a
-/// source of its own (`read`: the smallest block cache, 16 MiB, taken out
-/// of the send's bound: the estimate walks each tree once, in order), given to
-/// `progress` as its total when done. An estimate that fails leaves the
-/// bar without a total: the send reports its own errors.
+/// source of its own (`beside` the send's, which a mounted filesystem is
+/// not synced again for; `read`: the smallest block cache, 16 MiB, taken
+/// out of the send's bound: the estimate walks each tree once, in order),
+/// given to `progress` as its total when done. An estimate that fails
+/// leaves the bar without a total: the send reports its own errors.
 fn spawn_total(
     args: &SendArgs,
+    beside: Beside,
     lists: &[Vec<String>],
     opts: SendOptions,
     read: ReadOptions,
     progress: std::sync::Arc<Reporter>,
 ) -> std::thread::JoinHandle<anyhow::Result<u64>> {
-    let devices = args.devices.clone();
     let subvols = args.subvols.clone();
     let parent = args.parent.clone();
     let lists = lists.to_vec();
     std::thread::spawn(move || {
-        let src = Source::open_with(&devices, &subvols[0], &read)?;
+        let src = beside.open(&read)?;
         let mut total = 0u64;
         for (subvol, clones) in subvols.iter().zip(&lists) {
             let req = Request {
