@@ -37,8 +37,10 @@
 //!
 //! Memory, whatever the snapshot's size: the queue between planner and
 //! writer holds at most 16 MiB of data and commands (each entry charged
-//! its data and encoded size plus 128 bytes) or 16384 entries, whichever
-//! comes first; written data buffers are kept for reuse only while the
+//! its data and encoded size plus 128 bytes; commands without data queued
+//! one after another share an entry, packed encoded, each charged alike)
+//! or 16384 entries, whichever comes first (one written buffer of packed
+//! commands of at most 64 KiB is kept for the next); written data buffers are kept for reuse only while the
 //! queue and the kept buffers hold at most 16 MiB together (so at most
 //! 32 MiB of both). A data job reads at most 256 KiB, and a worker holds
 //! one compressed extent (≤ 128 KiB on disk, ≤ 128 KiB decoded) at a time.

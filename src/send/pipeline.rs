@@ -14,7 +14,9 @@
 //! ready at the head of the queue, without waiting; it waits for a job only
 //! when the queue is full. A full queue holds [`MAX_QUEUED_BYTES`] of data
 //! and commands (each entry charged its data buffer or encoded size plus
-//! [`ENTRY_OVERHEAD`]) or [`MAX_QUEUED_ENTRIES`] entries; one job reads at
+//! [`ENTRY_OVERHEAD`]; the commands without data queued one after
+//! another are packed, encoded, into one entry, each charged alike) or
+//! [`MAX_QUEUED_ENTRIES`] entries; one job reads at
 //! most [`JOB_BYTES`] (a compressed extent is decoded whole: at most 128
 //! KiB). Written data buffers are kept for the next jobs while the queue
 //! and the kept buffers stay within [`MAX_QUEUED_BYTES`] together (fresh
@@ -64,6 +66,8 @@ pub(crate) const BATCH_JOBS: usize = 64;
 /// Spare data buffers kept for reuse (they count in
 /// [`MAX_QUEUED_BYTES`] with the queue).
 pub(crate) const POOL_BUFFERS: usize = 256;
+/// The largest buffer of a written [`Entry::Encoded`] kept for the next.
+pub(crate) const SPARE_ENCODED_BYTES: usize = 64 << 10;
 /// Worker threads when the options do not say
 /// (`BTRSEND_SEND_THREADS` changes it, for benchmarks).
 pub(crate) const DEFAULT_THREADS: usize = 4;
@@ -198,11 +202,22 @@ enum Shape {
 
 enum Entry {
     Cmd(Command<'static>),
+    /// Commands without data encoded already, one after another: the
+    /// planner's commands queued behind a data entry, packed into one
+    /// buffer (no owned copy of each command, no entry each).
+    Encoded(Encoded),
     Data {
         ino: u64,
         shape: Shape,
         data: Pending,
     },
+}
+
+/// Whole commands without data, encoded, and where each ends in `bytes`.
+#[derive(Default)]
+struct Encoded {
+    bytes: Vec<u8>,
+    ends: Vec<usize>,
 }
 
 /// The planner's output: commands in stream order, data read ahead in
@@ -244,6 +259,11 @@ pub(crate) struct Pipeline<'t, W: Write> {
     trail: Option<&'t std::cell::RefCell<Trail>>,
     /// Encodes commands for their identity (see [`ident`]).
     ident_buf: Option<StreamWriter<Vec<u8>>>,
+    /// Encodes queued commands (see [`Entry::Encoded`]).
+    enc: Option<StreamWriter<Vec<u8>>>,
+    /// The buffers of the last [`Entry::Encoded`] written, for the next
+    /// (kept when they hold at most [`SPARE_ENCODED_BYTES`]).
+    spare: Encoded,
 }
 
 /// A command's identity for a [`Trail`]: its encoding without its file
@@ -754,6 +774,8 @@ impl<'t, W: Write> Pipeline<'t, W> {
             cut: None,
             trail: None,
             ident_buf: None,
+            enc: None,
+            spare: Encoded::default(),
         }
     }
 
@@ -897,7 +919,43 @@ impl<'t, W: Write> Pipeline<'t, W> {
         }
         let charge = cmd.encoded_len().saturating_add(ENTRY_OVERHEAD);
         self.make_room(charge)?;
-        self.push(Entry::Cmd(cmd.clone().into_owned()), charge)
+        if self.queue.is_empty() {
+            return self.write(cmd);
+        }
+        self.queue_encoded(cmd, charge)
+    }
+
+    /// Queue `cmd` (the queue is not empty) encoded, in the
+    /// [`Entry::Encoded`] at the back of the queue or a new one. A command
+    /// that does not encode is queued as it is: its error comes when the
+    /// writer reaches it, in order.
+    fn queue_encoded(&mut self, cmd: &Command<'_>, charge: u64) -> Result<(), SendError> {
+        let version = self.out.version();
+        let enc = match &mut self.enc {
+            Some(w) => w,
+            None => self.enc.insert(StreamWriter::with_options(
+                Vec::with_capacity(512),
+                stream_format::WriterOptions::new(version).without_header(),
+            )?),
+        };
+        enc.get_mut().clear();
+        if enc.write(cmd).is_err() {
+            return self.push(Entry::Cmd(cmd.clone().into_owned()), charge);
+        }
+        let bytes = enc.get_ref();
+        if let Some((Entry::Encoded(e), queued)) = self.queue.back_mut() {
+            e.bytes.extend_from_slice(bytes);
+            e.ends.push(e.bytes.len());
+            *queued = queued.saturating_add(charge);
+            self.queued = self.queued.saturating_add(charge);
+            return self.pump(false);
+        }
+        // A new entry's buffers grow with it: the queue's charge (each
+        // command's encoded size plus ENTRY_OVERHEAD) covers them.
+        let mut e = std::mem::take(&mut self.spare);
+        e.bytes.extend_from_slice(bytes);
+        e.ends.push(e.bytes.len());
+        self.push(Entry::Encoded(e), charge)
     }
 
     /// Queue the WRITEs of `[offset, offset + len)` of inode `ino` at
@@ -1263,6 +1321,7 @@ impl<'t, W: Write> Pipeline<'t, W> {
     fn write_entry(&mut self, entry: Entry) -> Result<(), SendError> {
         let (ino, shape, data) = match entry {
             Entry::Cmd(cmd) => return self.write(&cmd),
+            Entry::Encoded(e) => return self.write_packed(e),
             Entry::Data { ino, shape, data } => (ino, shape, data),
         };
         let bytes = match data {
@@ -1328,6 +1387,46 @@ impl<'t, W: Write> Pipeline<'t, W> {
         }
         self.zeros = zeros;
         res
+    }
+
+    /// Write the commands of `e` (as [`write`](Self::write) writes each).
+    fn write_packed(&mut self, mut e: Encoded) -> Result<(), SendError> {
+        if self.failed {
+            return Ok(());
+        }
+        self.out
+            .write_encoded(&e.bytes)
+            .map_err(|err| self.fail(err.into()))?;
+        let mut trail = self.trail.map(|t| t.borrow_mut());
+        let mut start = 0;
+        for &end in &e.ends {
+            let cmd = e.bytes.get(start..end).unwrap_or_default();
+            // The command number: bytes 4..6 of its header.
+            let number = cmd
+                .get(4..6)
+                .map_or(0, |n| u16::from_le_bytes([n[0], n[1]]));
+            if let Some(c) = self.counts.get_mut(usize::from(number)) {
+                *c += 1;
+            }
+            if let Some(t) = trail.as_mut() {
+                // Without file data a command's stream length is its
+                // encoding, and so is its identity (see `ident`).
+                t.pos = t
+                    .pos
+                    .saturating_add(u64::try_from(cmd.len()).unwrap_or(u64::MAX));
+                t.index += 1;
+                t.ident.push(cmd);
+                t.ident.push(&0u64.to_le_bytes());
+            }
+            start = end;
+        }
+        drop(trail);
+        if e.bytes.capacity() <= SPARE_ENCODED_BYTES {
+            e.bytes.clear();
+            e.ends.clear();
+            self.spare = e;
+        }
+        Ok(())
     }
 
     fn write(&mut self, cmd: &Command<'_>) -> Result<(), SendError> {

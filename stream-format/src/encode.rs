@@ -245,6 +245,18 @@ impl<W: Write> StreamWriter<W> {
         &self.scratch
     }
 
+    /// Write commands encoded already, verbatim: `bytes` are whole
+    /// commands as [`write`](Self::write) of a writer of the same version
+    /// and options (without a header) wrote them. What
+    /// [`last_encoded`](Self::last_encoded) returns does not change.
+    ///
+    /// # Errors
+    ///
+    /// [`EncodeError::Io`].
+    pub fn write_encoded(&mut self, bytes: &[u8]) -> Result<(), EncodeError> {
+        self.put(bytes, &[])
+    }
+
     /// Write a command verbatim from its number and payload: no version or
     /// attribute checks (use it to pass through what a reader accepted).
     ///
@@ -473,6 +485,36 @@ mod tests {
         let written = w.get_ref().get(before..).unwrap();
         assert_eq!(w.last_encoded().len() + 1000, written.len());
         assert_eq!(Some(w.last_encoded()), written.get(..written.len() - 1000));
+    }
+
+    #[test]
+    fn write_encoded_passes_commands_through() {
+        let t = Timespec::default();
+        let utimes = Command::Utimes {
+            path: Cow::Borrowed(b"a/b"),
+            atime: t,
+            mtime: t,
+            ctime: t,
+            otime: None,
+        };
+        let mut direct = StreamWriter::new(Vec::new(), 1).unwrap();
+        direct.write(&utimes).unwrap();
+        direct
+            .write(&Command::Rmdir {
+                path: Cow::Borrowed(b"d"),
+            })
+            .unwrap();
+        let mut enc =
+            StreamWriter::with_options(Vec::new(), WriterOptions::new(1).without_header()).unwrap();
+        enc.write(&utimes).unwrap();
+        enc.write(&Command::Rmdir {
+            path: Cow::Borrowed(b"d"),
+        })
+        .unwrap();
+        let mut w = StreamWriter::new(Vec::new(), 1).unwrap();
+        w.write_encoded(enc.get_ref()).unwrap();
+        assert_eq!(w.bytes_written(), direct.bytes_written());
+        assert_eq!(w.finish().unwrap(), direct.finish().unwrap());
     }
 
     #[test]
