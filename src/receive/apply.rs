@@ -1401,11 +1401,15 @@ impl<'p> Receiver<'p> {
         };
         // Only its offset is known here: a write that may overwrite data
         // the file held at the checkpoint (data to save) is written
-        // through `apply`; one at or beyond the file's size then (an
-        // append: nothing to save but the attributes, journaled here)
-        // goes to the lane as in a receive without a journal.
+        // through `apply`. An ENCODED_WRITE at or beyond the file's size
+        // then (an append: nothing to save but the attributes, journaled
+        // here) goes to the lane as in a receive without a journal, where
+        // it is decoded, or waits for the ioctl, beside the others; a
+        // plain WRITE is written through `apply` (measured, 2 GiB of 48 KiB
+        // WRITEs into ext4, load 1.5: 0.96 s on the lanes, 0.84 s so).
         if self.journaling() && !self.j_new(path) {
-            let appends = prefix_offset(prefix).is_some_and(|o| self.j_appends(path, o));
+            let encoded = info.cmd == CommandKind::EncodedWrite.number();
+            let appends = encoded && prefix_offset(prefix).is_some_and(|o| self.j_appends(path, o));
             if !appends {
                 return false;
             }
