@@ -57,13 +57,16 @@
 //! previous snapshot deleted. A snapshot costs a transaction commit and the
 //! flush of everything written since the last one (about 0.1 s and more),
 //! so they are taken on a budget: when the time since the last one is at
-//! least 20 times what the last one cost (the first counted as 0.1 s, so
-//! it comes 2 s after the subvolume's first checkpoint), or after 4 GiB of
-//! stream: at most about 5 % of the receive's time. After a restart the
+//! least 20 times what the next is expected to cost, or after 4 GiB of
+//! stream: at most about 5 % of the receive's time. The expected cost is
+//! what the last one cost (the first counted as 0.1 s, so it comes 2 s
+//! after the subvolume's first checkpoint), but at least the time to write
+//! the stream applied since the last one at 256 MiB/s (a stream of large
+//! files applied at 1 GiB/s thus makes one every 4 GiB). After a restart the
 //! receive goes back to the last durable checkpoint: the partial
 //! `DIR/NAME` is replaced by a writable snapshot of it (exactly the
 //! subvolume as it was then), so what is sent again is what the receive
-//! applied in up to 20 times the last snapshot's cost (a few seconds of
+//! applied in up to 20 times that expected cost (a few seconds of
 //! stream) or 4 GiB, whichever came first, plus 16 MiB. In the same boot a
 //! journal rollback is used, even to a durable checkpoint (its journal
 //! starts with it). The received UUID and read-only flag are set at the

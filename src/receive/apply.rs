@@ -1399,10 +1399,20 @@ impl<'p> Receiver<'p> {
         let Some(path) = prefix_path(prefix) else {
             return false;
         };
-        // Its range is not known here: a file with data to save is
-        // written through `apply`.
+        // Only its offset is known here: a write that may overwrite data
+        // the file held at the checkpoint (data to save) is written
+        // through `apply`. An ENCODED_WRITE at or beyond the file's size
+        // then (an append: nothing to save but the attributes, journaled
+        // here) goes to the lane as in a receive without a journal, where
+        // it is decoded, or waits for the ioctl, beside the others; a
+        // plain WRITE is written through `apply` (measured, 2 GiB of 48 KiB
+        // WRITEs into ext4, load 1.5: 0.96 s on the lanes, 0.84 s so).
         if self.journaling() && !self.j_new(path) {
-            return false;
+            let encoded = info.cmd == CommandKind::EncodedWrite.number();
+            let appends = encoded && prefix_offset(prefix).is_some_and(|o| self.j_appends(path, o));
+            if !appends {
+                return false;
+            }
         }
         if self.lane_file(path).is_none() {
             return false;
@@ -1771,6 +1781,34 @@ fn prefix_path(prefix: &[u8]) -> Option<&[u8]> {
         let value = prefix.get(start..end)?;
         if ty == path_ty {
             found = Some(value);
+        }
+        pos = end;
+    }
+}
+
+/// The FILE_OFFSET attribute among the attributes in `prefix` (as
+/// [`prefix_path`]), if it is there once, whole and 8 bytes long; `None`
+/// also when it appears twice (the caller then reads the command whole).
+fn prefix_offset(prefix: &[u8]) -> Option<u64> {
+    let offset_ty = stream_format::Attr::FileOffset.number();
+    let data_ty = stream_format::Attr::Data.number();
+    let mut pos = 0usize;
+    let mut found = None;
+    loop {
+        let h = prefix.get(pos..pos.checked_add(4)?)?;
+        let ty = u16::from_le_bytes([*h.first()?, *h.get(1)?]);
+        if ty == data_ty {
+            return found;
+        }
+        let len = usize::from(u16::from_le_bytes([*h.get(2)?, *h.get(3)?]));
+        let start = pos.checked_add(4)?;
+        let end = start.checked_add(len)?;
+        let value = prefix.get(start..end)?;
+        if ty == offset_ty {
+            if found.is_some() {
+                return None;
+            }
+            found = Some(u64::from_le_bytes(value.try_into().ok()?));
         }
         pos = end;
     }

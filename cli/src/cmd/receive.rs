@@ -165,7 +165,7 @@ complete: an undo journal that records, until the next checkpoint, how to
 reverse every change (removed entries are moved to a trash and deleted at the
 next checkpoint; nothing is flushed, see below); on btrfs as root some
 checkpoints are also durable: a snapshot, flushed, taken on a time budget (at
-most about 5 % of the receive, the first after a few seconds). After an interruption (a killed sender or
+most about 5 % of the receive, the first after a few seconds, or after more data than can be written in those). After an interruption (a killed sender or
 receiver, a closed pipe, a full disk), --resume-token DIR/NAME prints the
 token of the last checkpoint; `btrsend send --resume TOKEN` with the
 arguments of the interrupted send writes the rest of the stream (a

@@ -707,6 +707,34 @@ impl Receiver<'_> {
         Ok(())
     }
 
+    /// Whether a write of `rel` at `start` saves no data: `rel` is new
+    /// since the checkpoint, or `start` is at or beyond its size at the
+    /// checkpoint (its attributes and that size are journaled first if
+    /// they were not yet, after its lane jobs, as [`Receiver::j_data`]
+    /// does). `false` also when that cannot be found out: the caller then
+    /// goes through [`Receiver::j_data`], which reports why.
+    pub(super) fn j_appends(&mut self, rel: &[u8], start: u64) -> bool {
+        let Ok(ino) = self.j_ino(rel) else {
+            return false;
+        };
+        let Some(j) = &self.journal else {
+            return true;
+        };
+        if j.new.contains(&ino) {
+            return true;
+        }
+        if !j.touched.contains_key(&ino) {
+            self.settle(rel);
+            if self.j_touch(rel).is_err() {
+                return false;
+            }
+        }
+        self.journal
+            .as_ref()
+            .and_then(|j| j.touched.get(&ino))
+            .is_some_and(|&s0| start >= s0)
+    }
+
     /// Before SET_XATTR / REMOVE_XATTR `name` of `rel`: its value now.
     pub(super) fn j_xattr(&mut self, rel: &[u8], name: &[u8]) -> Result<(), ApplyErrorKind> {
         if self.journal.is_none() {
