@@ -1765,50 +1765,38 @@ use std::os::unix::fs::MetadataExt as _;
 /// WRITE or ENCODED_WRITE payload) before DATA, if it is there whole (the
 /// lane checks it against the whole, checked, command).
 fn prefix_path(prefix: &[u8]) -> Option<&[u8]> {
-    let path_ty = stream_format::Attr::Path.number();
-    let data_ty = stream_format::Attr::Data.number();
-    let mut pos = 0usize;
-    let mut found = None;
-    loop {
-        let h = prefix.get(pos..pos.checked_add(4)?)?;
-        let ty = u16::from_le_bytes([*h.first()?, *h.get(1)?]);
-        if ty == data_ty {
-            return found;
-        }
-        let len = usize::from(u16::from_le_bytes([*h.get(2)?, *h.get(3)?]));
-        let start = pos.checked_add(4)?;
-        let end = start.checked_add(len)?;
-        let value = prefix.get(start..end)?;
-        if ty == path_ty {
-            found = Some(value);
-        }
-        pos = end;
-    }
+    prefix_attr(prefix, stream_format::Attr::Path.number())?.0
 }
 
 /// The FILE_OFFSET attribute among the attributes in `prefix` (as
 /// [`prefix_path`]), if it is there once, whole and 8 bytes long; `None`
 /// also when it appears twice (the caller then reads the command whole).
 fn prefix_offset(prefix: &[u8]) -> Option<u64> {
-    let offset_ty = stream_format::Attr::FileOffset.number();
+    match prefix_attr(prefix, stream_format::Attr::FileOffset.number())? {
+        (Some(value), 1) => Some(u64::from_le_bytes(value.try_into().ok()?)),
+        _ => None,
+    }
+}
+
+/// Attribute `ty` among the attributes in `prefix` before DATA: its last
+/// value and how many times it appears; `None` when the attributes before
+/// DATA are not all there whole.
+fn prefix_attr(prefix: &[u8], ty: u16) -> Option<(Option<&[u8]>, usize)> {
     let data_ty = stream_format::Attr::Data.number();
     let mut pos = 0usize;
-    let mut found = None;
+    let mut found = (None, 0usize);
     loop {
         let h = prefix.get(pos..pos.checked_add(4)?)?;
-        let ty = u16::from_le_bytes([*h.first()?, *h.get(1)?]);
-        if ty == data_ty {
-            return found;
+        let t = u16::from_le_bytes([*h.first()?, *h.get(1)?]);
+        if t == data_ty {
+            return Some(found);
         }
         let len = usize::from(u16::from_le_bytes([*h.get(2)?, *h.get(3)?]));
         let start = pos.checked_add(4)?;
         let end = start.checked_add(len)?;
         let value = prefix.get(start..end)?;
-        if ty == offset_ty {
-            if found.is_some() {
-                return None;
-            }
-            found = Some(u64::from_le_bytes(value.try_into().ok()?));
+        if t == ty {
+            found = (Some(value), found.1.saturating_add(1));
         }
         pos = end;
     }
