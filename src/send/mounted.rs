@@ -146,11 +146,11 @@ impl Beside {
     /// [`SendError::Fs`] or, when mounted, [`SendError::OpenMounted`]: the
     /// filesystem cannot be read.
     pub fn open(self, read: &ReadOptions) -> Result<Source, SendError> {
-        let fs = match &self.mounted {
-            Some(m) => Filesystem::open_with(&self.devices, read)
-                .map_err(|source| open_mounted_error(&m.fs, &self.devices, source))?,
-            None => Filesystem::open_with(&self.devices, read)?,
-        };
+        let fs =
+            Filesystem::open_with(&self.devices, read).map_err(|source| match &self.mounted {
+                Some(m) => open_mounted_error(&m.fs, &self.devices, source),
+                None => source.into(),
+            })?;
         Ok(Source {
             fs,
             devices: self.devices,

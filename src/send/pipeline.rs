@@ -636,6 +636,17 @@ impl Trail {
         }
     }
 
+    /// Record a command without file data, written as `encoded`: its
+    /// stream length and its identity are that encoding (see [`ident`]).
+    fn record_plain(&mut self, encoded: &[u8]) {
+        self.pos = self
+            .pos
+            .saturating_add(u64::try_from(encoded.len()).unwrap_or(u64::MAX));
+        self.index += 1;
+        self.ident.push(encoded);
+        self.ident.push(&0u64.to_le_bytes());
+    }
+
     /// Keep `ops`, the data commands made for `ext` of `ino`, unless
     /// the trail is full or has the extent's commands already.
     fn keep(&mut self, ino: u64, ext: &FileExtent, ops: Vec<DataOp>) {
@@ -1409,14 +1420,7 @@ impl<'t, W: Write> Pipeline<'t, W> {
                 *c += 1;
             }
             if let Some(t) = trail.as_mut() {
-                // Without file data a command's stream length is its
-                // encoding, and so is its identity (see `ident`).
-                t.pos = t
-                    .pos
-                    .saturating_add(u64::try_from(cmd.len()).unwrap_or(u64::MAX));
-                t.index += 1;
-                t.ident.push(cmd);
-                t.ident.push(&0u64.to_le_bytes());
+                t.record_plain(cmd);
             }
             start = end;
         }
@@ -1436,18 +1440,15 @@ impl<'t, W: Write> Pipeline<'t, W> {
         self.out.write(cmd).map_err(|e| self.fail(e.into()))?;
         self.count(cmd, 0);
         if let Some(t) = self.trail {
-            let version = self.out.version();
-            let len = cmd.stream_len(version);
             let mut t = t.borrow_mut();
-            t.pos = t.pos.saturating_add(len);
-            t.index += 1;
             if matches!(cmd, Command::Write { .. } | Command::EncodedWrite { .. }) {
+                let version = self.out.version();
+                t.pos = t.pos.saturating_add(cmd.stream_len(version));
+                t.index += 1;
                 t.ident.push(ident(&mut self.ident_buf, version, cmd, 0)?);
             } else {
-                // Without file data the identity is the command as just
-                // written (see `ident`): no second encoding.
-                t.ident.push(self.out.last_encoded());
-                t.ident.push(&0u64.to_le_bytes());
+                // The command as just written (no second encoding).
+                t.record_plain(self.out.last_encoded());
             }
         }
         Ok(())

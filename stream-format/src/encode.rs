@@ -497,20 +497,16 @@ mod tests {
             ctime: t,
             otime: None,
         };
+        let rmdir = Command::Rmdir {
+            path: Cow::Borrowed(b"d"),
+        };
         let mut direct = StreamWriter::new(Vec::new(), 1).unwrap();
-        direct.write(&utimes).unwrap();
-        direct
-            .write(&Command::Rmdir {
-                path: Cow::Borrowed(b"d"),
-            })
-            .unwrap();
         let mut enc =
             StreamWriter::with_options(Vec::new(), WriterOptions::new(1).without_header()).unwrap();
-        enc.write(&utimes).unwrap();
-        enc.write(&Command::Rmdir {
-            path: Cow::Borrowed(b"d"),
-        })
-        .unwrap();
+        for cmd in [&utimes, &rmdir] {
+            direct.write(cmd).unwrap();
+            enc.write(cmd).unwrap();
+        }
         let mut w = StreamWriter::new(Vec::new(), 1).unwrap();
         w.write_encoded(enc.get_ref()).unwrap();
         assert_eq!(w.bytes_written(), direct.bytes_written());
