@@ -386,6 +386,29 @@ fn receive_interrupted(
     }
 }
 
+/// The end of an interruption test: at least 100 interruptions, no resume
+/// point left in `dir`, and the log with how much each resume sent again.
+fn finish(test: &str, dir: &Path, total_cuts: usize, log: &[String]) {
+    assert!(total_cuts >= 100, "{total_cuts} interruptions: {log:#?}");
+    assert!(
+        !dir.join(btrsend::receive::RESUME_DIR).exists(),
+        "resume points left behind: {:?}\n{log:#?}",
+        walkdir_names(&dir.join(btrsend::receive::RESUME_DIR))
+    );
+    let resent: Vec<u64> = log
+        .iter()
+        .filter_map(|l| l.rsplit_once("re-sent ").and_then(|(_, n)| n.parse().ok()))
+        .collect();
+    eprintln!(
+        "{test}: {total_cuts} interruptions, re-sent at most {} bytes (mean {})",
+        resent.iter().max().unwrap_or(&0),
+        resent.iter().sum::<u64>() / resent.len().max(1) as u64
+    );
+    for l in log {
+        eprintln!("{test}: {l}");
+    }
+}
+
 /// The paths under `root` (for a message).
 fn walkdir_names(root: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
@@ -707,25 +730,7 @@ fn resume_after_interruptions_builds_the_kernels_tree() {
         "resumed incremental s2 differs from the kernel's snapshot\n{log:#?}"
     );
     assert_eq!(received_uuid(&dir.join("s2")), uuid_of(&s2));
-    let total_cuts = n + n_default + 1;
-    assert!(total_cuts >= 100, "{total_cuts} interruptions: {log:#?}");
-    assert!(
-        !dir.join(btrsend::receive::RESUME_DIR).exists(),
-        "resume points left behind: {:?}\n{log:#?}",
-        walkdir_names(&dir.join(btrsend::receive::RESUME_DIR))
-    );
-    let resent: Vec<u64> = log
-        .iter()
-        .filter_map(|l| l.rsplit_once("re-sent ").and_then(|(_, n)| n.parse().ok()))
-        .collect();
-    eprintln!(
-        "{test}: {total_cuts} interruptions, re-sent at most {} bytes (mean {})",
-        resent.iter().max().unwrap_or(&0),
-        resent.iter().sum::<u64>() / resent.len().max(1) as u64
-    );
-    for l in &log {
-        eprintln!("{test}: {l}");
-    }
+    finish(test, &dir, n + n_default + 1, &log);
     let _: PathBuf = dir;
 }
 
@@ -836,25 +841,7 @@ fn resume_into_directories_after_interruptions_builds_the_kernels_tree() {
         "resumed incremental s2 differs from the kernel's snapshot: {}\n{log:#?}",
         manifest::diff(&want2, &got("s2"), 20).unwrap_or_default()
     );
-    let total_cuts = n + n_default;
-    assert!(total_cuts >= 100, "{total_cuts} interruptions: {log:#?}");
-    assert!(
-        !dir.join(btrsend::receive::RESUME_DIR).exists(),
-        "resume points left behind: {:?}\n{log:#?}",
-        walkdir_names(&dir.join(btrsend::receive::RESUME_DIR))
-    );
-    let resent: Vec<u64> = log
-        .iter()
-        .filter_map(|l| l.rsplit_once("re-sent ").and_then(|(_, n)| n.parse().ok()))
-        .collect();
-    eprintln!(
-        "{test}: {total_cuts} interruptions, re-sent at most {} bytes (mean {})",
-        resent.iter().max().unwrap_or(&0),
-        resent.iter().sum::<u64>() / resent.len().max(1) as u64
-    );
-    for l in &log {
-        eprintln!("{test}: {l}");
-    }
+    finish(test, &dir, n + n_default, &log);
 }
 
 /// The flags `lsattr` shows for each file under `root` (letters d and A:
