@@ -594,7 +594,7 @@ impl ExtentReader<'_, '_> {
     /// As [`read_at`](Self::read_at).
     pub fn raw(&self, e: &FileExtent) -> Result<Vec<u8>> {
         match &e.data {
-            ExtentData::Inline(bytes) => Ok(bytes.clone()),
+            ExtentData::Inline(bytes) => Ok(bytes.to_vec()),
             ExtentData::Regular(d) if d.disk_bytenr.get() != 0 => {
                 let mut buf = vec![0u8; self.disk_len(e, d)?];
                 self.read_disk(d.disk_bytenr, &mut buf, e.file_offset)?;
@@ -641,7 +641,7 @@ impl ExtentReader<'_, '_> {
         let Some(alg) = e.compression.algorithm(self.tree.sectorsize()) else {
             // Uncompressed inline data.
             return Ok(match &e.data {
-                ExtentData::Inline(bytes) => bytes.clone(),
+                ExtentData::Inline(bytes) => bytes.to_vec(),
                 _ => Vec::new(),
             });
         };
@@ -663,7 +663,7 @@ impl ExtentReader<'_, '_> {
                 })
         };
         match &e.data {
-            ExtentData::Inline(bytes) => decode(bytes, Logical(0)),
+            ExtentData::Inline(bytes) => decode(&bytes[..], Logical(0)),
             ExtentData::Regular(d) => {
                 let mut buf = vec![0u8; self.disk_len(e, d)?];
                 let checked = self.read_disk(d.disk_bytenr, &mut buf, e.file_offset)?;

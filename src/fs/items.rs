@@ -14,10 +14,14 @@
     clippy::as_conversions
 )]
 
+use std::fmt;
+use std::sync::Arc;
+
 use zerocopy::FromBytes;
 
 use crate::error::{CorruptKind, Error, Result};
 use crate::ondisk::{self, DirItem, FileExtentItem, FileExtentItemHeader, InodeExtref, InodeRef};
+use crate::tree::buf::BlockBuf;
 use crate::tree::key::Key;
 use crate::tree::walk::ItemRef;
 use crate::types::{Generation, Logical, TreeId, len64};
@@ -486,11 +490,92 @@ impl Compression {
     }
 }
 
+/// The bytes of an inline extent: a range of the leaf that holds the item
+/// (kept alive by a reference to the block: no allocation, no copy), or a
+/// buffer of their own. Compares, hashes and prints as its bytes.
+#[derive(Clone)]
+pub struct InlineData(InlineRepr);
+
+#[derive(Clone)]
+enum InlineRepr {
+    /// `block[start..end]`.
+    Leaf {
+        block: Arc<BlockBuf>,
+        start: usize,
+        end: usize,
+    },
+    Owned(Arc<[u8]>),
+}
+
+impl InlineData {
+    /// `bytes`, which lie in `block` when it is given: then the block is
+    /// kept instead of a copy.
+    fn new(bytes: &[u8], block: Option<&Arc<BlockBuf>>) -> InlineData {
+        let within = block.and_then(|b| {
+            let start = bytes.as_ptr().addr().checked_sub(b.as_ptr().addr())?;
+            let end = start.checked_add(bytes.len())?;
+            // Only when the range is that very slice of the block.
+            (b.get(start..end)?.as_ptr() == bytes.as_ptr()).then(|| InlineRepr::Leaf {
+                block: Arc::clone(b),
+                start,
+                end,
+            })
+        });
+        InlineData(within.unwrap_or_else(|| InlineRepr::Owned(bytes.into())))
+    }
+
+    /// The tree block the bytes keep alive, if any (whose size a queue
+    /// holding them should count).
+    pub fn block(&self) -> Option<&Arc<BlockBuf>> {
+        match &self.0 {
+            InlineRepr::Leaf { block, .. } => Some(block),
+            InlineRepr::Owned(_) => None,
+        }
+    }
+}
+
+impl From<Vec<u8>> for InlineData {
+    fn from(v: Vec<u8>) -> InlineData {
+        InlineData(InlineRepr::Owned(v.into()))
+    }
+}
+
+impl std::ops::Deref for InlineData {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        match &self.0 {
+            InlineRepr::Leaf { block, start, end } => block.get(*start..*end).unwrap_or_default(),
+            InlineRepr::Owned(b) => b,
+        }
+    }
+}
+
+impl fmt::Debug for InlineData {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&**self, f)
+    }
+}
+
+impl PartialEq for InlineData {
+    fn eq(&self, other: &InlineData) -> bool {
+        **self == **other
+    }
+}
+
+impl Eq for InlineData {}
+
+impl std::hash::Hash for InlineData {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        (**self).hash(state);
+    }
+}
+
 /// Where a file extent's bytes come from.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum ExtentData {
     /// Stored in the item (possibly compressed).
-    Inline(Vec<u8>),
+    Inline(InlineData),
     /// A regular extent: `disk_bytenr` 0 is an explicit hole.
     Regular(DiskExtent),
     /// Preallocated: reads as zeros.
@@ -582,7 +667,7 @@ impl FileExtent {
                         "differs from the inline data length",
                     ));
                 }
-                ExtentData::Inline(inline.to_vec())
+                ExtentData::Inline(InlineData::new(inline, item.block))
             }
             t @ (ondisk::BTRFS_FILE_EXTENT_REG | ondisk::BTRFS_FILE_EXTENT_PREALLOC) => {
                 let raw = FileExtentItem::ref_from_bytes(item.data).map_err(|_| {
@@ -724,6 +809,7 @@ mod tests {
             leaf: Logical(30408704),
             tree: TreeId(256),
             slot: 3,
+            block: None,
         }
     }
 
@@ -897,7 +983,7 @@ mod tests {
         let mut inline = extent(0, 0, 5, &[]);
         inline.extend_from_slice(b"hello");
         let e = FileExtent::parse(&item(Key::new(300, 108, 0), &inline)).unwrap();
-        assert_eq!(e.data, ExtentData::Inline(b"hello".to_vec()));
+        assert_eq!(e.data, ExtentData::Inline(b"hello".to_vec().into()));
         assert_eq!(e.end(4096), 4096);
         // Uncompressed inline data must be ram_bytes long.
         let short = &inline[..inline.len() - 1];

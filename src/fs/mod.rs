@@ -29,8 +29,8 @@ use crate::volume::Volume;
 
 pub use data::{ExtentReader, FileReader, Segment, SegmentKind, Segments};
 pub use items::{
-    Compression, DirEntry, DiskExtent, ExtentData, FileExtent, FileType, Inode, InodeName, Target,
-    Timespec, Xattr,
+    Compression, DirEntry, DiskExtent, ExtentData, FileExtent, FileType, InlineData, Inode,
+    InodeName, Target, Timespec, Xattr,
 };
 pub use subvol::{RootInfo, Subvolume};
 pub use tree::{DirEntries, Extents, FsTree, InodeGroup, InodeWalker, WalkOptions};

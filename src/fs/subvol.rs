@@ -389,6 +389,7 @@ mod tests {
             leaf: Logical(30408704),
             tree: TreeId::ROOT,
             slot: 3,
+            block: None,
         }
     }
 

@@ -351,6 +351,7 @@ impl<'a> Backrefs<'a> {
                 leaf: Logical(leaf),
                 slot: u32::try_from(slot).unwrap_or(u32::MAX),
                 tree: TreeId(ondisk::BTRFS_FS_TREE_OBJECTID),
+                block: None,
             };
             let fe = FileExtent::parse(&item)?;
             if let Some(d) = fe.disk()

@@ -171,6 +171,7 @@ impl<S: BlockSource> Side<'_, S> {
             leaf: b.logical(),
             slot: u32::try_from(*slot).ok()?,
             tree: b.tree(),
+            block: Some(b.bytes()),
         })
     }
 

@@ -34,13 +34,14 @@
 
 use std::collections::VecDeque;
 use std::io::Write;
+use std::ops::Range;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender, SyncSender, TryRecvError};
 use std::sync::{Arc, Mutex};
 
 use stream_format::{Command, StreamWriter};
 
-use crate::fs::{Compression, ExtentData, FileExtent, FsTree};
+use crate::fs::{Compression, ExtentData, FileExtent, FsTree, InlineData};
 use crate::resume::Shape as Chain;
 
 use super::error::SendError;
@@ -183,6 +184,9 @@ enum Pending {
     Zeros,
     /// Read already.
     Ready(Reply),
+    /// These bytes of plain inline data, as they are in the leaf (or the
+    /// extent's own copy).
+    Inline(InlineData, Range<usize>),
     /// The next reply of the batches, in order.
     Batched,
 }
@@ -242,6 +246,9 @@ pub(crate) struct Pipeline<'t, W: Write> {
     /// Spare data buffers, and their bytes.
     pool: Vec<Vec<u8>>,
     pool_bytes: u64,
+    /// The address of the leaf the last inline entry queued keeps alive
+    /// (its size is charged to the first entry of a run in one leaf).
+    last_block: usize,
     /// One WRITE's worth of zeros.
     zeros: Vec<u8>,
     /// An error was returned: nothing more is written.
@@ -777,6 +784,7 @@ impl<'t, W: Write> Pipeline<'t, W> {
             replies: VecDeque::new(),
             pool: Vec::new(),
             pool_bytes: 0,
+            last_block: 0,
             zeros: Vec::new(),
             failed: false,
             counts: [0; 32],
@@ -1081,7 +1089,7 @@ impl<'t, W: Write> Pipeline<'t, W> {
             data,
         };
         if let ExtentData::Inline(b) = &ext.data {
-            let e = entry(Pending::Ready(Ok(b.clone())));
+            let e = entry(Pending::Ready(Ok(b.to_vec())));
             let charge = other.saturating_add(len).saturating_add(ENTRY_OVERHEAD);
             self.make_room(charge)?;
             return self.push(e, charge);
@@ -1100,6 +1108,33 @@ impl<'t, W: Write> Pipeline<'t, W> {
         other: u64,
         entry: impl FnOnce(Pending) -> Entry,
     ) -> Result<(), SendError> {
+        // Plain inline data is in the leaf already: the entry keeps those
+        // bytes (and the leaf, charged once for a run of entries in it),
+        // with no copy and no job.
+        if let (Read::Range { offset, len: n }, ExtentData::Inline(bytes), Compression::None) =
+            (&read, &ext.data, ext.compression)
+        {
+            let within = offset.saturating_sub(ext.file_offset);
+            let range = usize::try_from(within).ok().and_then(|a| {
+                let b = a.checked_add(usize::try_from(*n).ok()?)?;
+                (b <= bytes.len()).then_some(a..b)
+            });
+            if let Some(range) = range {
+                let held = match bytes.block() {
+                    Some(b) if Arc::as_ptr(b).addr() != self.last_block => {
+                        self.last_block = Arc::as_ptr(b).addr();
+                        u64::try_from(b.len()).unwrap_or(u64::MAX)
+                    }
+                    _ => 0,
+                };
+                let charge = len
+                    .saturating_add(other)
+                    .saturating_add(held)
+                    .saturating_add(ENTRY_OVERHEAD);
+                self.make_room(charge)?;
+                return self.push(entry(Pending::Inline(bytes.clone(), range)), charge);
+            }
+        }
         let mut buf = match read {
             Read::Range { .. } => self.buffer(len),
             Read::Raw => Vec::new(),
@@ -1109,8 +1144,8 @@ impl<'t, W: Write> Pipeline<'t, W> {
             .saturating_add(other)
             .saturating_add(ENTRY_OVERHEAD);
         self.make_room(charge)?;
-        // Plain inline data is in the leaf already: copied here, with no
-        // job (and no copy of the extent) handed to a worker.
+        // Plain inline data past the item's bytes (zeros follow): copied
+        // here, with no job handed to a worker.
         if let (Read::Range { offset, .. }, ExtentData::Inline(_), Compression::None) =
             (&read, &ext.data, ext.compression)
         {
@@ -1335,8 +1370,13 @@ impl<'t, W: Write> Pipeline<'t, W> {
             Entry::Encoded(e) => return self.write_packed(e),
             Entry::Data { ino, shape, data } => (ino, shape, data),
         };
+        let mut inline = None;
         let bytes = match data {
             Pending::Ready(Ok(b)) => Some(b),
+            Pending::Inline(d, r) => {
+                inline = Some((d, r));
+                None
+            }
             Pending::Ready(Err(source)) => {
                 let path = match &shape {
                     Shape::Writes { path, .. } => Some(path.clone()),
@@ -1349,12 +1389,20 @@ impl<'t, W: Write> Pipeline<'t, W> {
         match shape {
             Shape::Encoded(mut cmd) => {
                 if let Command::EncodedWrite { data, .. } = &mut cmd {
-                    *data = bytes.unwrap_or_default().into();
+                    *data = match inline {
+                        Some((d, r)) => d.get(r).unwrap_or_default().to_vec(),
+                        None => bytes.unwrap_or_default(),
+                    }
+                    .into();
                 }
                 self.write(&cmd)
             }
             Shape::Writes { path, offset, len } => {
-                let res = self.write_chunks(&path, offset, len, bytes.as_deref());
+                let data = match &inline {
+                    Some((d, r)) => d.get(r.clone()),
+                    None => bytes.as_deref(),
+                };
+                let res = self.write_chunks(&path, offset, len, data);
                 if let Some(b) = bytes {
                     self.recycle(b);
                 }
@@ -1590,7 +1638,7 @@ mod tests {
             generation: Generation(7),
             ram_bytes: 3,
             compression: Compression::None,
-            data: ExtentData::Inline(b"abc".to_vec()),
+            data: ExtentData::Inline(b"abc".to_vec().into()),
         };
         assert!(!layout_dependent(&inline));
         assert!(!layout_dependent(&regular(0, 0, 4096)));

@@ -28,7 +28,10 @@
     clippy::as_conversions
 )]
 
+use std::sync::Arc;
+
 use crate::error::{CorruptKind, Error, Location, Result};
+use crate::tree::buf::BlockBuf;
 use crate::tree::key::Key;
 use crate::tree::node::{BlockExpect, LeafItem, TreeBlock};
 use crate::types::{Generation, Logical, TreeId, len64};
@@ -118,6 +121,10 @@ pub struct ItemRef<'a> {
     pub slot: u32,
     /// The tree.
     pub tree: TreeId,
+    /// The leaf's bytes, when the item's data is a slice of them (values
+    /// that hold on to a part of the item, such as inline file data, may
+    /// keep the block instead of copying).
+    pub block: Option<&'a Arc<BlockBuf>>,
 }
 
 impl ItemRef<'_> {
@@ -530,6 +537,7 @@ impl<S: BlockSource> Cursor<S> {
             leaf: leaf.logical(),
             slot: u32::try_from(*slot).ok()?,
             tree: self.root.tree,
+            block: Some(leaf.bytes()),
         })
     }
 
