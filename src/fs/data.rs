@@ -22,6 +22,7 @@ use crate::csum::Csum;
 use crate::error::{CorruptKind, Error, Location, Result};
 use crate::ondisk;
 use crate::tree::key::Key;
+use crate::tree::walk::ItemRef;
 use crate::types::Logical;
 
 use super::compress::{self, decompress};
@@ -805,6 +806,47 @@ pub(crate) struct SectorCsums {
 }
 
 impl SectorCsums {
+    /// Take the checksums of csum `item` for the sectors of
+    /// `[start, end)`.
+    fn fill(&mut self, item: &ItemRef<'_>, start: u64, end: u64, sector: u64) -> Result<()> {
+        let size = self.size;
+        if item.data.len().checked_rem(size).is_none_or(|r| r != 0) {
+            return Err(Error::corrupt(
+                item.location(),
+                CorruptKind::BadSize {
+                    what: "csum item",
+                    found: u64::try_from(item.data.len()).unwrap_or(u64::MAX),
+                    expected: u64::try_from(size).unwrap_or(0),
+                },
+            ));
+        }
+        for (i, c) in item.data.chunks_exact(size).enumerate() {
+            let Some(at) = u64::try_from(i)
+                .ok()
+                .and_then(|i| i.checked_mul(sector))
+                .and_then(|o| o.checked_add(item.key.offset))
+            else {
+                break;
+            };
+            if at >= end {
+                break;
+            }
+            if at < start {
+                continue;
+            }
+            let idx = usize::try_from(at.saturating_sub(start).checked_div(sector).unwrap_or(0))
+                .unwrap_or(usize::MAX);
+            let dst = idx
+                .checked_mul(size)
+                .and_then(|o| self.bytes.get_mut(o..o.checked_add(size)?));
+            if let (Some(dst), Some(p)) = (dst, self.present.get_mut(idx)) {
+                dst.copy_from_slice(c);
+                *p = true;
+            }
+        }
+        Ok(())
+    }
+
     fn get(&self, i: usize) -> Option<&[u8]> {
         if !self.present.get(i).copied().unwrap_or(false) {
             return None;
@@ -833,56 +875,42 @@ impl FsTree<'_> {
         let end = start.get().saturating_add(len);
         let obj = ondisk::BTRFS_EXTENT_CSUM_OBJECTID;
         let ty_key = ondisk::BTRFS_EXTENT_CSUM_KEY;
+        let is_csum = |k: &Key| k.objectid == obj && k.item_type == ty_key;
         let first = Key::new(obj, ty_key, start.get());
-        let first = match search_le(self.volume(), root, &first)? {
-            Some(k) if k.objectid == obj && k.item_type == ty_key => k,
-            _ => first,
-        };
         let last = Key::new(obj, ty_key, end.saturating_sub(1));
         let mut cursor = crate::tree::walk::Cursor::new(self.volume(), root);
         cursor.seek(&first)?;
+        // The item that covers `start` may begin before it: the one before
+        // the cursor's. In the same leaf it is taken from there (one
+        // descent); else the search starts again from it.
+        let prev = match (cursor.leaf(), cursor.current()) {
+            (_, Some(item)) if item.key == first => None,
+            (Some(leaf), Some(item)) if item.slot > 0 => {
+                let slot = usize::try_from(item.slot.saturating_sub(1)).unwrap_or(usize::MAX);
+                match leaf.node().item(slot) {
+                    Some(it) if is_csum(&it.key) => Some(Err(ItemRef {
+                        key: it.key,
+                        data: it.data,
+                        slot: item.slot.saturating_sub(1),
+                        ..item
+                    })),
+                    _ => None,
+                }
+            }
+            _ => match search_le(self.volume(), root, &first)? {
+                Some(k) if is_csum(&k) => Some(Ok(k)),
+                _ => None,
+            },
+        };
         let mut started = false;
+        match prev {
+            Some(Err(item)) => out.fill(&item, start.get(), end, sector)?,
+            Some(Ok(k)) => cursor.seek(&k)?,
+            None => {}
+        }
         while let Some(item) = cursor.next_until(&last, &mut started)? {
-            if item.key.objectid != obj || item.key.item_type != ty_key {
-                continue;
-            }
-            if item.data.len().checked_rem(size).is_none_or(|r| r != 0) {
-                return Err(Error::corrupt(
-                    item.location(),
-                    CorruptKind::BadSize {
-                        what: "csum item",
-                        found: u64::try_from(item.data.len()).unwrap_or(u64::MAX),
-                        expected: u64::try_from(size).unwrap_or(0),
-                    },
-                ));
-            }
-            for (i, c) in item.data.chunks_exact(size).enumerate() {
-                let Some(at) = u64::try_from(i)
-                    .ok()
-                    .and_then(|i| i.checked_mul(sector))
-                    .and_then(|o| o.checked_add(item.key.offset))
-                else {
-                    break;
-                };
-                if at >= end {
-                    break;
-                }
-                if at < start.get() {
-                    continue;
-                }
-                let idx = usize::try_from(
-                    at.saturating_sub(start.get())
-                        .checked_div(sector)
-                        .unwrap_or(0),
-                )
-                .unwrap_or(usize::MAX);
-                let dst = idx
-                    .checked_mul(size)
-                    .and_then(|o| out.bytes.get_mut(o..o.checked_add(size)?));
-                if let (Some(dst), Some(p)) = (dst, out.present.get_mut(idx)) {
-                    dst.copy_from_slice(c);
-                    *p = true;
-                }
+            if is_csum(&item.key) {
+                out.fill(&item, start.get(), end, sector)?;
             }
         }
         Ok(out)

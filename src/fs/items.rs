@@ -985,6 +985,29 @@ mod tests {
         let e = FileExtent::parse(&item(Key::new(300, 108, 0), &inline)).unwrap();
         assert_eq!(e.data, ExtentData::Inline(b"hello".to_vec().into()));
         assert_eq!(e.end(4096), 4096);
+        // In a leaf given with the item, the bytes are the leaf's (no copy).
+        let mut leaf = vec![0u8; 100];
+        leaf[40..40 + inline.len()].copy_from_slice(&inline);
+        let block = Arc::new(BlockBuf::copy_of(&leaf));
+        let it = ItemRef {
+            block: Some(&block),
+            ..item(Key::new(300, 108, 0), &block[40..40 + inline.len()])
+        };
+        let ExtentData::Inline(d) = FileExtent::parse(&it).unwrap().data else {
+            panic!("not inline");
+        };
+        assert!(d.block().is_some_and(|b| Arc::ptr_eq(b, &block)));
+        assert_eq!(&d[..], b"hello");
+        // Bytes that are not in the block given are copied.
+        let it = ItemRef {
+            block: Some(&block),
+            ..item(Key::new(300, 108, 0), &inline)
+        };
+        let ExtentData::Inline(d) = FileExtent::parse(&it).unwrap().data else {
+            panic!("not inline");
+        };
+        assert!(d.block().is_none());
+        assert_eq!(&d[..], b"hello");
         // Uncompressed inline data must be ram_bytes long.
         let short = &inline[..inline.len() - 1];
         assert!(FileExtent::parse(&item(Key::new(300, 108, 0), short)).is_err());

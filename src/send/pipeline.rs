@@ -67,8 +67,10 @@ pub(crate) const BATCH_JOBS: usize = 64;
 /// Spare data buffers kept for reuse (they count in
 /// [`MAX_QUEUED_BYTES`] with the queue).
 pub(crate) const POOL_BUFFERS: usize = 256;
-/// The largest buffer of a written [`Entry::Encoded`] kept for the next.
-pub(crate) const SPARE_ENCODED_BYTES: usize = 64 << 10;
+/// The buffers of written [`Entry::Encoded`]s kept for the next ones
+/// hold at most this many bytes (a few hundred bytes each for a small
+/// file's commands: a batch of data jobs' worth of entries).
+pub(crate) const SPARE_ENCODED_BYTES: usize = 256 << 10;
 /// Worker threads when the options do not say
 /// (`BTRSEND_SEND_THREADS` changes it, for benchmarks).
 pub(crate) const DEFAULT_THREADS: usize = 4;
@@ -224,6 +226,15 @@ struct Encoded {
     ends: Vec<usize>,
 }
 
+impl Encoded {
+    /// The bytes its buffers hold.
+    fn capacity(&self) -> usize {
+        self.bytes
+            .capacity()
+            .saturating_add(self.ends.capacity().saturating_mul(size_of::<usize>()))
+    }
+}
+
 /// The planner's output: commands in stream order, data read ahead in
 /// parallel, one ordered writer (see the module doc).
 pub(crate) struct Pipeline<'t, W: Write> {
@@ -268,9 +279,11 @@ pub(crate) struct Pipeline<'t, W: Write> {
     ident_buf: Option<StreamWriter<Vec<u8>>>,
     /// Encodes queued commands (see [`Entry::Encoded`]).
     enc: Option<StreamWriter<Vec<u8>>>,
-    /// The buffers of the last [`Entry::Encoded`] written, for the next
-    /// (kept when they hold at most [`SPARE_ENCODED_BYTES`]).
-    spare: Encoded,
+    /// The buffers of [`Entry::Encoded`]s written, for the next ones
+    /// (kept while they hold at most [`SPARE_ENCODED_BYTES`] together), and
+    /// those bytes.
+    spares: Vec<Encoded>,
+    spare_bytes: usize,
 }
 
 /// A command's identity for a [`Trail`]: its encoding without its file
@@ -794,7 +807,8 @@ impl<'t, W: Write> Pipeline<'t, W> {
             trail: None,
             ident_buf: None,
             enc: None,
-            spare: Encoded::default(),
+            spares: Vec::new(),
+            spare_bytes: 0,
         }
     }
 
@@ -971,7 +985,8 @@ impl<'t, W: Write> Pipeline<'t, W> {
         }
         // A new entry's buffers grow with it: the queue's charge (each
         // command's encoded size plus ENTRY_OVERHEAD) covers them.
-        let mut e = std::mem::take(&mut self.spare);
+        let mut e = self.spares.pop().unwrap_or_default();
+        self.spare_bytes = self.spare_bytes.saturating_sub(e.capacity());
         e.bytes.extend_from_slice(bytes);
         e.ends.push(e.bytes.len());
         self.push(Entry::Encoded(e), charge)
@@ -1473,10 +1488,12 @@ impl<'t, W: Write> Pipeline<'t, W> {
             start = end;
         }
         drop(trail);
-        if e.bytes.capacity() <= SPARE_ENCODED_BYTES {
+        let cap = e.capacity();
+        if self.spare_bytes.saturating_add(cap) <= SPARE_ENCODED_BYTES {
             e.bytes.clear();
             e.ends.clear();
-            self.spare = e;
+            self.spare_bytes += cap;
+            self.spares.push(e);
         }
         Ok(())
     }
