@@ -29,7 +29,8 @@
 //! lanes apply file data out of order, so "replay what may have been
 //! applied" is unsound. Instead the receiver rolls back to a checkpoint,
 //! taken every [`CHECKPOINT_BYTES`] of stream where every command before
-//! the point is applied (the lanes drained, no command held back). In both
+//! the point is applied (every lane job before it run, no command held
+//! back: see "Checkpoints do not wait for the data lanes"). In both
 //! modes (subvolume mode: a btrfs target, as root; directory mode: any
 //! other filesystem, or not as root) a checkpoint is an undo journal: the
 //! receiver journals how to undo what it changes after a checkpoint,
@@ -48,6 +49,24 @@
 //! the FILEATTRs still to set, a temporary file renamed into place), then
 //! deletes the previous journal and trash. Nothing of this is flushed to
 //! the device: see "What survives what" below.
+//!
+//! **Checkpoints do not wait for the data lanes.** With data lanes a
+//! checkpoint does not drain them: it starts its journal at once (the
+//! receiving thread goes on with the stream, journaling into it), notes
+//! how many jobs each lane has been given, and makes the state name it
+//! only when the lanes have run those jobs (checked after each command),
+//! so the resume point is still a point where every command before it is
+//! applied. Until then the state names the previous checkpoint and a
+//! rollback undoes both journals, the newer first (the newer's entries
+//! lead back to the checkpoint's tree, the older's from there to the
+//! previous one); the first change of a file since the checkpoint waits
+//! for its lane first, so what the journal saves of it includes every
+//! write before the checkpoint. If the lanes have not reached it a
+//! sixteenth of the interval (at most 4 MiB) later, the receiving thread
+//! waits for them there, so what is sent again after an interruption
+//! stays within the bound below. A durable checkpoint (a snapshot, below,
+//! which must hold everything before it) and a receive without lanes
+//! (`--threads 1`) drain the lanes first.
 //!
 //! **Durable checkpoints (subvolume mode).** Some checkpoints are also
 //! durable: after creating the journal, a snapshot of the partial
@@ -141,8 +160,9 @@
 //! `--resume-token` prints the token of the point a resume would use.
 //!
 //! **Re-sent data.** A checkpoint is taken as soon as [`CHECKPOINT_BYTES`]
-//! (48 MiB) of stream were applied since the last one; with the receiver's
-//! read-ahead (at most 9 MiB) and a pipe buffer, at most 64 MiB of what
+//! (48 MiB) of stream were applied since the last one, and is the resume
+//! point at most 3 MiB later (see the data lanes above); with the
+//! receiver's read-ahead (at most 9 MiB) and a pipe buffer, at most 64 MiB of what
 //! the sender wrote before an interruption is sent again (after a restart,
 //! subvolume mode: see the durable checkpoints above).
 //! [`ReceiveOptions::checkpoint_interval`](crate::receive::ReceiveOptions::checkpoint_interval)

@@ -217,6 +217,8 @@ pub struct Receiver<'p> {
     journal: Option<undo::Journal>,
     /// When a subvolume-mode checkpoint is also durable.
     budget: Option<resume::Budget>,
+    /// A checkpoint waiting for the lanes to become the resume point.
+    pending: Option<resume::Pending>,
     progress: &'p mut dyn Progress,
 }
 
@@ -269,6 +271,7 @@ impl<'p> Receiver<'p> {
             ioctl_refused: None,
             journal: None,
             budget: None,
+            pending: None,
             progress,
         })
     }
@@ -387,6 +390,9 @@ impl<'p> Receiver<'p> {
         self.wait_lanes();
         self.wcache = None;
         self.journal = None;
+        // A complete subvolume drops its resume point; one with errors
+        // keeps the previous checkpoint (and both journals).
+        self.pending = None;
         let Some(mut cur) = self.cur.take() else {
             return Ok(());
         };

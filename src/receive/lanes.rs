@@ -309,6 +309,28 @@ impl Pool {
         );
     }
 
+    /// The number of jobs queued so far in each lane: a mark that
+    /// [`Pool::reached`] and [`Pool::wait_marks`] compare with.
+    pub fn marks(&self) -> Vec<u64> {
+        self.queued.clone()
+    }
+
+    /// Whether every lane has run the jobs counted in `marks`.
+    pub fn reached(&self, marks: &[u64]) -> bool {
+        let st = self.shared.lock();
+        marks
+            .iter()
+            .enumerate()
+            .all(|(w, &k)| st.done.get(w).is_none_or(|&d| d >= k))
+    }
+
+    /// Wait until every lane has run the jobs counted in `marks`.
+    pub fn wait_marks(&self, marks: &[u64]) {
+        for (w, &k) in marks.iter().enumerate() {
+            self.wait(w, k);
+        }
+    }
+
     /// Wait until every queued job has run.
     pub fn wait_all(&self) {
         for (w, &k) in self.queued.iter().enumerate() {
@@ -686,6 +708,28 @@ mod tests {
         // Emptied buffers are reused.
         let b = pool.buffer();
         assert!(b.capacity() >= 4000, "{}", b.capacity());
+    }
+
+    #[test]
+    fn a_mark_is_reached_when_the_jobs_before_it_ran() {
+        let (d, f) = scratch_file();
+        let mut pool = Pool::new(2, 1 << 20, Arc::new(AtomicBool::new(false))).unwrap();
+        for i in 0..40u64 {
+            pool.submit((i % 2) as usize, job(&f, i, write(b"m", i)));
+        }
+        let mark = pool.marks();
+        assert_eq!(mark, vec![20, 20]);
+        // Jobs queued after the mark do not hold it back.
+        for i in 40..60u64 {
+            pool.submit(0, job(&f, i, write(b"n", i)));
+        }
+        pool.wait_marks(&mark);
+        assert!(pool.reached(&mark));
+        assert!(pool.done().iter().zip(&mark).all(|(d, m)| d >= m));
+        let data = std::fs::read(d.path().join("f")).unwrap();
+        assert!(data.len() >= 40 && data[..40].iter().all(|&b| b == b'm'));
+        pool.wait_all();
+        assert!(pool.reached(&pool.marks()));
     }
 
     #[test]

@@ -949,9 +949,7 @@ fn decode_and_apply_from(
                       track: &mut apply::Tracker,
                       errors: &mut u64|
      -> Result<(), ReceiveError> {
-        let due = track.due();
-        rx.checkpoint(track).map_err(ReceiveError::Apply)?;
-        if due {
+        if rx.checkpoint(track).map_err(ReceiveError::Apply)? {
             for e in rx.take_lane_errors() {
                 failed(rx, Box::new(e), true, errors)?;
             }

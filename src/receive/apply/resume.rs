@@ -191,6 +191,15 @@ impl Tracker {
         self.every != 0 && self.since >= self.every && self.skip_to.is_none()
     }
 
+    /// Bytes of stream applied after a [`Pending`] checkpoint by which it
+    /// is made the resume point, waiting for the lanes if they are not
+    /// there yet: a sixteenth of the interval, at most 4 MiB (so what is
+    /// sent again after an interruption stays within the interval plus
+    /// 16 MiB, with the read-ahead).
+    fn lead(&self) -> u64 {
+        (self.every / 16).min(4 << 20)
+    }
+
     /// The SUBVOL / SNAPSHOT just applied rolled its partial subvolume
     /// back to checkpoint `t`: drop the commands it holds.
     pub fn resumed(&mut self, t: &Token) {
@@ -470,29 +479,65 @@ fn os(name: &[u8]) -> &OsStr {
     OsStr::from_bytes(name)
 }
 
+/// A checkpoint taken without waiting for the data lanes (see "Receiver:
+/// checkpoints with rollback" in [`crate::resume`]): its undo journal is
+/// the current one, but the state still names the previous checkpoint
+/// until the lanes have run every job queued before it (`marks`); then
+/// its state (`text`, made at the checkpoint) is written and the previous
+/// journal dropped. Until then a rollback undoes both journals, the newer
+/// first.
+pub(super) struct Pending {
+    name: Vec<u8>,
+    index: u64,
+    text: String,
+    marks: Vec<u64>,
+}
+
 impl Receiver<'_> {
     /// Take a checkpoint of the current subvolume if `track` says one is
-    /// due (and it has no errors): drain the lanes, start a new undo
-    /// journal (in subvolume mode, when the budget allows, snapshot it
-    /// too), record the token, drop the previous checkpoint. A failure is reported once and the receive
-    /// goes on (the previous checkpoint stays the resume point), but for a
-    /// full disk: then the receive stops here, so that no more than one
-    /// interval of stream is sent again after it.
+    /// due (and it has no errors): start a new undo journal and record the
+    /// token, then drop the previous checkpoint. With data lanes it waits
+    /// for nothing ([`Pending`]): it becomes the resume point once the
+    /// lanes have written everything before it, checked at each call, and
+    /// waited for [`Tracker::lead`] bytes after it. Without lanes, and for
+    /// a durable checkpoint (in subvolume mode, when the budget allows: a
+    /// snapshot), the lanes are drained first. Whether a checkpoint was
+    /// begun or made the resume point. A failure is reported once and the
+    /// receive goes on (the previous checkpoint stays the resume point),
+    /// but for a full disk: then the receive stops here, so that no more
+    /// than one interval of stream is sent again after it.
     ///
     /// # Errors
     ///
     /// The checkpoint failed for want of space (`ENOSPC`, `EDQUOT`).
-    pub fn checkpoint(&mut self, track: &mut Tracker) -> Result<(), Box<super::ApplyError>> {
+    pub fn checkpoint(&mut self, track: &mut Tracker) -> Result<bool, Box<super::ApplyError>> {
+        let mut acted = false;
+        if self.pending.is_some() {
+            let wait = track.since >= track.lead();
+            acted = self.promote(wait)?;
+        }
         if !track.due() {
-            return Ok(());
+            return Ok(acted);
         }
         if self.cur.as_ref().is_none_or(|c| c.errors != 0) {
-            return Ok(());
+            return Ok(acted);
         }
-        self.wait_lanes();
+        // One pending checkpoint at a time.
+        self.promote(true)?;
+        let durable = match self.cur.as_ref() {
+            Some(c) if c.subvolume => {
+                let name = c.record.name.clone();
+                self.durable_due(&name, track.since)
+            }
+            _ => false,
+        };
+        let early = self.lanes.is_some() && !durable;
+        if !early {
+            self.wait_lanes();
+        }
         self.wcache = None;
         let Some(cur) = self.cur.as_ref().filter(|c| c.errors == 0) else {
-            return Ok(());
+            return Ok(true);
         };
         let token = Token {
             uuid: cur.record.uuid.0,
@@ -505,14 +550,27 @@ impl Receiver<'_> {
             shape: track.shape,
         };
         let name = cur.record.name.clone();
-        let written = if cur.subvolume {
-            let durable = self.durable_due(&name, track.since);
+        let written = if early && !durable {
+            self.begin_checkpoint(&name, &token)
+        } else if cur.subvolume {
             self.write_subvol_checkpoint(&name, &token, durable)
         } else {
             self.write_dir_checkpoint(&name, &token)
         };
         // Not again for a while, whatever happened.
         track.since = 0;
+        self.checkpoint_failed(&name, written)?;
+        Ok(true)
+    }
+
+    /// A checkpoint that failed with `written`'s error: `Err` for a full
+    /// disk, else noted once (the previous checkpoint stays the resume
+    /// point).
+    fn checkpoint_failed(
+        &mut self,
+        name: &[u8],
+        written: io::Result<()>,
+    ) -> Result<(), Box<super::ApplyError>> {
         let Err(e) = written else {
             return Ok(());
         };
@@ -524,7 +582,7 @@ impl Receiver<'_> {
                 cmd: None,
                 op: "checkpoint",
                 path: Vec::new(),
-                target: Some(self.dir.display_path(&name)),
+                target: Some(self.dir.display_path(name)),
                 path2: None,
                 kind: ApplyErrorKind::Io(e),
             }));
@@ -532,10 +590,92 @@ impl Receiver<'_> {
         let msg = format!(
             "cannot take a resume checkpoint of {}: {e} (an interrupted receive resumes from the \
              previous one)",
-            self.dir.display_path(&name).display()
+            self.dir.display_path(name).display()
         );
         self.note("checkpoint", msg);
         Ok(())
+    }
+
+    /// A checkpoint that waits for nothing ([`Pending`]): a new undo
+    /// journal for what follows, and the state to write once the lanes
+    /// have run the jobs queued so far (the FILEATTR paths are those of
+    /// now, the checkpoint's tree).
+    fn begin_checkpoint(&mut self, name: &[u8], token: &Token) -> io::Result<()> {
+        let Some(cur) = self.cur.as_ref() else {
+            return Ok(());
+        };
+        let Some(l) = self.lanes.as_ref() else {
+            return Ok(());
+        };
+        let marks = l.pool.marks();
+        let root = rustix::io::dup(cur.target.root())?;
+        let at = if cur.subvolume {
+            TrashAt::Subvol(root.as_fd(), cur.record.uuid.0)
+        } else {
+            TrashAt::ResumeDir
+        };
+        let rdir = self.resume_dir(name, true)?;
+        let text = self.state_text(token)?;
+        let journal = undo::Journal::create(rdir.as_fd(), token.index, at)?;
+        self.journal = Some(journal);
+        self.pending = Some(Pending {
+            name: name.to_vec(),
+            index: token.index,
+            text,
+            marks,
+        });
+        Ok(())
+    }
+
+    /// Make the [`Pending`] checkpoint the resume point if the lanes have
+    /// run the jobs queued before it (`wait`: after waiting for them), and
+    /// no command of the subvolume failed: write its state, drop the
+    /// previous journal and trash. Whether there was one to make so.
+    ///
+    /// # Errors
+    ///
+    /// The state cannot be written for want of space.
+    fn promote(&mut self, wait: bool) -> Result<bool, Box<super::ApplyError>> {
+        let Some(p) = &self.pending else {
+            return Ok(false);
+        };
+        if let Some(l) = &self.lanes {
+            if wait {
+                l.pool.wait_marks(&p.marks);
+            } else if !l.pool.reached(&p.marks) {
+                return Ok(false);
+            }
+        }
+        let Some(p) = self.pending.take() else {
+            return Ok(false);
+        };
+        // The lanes' errors so far count (a job before the checkpoint
+        // that failed leaves a tree the checkpoint does not describe).
+        let errs = self.take_lane_errors();
+        self.lane_errors.extend(errs);
+        let Some(cur) = self
+            .cur
+            .as_ref()
+            .filter(|c| c.errors == 0 && c.record.name == p.name)
+        else {
+            return Ok(true);
+        };
+        let root = if cur.subvolume {
+            Some((rustix::io::dup(cur.target.root()), cur.record.uuid.0))
+        } else {
+            None
+        };
+        let written = (|| {
+            let rdir = self.resume_dir(&p.name, false)?;
+            put_state(&rdir, &p.text, "state", false)?;
+            drop_journals(&rdir, Some(p.index));
+            if let Some((root, uuid)) = root {
+                let _ = undo::drop_subvol_trash(root?.as_fd(), &uuid, Some(p.index));
+            }
+            Ok(())
+        })();
+        self.checkpoint_failed(&p.name, written)?;
+        Ok(true)
     }
 
     /// Delete the resume points of subvolumes received completely: a
@@ -689,6 +829,12 @@ impl Receiver<'_> {
         file: &str,
         durable: bool,
     ) -> io::Result<()> {
+        let text = self.state_text(token)?;
+        put_state(rdir, &text, file, durable)
+    }
+
+    /// The state of resume point `token` (see [`Receiver::write_state`]).
+    fn state_text(&self, token: &Token) -> io::Result<String> {
         let mut text = format!("{token}\n");
         if let Some(b) = crate::resume::boot_id() {
             text.push_str(&format!("boot {b}\n"));
@@ -712,24 +858,7 @@ impl Receiver<'_> {
                 text.push_str(&format!("fileattr {hex} {flags}\n"));
             }
         }
-        let tmp = format!("{file}.tmp");
-        let tmp = tmp.as_str();
-        let fd = rustix::fs::openat(
-            rdir,
-            tmp,
-            OFlags::WRONLY | OFlags::CREATE | OFlags::TRUNC | OFlags::CLOEXEC | OFlags::NOFOLLOW,
-            Mode::from_raw_mode(0o600),
-        )?;
-        let mut f = std::fs::File::from(fd);
-        f.write_all(text.as_bytes())?;
-        if durable {
-            f.sync_all()?;
-        }
-        rustix::fs::renameat(rdir, tmp, rdir, file)?;
-        if durable {
-            rustix::fs::fsync(rdir)?;
-        }
-        Ok(())
+        Ok(text)
     }
 
     /// A checkpoint of a directory-mode receive: a new journal and trash,
@@ -1071,6 +1200,30 @@ impl Receiver<'_> {
         });
         Ok(())
     }
+}
+
+/// Write the state `text` to `rdir/file`: to a temporary file renamed
+/// into place; `durable`: flushed (the file and the rename) before that
+/// returns.
+fn put_state(rdir: &std::os::fd::OwnedFd, text: &str, file: &str, durable: bool) -> io::Result<()> {
+    let tmp = format!("{file}.tmp");
+    let tmp = tmp.as_str();
+    let fd = rustix::fs::openat(
+        rdir,
+        tmp,
+        OFlags::WRONLY | OFlags::CREATE | OFlags::TRUNC | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+        Mode::from_raw_mode(0o600),
+    )?;
+    let mut f = std::fs::File::from(fd);
+    f.write_all(text.as_bytes())?;
+    if durable {
+        f.sync_all()?;
+    }
+    rustix::fs::renameat(rdir, tmp, rdir, file)?;
+    if durable {
+        rustix::fs::fsync(rdir)?;
+    }
+    Ok(())
 }
 
 /// Delete the undo journals and trash directories in `rdir` but those of

@@ -509,6 +509,9 @@ impl Receiver<'_> {
         if j.new.contains(&ino) || j.touched.contains_key(&ino) {
             return Ok(());
         }
+        // Jobs queued before the checkpoint may still be writing it (see
+        // `Pending`): its state at the checkpoint is after them.
+        self.settle(rel);
         let st = self.j_stat(rel)?;
         let regular = FileType::from_raw_mode(st.st_mode) == FileType::RegularFile;
         let (atime, mtime) = stat_times(&st);
@@ -776,10 +779,12 @@ impl Receiver<'_> {
 
     /// Roll the current directory back to checkpoint `index` with its
     /// journal in `rdir` and its trash `at`, then start a fresh journal
-    /// there.
+    /// there. The journals of later checkpoints (begun, not yet the resume
+    /// point: see `Pending`) are undone first, the newest first, and then
+    /// deleted.
     ///
     /// Each step is safe to make again (a rollback can itself be
-    /// interrupted): the header counts the steps done.
+    /// interrupted): each journal's header counts its steps done.
     pub(super) fn j_rollback(
         &mut self,
         rdir: BorrowedFd<'_>,
@@ -787,6 +792,42 @@ impl Receiver<'_> {
         at: TrashAt<'_>,
     ) -> io::Result<()> {
         self.journal = None;
+        let mut later: Vec<u64> = rustix::fs::Dir::read_from(rdir)?
+            .filter_map(|e| {
+                let e = e.ok()?;
+                let n = e.file_name().to_str().ok()?;
+                n.strip_prefix("undo-")?.parse::<u64>().ok()
+            })
+            .filter(|&k| k > index)
+            .collect();
+        later.sort_unstable_by(|a, b| b.cmp(a));
+        for k in later.iter().copied().chain([index]) {
+            self.j_undo_journal(rdir, k, at)?;
+        }
+        for k in later {
+            let (undo, trash) = names(k);
+            remove_tree(rdir, OsStr::new(&undo))?;
+            if matches!(at, TrashAt::ResumeDir) {
+                remove_tree(rdir, OsStr::new(&trash))?;
+            }
+        }
+        if let Some(cur) = &self.cur {
+            cur.target.forget(b"");
+        }
+        // Fresh for what follows (whatever the trash still holds was
+        // never part of the checkpoint's tree).
+        self.journal = Some(Journal::create(rdir, index, at)?);
+        Ok(())
+    }
+
+    /// Play journal `index` in `rdir` (with its trash `at`) backwards, from
+    /// where an earlier rollback stopped; nothing if there is none.
+    fn j_undo_journal(
+        &mut self,
+        rdir: BorrowedFd<'_>,
+        index: u64,
+        at: TrashAt<'_>,
+    ) -> io::Result<()> {
         let undo = names(index).0;
         let (tdir, trash) = at.place(rdir, index);
         match rustix::fs::openat(
@@ -824,9 +865,6 @@ impl Receiver<'_> {
         if let Some(cur) = &self.cur {
             cur.target.forget(b"");
         }
-        // Fresh for what follows (whatever the trash still holds was
-        // never part of the checkpoint's tree).
-        self.journal = Some(Journal::create(rdir, index, at)?);
         Ok(())
     }
 
