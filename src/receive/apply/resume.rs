@@ -497,9 +497,9 @@ impl Receiver<'_> {
     /// Take a checkpoint of the current subvolume if `track` says one is
     /// due (and it has no errors): start a new undo journal and record the
     /// token, then drop the previous checkpoint. With data lanes it waits
-    /// for nothing ([`Pending`]): it becomes the resume point once the
+    /// for nothing (`Pending`): it becomes the resume point once the
     /// lanes have written everything before it, checked at each call, and
-    /// waited for [`Tracker::lead`] bytes after it. Without lanes, and for
+    /// waited for `Tracker::lead` bytes after it. Without lanes, and for
     /// a durable checkpoint (in subvolume mode, when the budget allows: a
     /// snapshot), the lanes are drained first. Whether a checkpoint was
     /// begun or made the resume point. A failure is reported once and the
