@@ -883,31 +883,33 @@ impl FsTree<'_> {
         // The item that covers `start` may begin before it: the one before
         // the cursor's. In the same leaf it is taken from there (one
         // descent); else the search starts again from it.
-        let prev = match (cursor.leaf(), cursor.current()) {
-            (_, Some(item)) if item.key == first => None,
+        let mut seek_back = None;
+        match (cursor.leaf(), cursor.current()) {
+            (_, Some(item)) if item.key == first => {}
             (Some(leaf), Some(item)) if item.slot > 0 => {
-                let slot = usize::try_from(item.slot.saturating_sub(1)).unwrap_or(usize::MAX);
-                match leaf.node().item(slot) {
-                    Some(it) if is_csum(&it.key) => Some(Err(ItemRef {
+                let slot = item.slot.saturating_sub(1);
+                if let Some(it) = leaf
+                    .node()
+                    .item(usize::try_from(slot).unwrap_or(usize::MAX))
+                    && is_csum(&it.key)
+                {
+                    let prev = ItemRef {
                         key: it.key,
                         data: it.data,
-                        slot: item.slot.saturating_sub(1),
+                        slot,
                         ..item
-                    })),
-                    _ => None,
+                    };
+                    out.fill(&prev, start.get(), end, sector)?;
                 }
             }
-            _ => match search_le(self.volume(), root, &first)? {
-                Some(k) if is_csum(&k) => Some(Ok(k)),
-                _ => None,
-            },
-        };
-        let mut started = false;
-        match prev {
-            Some(Err(item)) => out.fill(&item, start.get(), end, sector)?,
-            Some(Ok(k)) => cursor.seek(&k)?,
-            None => {}
+            _ => {
+                seek_back = search_le(self.volume(), root, &first)?.filter(is_csum);
+            }
         }
+        if let Some(k) = seek_back {
+            cursor.seek(&k)?;
+        }
+        let mut started = false;
         while let Some(item) = cursor.next_until(&last, &mut started)? {
             if is_csum(&item.key) {
                 out.fill(&item, start.get(), end, sector)?;

@@ -43,6 +43,7 @@ use stream_format::{Command, StreamWriter};
 
 use crate::fs::{Compression, ExtentData, FileExtent, FsTree, InlineData};
 use crate::resume::Shape as Chain;
+use crate::tree::buf::BlockBuf;
 
 use super::error::SendError;
 
@@ -257,9 +258,10 @@ pub(crate) struct Pipeline<'t, W: Write> {
     /// Spare data buffers, and their bytes.
     pool: Vec<Vec<u8>>,
     pool_bytes: u64,
-    /// The address of the leaf the last inline entry queued keeps alive
-    /// (its size is charged to the first entry of a run in one leaf).
-    last_block: usize,
+    /// The leaf the last inline entry queued keeps alive (its size is
+    /// charged to the first entry of a run in one leaf; held, so that a
+    /// later leaf cannot take its address and go uncharged).
+    last_block: Option<Arc<BlockBuf>>,
     /// One WRITE's worth of zeros.
     zeros: Vec<u8>,
     /// An error was returned: nothing more is written.
@@ -797,7 +799,7 @@ impl<'t, W: Write> Pipeline<'t, W> {
             replies: VecDeque::new(),
             pool: Vec::new(),
             pool_bytes: 0,
-            last_block: 0,
+            last_block: None,
             zeros: Vec::new(),
             failed: false,
             counts: [0; 32],
@@ -1136,8 +1138,8 @@ impl<'t, W: Write> Pipeline<'t, W> {
             });
             if let Some(range) = range {
                 let held = match bytes.block() {
-                    Some(b) if Arc::as_ptr(b).addr() != self.last_block => {
-                        self.last_block = Arc::as_ptr(b).addr();
+                    Some(b) if !self.last_block.as_ref().is_some_and(|l| Arc::ptr_eq(l, b)) => {
+                        self.last_block = Some(Arc::clone(b));
                         u64::try_from(b.len()).unwrap_or(u64::MAX)
                     }
                     _ => 0,

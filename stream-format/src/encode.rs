@@ -459,16 +459,21 @@ mod tests {
         }
     }
 
-    #[test]
-    fn last_encoded_is_the_command_but_for_its_data() {
+    /// UTIMES of `a/b`, all times zero: a command without data.
+    fn utimes_ab() -> Command<'static> {
         let t = Timespec::default();
-        let utimes = Command::Utimes {
+        Command::Utimes {
             path: Cow::Borrowed(b"a/b"),
             atime: t,
             mtime: t,
             ctime: t,
             otime: None,
-        };
+        }
+    }
+
+    #[test]
+    fn last_encoded_is_the_command_but_for_its_data() {
+        let utimes = utimes_ab();
         let write = Command::Write {
             path: Cow::Borrowed(b"f"),
             offset: 4096,
@@ -489,14 +494,7 @@ mod tests {
 
     #[test]
     fn write_encoded_passes_commands_through() {
-        let t = Timespec::default();
-        let utimes = Command::Utimes {
-            path: Cow::Borrowed(b"a/b"),
-            atime: t,
-            mtime: t,
-            ctime: t,
-            otime: None,
-        };
+        let utimes = utimes_ab();
         let rmdir = Command::Rmdir {
             path: Cow::Borrowed(b"d"),
         };

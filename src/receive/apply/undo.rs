@@ -811,9 +811,6 @@ impl Receiver<'_> {
                 remove_tree(rdir, OsStr::new(&trash))?;
             }
         }
-        if let Some(cur) = &self.cur {
-            cur.target.forget(b"");
-        }
         // Fresh for what follows (whatever the trash still holds was
         // never part of the checkpoint's tree).
         self.journal = Some(Journal::create(rdir, index, at)?);
