@@ -135,8 +135,43 @@ struct Lanes {
 /// A file with jobs (maybe) queued: its fd, its lane, its last job there.
 struct LaneFile {
     file: Arc<File>,
+    /// Its inode number.
+    ino: u64,
     lane: usize,
     last: u64,
+}
+
+/// The last file created or written to ([`Receiver`]'s `wcache`).
+struct WFile {
+    /// Its stream path.
+    path: Vec<u8>,
+    /// The file, open for reading and writing.
+    file: Arc<File>,
+    /// It had a single link when opened.
+    single: bool,
+    /// Its inode number.
+    ino: u64,
+    /// Its owner (uid, gid), while it is a file this receiver created and
+    /// that no command has changed since but WRITEs (and a RENAME): no
+    /// set-id bit, no xattr. A CHOWN to that owner then changes nothing (the
+    /// set-id bits and file capabilities it would clear are not there) and
+    /// is skipped: one metadata transaction less per file of a tree owned by
+    /// the receiving user, as most of a system's files are by root.
+    fresh_owner: Option<(u32, u32)>,
+}
+
+impl WFile {
+    /// A file just created (mode 0600, no xattrs): its inode and owner.
+    fn created(path: &[u8], f: File) -> Result<WFile, ApplyErrorKind> {
+        let st = rustix::fs::fstat(&f)?;
+        Ok(WFile {
+            path: path.to_vec(),
+            file: Arc::new(f),
+            single: true,
+            ino: st.st_ino,
+            fresh_owner: Some((st.st_uid, st.st_gid)),
+        })
+    }
 }
 
 /// `files` entries kept before the finished ones are dropped.
@@ -183,7 +218,7 @@ pub struct Receiver<'p> {
     /// over or removed (see `renamed`, `removed`), or linked to; nothing
     /// else can change what a path names (creations refuse an existing
     /// name).
-    wcache: Option<(Vec<u8>, Arc<File>, bool)>,
+    wcache: Option<WFile>,
     seen_notes: BTreeMap<&'static str, ()>,
     /// Try `BTRFS_IOC_ENCODED_WRITE` for compressed ENCODED_WRITE data
     /// (cleared for good when the target refuses it, see [`sys::Refusal`]).
@@ -606,6 +641,27 @@ impl<'p> Receiver<'p> {
     /// One method per command, in the order of the stream's command set.
     fn dispatch(&mut self, cmd: &Command<'_>) -> Result<(), ApplyErrorKind> {
         use Command as C;
+        if let Some(w) = &mut self.wcache
+            && w.fresh_owner.is_some()
+        {
+            // What may give the file a set-id bit, an xattr or another owner
+            // (through any of its names) ends `fresh_owner`.
+            let keeps = match cmd {
+                C::Write { .. }
+                | C::EncodedWrite { .. }
+                | C::Rename { .. }
+                | C::Utimes { .. }
+                | C::Truncate { .. }
+                | C::Fallocate { .. }
+                | C::Mkfile { .. }
+                | C::Mkdir { .. } => true,
+                C::Chown { path, .. } => path.as_ref() == w.path.as_slice(),
+                _ => false,
+            };
+            if !keeps {
+                w.fresh_owner = None;
+            }
+        }
         match cmd {
             C::Subvol {
                 path,
@@ -688,7 +744,7 @@ impl<'p> Receiver<'p> {
         let f = create_file(&l)?;
         // The new, empty regular file is the one the next WRITEs go to: keep
         // it open (see `wcache`).
-        self.wcache = Some((path.to_vec(), Arc::new(f), true));
+        self.wcache = Some(WFile::created(path, f)?);
         Ok(())
     }
 
@@ -760,7 +816,7 @@ impl<'p> Receiver<'p> {
     fn link(&mut self, path: &[u8], link: &[u8]) -> Result<(), ApplyErrorKind> {
         // Its file gets a second name: no more lane jobs for it.
         self.settle(link);
-        if matches!(&self.wcache, Some((p, _, _)) if p.as_slice() == link) {
+        if matches!(&self.wcache, Some(w) if w.path == link) {
             self.wcache = None;
         }
         let t = &self.cur()?.target;
@@ -908,11 +964,16 @@ impl<'p> Receiver<'p> {
             seen: &mut self.seen_notes,
             progress: &mut *self.progress,
         };
-        if let Some((p, f, _)) = &self.wcache
-            && p.as_slice() == path
+        if let Some(w) = &mut self.wcache
+            && w.path == path
         {
+            if w.fresh_owner == Some((uid, gid)) {
+                // Nothing to change (see `WFile::fresh_owner`).
+                return Ok(());
+            }
+            w.fresh_owner = None;
             // The open regular file that `path` names: no lookup.
-            copy::set_owner_fd(f, uid, gid, &mut sink)?;
+            copy::set_owner_fd(&w.file, uid, gid, &mut sink)?;
             return Ok(());
         }
         let cur = self.cur.as_ref().ok_or(ApplyErrorKind::NoSubvol)?;
@@ -1098,7 +1159,12 @@ impl<'p> Receiver<'p> {
             };
             drop(l);
             self.renamed(path, to, false);
-            self.wcache = Some((to.to_vec(), Arc::new(f), true));
+            match WFile::created(to, f) {
+                Ok(w) => self.wcache = Some(w),
+                // Created, but not to be cached: applied from here on by
+                // path (the creation is journaled below either way).
+                Err(_) => self.wcache = None,
+            }
         } else {
             if rustix::fs::mkdirat(&l.parent, l.name(), Mode::from_raw_mode(0o700)).is_err() {
                 return false;
@@ -1168,7 +1234,7 @@ impl<'p> Receiver<'p> {
     /// The cached open file, if `path` names it.
     fn cached_file(&self, path: &[u8]) -> Option<&File> {
         match &self.wcache {
-            Some((p, f, _)) if p.as_slice() == path => Some(f),
+            Some(w) if w.path == path => Some(&w.file),
             _ => None,
         }
     }
@@ -1178,15 +1244,18 @@ impl<'p> Receiver<'p> {
     /// follows its inode to `to`, or is dropped if a path it lived at is
     /// gone. A failed rename changed nothing, but dropping is always safe.
     fn renamed(&mut self, from: &[u8], to: &[u8], ok: bool) {
+        if ok {
+            self.j_names_changed();
+        }
         if let Some(cur) = &self.cur {
             cur.target.forget(from);
             cur.target.forget(to);
         }
-        if let Some((p, _, _)) = &mut self.wcache {
-            if ok && p.as_slice() == from {
-                p.clear();
-                p.extend_from_slice(to);
-            } else if target::is_at_or_under(p, from) || target::is_at_or_under(p, to) {
+        if let Some(w) = &mut self.wcache {
+            if ok && w.path == from {
+                w.path.clear();
+                w.path.extend_from_slice(to);
+            } else if target::is_at_or_under(&w.path, from) || target::is_at_or_under(&w.path, to) {
                 self.wcache = None;
             }
         }
@@ -1206,10 +1275,11 @@ impl<'p> Receiver<'p> {
 
     /// After an UNLINK or RMDIR of `path` (tried; `ok`: it worked).
     fn removed(&mut self, path: &[u8], ok: bool) {
+        self.j_names_changed();
         if let Some(cur) = &self.cur {
             cur.target.forget(path);
         }
-        if matches!(&self.wcache, Some((p, _, _)) if target::is_at_or_under(p, path)) {
+        if matches!(&self.wcache, Some(w) if target::is_at_or_under(&w.path, path)) {
             self.wcache = None;
         }
         if ok && let Some(l) = &mut self.lanes {
@@ -1226,16 +1296,22 @@ impl<'p> Receiver<'p> {
     /// The open file for `path` and whether it has a single link (checked
     /// when it was opened).
     fn file_arc(&mut self, path: &[u8]) -> Result<(&Arc<File>, bool), ApplyErrorKind> {
-        let hit = matches!(&self.wcache, Some((p, _, _)) if p.as_slice() == path);
+        let hit = matches!(&self.wcache, Some(w) if w.path == path);
         if !hit {
             self.wcache = None;
             let f = self.cur()?.target.open_regular(path, true)?;
-            let single = self.lanes.is_some() && f.metadata()?.nlink() == 1;
-            self.wcache = Some((path.to_vec(), Arc::new(f), single));
+            let m = f.metadata()?;
+            self.wcache = Some(WFile {
+                path: path.to_vec(),
+                file: Arc::new(f),
+                single: self.lanes.is_some() && m.nlink() == 1,
+                ino: m.ino(),
+                fresh_owner: None,
+            });
         }
         // OK to unwrap: filled just above.
-        let (_, f, single) = self.wcache.as_ref().expect("write cache");
-        Ok((f, *single))
+        let w = self.wcache.as_ref().expect("write cache");
+        Ok((&w.file, w.single))
     }
 
     /// `path` names a file with lane jobs (maybe) queued.
@@ -1339,6 +1415,7 @@ impl<'p> Receiver<'p> {
             return None;
         }
         let file = Arc::clone(f);
+        let ino = self.wcache.as_ref()?.ino;
         let l = self.lanes.as_mut()?;
         if l.files.len() >= LANE_FILES {
             let done = l.pool.done();
@@ -1350,6 +1427,7 @@ impl<'p> Receiver<'p> {
             path.to_vec(),
             LaneFile {
                 file,
+                ino,
                 lane,
                 last: 0,
             },

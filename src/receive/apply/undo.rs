@@ -34,6 +34,9 @@ use crate::receive::copy;
 
 const MAGIC: &[u8; 8] = b"bsundo01";
 const HEADER: u64 = 16;
+/// Paths remembered in `Journal::done_paths`: a file and the directories
+/// around it.
+const DONE_PATHS: usize = 4;
 /// Saved file data is journaled in pieces of at most this many bytes.
 const PIECE: u64 = 4 << 20;
 
@@ -226,6 +229,12 @@ pub(super) struct Journal {
     /// Inodes whose attributes are saved since the checkpoint, with a
     /// regular file's size then.
     touched: HashMap<u64, u64>,
+    /// The last paths [`Receiver::j_touch`] found saved or new (at most
+    /// [`DONE_PATHS`]), each with whether it is new: nothing to do for them
+    /// while no RENAME, UNLINK or RMDIR changed what a path names
+    /// (creations refuse a taken name), so the directory that a run of
+    /// creations makes entries in is looked up once.
+    done_paths: Vec<(Vec<u8>, bool)>,
 }
 
 /// The journal and trash names of checkpoint `index` (the trash of a
@@ -400,7 +409,17 @@ impl Journal {
             next_trash: 0,
             new: HashSet::new(),
             touched: HashMap::new(),
+            done_paths: Vec::new(),
         })
+    }
+
+    /// Note `rel` in `done_paths` (dropping the oldest beyond
+    /// [`DONE_PATHS`]).
+    fn done(&mut self, rel: &[u8], new: bool) {
+        if self.done_paths.len() >= DONE_PATHS {
+            self.done_paths.remove(0);
+        }
+        self.done_paths.push((rel.to_vec(), new));
     }
 
     /// Append `e` (before the change it undoes is made).
@@ -486,15 +505,15 @@ impl Receiver<'_> {
 
     /// The inode of `rel`: from an open file where there is one.
     fn j_ino(&self, rel: &[u8]) -> Result<u64, ApplyErrorKind> {
-        if let Some((p, f, _)) = &self.wcache
-            && p.as_slice() == rel
+        if let Some(w) = &self.wcache
+            && w.path == rel
         {
-            return Ok(rustix::fs::fstat(f.as_ref())?.st_ino);
+            return Ok(w.ino);
         }
         if let Some(l) = &self.lanes
             && let Some(f) = l.files.get(rel)
         {
-            return Ok(rustix::fs::fstat(f.file.as_ref())?.st_ino);
+            return Ok(f.ino);
         }
         Ok(self.j_stat(rel)?.st_ino)
     }
@@ -505,8 +524,15 @@ impl Receiver<'_> {
         let Some(j) = &self.journal else {
             return Ok(());
         };
+        if j.done_paths.iter().any(|(p, _)| p == rel) {
+            return Ok(());
+        }
         let ino = self.j_ino(rel)?;
-        if j.new.contains(&ino) || j.touched.contains_key(&ino) {
+        let new = j.new.contains(&ino);
+        if new || j.touched.contains_key(&ino) {
+            if let Some(j) = &mut self.journal {
+                j.done(rel, new);
+            }
             return Ok(());
         }
         // Jobs queued before the checkpoint may still be writing it (see
@@ -528,14 +554,37 @@ impl Receiver<'_> {
         let j = self.journal.as_mut().ok_or(ApplyErrorKind::NoSubvol)?;
         j.append(&e)?;
         j.touched.insert(st.st_ino, size.unwrap_or(0));
+        j.done(rel, false);
         Ok(())
     }
 
+    /// A RENAME, UNLINK or RMDIR was made: a path may name another object
+    /// now (see `Journal::done_paths`).
+    pub(super) fn j_names_changed(&mut self) {
+        if let Some(j) = &mut self.journal {
+            j.done_paths.clear();
+        }
+    }
+
     /// Before an entry `rel` is created (or linked): `Ok(true)` if it was
-    /// journaled (the name is free); `Ok(false)`: the name is taken (the
+    /// journaled (the name is free) or needs no journal (its directory is
+    /// new since the checkpoint); `Ok(false)`: the name is taken (the
     /// creation fails, nothing to undo).
     pub(super) fn j_create(&mut self, rel: &[u8]) -> Result<bool, ApplyErrorKind> {
         if self.journal.is_none() {
+            return Ok(true);
+        }
+        // In a directory created since the checkpoint nothing is journaled:
+        // undoing the directory's creation removes it with all it holds
+        // (what is renamed or linked out of it is journaled as such, and
+        // comes back into it first). Nor is the name checked: a creation at
+        // a taken name fails and changes nothing.
+        self.j_touch(parent_of(rel))?;
+        if self.journal.as_ref().is_some_and(|j| {
+            j.done_paths
+                .iter()
+                .any(|(p, new)| *new && p.as_slice() == parent_of(rel))
+        }) {
             return Ok(true);
         }
         let t = &self.cur()?.target;
@@ -544,7 +593,6 @@ impl Receiver<'_> {
             Ok(_) => return Ok(false),
             Err(e) => return Err(e.into()),
         }
-        self.j_touch(parent_of(rel))?;
         let j = self.journal.as_mut().ok_or(ApplyErrorKind::NoSubvol)?;
         j.append(&Entry::Created { path: rel.to_vec() })?;
         Ok(true)
@@ -604,9 +652,11 @@ impl Receiver<'_> {
         let cur = self.cur.as_ref().ok_or(ApplyErrorKind::NoSubvol)?;
         let j = self.journal.as_ref().ok_or(ApplyErrorKind::NoSubvol)?;
         let l = cur.target.locate_entry(rel)?;
-        rustix::fs::renameat(&l.parent, l.name(), &j.trash, n)?;
+        let moved = rustix::fs::renameat(&l.parent, l.name(), &j.trash, n);
         drop(l);
         cur.target.forget(rel);
+        self.j_names_changed();
+        moved?;
         Ok(())
     }
 
