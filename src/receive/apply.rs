@@ -2447,6 +2447,39 @@ mod tests {
     }
 
     #[test]
+    fn chown_to_the_owner_a_new_file_has_still_clears_set_id_bits_after_a_chmod() {
+        // chown(2) to the same owner clears S_ISUID (and S_ISGID with
+        // group execute): a CHOWN skipped because the new file already has
+        // that owner must not keep them.
+        let uid = rustix::process::geteuid().as_raw();
+        let gid = rustix::process::getegid().as_raw();
+        let chown = Command::Chown {
+            path: b("f"),
+            uid: uid.into(),
+            gid: gid.into(),
+        };
+        let chmod = Command::Chmod {
+            path: b("f"),
+            mode: 0o6755,
+        };
+        let (d, r) = run(&[
+            mkfile("f"),
+            write("f", 0, b"x"),
+            chmod.clone(),
+            chown.clone(),
+        ]);
+        r.unwrap();
+        let m = std::fs::metadata(d.path().join("s/f")).unwrap();
+        assert_eq!(m.permissions().mode() & 0o7777, 0o755);
+        // In the kernel's order (CHOWN, then CHMOD) the bits stay.
+        let (d, r) = run(&[mkfile("f"), write("f", 0, b"x"), chown, chmod]);
+        r.unwrap();
+        let m = std::fs::metadata(d.path().join("s/f")).unwrap();
+        assert_eq!(m.permissions().mode() & 0o7777, 0o6755);
+        assert_eq!((m.uid(), m.gid()), (uid, gid));
+    }
+
+    #[test]
     fn utimes_sets_atime_and_mtime_without_following_symlinks() {
         let t = |sec| StreamTime { sec, nsec: 5 };
         let (d, r) = run(&[
