@@ -178,15 +178,15 @@ pub fn copy_range(
 }
 
 /// Copy a whole regular file into a new, empty `dst`: a reflink where the
-/// filesystem can, else [`copy_range`]; the size is set exactly.
+/// filesystem can, else [`copy_range`] (which grows `dst` to `size`, so the
+/// size is exact: `dst` was empty).
 fn copy_file_contents(src: &File, dst: &File, size: u64) -> io::Result<()> {
     match rustix::fs::ioctl_ficlone(dst, src) {
         Ok(()) => return Ok(()),
         Err(e) if is_unsupported(e) || e == Errno::PERM => {}
         Err(e) => return Err(e.into()),
     }
-    copy_range(src, 0, dst, 0, size, true)?;
-    dst.set_len(size)
+    copy_range(src, 0, dst, 0, size, true)
 }
 
 /// The attributes of an entry, read from the source, set on the copy.
@@ -198,7 +198,39 @@ struct Meta {
 /// Read every xattr of the object at `path` (a `/proc/self/fd/N/name`
 /// path: `l*` calls do not follow a final symlink).
 fn read_xattrs(path: &std::path::Path) -> io::Result<Vec<(Vec<u8>, Vec<u8>)>> {
-    let n = match rustix::fs::llistxattr_query(path) {
+    xattrs_with(
+        |buf| match buf {
+            Some(b) => rustix::fs::llistxattr(path, b),
+            None => rustix::fs::llistxattr_query(path),
+        },
+        |name, buf| match buf {
+            Some(b) => rustix::fs::lgetxattr(path, name, b),
+            None => rustix::fs::lgetxattr_query(path, name),
+        },
+    )
+}
+
+/// [`read_xattrs`] of an open file.
+fn read_xattrs_fd(f: &File) -> io::Result<Vec<(Vec<u8>, Vec<u8>)>> {
+    xattrs_with(
+        |buf| match buf {
+            Some(b) => rustix::fs::flistxattr(f, b),
+            None => rustix::fs::flistxattr_query(f),
+        },
+        |name, buf| match buf {
+            Some(b) => rustix::fs::fgetxattr(f, name, b),
+            None => rustix::fs::fgetxattr_query(f, name),
+        },
+    )
+}
+
+/// Every xattr, by `list` (the names; `None`: their length) and `get` (a
+/// value; `None`: its length).
+fn xattrs_with(
+    list: impl Fn(Option<&mut [u8]>) -> rustix::io::Result<usize>,
+    get: impl Fn(&OsStr, Option<&mut [u8]>) -> rustix::io::Result<usize>,
+) -> io::Result<Vec<(Vec<u8>, Vec<u8>)>> {
+    let n = match list(None) {
         Ok(n) => n,
         Err(Errno::OPNOTSUPP) => return Ok(Vec::new()),
         Err(e) => return Err(e.into()),
@@ -207,18 +239,18 @@ fn read_xattrs(path: &std::path::Path) -> io::Result<Vec<(Vec<u8>, Vec<u8>)>> {
         return Ok(Vec::new());
     }
     let mut names = vec![0u8; n];
-    let n = rustix::fs::llistxattr(path, &mut names)?;
+    let n = list(Some(&mut names))?;
     names.truncate(n);
     let mut out = Vec::new();
     for name in names.split(|&b| b == 0).filter(|n| !n.is_empty()) {
         let name_os = OsStr::from_bytes(name);
-        let len = match rustix::fs::lgetxattr_query(path, name_os) {
+        let len = match get(name_os, None) {
             Ok(l) => l,
             Err(Errno::NODATA) => continue,
             Err(e) => return Err(e.into()),
         };
         let mut val = vec![0u8; len];
-        let l = rustix::fs::lgetxattr(path, name_os, &mut val)?;
+        let l = get(name_os, Some(&mut val))?;
         val.truncate(l);
         out.push((name.to_vec(), val));
     }
@@ -239,18 +271,39 @@ fn apply_meta(dst: &Located<'_>, m: &Meta, notes: &mut dyn Notes) -> io::Result<
             rustix::fs::lsetxattr(&p, OsStr::from_bytes(k), v, XattrFlags::empty())?;
         }
     }
-    let ts = Timestamps {
+    rustix::fs::utimensat(
+        &dst.parent,
+        dst.name(),
+        &times_of(&m.st),
+        AtFlags::SYMLINK_NOFOLLOW,
+    )?;
+    Ok(())
+}
+
+/// [`apply_meta`] of a regular file through its open fd `f` (no path
+/// lookups).
+fn apply_meta_fd(f: &File, m: &Meta, notes: &mut dyn Notes) -> io::Result<()> {
+    set_owner_fd(f, m.st.st_uid, m.st.st_gid, notes)?;
+    rustix::fs::fchmod(f, Mode::from_raw_mode(m.st.st_mode & 0o7777))?;
+    for (k, v) in &m.xattrs {
+        rustix::fs::fsetxattr(f, OsStr::from_bytes(k), v, XattrFlags::empty())?;
+    }
+    rustix::fs::futimens(f, &times_of(&m.st))?;
+    Ok(())
+}
+
+/// The access and modification times of `st`.
+fn times_of(st: &Stat) -> Timestamps {
+    Timestamps {
         last_access: Timespec {
-            tv_sec: m.st.st_atime,
-            tv_nsec: m.st.st_atime_nsec.try_into().unwrap_or(0),
+            tv_sec: st.st_atime,
+            tv_nsec: st.st_atime_nsec.try_into().unwrap_or(0),
         },
         last_modification: Timespec {
-            tv_sec: m.st.st_mtime,
-            tv_nsec: m.st.st_mtime_nsec.try_into().unwrap_or(0),
+            tv_sec: st.st_mtime,
+            tv_nsec: st.st_mtime_nsec.try_into().unwrap_or(0),
         },
-    };
-    rustix::fs::utimensat(&dst.parent, dst.name(), &ts, AtFlags::SYMLINK_NOFOLLOW)?;
-    Ok(())
+    }
 }
 
 /// `lchown`; as an ordinary user `EPERM` is a note, not an error.
@@ -347,6 +400,33 @@ fn read_dir_names(dir: BorrowedFd<'_>) -> io::Result<Vec<Vec<u8>>> {
     Ok(names)
 }
 
+/// Copy the regular file `src` (its `lstat` `st`) to a new file `name` in
+/// `ddir`, with its attributes: read, copied and set through open files
+/// (no path lookups after the two opens).
+fn copy_regular(
+    src: &Located<'_>,
+    ddir: BorrowedFd<'_>,
+    name: &OsStr,
+    st: Stat,
+    notes: &mut dyn Notes,
+) -> io::Result<()> {
+    let s = src.open_regular(false)?;
+    let meta = Meta {
+        xattrs: read_xattrs_fd(&s)?,
+        st,
+    };
+    let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let d = File::from(rustix::fs::openat(
+        ddir,
+        name,
+        flags,
+        Mode::from_raw_mode(0o600),
+    )?);
+    let size = u64::try_from(meta.st.st_size).unwrap_or(0);
+    copy_file_contents(&s, &d, size)?;
+    apply_meta_fd(&d, &meta, notes)
+}
+
 /// An error of the tree copy: the source-relative path it is about.
 #[derive(Debug)]
 pub struct CopyError {
@@ -411,6 +491,10 @@ pub fn copy_tree(src: &Target, dst: &Target, notes: &mut dyn Notes) -> Result<()
                 parent: super::target::DirFd::Borrowed(sdir.as_fd()),
                 name: &name,
             };
+            if ft == FileType::RegularFile {
+                copy_regular(&sloc, ddir.as_fd(), name_os, st, notes).map_err(&e)?;
+                continue;
+            }
             let meta = Meta {
                 xattrs: read_xattrs(&sloc.proc_path()).map_err(&e)?,
                 st,
@@ -422,18 +506,6 @@ pub fn copy_tree(src: &Target, dst: &Target, notes: &mut dyn Notes) -> Result<()
                     queue.push_back(crel.clone());
                     dirs.push((crel, meta));
                     continue;
-                }
-                FileType::RegularFile => {
-                    let s = sloc.open_regular(false).map_err(&e)?;
-                    let flags = OFlags::WRONLY
-                        | OFlags::CREATE
-                        | OFlags::EXCL
-                        | OFlags::NOFOLLOW
-                        | OFlags::CLOEXEC;
-                    let d = rustix::fs::openat(&ddir, name_os, flags, Mode::from_raw_mode(0o600))
-                        .map_err(|x| e(x.into()))?;
-                    let size = u64::try_from(st.st_size).unwrap_or(0);
-                    copy_file_contents(&s, &File::from(d), size).map_err(&e)?;
                 }
                 FileType::Symlink => {
                     let t = rustix::fs::readlinkat(&sdir, name_os, Vec::new())
@@ -447,7 +519,7 @@ pub fn copy_tree(src: &Target, dst: &Target, notes: &mut dyn Notes) -> Result<()
                     rustix::fs::mknodat(&ddir, name_os, ft, Mode::from_raw_mode(0o600), st.st_rdev)
                         .map_err(|x| e(x.into()))?;
                 }
-                FileType::Unknown => {
+                FileType::RegularFile | FileType::Unknown => {
                     return Err(e(io::Error::new(
                         io::ErrorKind::InvalidData,
                         "unknown file type",
