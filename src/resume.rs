@@ -102,7 +102,10 @@
 //!   created since need nothing saved (their creation is undone);
 //! * a creation (MKFILE, MKDIR, MKNOD, MKFIFO, MKSOCK, SYMLINK, LINK)
 //!   records the new name, once the name is seen to be free: undone by
-//!   removing it;
+//!   removing it (a directory with all it holds). Nothing is recorded for an
+//!   entry made in a directory that was itself created since the checkpoint:
+//!   the directory's removal takes it (what is renamed or linked out of such
+//!   a directory is recorded as such, and undone first);
 //! * UNLINK and RMDIR do not delete: they move the entry into the trash
 //!   (after the checks the system call would make); a RENAME that replaces
 //!   its destination moves the destination to the trash first. Undone by
@@ -112,7 +115,9 @@
 //!   of a file that existed at the checkpoint save the bytes they overwrite
 //!   or cut off below its size at the checkpoint (data beyond that size is
 //!   undone by restoring the size); appending to such a file saves nothing
-//!   and still goes to the data lanes. Data saved is at most what these
+//!   and still goes to the data lanes (but for a plain WRITE read from a
+//!   stream file, written on the receiving thread, where it measured
+//!   faster). Data saved is at most what these
 //!   commands overwrite, in pieces of 4 MiB;
 //! * SET_XATTR and REMOVE_XATTR save the old value (or its absence);
 //!   CHMOD, CHOWN and UTIMES are undone by the saved attributes; FILEATTR
