@@ -24,6 +24,7 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileExt;
+use std::sync::{Condvar, Mutex, PoisonError};
 
 use rustix::fs::{
     AtFlags, FallocateFlags, FileType, Mode, OFlags, SeekFrom, Stat, Timespec, Timestamps,
@@ -439,6 +440,14 @@ pub struct CopyError {
 /// Copy every entry of `src` (a received subvolume) into `dst` (a new, empty
 /// subvolume directory), then the root's own attributes.
 ///
+/// Directories are copied by several threads at once (each takes a
+/// directory, makes its entries and queues its subdirectories; everything
+/// through directory fds, so no path is looked up twice). Entries with
+/// more than one link are copied afterwards on this thread, in path order:
+/// the first name gets the copy, the others are linked to it. Directory
+/// attributes come last, deepest first, so that setting a parent's times
+/// comes after everything made in it.
+///
 /// # Errors
 ///
 /// The first failure, with the path it is about.
@@ -462,79 +471,78 @@ pub fn copy_tree(src: &Target, dst: &Target, notes: &mut dyn Notes) -> Result<()
             },
         }
     };
-    // Hard links: (dev, ino) of the source → path of the first copy.
-    let mut links: HashMap<(u64, u64), Vec<u8>> = HashMap::new();
-    // Directories whose attributes are set after their contents.
-    let mut dirs: Vec<(Vec<u8>, Meta)> = Vec::new();
-    let mut queue: VecDeque<Vec<u8>> = VecDeque::from([Vec::new()]);
-    while let Some(rel) = queue.pop_front() {
-        let sdir = src.open_dir(&rel).map_err(tgt(&rel))?;
-        let ddir = dst.open_dir(&rel).map_err(tgt(&rel))?;
-        for name in read_dir_names(sdir.as_fd()).map_err(err(&rel))? {
-            let crel = join(&rel, &name);
-            let e = err(&crel);
-            let name_os = OsStr::from_bytes(&name);
-            let st = rustix::fs::statat(&sdir, name_os, AtFlags::SYMLINK_NOFOLLOW)
-                .map_err(|x| e(x.into()))?;
-            let ft = FileType::from_raw_mode(st.st_mode);
-            if ft != FileType::Directory && st.st_nlink > 1 {
-                let key = (st.st_dev, st.st_ino);
-                if let Some(first) = links.get(&key) {
-                    let fl = dst.locate_entry(first).map_err(tgt(&crel))?;
-                    rustix::fs::linkat(&fl.parent, fl.name(), &ddir, name_os, AtFlags::empty())
-                        .map_err(|x| e(x.into()))?;
-                    continue;
-                }
-                links.insert(key, crel.clone());
-            }
-            let sloc = Located {
-                parent: super::target::DirFd::Borrowed(sdir.as_fd()),
-                name: &name,
-            };
-            if ft == FileType::RegularFile {
-                copy_regular(&sloc, ddir.as_fd(), name_os, st, notes).map_err(&e)?;
-                continue;
-            }
-            let meta = Meta {
-                xattrs: read_xattrs(&sloc.proc_path()).map_err(&e)?,
-                st,
-            };
-            match ft {
-                FileType::Directory => {
-                    rustix::fs::mkdirat(&ddir, name_os, Mode::from_raw_mode(0o700))
-                        .map_err(|x| e(x.into()))?;
-                    queue.push_back(crel.clone());
-                    dirs.push((crel, meta));
-                    continue;
-                }
-                FileType::Symlink => {
-                    let t = rustix::fs::readlinkat(&sdir, name_os, Vec::new())
-                        .map_err(|x| e(x.into()))?;
-                    rustix::fs::symlinkat(t.as_c_str(), &ddir, name_os).map_err(|x| e(x.into()))?;
-                }
-                FileType::Fifo
-                | FileType::Socket
-                | FileType::CharacterDevice
-                | FileType::BlockDevice => {
-                    rustix::fs::mknodat(&ddir, name_os, ft, Mode::from_raw_mode(0o600), st.st_rdev)
-                        .map_err(|x| e(x.into()))?;
-                }
-                FileType::RegularFile | FileType::Unknown => {
-                    return Err(e(io::Error::new(
-                        io::ErrorKind::InvalidData,
-                        "unknown file type",
-                    )));
-                }
-            }
-            let dloc = Located {
-                parent: super::target::DirFd::Borrowed(ddir.as_fd()),
-                name: &name,
-            };
-            apply_meta(&dloc, &meta, notes).map_err(&e)?;
+    let work = Work {
+        state: Mutex::new(WorkState {
+            queue: VecDeque::from([DirJob {
+                rel: Vec::new(),
+                src: src.open_dir(b"").map_err(tgt(b""))?,
+                dst: dst.open_dir(b"").map_err(tgt(b""))?,
+            }]),
+            busy: 0,
+            error: None,
+        }),
+        cv: Condvar::new(),
+        dirs: Mutex::new(Vec::new()),
+        linked: Mutex::new(Vec::new()),
+        notes: Mutex::new(Vec::new()),
+    };
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(COPY_THREADS));
+    std::thread::scope(|s| {
+        for _ in 1..threads {
+            s.spawn(|| work.run());
         }
+        work.run();
+    });
+    let Work {
+        state,
+        dirs,
+        linked,
+        notes: noted,
+        ..
+    } = work;
+    for (k, m) in noted.into_inner().unwrap_or_else(PoisonError::into_inner) {
+        notes.note(k, m);
+    }
+    if let Some(e) = state
+        .into_inner()
+        .unwrap_or_else(PoisonError::into_inner)
+        .error
+    {
+        return Err(e);
+    }
+    // Entries with several links, in path order: the first name of each
+    // inode is copied, the later ones linked to it.
+    let mut linked = linked.into_inner().unwrap_or_else(PoisonError::into_inner);
+    linked.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut firsts: HashMap<(u64, u64), Vec<u8>> = HashMap::new();
+    for (crel, st) in linked {
+        let e = err(&crel);
+        let (parent, name) = match crel.iter().rposition(|&b| b == b'/') {
+            Some(i) => (&crel[..i], &crel[i + 1..]),
+            None => (&crel[..0], &crel[..]),
+        };
+        let ddir = dst.open_dir(parent).map_err(tgt(&crel))?;
+        let key = (st.st_dev, st.st_ino);
+        if let Some(first) = firsts.get(&key) {
+            let fl = dst.locate_entry(first).map_err(tgt(&crel))?;
+            rustix::fs::linkat(
+                &fl.parent,
+                fl.name(),
+                &ddir,
+                OsStr::from_bytes(name),
+                AtFlags::empty(),
+            )
+            .map_err(|x| e(x.into()))?;
+            continue;
+        }
+        let sdir = src.open_dir(parent).map_err(tgt(&crel))?;
+        copy_entry(sdir.as_fd(), ddir.as_fd(), name, st, notes).map_err(&e)?;
+        firsts.insert(key, crel);
     }
     // Deepest directories first, so setting a parent's times comes last.
-    for (rel, meta) in dirs.iter().rev() {
+    let mut dirs = dirs.into_inner().unwrap_or_else(PoisonError::into_inner);
+    dirs.sort_by_key(|(rel, _)| std::cmp::Reverse(rel.iter().filter(|&&b| b == b'/').count()));
+    for (rel, meta) in &dirs {
         let loc = dst.locate_entry(rel).map_err(tgt(rel))?;
         apply_meta(&loc, meta, notes).map_err(err(rel))?;
     }
@@ -547,6 +555,203 @@ pub fn copy_tree(src: &Target, dst: &Target, notes: &mut dyn Notes) -> Result<()
     let droot = dst.locate(b"").map_err(tgt(b""))?;
     apply_meta(&droot, &root_meta, notes).map_err(err(b""))?;
     Ok(())
+}
+
+/// Threads of a tree copy (at most; fewer on fewer CPUs).
+const COPY_THREADS: usize = 4;
+
+/// A directory to copy the entries of: its path and both directories.
+struct DirJob {
+    rel: Vec<u8>,
+    src: OwnedFd,
+    dst: OwnedFd,
+}
+
+/// The queue of a tree copy's threads.
+struct WorkState {
+    queue: VecDeque<DirJob>,
+    /// Threads copying a directory now (which may queue more).
+    busy: usize,
+    /// The first failure: the copy stops.
+    error: Option<CopyError>,
+}
+
+/// What the threads of a tree copy share.
+struct Work {
+    state: Mutex<WorkState>,
+    /// Signalled when a job is queued or a thread finishes one.
+    cv: Condvar,
+    /// Directories made, with the attributes to set at the end.
+    dirs: Mutex<Vec<(Vec<u8>, Meta)>>,
+    /// Entries with several links, copied afterwards.
+    linked: Mutex<Vec<(Vec<u8>, Stat)>>,
+    /// Notes of the threads.
+    notes: Mutex<Vec<(&'static str, String)>>,
+}
+
+/// Notes collected by one thread of a tree copy.
+#[derive(Default)]
+struct Collect(Vec<(&'static str, String)>);
+
+impl Notes for Collect {
+    fn note(&mut self, key: &'static str, msg: String) {
+        if !self.0.iter().any(|(k, _)| *k == key) {
+            self.0.push((key, msg));
+        }
+    }
+}
+
+impl Work {
+    fn lock(&self) -> std::sync::MutexGuard<'_, WorkState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Take directories until none is queued and no thread may queue more
+    /// (or one failed).
+    fn run(&self) {
+        let mut notes = Collect::default();
+        loop {
+            let job = {
+                let mut st = self.lock();
+                loop {
+                    if st.error.is_some() {
+                        break None;
+                    }
+                    if let Some(j) = st.queue.pop_front() {
+                        st.busy += 1;
+                        break Some(j);
+                    }
+                    if st.busy == 0 {
+                        break None;
+                    }
+                    st = self.cv.wait(st).unwrap_or_else(PoisonError::into_inner);
+                }
+            };
+            let Some(job) = job else {
+                break;
+            };
+            let r = self.copy_dir(&job, &mut notes);
+            let mut st = self.lock();
+            st.busy -= 1;
+            if let Err(e) = r
+                && st.error.is_none()
+            {
+                st.error = Some(e);
+            }
+            drop(st);
+            self.cv.notify_all();
+        }
+        self.cv.notify_all();
+        self.notes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .extend(notes.0);
+    }
+
+    /// Copy the entries of one directory: subdirectories are made and
+    /// queued, entries with several links put aside, the rest copied.
+    fn copy_dir(&self, job: &DirJob, notes: &mut dyn Notes) -> Result<(), CopyError> {
+        let err = |path: &[u8], source: io::Error| CopyError {
+            path: path.to_vec(),
+            source,
+        };
+        let names = read_dir_names(job.src.as_fd()).map_err(|x| err(&job.rel, x))?;
+        for name in names {
+            if self.lock().error.is_some() {
+                return Ok(());
+            }
+            let crel = join(&job.rel, &name);
+            let name_os = OsStr::from_bytes(&name);
+            let st = rustix::fs::statat(&job.src, name_os, AtFlags::SYMLINK_NOFOLLOW)
+                .map_err(|x| err(&crel, x.into()))?;
+            let ft = FileType::from_raw_mode(st.st_mode);
+            if ft != FileType::Directory {
+                if st.st_nlink > 1 {
+                    self.linked
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .push((crel, st));
+                } else {
+                    copy_entry(job.src.as_fd(), job.dst.as_fd(), &name, st, notes)
+                        .map_err(|x| err(&crel, x))?;
+                }
+                continue;
+            }
+            let sloc = Located {
+                parent: super::target::DirFd::Borrowed(job.src.as_fd()),
+                name: &name,
+            };
+            let meta = Meta {
+                xattrs: read_xattrs(&sloc.proc_path()).map_err(|x| err(&crel, x))?,
+                st,
+            };
+            rustix::fs::mkdirat(&job.dst, name_os, Mode::from_raw_mode(0o700))
+                .map_err(|x| err(&crel, x.into()))?;
+            let open = |d: &OwnedFd| {
+                rustix::fs::openat(
+                    d,
+                    name_os,
+                    OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                    Mode::empty(),
+                )
+                .map_err(|x| err(&crel, x.into()))
+            };
+            let sub = DirJob {
+                src: open(&job.src)?,
+                dst: open(&job.dst)?,
+                rel: crel.clone(),
+            };
+            self.dirs
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push((crel, meta));
+            self.lock().queue.push_back(sub);
+            self.cv.notify_one();
+        }
+        Ok(())
+    }
+}
+
+/// Copy the entry `name` of `sdir` (not a directory; its `lstat` `st`) to
+/// a new entry of `ddir`, with its attributes.
+fn copy_entry(
+    sdir: BorrowedFd<'_>,
+    ddir: BorrowedFd<'_>,
+    name: &[u8],
+    st: Stat,
+    notes: &mut dyn Notes,
+) -> io::Result<()> {
+    let ft = FileType::from_raw_mode(st.st_mode);
+    let name_os = OsStr::from_bytes(name);
+    let sloc = Located {
+        parent: super::target::DirFd::Borrowed(sdir),
+        name,
+    };
+    match ft {
+        FileType::RegularFile => return copy_regular(&sloc, ddir, name_os, st, notes),
+        FileType::Symlink => {
+            let t = rustix::fs::readlinkat(sdir, name_os, Vec::new())?;
+            rustix::fs::symlinkat(t.as_c_str(), ddir, name_os)?;
+        }
+        FileType::Fifo | FileType::Socket | FileType::CharacterDevice | FileType::BlockDevice => {
+            rustix::fs::mknodat(ddir, name_os, ft, Mode::from_raw_mode(0o600), st.st_rdev)?;
+        }
+        FileType::Directory | FileType::Unknown => {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "unknown file type",
+            ));
+        }
+    }
+    let meta = Meta {
+        xattrs: read_xattrs(&sloc.proc_path())?,
+        st,
+    };
+    let dloc = Located {
+        parent: super::target::DirFd::Borrowed(ddir),
+        name,
+    };
+    apply_meta(&dloc, &meta, notes)
 }
 
 #[cfg(test)]
@@ -566,6 +771,132 @@ mod tests {
             pos = h;
         }
         out
+    }
+
+    /// One line per entry under `root`: path, type, mode, owner, size,
+    /// mtime, the (first) path of its inode among those listed, user.*
+    /// xattrs, data.
+    fn manifest(root: &std::path::Path) -> Vec<String> {
+        use std::os::unix::fs::MetadataExt;
+        let mut out = Vec::new();
+        let mut inodes: HashMap<u64, String> = HashMap::new();
+        let mut stack = vec![root.to_path_buf()];
+        let mut paths = Vec::new();
+        while let Some(d) = stack.pop() {
+            for e in std::fs::read_dir(&d).unwrap() {
+                let p = e.unwrap().path();
+                if std::fs::symlink_metadata(&p).unwrap().is_dir() {
+                    stack.push(p.clone());
+                }
+                paths.push(p);
+            }
+        }
+        paths.sort();
+        for p in paths {
+            let m = std::fs::symlink_metadata(&p).unwrap();
+            let rel = p.strip_prefix(root).unwrap().display().to_string();
+            let group = inodes.entry(m.ino()).or_insert_with(|| rel.clone()).clone();
+            let data = if m.is_file() {
+                format!("{:?}", std::fs::read(&p).unwrap())
+            } else if m.file_type().is_symlink() {
+                std::fs::read_link(&p).unwrap().display().to_string()
+            } else {
+                String::new()
+            };
+            let mut x: Vec<String> = read_xattrs(&p)
+                .unwrap()
+                .into_iter()
+                .filter(|(k, _)| k.starts_with(b"user."))
+                .map(|(k, v)| format!("{}={}", k.escape_ascii(), v.escape_ascii()))
+                .collect();
+            x.sort();
+            out.push(format!(
+                "{rel} {:o} {}:{} {} {} {} {group} {x:?} {data}",
+                m.mode(),
+                m.uid(),
+                m.gid(),
+                if m.is_dir() { 0 } else { m.size() },
+                m.mtime(),
+                m.mtime_nsec(),
+            ));
+        }
+        out
+    }
+
+    #[test]
+    fn copy_tree_copies_every_entry_link_and_attribute() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = super::super::target::ReceiveDir::open(tmp.path()).unwrap();
+        let (s, d) = (tmp.path().join("s"), tmp.path().join("d"));
+        std::fs::create_dir(&s).unwrap();
+        std::fs::create_dir(&d).unwrap();
+        // Enough directories that several threads take some, with hard
+        // links across them, and every kind of entry.
+        for i in 0..12 {
+            let sub = s.join(format!("d{i}/e{}", i % 3));
+            std::fs::create_dir_all(&sub).unwrap();
+            for j in 0..5 {
+                let f = sub.join(format!("f{j}"));
+                std::fs::write(&f, vec![(i * 5 + j) as u8; 100 * j + i]).unwrap();
+                std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o640 + j as u32))
+                    .unwrap();
+            }
+            std::os::unix::fs::symlink(format!("../d{i}"), s.join(format!("d{i}/up"))).unwrap();
+        }
+        std::fs::hard_link(s.join("d3/e0/f1"), s.join("d7/e1/linked")).unwrap();
+        std::fs::hard_link(s.join("d3/e0/f1"), s.join("top-link")).unwrap();
+        std::os::unix::fs::symlink("d1", s.join("sym")).unwrap();
+        std::os::unix::fs::symlink("d1", s.join("d2/sym-linked")).unwrap();
+        std::fs::hard_link(s.join("d2/sym-linked"), s.join("d5/sym-linked2")).unwrap();
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            s.join("d4/fifo"),
+            FileType::Fifo,
+            Mode::from_raw_mode(0o620),
+            0,
+        )
+        .unwrap();
+        let big = File::create(s.join("d6/sparse")).unwrap();
+        big.write_all_at(b"end", 5 << 20).unwrap();
+        let xattr_ok =
+            rustix::fs::setxattr(s.join("d8/e2/f2"), "user.k", b"v", XattrFlags::empty()).is_ok();
+        std::fs::set_permissions(s.join("d9"), std::fs::Permissions::from_mode(0o1750)).unwrap();
+        let t = |sec| Timespec {
+            tv_sec: sec,
+            tv_nsec: 7,
+        };
+        for (i, p) in ["d0/e0/f0", "d9", "d0", "", "d6/sparse"].iter().enumerate() {
+            let ts = Timestamps {
+                last_access: t(1000 + i as i64),
+                last_modification: t(2000 + i as i64),
+            };
+            rustix::fs::utimensat(rustix::fs::CWD, s.join(p), &ts, AtFlags::empty()).unwrap();
+        }
+        let src = dir.target(b"s").unwrap();
+        let dst = dir.target(b"d").unwrap();
+        struct Fail;
+        impl Notes for Fail {
+            fn note(&mut self, k: &'static str, m: String) {
+                panic!("note {k}: {m}");
+            }
+        }
+        copy_tree(&src, &dst, &mut Fail).unwrap();
+        let (want, got) = (manifest(&s), manifest(&d));
+        assert_eq!(want.len(), 12 * (1 + 1 + 5 + 1) + 7);
+        assert_eq!(got, want);
+        if xattr_ok {
+            assert!(got.iter().any(|l| l.contains("user.k=v")));
+        }
+        // The sparse file stays sparse; the root's own attributes are copied.
+        let m = std::fs::metadata(d.join("d6/sparse")).unwrap();
+        assert!(std::os::unix::fs::MetadataExt::blocks(&m) < 1024);
+        let (ms, md) = (
+            std::fs::metadata(&s).unwrap(),
+            std::fs::metadata(&d).unwrap(),
+        );
+        assert_eq!(ms.modified().unwrap(), md.modified().unwrap());
+        assert_eq!(ms.permissions().mode(), md.permissions().mode());
     }
 
     #[test]
