@@ -1275,7 +1275,8 @@ impl<'p> Receiver<'p> {
 
     /// After an UNLINK or RMDIR of `path` (tried; `ok`: it worked).
     fn removed(&mut self, path: &[u8], ok: bool) {
-        self.j_names_changed();
+        // (A journaled UNLINK or RMDIR moved the entry to the trash, which
+        // told the journal: `j_to_trash`.)
         if let Some(cur) = &self.cur {
             cur.target.forget(path);
         }

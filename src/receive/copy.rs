@@ -517,26 +517,23 @@ pub fn copy_tree(src: &Target, dst: &Target, notes: &mut dyn Notes) -> Result<()
     let mut firsts: HashMap<(u64, u64), Vec<u8>> = HashMap::new();
     for (crel, st) in linked {
         let e = err(&crel);
-        let (parent, name) = match crel.iter().rposition(|&b| b == b'/') {
-            Some(i) => (&crel[..i], &crel[i + 1..]),
-            None => (&crel[..0], &crel[..]),
-        };
-        let ddir = dst.open_dir(parent).map_err(tgt(&crel))?;
+        let dl = dst.locate_entry(&crel).map_err(tgt(&crel))?;
         let key = (st.st_dev, st.st_ino);
         if let Some(first) = firsts.get(&key) {
             let fl = dst.locate_entry(first).map_err(tgt(&crel))?;
             rustix::fs::linkat(
                 &fl.parent,
                 fl.name(),
-                &ddir,
-                OsStr::from_bytes(name),
+                &dl.parent,
+                dl.name(),
                 AtFlags::empty(),
             )
             .map_err(|x| e(x.into()))?;
             continue;
         }
-        let sdir = src.open_dir(parent).map_err(tgt(&crel))?;
-        copy_entry(sdir.as_fd(), ddir.as_fd(), name, st, notes).map_err(&e)?;
+        let sl = src.locate_entry(&crel).map_err(tgt(&crel))?;
+        copy_entry(sl.parent.as_fd(), dl.parent.as_fd(), sl.name, st, notes).map_err(&e)?;
+        drop((sl, dl));
         firsts.insert(key, crel);
     }
     // Deepest directories first, so setting a parent's times comes last.
@@ -773,56 +770,6 @@ mod tests {
         out
     }
 
-    /// One line per entry under `root`: path, type, mode, owner, size,
-    /// mtime, the (first) path of its inode among those listed, user.*
-    /// xattrs, data.
-    fn manifest(root: &std::path::Path) -> Vec<String> {
-        use std::os::unix::fs::MetadataExt;
-        let mut out = Vec::new();
-        let mut inodes: HashMap<u64, String> = HashMap::new();
-        let mut stack = vec![root.to_path_buf()];
-        let mut paths = Vec::new();
-        while let Some(d) = stack.pop() {
-            for e in std::fs::read_dir(&d).unwrap() {
-                let p = e.unwrap().path();
-                if std::fs::symlink_metadata(&p).unwrap().is_dir() {
-                    stack.push(p.clone());
-                }
-                paths.push(p);
-            }
-        }
-        paths.sort();
-        for p in paths {
-            let m = std::fs::symlink_metadata(&p).unwrap();
-            let rel = p.strip_prefix(root).unwrap().display().to_string();
-            let group = inodes.entry(m.ino()).or_insert_with(|| rel.clone()).clone();
-            let data = if m.is_file() {
-                format!("{:?}", std::fs::read(&p).unwrap())
-            } else if m.file_type().is_symlink() {
-                std::fs::read_link(&p).unwrap().display().to_string()
-            } else {
-                String::new()
-            };
-            let mut x: Vec<String> = read_xattrs(&p)
-                .unwrap()
-                .into_iter()
-                .filter(|(k, _)| k.starts_with(b"user."))
-                .map(|(k, v)| format!("{}={}", k.escape_ascii(), v.escape_ascii()))
-                .collect();
-            x.sort();
-            out.push(format!(
-                "{rel} {:o} {}:{} {} {} {} {group} {x:?} {data}",
-                m.mode(),
-                m.uid(),
-                m.gid(),
-                if m.is_dir() { 0 } else { m.size() },
-                m.mtime(),
-                m.mtime_nsec(),
-            ));
-        }
-        out
-    }
-
     #[test]
     fn copy_tree_copies_every_entry_link_and_attribute() {
         use std::os::unix::fs::PermissionsExt;
@@ -882,11 +829,17 @@ mod tests {
             }
         }
         copy_tree(&src, &dst, &mut Fail).unwrap();
+        // The project's manifest: type, mode, owner, size, mtime, link
+        // group, xattrs, content hash and data ranges of every path.
+        let manifest = |root: &std::path::Path| {
+            crate::manifest::manifest(root, crate::manifest::Options { holes: true }).unwrap()
+        };
         let (want, got) = (manifest(&s), manifest(&d));
-        assert_eq!(want.len(), 12 * (1 + 1 + 5 + 1) + 7);
+        // The header, the root, then the entries.
+        assert_eq!(want.lines().count(), 2 + 12 * (1 + 1 + 5 + 1) + 7);
         assert_eq!(got, want);
         if xattr_ok {
-            assert!(got.iter().any(|l| l.contains("user.k=v")));
+            assert!(got.contains(" xattr:user.k=v"));
         }
         // The sparse file stays sparse; the root's own attributes are copied.
         let m = std::fs::metadata(d.join("d6/sparse")).unwrap();

@@ -333,9 +333,7 @@ impl Pool {
 
     /// Wait until every queued job has run.
     pub fn wait_all(&self) {
-        for (w, &k) in self.queued.iter().enumerate() {
-            self.wait(w, k);
-        }
+        self.wait_marks(&self.queued);
     }
 
     /// The errors (in the order they happened) and notes of the jobs run

@@ -608,9 +608,8 @@ impl Receiver<'_> {
             return Ok(());
         };
         let marks = l.pool.marks();
-        let root = rustix::io::dup(cur.target.root())?;
         let at = if cur.subvolume {
-            TrashAt::Subvol(root.as_fd(), cur.record.uuid.0)
+            TrashAt::Subvol(cur.target.root(), cur.record.uuid.0)
         } else {
             TrashAt::ResumeDir
         };
@@ -660,17 +659,13 @@ impl Receiver<'_> {
         else {
             return Ok(true);
         };
-        let root = if cur.subvolume {
-            Some((rustix::io::dup(cur.target.root()), cur.record.uuid.0))
-        } else {
-            None
-        };
         let written = (|| {
             let rdir = self.resume_dir(&p.name, false)?;
             put_state(&rdir, &p.text, "state", false)?;
             drop_journals(&rdir, Some(p.index));
-            if let Some((root, uuid)) = root {
-                let _ = undo::drop_subvol_trash(root?.as_fd(), &uuid, Some(p.index));
+            if cur.subvolume {
+                let _ =
+                    undo::drop_subvol_trash(cur.target.root(), &cur.record.uuid.0, Some(p.index));
             }
             Ok(())
         })();
