@@ -68,8 +68,8 @@ use super::{ApplyError, ApplyErrorKind, Progress};
 
 mod resume;
 mod undo;
-pub(crate) use resume::drop_journals;
 pub use resume::{RESUME_DIR, Step, TokenError, Tracker, resume_token};
+pub(crate) use resume::{STATE_FILES, drop_journals};
 
 /// btrfs inode flags (`BTRFS_INODE_*`) → `FS_*_FL`, for FILEATTR.
 const FLAG_MAP: &[(u64, IFlags, &str)] = &[
@@ -254,6 +254,8 @@ pub struct Receiver<'p> {
     budget: Option<resume::Budget>,
     /// A checkpoint waiting for the lanes to become the resume point.
     pending: Option<resume::Pending>,
+    /// Checkpoints are taken ([`Receiver::set_checkpoints`]).
+    checkpoints: bool,
     progress: &'p mut dyn Progress,
 }
 
@@ -307,6 +309,7 @@ impl<'p> Receiver<'p> {
             journal: None,
             budget: None,
             pending: None,
+            checkpoints: true,
             progress,
         })
     }
@@ -470,6 +473,13 @@ impl<'p> Receiver<'p> {
         self.progress
             .subvol_done(cur.target.name(), cur.errors == 0);
         Ok(())
+    }
+
+    /// Whether this receive takes resume checkpoints (default: it does):
+    /// without, a new subvolume gets no start mark either ("Start mark" in
+    /// [`crate::resume`]).
+    pub fn set_checkpoints(&mut self, on: bool) {
+        self.checkpoints = on;
     }
 
     /// The resume point the last SUBVOL / SNAPSHOT rolled its partial
@@ -1696,57 +1706,72 @@ impl<'p> Receiver<'p> {
                 Some(Err(e)) => return Err(not_found(e, pu, pc)),
             }
         }
-        let created = match (&self.btrfs, &snapshot_of) {
-            (Some(_), Some(found)) => {
-                let dir = subvol::reopen_dir(self.dir.fd())?;
-                sys::snapshot_create(dir.as_fd(), name, found.fd.as_fd())
-            }
-            (Some(_), None) => {
-                let dir = subvol::reopen_dir(self.dir.fd())?;
-                sys::subvol_create(dir.as_fd(), name)
-            }
-            (None, _) => rustix::fs::mkdirat(
-                self.dir.fd(),
-                std::ffi::OsStr::from_bytes(name),
-                Mode::from_raw_mode(0o700),
-            ),
-        };
-        match created {
-            Ok(()) => {}
-            Err(rustix::io::Errno::EXIST) if self.btrfs.is_some() => {
-                if self.incomplete_subvolume(name)
-                    && let Some(t) = self.resume_whole(name, uuid, ctransid)?
-                {
-                    self.resumed = Some(t);
-                    return Ok(());
+        // Made afresh after removing a partial one (see `restart`): once.
+        let mut restarted = false;
+        loop {
+            let created = match (&self.btrfs, &snapshot_of) {
+                (Some(_), Some(found)) => {
+                    let dir = subvol::reopen_dir(self.dir.fd())?;
+                    sys::snapshot_create(dir.as_fd(), name, found.fd.as_fd())
                 }
-                return Err(if self.incomplete_subvolume(name) {
-                    ApplyErrorKind::ExistsIncompleteSubvol {
-                        dir: self.dir.display_path(name),
-                    }
-                } else {
-                    ApplyErrorKind::Exists
-                });
-            }
-            Err(rustix::io::Errno::EXIST) => {
-                let incomplete = self.records.list().is_ok_and(|l| {
-                    l.iter()
-                        .any(|r| r.name == name && r.state != State::Complete)
-                });
-                if incomplete && let Some(t) = self.resume_whole(name, uuid, ctransid)? {
-                    self.resumed = Some(t);
-                    return Ok(());
+                (Some(_), None) => {
+                    let dir = subvol::reopen_dir(self.dir.fd())?;
+                    sys::subvol_create(dir.as_fd(), name)
                 }
-                return Err(if incomplete {
-                    ApplyErrorKind::ExistsIncomplete {
-                        dir: self.dir.display_path(name),
-                        record: self.records.path_of(name),
+                (None, _) => rustix::fs::mkdirat(
+                    self.dir.fd(),
+                    std::ffi::OsStr::from_bytes(name),
+                    Mode::from_raw_mode(0o700),
+                ),
+            };
+            match created {
+                Ok(()) => break,
+                Err(rustix::io::Errno::EXIST) if self.btrfs.is_some() => {
+                    if self.incomplete_subvolume(name)
+                        && let Some(t) = self.resume_whole(name, uuid, ctransid)?
+                    {
+                        self.resumed = Some(t);
+                        return Ok(());
                     }
-                } else {
-                    ApplyErrorKind::Exists
-                });
+                    if !restarted
+                        && self.incomplete_subvolume(name)
+                        && self.restart(name, uuid.0, ctransid)?
+                    {
+                        restarted = true;
+                        continue;
+                    }
+                    return Err(if self.incomplete_subvolume(name) {
+                        ApplyErrorKind::ExistsIncompleteSubvol {
+                            dir: self.dir.display_path(name),
+                        }
+                    } else {
+                        ApplyErrorKind::Exists
+                    });
+                }
+                Err(rustix::io::Errno::EXIST) => {
+                    let incomplete = self.records.list().is_ok_and(|l| {
+                        l.iter()
+                            .any(|r| r.name == name && r.state != State::Complete)
+                    });
+                    if incomplete && let Some(t) = self.resume_whole(name, uuid, ctransid)? {
+                        self.resumed = Some(t);
+                        return Ok(());
+                    }
+                    if !restarted && incomplete && self.restart(name, uuid.0, ctransid)? {
+                        restarted = true;
+                        continue;
+                    }
+                    return Err(if incomplete {
+                        ApplyErrorKind::ExistsIncomplete {
+                            dir: self.dir.display_path(name),
+                            record: self.records.path_of(name),
+                        }
+                    } else {
+                        ApplyErrorKind::Exists
+                    });
+                }
+                Err(e) => return Err(e.into()),
             }
-            Err(e) => return Err(e.into()),
         }
         let record = Record {
             name: name.to_vec(),
@@ -1774,7 +1799,7 @@ impl<'p> Receiver<'p> {
         // Current from here on, so a failed copy leaves it incomplete and
         // the commands that follow are counted against it.
         let base = Arc::new(target.display(b""));
-        let cur = self.cur.insert(Current {
+        self.cur = Some(Current {
             target,
             record,
             errors: 0,
@@ -1782,7 +1807,10 @@ impl<'p> Receiver<'p> {
             base,
             subvolume: self.btrfs.is_some(),
         });
-        if let Some(p) = copy_of {
+        self.mark_start(name, uuid.0, ctransid);
+        if let Some(p) = copy_of
+            && let Some(cur) = &self.cur
+        {
             let src = self.dir.target(&p.name)?;
             let mut sink = NoteSink {
                 seen: &mut self.seen_notes,

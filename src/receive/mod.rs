@@ -931,6 +931,7 @@ fn decode_and_apply_from(
     let list = rx.lists_commands();
     // Where the current subvolume's stream is, for its resume points.
     let mut track = apply::Tracker::new(opts.checkpoint_interval);
+    rx.set_checkpoints(opts.checkpoint_interval != 0);
     // A resume error stops the receive.
     let resume_error = |kind| {
         ReceiveError::Apply(Box::new(ApplyError {
@@ -1137,7 +1138,7 @@ pub fn discard(dir: &Path, name: &[u8]) -> io::Result<()> {
         }
         // A directory-mode resume point: its undo journal and trash.
         apply::drop_journals(&points, None);
-        for f in ["state", "state.tmp", "durable", "durable.tmp"] {
+        for f in apply::STATE_FILES {
             match rustix::fs::unlinkat(&points, f, AtFlags::empty()) {
                 Ok(()) | Err(rustix::io::Errno::NOENT) => {}
                 Err(e) => return Err(named(e.into(), &resume)),

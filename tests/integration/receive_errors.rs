@@ -36,14 +36,13 @@ fn command_offset(bytes: &[u8], index: usize) -> usize {
 }
 
 fn receive_err(dir: &Path, bytes: &[u8]) -> String {
-    receive::receive(
-        Cursor::new(bytes),
-        dir,
-        &ReceiveOptions::default(),
-        &mut NoProgress,
-    )
-    .unwrap_err()
-    .to_string()
+    receive_err_with(dir, bytes, &ReceiveOptions::default())
+}
+
+fn receive_err_with(dir: &Path, bytes: &[u8], opts: &ReceiveOptions) -> String {
+    receive::receive(Cursor::new(bytes), dir, opts, &mut NoProgress)
+        .unwrap_err()
+        .to_string()
 }
 
 fn sv() -> Command<'static> {
@@ -111,7 +110,8 @@ fn truncate_size_and_clone_offset_past_2_pow_63_are_named() {
 #[test]
 fn rerun_over_an_incomplete_subvolume_says_how_to_receive_again() {
     let tmp = tempfile::tempdir().unwrap();
-    // Fails at its TRUNCATE: `sv` is left recorded as incomplete.
+    // Fails at its TRUNCATE: `sv` is left recorded as incomplete. Without
+    // checkpoints, so with no start mark either (see below).
     let bad = stream(&[
         sv(),
         mkfile("f", 257),
@@ -120,7 +120,9 @@ fn rerun_over_an_incomplete_subvolume_says_how_to_receive_again() {
             size: u64::MAX,
         },
     ]);
-    receive_err(tmp.path(), &bad);
+    let mut once = ReceiveOptions::default();
+    once.checkpoint_interval = 0;
+    receive_err_with(tmp.path(), &bad, &once);
     let record = tmp.path().join(".btrsend/sv.subvol");
     assert!(
         fs::read_to_string(&record)
@@ -158,6 +160,35 @@ fn rerun_over_an_incomplete_subvolume_says_how_to_receive_again() {
             tmp.path().join("sv").display()
         )
     );
+
+    // With checkpoints (the default) the failed receive leaves a start
+    // mark: the same subvolume received again starts it over.
+    let tmp = tempfile::tempdir().unwrap();
+    receive_err(tmp.path(), &bad);
+    fs::write(
+        tmp.path().join("sv/stray"),
+        b"made by the failed receive's era",
+    )
+    .unwrap();
+    receive::receive(
+        Cursor::new(&good),
+        tmp.path(),
+        &ReceiveOptions::default(),
+        &mut NoProgress,
+    )
+    .unwrap();
+    assert!(
+        fs::read_to_string(tmp.path().join(".btrsend/sv.subvol"))
+            .unwrap()
+            .ends_with("state=complete\n")
+    );
+    let mut names: Vec<_> = fs::read_dir(tmp.path().join("sv"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["f"]);
+    assert!(!tmp.path().join(receive::RESUME_DIR).exists());
 }
 
 #[test]

@@ -174,7 +174,12 @@ DIR` rolls DIR/NAME back to its checkpoint (plays the journal backwards, or
 after a restart replaces it by the durable snapshot) and finishes it: the same tree as an
 uninterrupted receive, with its received UUID set only at the end. The
 whole stream received again into DIR continues NAME from its checkpoint in
-the same way (the commands the checkpoint holds are read and dropped).
+the same way (the commands the checkpoint holds are read and dropped). A
+receive interrupted before NAME's first checkpoint (its first 48 MiB, or
+into a directory while an incremental copies its parent) has no resume point
+yet: --resume-token says so, and the whole stream received again starts NAME
+over (DIR/.btrsend-resume/NAME/start names the subvolume or directory the
+receive made; anything else there is refused and left alone).
 Over ssh:
 
     T=$(ssh backup btrsend receive --resume-token /backup/host1/day2)

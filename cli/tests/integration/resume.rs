@@ -1453,3 +1453,164 @@ fn resume_of_a_subvolume_that_was_itself_received() {
     );
     assert_eq!(received_uuid(&dir.join("s")), uuid_of(&snap));
 }
+
+/// A receive interrupted before its first checkpoint (the first 48 MiB of
+/// a subvolume's stream) leaves a partial subvolume with a start mark and
+/// no resume point: `--resume-token` says to receive the whole stream
+/// again, and that receive starts the partial one over and builds the
+/// kernel's tree, in both modes. In directory mode this covers an
+/// incremental whose copy of its parent was cut short (here by a full
+/// tmpfs, grown again before the second receive). A directory put in the
+/// partial one's place by hand is not the one marked: refused, and left
+/// as it is. Streams and manifests are the kernel's.
+#[test]
+fn a_receive_cut_before_its_first_checkpoint_starts_over() {
+    let test = "a_receive_cut_before_its_first_checkpoint_starts_over";
+    if !testing::require_live(test) {
+        return;
+    }
+    let src = LiveBtrfs::with_options(512 * MIB, &[], "").expect("scratch btrfs");
+    let mnt = src.path().to_path_buf();
+    let mut rng = Rng::new(1747);
+    let vol = mnt.join("vol");
+    sh(Command::new("btrfs")
+        .args(["subvolume", "create"])
+        .arg(&vol));
+    for d in 0..8 {
+        std::fs::create_dir(vol.join(format!("d{d}"))).unwrap();
+        for f in 0..250 {
+            write_random(&vol.join(format!("d{d}/f{f}")), 6000, &mut rng);
+        }
+    }
+    for f in 0..4 {
+        write_random(&vol.join(format!("big{f}")), 4 << 20, &mut rng);
+    }
+    let snap = |name: &str| {
+        sh(Command::new("btrfs")
+            .args(["subvolume", "snapshot", "-r"])
+            .arg(&vol)
+            .arg(mnt.join(name)));
+    };
+    snap("base");
+    std::fs::remove_file(vol.join("d3/f7")).unwrap();
+    std::fs::rename(vol.join("d1/f2"), vol.join("d5/moved")).unwrap();
+    write_random(&vol.join("d2/new"), 100_000, &mut rng);
+    snap("next");
+    sh(&mut Command::new("sync"));
+    let want_base = src.manifest("base", Options { holes: false }).unwrap();
+    let want_next = src.manifest("next", Options { holes: false }).unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let full = work.path().join("full.stream");
+    let inc = work.path().join("inc.stream");
+    sh(Command::new("btrfs")
+        .args(["send", "-q", "-f"])
+        .arg(&full)
+        .arg(mnt.join("base")));
+    sh(Command::new("btrfs")
+        .args(["send", "-q", "-f"])
+        .arg(&inc)
+        .arg("-p")
+        .arg(mnt.join("base"))
+        .arg(mnt.join("next")));
+    let bytes = std::fs::read(&full).unwrap();
+    assert!(
+        (20 * MIB..40 * MIB).contains(&(bytes.len() as u64)),
+        "{} bytes",
+        bytes.len()
+    );
+    let cut = work.path().join("cut.stream");
+    std::fs::write(&cut, &bytes[..bytes.len() / 2]).unwrap();
+    let receive = |stream: &Path, dir: &Path| {
+        btrsend()
+            .args(["receive", "-q", "-f"])
+            .arg(stream)
+            .arg(dir)
+            .env_remove("BTRSEND_CHECKPOINT_BYTES")
+            .output()
+            .unwrap()
+    };
+    let ok = |o: std::process::Output, what: &str| {
+        assert!(
+            o.status.success(),
+            "{what}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    };
+    let same = |dir: &Path, name: &str, want: &str, what: &str| {
+        let got = manifest::manifest(&dir.join(name), Options { holes: false }).unwrap();
+        if let Some(d) = manifest::diff(want, &got, 20) {
+            panic!("{what}: {d}");
+        }
+        assert!(!dir.join(btrsend::receive::RESUME_DIR).exists(), "{what}");
+    };
+    let token_error = |dir: &Path, name: &str| {
+        let o = btrsend()
+            .args(["receive", "--resume-token"])
+            .arg(dir.join(name))
+            .output()
+            .unwrap();
+        assert!(!o.status.success());
+        String::from_utf8_lossy(&o.stderr).into_owned()
+    };
+
+    // A full stream cut half way, received again whole: in both modes.
+    let btrfs_dst = LiveBtrfs::with_options(512 * MIB, &[], "").expect("scratch btrfs");
+    let tmpfs = Tmpfs::new(256 * MIB).expect("tmpfs");
+    for (mode, root) in [
+        ("subvolumes", btrfs_dst.path()),
+        ("directories", tmpfs.path()),
+    ] {
+        let dir = root.join("recv");
+        std::fs::create_dir(&dir).unwrap();
+        let o = receive(&cut, &dir);
+        assert!(!o.status.success(), "{mode}: a cut stream was received");
+        assert!(
+            String::from_utf8_lossy(&o.stderr).contains("truncated"),
+            "{mode}"
+        );
+        let e = token_error(&dir, "base");
+        assert!(
+            e.contains("has no resume point yet")
+                && e.contains("receive the whole stream again, and the receive starts it over"),
+            "{mode}: {e}"
+        );
+        ok(receive(&full, &dir), mode);
+        same(&dir, "base", &want_base, mode);
+        if mode == "subvolumes" {
+            assert_eq!(received_uuid(&dir.join("base")), uuid_of(&mnt.join("base")));
+        }
+    }
+
+    // Not the directory the receive made: refused, and left as it is.
+    let dir = tmpfs.path().join("hand");
+    std::fs::create_dir(&dir).unwrap();
+    assert!(!receive(&cut, &dir).status.success());
+    std::fs::remove_dir_all(dir.join("base")).unwrap();
+    std::fs::create_dir(dir.join("base")).unwrap();
+    std::fs::write(dir.join("base/mine"), b"keep me").unwrap();
+    let o = receive(&full, &dir);
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && e.contains("exists already"), "{e}");
+    assert_eq!(std::fs::read(dir.join("base/mine")).unwrap(), b"keep me");
+
+    // An incremental into a directory whose copy of its parent runs out
+    // of space: the copy is cut short; with room again, the whole stream
+    // starts it over.
+    let small = Tmpfs::new(48 * MIB).expect("tmpfs");
+    let dir = small.path().join("recv");
+    std::fs::create_dir(&dir).unwrap();
+    ok(receive(&full, &dir), "parent");
+    let o = receive(&inc, &dir);
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "the copy fit: enlarge the source");
+    assert!(e.contains("No space left"), "{e}");
+    assert!(dir.join("next").is_dir(), "no partial copy");
+    let e = token_error(&dir, "next");
+    assert!(e.contains("has no resume point yet"), "{e}");
+    sh(Command::new("mount")
+        .args(["-o", "remount,size=128m"])
+        .arg(small.path()));
+    ok(receive(&inc, &dir), "incremental, started over");
+    same(&dir, "next", &want_next, "incremental, started over");
+    same(&dir, "base", &want_base, "its parent");
+}

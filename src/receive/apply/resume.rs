@@ -243,6 +243,12 @@ pub enum TokenError {
         /// The boot id now.
         now: String,
     },
+    /// Interrupted before its first checkpoint: a receive of the whole
+    /// stream again starts it over ("Start mark" in [`crate::resume`]).
+    StartOver {
+        /// DIR/NAME.
+        path: PathBuf,
+    },
     /// No checkpoint was taken (or it cannot be read).
     NoCheckpoint {
         /// DIR/NAME.
@@ -273,6 +279,14 @@ impl std::fmt::Display for TokenError {
             TokenError::Restarted { path, was, now } => {
                 f.write_str(&restarted_message(path, was, now))
             }
+            TokenError::StartOver { path } => write!(
+                f,
+                "{} has no resume point yet (it was interrupted before its first checkpoint, \
+                 taken after {} MiB of stream): receive the whole stream again, and the receive \
+                 starts it over",
+                path.display(),
+                checkpoint_bytes(CHECKPOINT_BYTES) >> 20
+            ),
             TokenError::NoCheckpoint { path, state, why } => write!(
                 f,
                 "{} has no resume point ({}: {why}; the first is taken after {} MiB of stream): \
@@ -466,6 +480,9 @@ pub fn resume_token(path: &Path) -> Result<Token, TokenError> {
             now,
         }),
         Ok(p) => Ok(p.token),
+        Err(_) if read_start(&rdir.join(START)).is_some() => Err(TokenError::StartOver {
+            path: path.to_path_buf(),
+        }),
         Err(why) => Err(TokenError::NoCheckpoint {
             path: path.to_path_buf(),
             state,
@@ -670,6 +687,113 @@ impl Receiver<'_> {
             Ok(())
         })();
         self.checkpoint_failed(&p.name, written)?;
+        Ok(true)
+    }
+
+    /// Mark the subvolume `name` just made for snapshot `uuid` /
+    /// `ctransid` (before a directory-mode SNAPSHOT copies its parent into
+    /// it): until its first checkpoint, the start mark lets the next
+    /// receive of the whole stream start it over instead of refusing it
+    /// ([`Receiver::restart`]). Not with checkpoints off (`--checkpoint-interval
+    /// 0`: an interrupted receive leaves no resume point). A mark that
+    /// cannot be written is noted once; the receive goes on.
+    pub(super) fn mark_start(&mut self, name: &[u8], uuid: [u8; 16], ctransid: u64) {
+        if !self.checkpoints {
+            return;
+        }
+        let written = (|| {
+            let Some(cur) = self.cur.as_ref() else {
+                return Ok(());
+            };
+            let fd = rustix::fs::openat(
+                self.dir.fd(),
+                os(name),
+                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+                Mode::empty(),
+            )?;
+            let Some(identity) = identity(fd.as_fd(), cur.subvolume) else {
+                return Ok(());
+            };
+            let rdir = self.resume_dir(name, true)?;
+            let start = Start {
+                uuid,
+                ctransid,
+                identity,
+            };
+            put_state(&rdir, &start.text(), START, false)
+        })();
+        if let Err(e) = written {
+            let msg = format!(
+                "cannot mark the start of {}: {e} (if this receive is interrupted before its \
+                 first checkpoint, delete it before receiving it again)",
+                self.dir.display_path(name).display()
+            );
+            self.note("checkpoint", msg);
+        }
+    }
+
+    /// `DIR/name` exists, incomplete, with no resume point: if its start
+    /// mark says this receive made it for snapshot `uuid` / `ctransid`
+    /// (the object there is the one marked), it was interrupted before its
+    /// first checkpoint: remove it, so that the SUBVOL / SNAPSHOT makes it
+    /// afresh. Whether it was removed.
+    ///
+    /// # Errors
+    ///
+    /// It cannot be removed.
+    pub(super) fn restart(
+        &mut self,
+        name: &[u8],
+        uuid: [u8; 16],
+        ctransid: u64,
+    ) -> Result<bool, ApplyErrorKind> {
+        if self.point(name).is_some() {
+            return Ok(false);
+        }
+        let Ok(rdir) = self.resume_dir(name, false) else {
+            return Ok(false);
+        };
+        let start = rustix::fs::openat(
+            &rdir,
+            START,
+            OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+            Mode::empty(),
+        )
+        .ok()
+        .and_then(|fd| io::read_to_string(std::fs::File::from(fd)).ok())
+        .and_then(|t| Start::parse(&t));
+        let Some(start) = start.filter(|s| s.uuid == uuid && s.ctransid == ctransid) else {
+            return Ok(false);
+        };
+        let Ok(fd) = rustix::fs::openat(
+            self.dir.fd(),
+            os(name),
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+            Mode::empty(),
+        ) else {
+            return Ok(false);
+        };
+        let subvolume = self.btrfs.is_some();
+        if identity(fd.as_fd(), subvolume).as_ref() != Some(&start.identity) {
+            return Ok(false);
+        }
+        drop(fd);
+        let path = self.dir.display_path(name);
+        let failed = |e: io::Error| {
+            ApplyErrorKind::Invalid(format!(
+                "cannot remove {} to receive it again (interrupted before its first checkpoint): {e}",
+                path.display()
+            ))
+        };
+        self.drop_checkpoints(&rdir, None);
+        drop_journals(&rdir, None);
+        if subvolume {
+            let d = subvol::reopen_dir(self.dir.fd()).map_err(failed)?;
+            sys::snap_destroy(d.as_fd(), name).map_err(|e| failed(e.into()))?;
+        } else {
+            undo::remove_tree(self.dir.fd(), os(name)).map_err(failed)?;
+        }
+        let _ = rustix::fs::unlinkat(&rdir, START, AtFlags::empty());
         Ok(true)
     }
 
@@ -895,7 +1019,7 @@ impl Receiver<'_> {
         };
         self.drop_checkpoints(&rdir, None);
         drop_journals(&rdir, None);
-        for f in ["state", "state.tmp", "durable", "durable.tmp"] {
+        for f in STATE_FILES {
             let _ = rustix::fs::unlinkat(&rdir, f, AtFlags::empty());
         }
         drop(rdir);
@@ -1195,6 +1319,103 @@ impl Receiver<'_> {
         });
         Ok(())
     }
+}
+
+/// The files of a resume directory besides its journals, trash and
+/// snapshot checkpoints.
+pub(crate) const STATE_FILES: [&str; 6] = [
+    "state",
+    "state.tmp",
+    "durable",
+    "durable.tmp",
+    START,
+    "start.tmp",
+];
+
+/// The start mark of a resume directory: which snapshot the partial
+/// `DIR/NAME` was made for, and which object it is (see
+/// [`Receiver::mark_start`]).
+const START: &str = "start";
+
+/// What a start mark says: the snapshot's uuid and ctransid, and the
+/// identity of the subvolume or directory made for it ([`identity`]).
+#[derive(Debug, PartialEq, Eq)]
+struct Start {
+    uuid: [u8; 16],
+    ctransid: u64,
+    identity: String,
+}
+
+impl Start {
+    fn text(&self) -> String {
+        format!(
+            "btrsend start 1\nuuid {}\nctransid {}\nidentity {}\n",
+            hex(&self.uuid),
+            self.ctransid,
+            self.identity
+        )
+    }
+
+    fn parse(text: &str) -> Option<Start> {
+        let mut lines = text.lines();
+        if lines.next()? != "btrsend start 1" {
+            return None;
+        }
+        let field = |line: Option<&str>, key: &str| -> Option<String> {
+            Some(line?.strip_prefix(key)?.strip_prefix(' ')?.to_owned())
+        };
+        let u = field(lines.next(), "uuid")?;
+        let ctransid = field(lines.next(), "ctransid")?.parse().ok()?;
+        let identity = field(lines.next(), "identity")?;
+        if u.len() != 32 || identity.is_empty() {
+            return None;
+        }
+        let mut uuid = [0u8; 16];
+        for (i, b) in uuid.iter_mut().enumerate() {
+            *b = u8::from_str_radix(u.get(2 * i..2 * i + 2)?, 16).ok()?;
+        }
+        Some(Start {
+            uuid,
+            ctransid,
+            identity,
+        })
+    }
+}
+
+/// The lowercase hex of `b`.
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// The start mark at `path`, if there is a readable one.
+fn read_start(path: &Path) -> Option<Start> {
+    Start::parse(&std::fs::read_to_string(path).ok()?)
+}
+
+/// What tells the subvolume or directory `fd` from any other made at the
+/// same place later: a subvolume's own UUID, or a directory's inode number
+/// and birth time. `None` where the filesystem does not tell a birth time
+/// (then a partial directory is never started over).
+fn identity(fd: BorrowedFd<'_>, subvolume: bool) -> Option<String> {
+    if subvolume {
+        return sys::subvol_info(fd)
+            .ok()
+            .map(|i| format!("subvolume {}", hex(&i.uuid)));
+    }
+    let st = rustix::fs::statx(
+        fd,
+        "",
+        AtFlags::EMPTY_PATH,
+        rustix::fs::StatxFlags::INO | rustix::fs::StatxFlags::BTIME,
+    )
+    .ok()?;
+    if st.stx_mask & rustix::fs::StatxFlags::BTIME.bits() == 0 {
+        return None;
+    }
+    Some(format!(
+        "directory {} {}.{:09}",
+        st.stx_ino, st.stx_btime.tv_sec, st.stx_btime.tv_nsec
+    ))
 }
 
 /// Write the state `text` to `rdir/file`: to a temporary file renamed

@@ -349,7 +349,9 @@ fn open_dir(at: BorrowedFd<'_>, name: &OsStr) -> io::Result<OwnedFd> {
 }
 
 /// Remove `name` in `at`, a directory with everything in it or another
-/// entry. Missing: nothing to do.
+/// entry. Missing: nothing to do. A directory we may not change (a stream
+/// can make one mode 0555, and an ordinary user's receive is refused
+/// then) is made writable first: it goes anyway.
 pub(super) fn remove_tree(at: BorrowedFd<'_>, name: &OsStr) -> io::Result<()> {
     let st = match rustix::fs::statat(at, name, AtFlags::SYMLINK_NOFOLLOW) {
         Err(Errno::NOENT) => return Ok(()),
@@ -359,6 +361,9 @@ pub(super) fn remove_tree(at: BorrowedFd<'_>, name: &OsStr) -> io::Result<()> {
         return Ok(rustix::fs::unlinkat(at, name, AtFlags::empty())?);
     }
     let dir = open_dir(at, name)?;
+    if st.st_mode & 0o700 != 0o700 {
+        rustix::fs::fchmod(&dir, Mode::from_raw_mode((st.st_mode | 0o700) & 0o7777))?;
+    }
     let mut names = Vec::new();
     for e in rustix::fs::Dir::read_from(&dir)? {
         let e = e?;
