@@ -63,7 +63,9 @@
 //! directory's inode number and birth time; none where the filesystem
 //! tells no birth time, and then no mark). A later SUBVOL / SNAPSHOT of
 //! the same snapshot that finds `DIR/NAME` incomplete with no resume point
-//! but with a start mark naming that very object removes it (a subvolume
+//! this boot can use (none yet, or one of another boot with no durable
+//! checkpoint: see "What survives what") but with a start mark naming that
+//! very object removes it (a subvolume
 //! deleted, a directory removed without following symlinks) and makes it
 //! afresh; anything else in its place is refused as before, and left
 //! alone. `--resume-token` says to receive the whole stream again. No
@@ -172,14 +174,16 @@
 //!
 //! | resume point | kill -9, closed pipe, ENOSPC | power loss, OS crash |
 //! |---|---|---|
-//! | directory mode (undo journal) | resumed from the last checkpoint, tree exact | refused: `DIR/NAME` cannot be trusted; delete it and receive it again |
+//! | directory mode (undo journal) | resumed from the last checkpoint, tree exact | refused: `DIR/NAME` cannot be trusted; the whole stream received again starts it over |
 //! | subvolume mode, with a durable checkpoint | resumed from the last checkpoint, tree exact | resumed from the last durable checkpoint (snapshot and `durable` flushed), tree exact |
 //! | subvolume mode, none durable yet (the first seconds) | resumed from the last checkpoint, tree exact | refused, as in directory mode |
 //!
 //! A resume point of another boot (or a `state` a crash left torn) with no
-//! durable checkpoint is refused with that message by `--resume-token`, by
-//! a continuation stream and by the whole stream received again, and
-//! nothing in DIR is changed (an old state without a boot id, from an
+//! durable checkpoint is refused with that message by `--resume-token` and
+//! by a continuation stream, and nothing in DIR is changed; the whole
+//! stream received again starts `DIR/NAME` over when its start mark names
+//! it (the mark's identity does not depend on what reached the disk), and
+//! is refused in the same way when not (an old state without a boot id, from an
 //! earlier btrsend that flushed every checkpoint, is still used).
 //! `--resume-token` prints the token of the point a resume would use.
 //!

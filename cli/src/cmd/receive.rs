@@ -189,8 +189,8 @@ A resume point between durable checkpoints serves only until the system
 restarts: a power loss or OS crash (unlike a killed process) may leave changes
 on disk that the journal does not know of. After a restart (another boot id)
 a receive into btrfs goes back to its last durable checkpoint; with none, and
-in directory mode, the resume is refused, nothing is changed, and DIR/NAME is
-to be deleted and received again. A subvolume resumed from a durable
+in directory mode, --resume-token and a continuation are refused and nothing
+is changed, and the whole stream received again starts DIR/NAME over. A subvolume resumed from a durable
 checkpoint is a snapshot of it: btrfs subvolume show gives it a Parent UUID
 (that of the deleted checkpoint) where an uninterrupted receive of a full
 stream has none, or its parent's. Its tree, UUID and received UUID are the

@@ -1208,9 +1208,11 @@ fn set_state_boot(dir: &Path, name: &str, boot: &str) {
 /// restart is faked by editing that id in the state (1 MiB checkpoints, a
 /// kernel stream cut after 12 MiB):
 /// * directory mode, and subvolume mode with no durable checkpoint
-///   (`BTRSEND_DURABLE_EVERY=0`): `--resume-token`, a continuation and the
-///   whole stream again are all refused with the reason, and nothing under
-///   DIR changes (its manifest, the resume point included);
+///   (`BTRSEND_DURABLE_EVERY=0`): `--resume-token` and a continuation are
+///   refused with the reason, and nothing under DIR changes (its manifest,
+///   the resume point included); the whole stream received again starts
+///   the partial subvolume over (its start mark names it) and ends with
+///   the kernel's tree (in another DIR, cut the same way);
 /// * subvolume mode with a durable snapshot every 4th checkpoint: the
 ///   token goes back to the last durable checkpoint (an earlier offset), a
 ///   continuation from the later point is refused, and one from the token
@@ -1335,29 +1337,54 @@ fn a_resume_point_of_another_boot_falls_back_to_a_durable_checkpoint_or_is_refus
                 "before the system restarted",
                 other,
                 boot,
-                "delete it and receive it again",
+                "receive the whole stream again: the receive starts it over",
             ] {
                 assert!(
                     err.contains(s),
                     "{mode}: --resume-token: {s:?} not in {err}"
                 );
             }
-            for stream in [&cont, &whole] {
-                let o = receive(stream);
-                let err = String::from_utf8_lossy(&o.stderr);
-                assert!(!o.status.success(), "{mode}: resumed after a restart");
-                assert!(
-                    err.contains("before the system restarted")
-                        && err.contains("delete it and receive it again"),
-                    "{mode}: {err}"
-                );
-                let after = tree();
-                assert!(
-                    manifest::diff(&before, &after, 20).is_none(),
-                    "{mode}: a refused resume changed DIR: {}",
-                    manifest::diff(&before, &after, 20).unwrap_or_default()
-                );
-            }
+            let o = receive(&cont);
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert!(!o.status.success(), "{mode}: resumed after a restart");
+            assert!(
+                err.contains("before the system restarted")
+                    && err.contains("receive the whole stream again: the receive starts it over"),
+                "{mode}: {err}"
+            );
+            let after = tree();
+            assert!(
+                manifest::diff(&before, &after, 20).is_none(),
+                "{mode}: a refused resume changed DIR: {}",
+                manifest::diff(&before, &after, 20).unwrap_or_default()
+            );
+            // The whole stream, into another DIR cut the same way: started
+            // over.
+            let over = root.join(format!("recv{i}-over"));
+            std::fs::create_dir(&over).unwrap();
+            let receive_over = |stream: &Path| {
+                btrsend()
+                    .args(["receive", "-f"])
+                    .arg(stream)
+                    .arg(&over)
+                    .env("BTRSEND_CHECKPOINT_BYTES", MIB.to_string())
+                    .env("BTRSEND_DURABLE_EVERY", durable_every)
+                    .output()
+                    .unwrap()
+            };
+            assert!(!receive_over(&cut).status.success());
+            set_state_boot(&over, "snap", other);
+            let o = receive_over(&whole);
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert!(o.status.success(), "{mode}: not started over: {err}");
+            assert!(!err.contains("resuming"), "{mode}: {err}");
+            let got = btrsend::manifest::manifest(&over.join("snap"), opts).unwrap();
+            assert!(
+                manifest::diff(&want, &got, 20).is_none(),
+                "{mode}: started over: {}",
+                manifest::diff(&want, &got, 20).unwrap_or_default()
+            );
+            assert!(!over.join(btrsend::receive::RESUME_DIR).exists(), "{mode}");
             // The same resume point in this boot: it continues.
             set_state_boot(&dir, "snap", boot);
         }

@@ -6,7 +6,7 @@
 
 use std::ffi::OsStr;
 use std::io::{self, Write};
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -238,6 +238,9 @@ pub enum TokenError {
     Restarted {
         /// DIR/NAME.
         path: PathBuf,
+        /// It has a start mark: the whole stream received again starts it
+        /// over (else it is to be deleted first).
+        start_over: bool,
         /// The boot id in the state.
         was: String,
         /// The boot id now.
@@ -276,9 +279,12 @@ impl std::fmt::Display for TokenError {
                 "{} was received completely (as a directory): nothing to resume",
                 p.display()
             ),
-            TokenError::Restarted { path, was, now } => {
-                f.write_str(&restarted_message(path, was, now))
-            }
+            TokenError::Restarted {
+                path,
+                start_over,
+                was,
+                now,
+            } => f.write_str(&restarted_message(path, *start_over, was, now)),
             TokenError::StartOver { path } => write!(
                 f,
                 "{} has no resume point yet (it was interrupted before its first checkpoint, \
@@ -302,12 +308,17 @@ impl std::fmt::Display for TokenError {
 impl std::error::Error for TokenError {}
 
 /// Why a resume point of another boot is refused.
-fn restarted_message(path: &Path, was: &str, now: &str) -> String {
+fn restarted_message(path: &Path, start_over: bool, was: &str, now: &str) -> String {
+    let what = if start_over {
+        "receive the whole stream again: the receive starts it over"
+    } else {
+        "delete it and receive it again"
+    };
     format!(
         "cannot resume {}: its resume point was written before the system restarted (boot id \
          {was}, now {now}) and serves only while the system runs (a power loss or crash may \
          have left a tree its checkpoint does not describe), and it has no flushed checkpoint: \
-         delete it and receive it again",
+         {what}",
         path.display()
     )
 }
@@ -476,6 +487,7 @@ pub fn resume_token(path: &Path) -> Result<Token, TokenError> {
             ..
         }) => Err(TokenError::Restarted {
             path: path.to_path_buf(),
+            start_over: read_start(&rdir.join(START)).is_some(),
             was,
             now,
         }),
@@ -732,11 +744,37 @@ impl Receiver<'_> {
         }
     }
 
-    /// `DIR/name` exists, incomplete, with no resume point: if its start
-    /// mark says this receive made it for snapshot `uuid` / `ctransid`
-    /// (the object there is the one marked), it was interrupted before its
-    /// first checkpoint: remove it, so that the SUBVOL / SNAPSHOT makes it
-    /// afresh. Whether it was removed.
+    /// The resume directory of `DIR/name` if its start mark is for
+    /// snapshot `uuid` / `ctransid` and names the object at `DIR/name`
+    /// (see "Start mark" in [`crate::resume`]).
+    fn marked(&self, name: &[u8], uuid: [u8; 16], ctransid: u64) -> Option<OwnedFd> {
+        let rdir = self.resume_dir(name, false).ok()?;
+        let start = rustix::fs::openat(
+            &rdir,
+            START,
+            OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+            Mode::empty(),
+        )
+        .ok()
+        .and_then(|fd| io::read_to_string(std::fs::File::from(fd)).ok())
+        .and_then(|t| Start::parse(&t))
+        .filter(|s| s.uuid == uuid && s.ctransid == ctransid)?;
+        let fd = rustix::fs::openat(
+            self.dir.fd(),
+            os(name),
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+            Mode::empty(),
+        )
+        .ok()?;
+        (identity(fd.as_fd(), self.btrfs.is_some()).as_ref() == Some(&start.identity))
+            .then_some(rdir)
+    }
+
+    /// `DIR/name` exists, incomplete, with no resume point this boot can
+    /// use (none yet, or one of another boot with no durable checkpoint):
+    /// if its start mark says this receive made it for snapshot `uuid` /
+    /// `ctransid` (the object there is the one marked), remove it, so that
+    /// the SUBVOL / SNAPSHOT makes it afresh. Whether it was removed.
     ///
     /// # Errors
     ///
@@ -747,41 +785,17 @@ impl Receiver<'_> {
         uuid: [u8; 16],
         ctransid: u64,
     ) -> Result<bool, ApplyErrorKind> {
-        if self.point(name).is_some() {
+        if self.point(name).is_some_and(|p| p.refused.is_none()) {
             return Ok(false);
         }
-        let Ok(rdir) = self.resume_dir(name, false) else {
-            return Ok(false);
-        };
-        let start = rustix::fs::openat(
-            &rdir,
-            START,
-            OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
-            Mode::empty(),
-        )
-        .ok()
-        .and_then(|fd| io::read_to_string(std::fs::File::from(fd)).ok())
-        .and_then(|t| Start::parse(&t));
-        let Some(start) = start.filter(|s| s.uuid == uuid && s.ctransid == ctransid) else {
-            return Ok(false);
-        };
-        let Ok(fd) = rustix::fs::openat(
-            self.dir.fd(),
-            os(name),
-            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
-            Mode::empty(),
-        ) else {
+        let Some(rdir) = self.marked(name, uuid, ctransid) else {
             return Ok(false);
         };
         let subvolume = self.btrfs.is_some();
-        if identity(fd.as_fd(), subvolume).as_ref() != Some(&start.identity) {
-            return Ok(false);
-        }
-        drop(fd);
         let path = self.dir.display_path(name);
         let failed = |e: io::Error| {
             ApplyErrorKind::Invalid(format!(
-                "cannot remove {} to receive it again (interrupted before its first checkpoint): {e}",
+                "cannot remove the partial {} to receive it over: {e}",
                 path.display()
             ))
         };
@@ -793,7 +807,9 @@ impl Receiver<'_> {
         } else {
             undo::remove_tree(self.dir.fd(), os(name)).map_err(failed)?;
         }
-        let _ = rustix::fs::unlinkat(&rdir, START, AtFlags::empty());
+        for f in STATE_FILES {
+            let _ = rustix::fs::unlinkat(&rdir, f, AtFlags::empty());
+        }
         Ok(true)
     }
 
@@ -1137,6 +1153,10 @@ impl Receiver<'_> {
         if point.token.uuid != uuid.0 || point.token.ctransid != ctransid {
             return Ok(None);
         }
+        if point.refused.is_some() && self.marked(name, uuid.0, ctransid).is_some() {
+            // Of another boot, and marked: `restart` starts it over.
+            return Ok(None);
+        }
         self.rollback(name, &point)?;
         Ok(Some(point.token))
     }
@@ -1146,6 +1166,8 @@ impl Receiver<'_> {
         match &point.refused {
             Some((was, now)) => Err(ApplyErrorKind::Invalid(restarted_message(
                 &self.dir.display_path(name),
+                self.marked(name, point.token.uuid, point.token.ctransid)
+                    .is_some(),
                 was,
                 now,
             ))),
