@@ -1310,13 +1310,12 @@ impl<'p> Receiver<'p> {
         let hit = matches!(&self.wcache, Some(w) if w.path == path);
         if !hit {
             self.wcache = None;
-            let f = self.cur()?.target.open_regular(path, true)?;
-            let m = f.metadata()?;
+            let (f, st) = self.cur()?.target.open_regular_stat(path, true)?;
             self.wcache = Some(WFile {
                 path: path.to_vec(),
                 file: Arc::new(f),
-                single: self.lanes.is_some() && m.nlink() == 1,
-                ino: m.ino(),
+                single: self.lanes.is_some() && st.st_nlink == 1,
+                ino: st.st_ino,
                 fresh_owner: None,
             });
         }
@@ -1872,7 +1871,6 @@ fn create_file(l: &target::Located<'_>) -> Result<File, ApplyErrorKind> {
 }
 
 use std::os::unix::ffi::OsStrExt as _;
-use std::os::unix::fs::MetadataExt as _;
 
 /// The PATH attribute among the attributes in `prefix` (the start of a
 /// WRITE or ENCODED_WRITE payload) before DATA, if it is there whole (the
@@ -1993,7 +1991,7 @@ mod tests {
     use super::*;
     use crate::receive::NoProgress;
     use std::borrow::Cow;
-    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+    use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
     use std::path::Path;
     use stream_format::Timespec as StreamTime;
 

@@ -329,6 +329,12 @@ impl Located<'_> {
     ///
     /// `EINVAL`-like errors for a non-regular file; the OS error otherwise.
     pub fn open_regular(&self, write: bool) -> io::Result<File> {
+        Ok(self.open_regular_stat(write)?.0)
+    }
+
+    /// [`Located::open_regular`], with the file's status (from the check
+    /// that it is a regular file: no second `fstat`).
+    pub fn open_regular_stat(&self, write: bool) -> io::Result<(File, rustix::fs::Stat)> {
         let opath = self.open_path()?;
         let st = rustix::fs::fstat(&opath)?;
         let ft = FileType::from_raw_mode(st.st_mode);
@@ -338,7 +344,7 @@ impl Located<'_> {
                 format!("not a regular file ({})", file_type_name(ft)),
             ));
         }
-        reopen(&opath, write)
+        Ok((reopen(&opath, write)?, st))
     }
 }
 
@@ -580,6 +586,11 @@ impl Target {
     /// A refused path, a non-regular file, or the OS error.
     pub fn open_regular(&self, rel: &[u8], write: bool) -> Result<File> {
         Ok(self.locate_entry(rel)?.open_regular(write)?)
+    }
+
+    /// [`Target::open_regular`], with the file's status.
+    pub fn open_regular_stat(&self, rel: &[u8], write: bool) -> Result<(File, rustix::fs::Stat)> {
+        Ok(self.locate_entry(rel)?.open_regular_stat(write)?)
     }
 }
 
