@@ -39,6 +39,16 @@ fn receive_err(dir: &Path, bytes: &[u8]) -> String {
     receive_err_with(dir, bytes, &ReceiveOptions::default())
 }
 
+fn receive_ok(dir: &Path, bytes: &[u8]) {
+    receive::receive(
+        Cursor::new(bytes),
+        dir,
+        &ReceiveOptions::default(),
+        &mut NoProgress,
+    )
+    .unwrap();
+}
+
 fn receive_err_with(dir: &Path, bytes: &[u8], opts: &ReceiveOptions) -> String {
     receive::receive(Cursor::new(bytes), dir, opts, &mut NoProgress)
         .unwrap_err()
@@ -144,13 +154,7 @@ fn rerun_over_an_incomplete_subvolume_says_how_to_receive_again() {
     // Doing so works.
     fs::remove_dir_all(tmp.path().join("sv")).unwrap();
     fs::remove_file(&record).unwrap();
-    receive::receive(
-        Cursor::new(&good),
-        tmp.path(),
-        &ReceiveOptions::default(),
-        &mut NoProgress,
-    )
-    .unwrap();
+    receive_ok(tmp.path(), &good);
     // A complete one keeps the plain message.
     assert_eq!(
         receive_err(tmp.path(), &good),
@@ -170,13 +174,7 @@ fn rerun_over_an_incomplete_subvolume_says_how_to_receive_again() {
         b"made by the failed receive's era",
     )
     .unwrap();
-    receive::receive(
-        Cursor::new(&good),
-        tmp.path(),
-        &ReceiveOptions::default(),
-        &mut NoProgress,
-    )
-    .unwrap();
+    receive_ok(tmp.path(), &good);
     assert!(
         fs::read_to_string(tmp.path().join(".btrsend/sv.subvol"))
             .unwrap()

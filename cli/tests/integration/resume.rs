@@ -193,6 +193,18 @@ fn token(dir: &Path, name: &str) -> Option<String> {
     Some(t.trim_end().to_owned())
 }
 
+/// A kernel-made scratch btrfs of `size` bytes with an empty subvolume
+/// `vol`: the filesystem, its mount point and `vol`.
+fn scratch_with_vol(size: u64) -> (LiveBtrfs, PathBuf, PathBuf) {
+    let src = LiveBtrfs::with_options(size, &[], "").expect("scratch btrfs");
+    let mnt = src.path().to_path_buf();
+    let vol = mnt.join("vol");
+    sh(Command::new("btrfs")
+        .args(["subvolume", "create"])
+        .arg(&vol));
+    (src, mnt, vol)
+}
+
 /// The stream offset a token continues from.
 fn token_offset(t: &str) -> u64 {
     let hex = t.strip_prefix("btrsend-resume-1-").unwrap();
@@ -874,14 +886,9 @@ fn resume_in_the_second_subvolume_keeps_fileattrs_before_the_checkpoint() {
     if !testing::require_live(test) {
         return;
     }
-    let src = LiveBtrfs::with_options(1 << 30, &[], "").expect("scratch btrfs");
-    let mnt = src.path().to_path_buf();
+    let (src, mnt, vol) = scratch_with_vol(1 << 30);
     let mut rng = Rng::new(1415);
     std::fs::create_dir(mnt.join("snaps")).unwrap();
-    let vol = mnt.join("vol");
-    sh(Command::new("btrfs")
-        .args(["subvolume", "create"])
-        .arg(&vol));
     let file = |f: usize| vol.join(format!("f{f}"));
     for f in 0..60 {
         let len = if f % 2 == 0 { 1_000_000 } else { 3000 };
@@ -1022,13 +1029,8 @@ fn checkpoint_interval_zero_takes_no_checkpoints() {
     if !testing::require_live(test) {
         return;
     }
-    let src = LiveBtrfs::with_options(512 * MIB, &[], "").expect("scratch btrfs");
-    let mnt = src.path().to_path_buf();
+    let (src, mnt, vol) = scratch_with_vol(512 * MIB);
     let mut rng = Rng::new(1733);
-    let vol = mnt.join("vol");
-    sh(Command::new("btrfs")
-        .args(["subvolume", "create"])
-        .arg(&vol));
     for f in 0..24 {
         write_random(&vol.join(format!("f{f}")), 1_000_000, &mut rng);
     }
@@ -1131,13 +1133,8 @@ fn btrfs_property_after_a_checkpoint_into_a_directory_is_skipped() {
     if !testing::require_live(test) {
         return;
     }
-    let src = LiveBtrfs::with_options(256 * MIB, &[], "").expect("scratch btrfs");
-    let mnt = src.path().to_path_buf();
+    let (src, mnt, vol) = scratch_with_vol(256 * MIB);
     let mut rng = Rng::new(1734);
-    let vol = mnt.join("vol");
-    sh(Command::new("btrfs")
-        .args(["subvolume", "create"])
-        .arg(&vol));
     for f in 0..6 {
         let p = vol.join(format!("f{f}"));
         write_random(&p, 1_000_000, &mut rng);
@@ -1230,13 +1227,8 @@ fn a_resume_point_of_another_boot_falls_back_to_a_durable_checkpoint_or_is_refus
     let boot = boot.trim();
     let other = "00000000-1111-2222-3333-444444444444";
     assert_ne!(boot, other);
-    let src = LiveBtrfs::with_options(512 * MIB, &[], "").expect("scratch btrfs");
-    let mnt = src.path().to_path_buf();
+    let (src, mnt, vol) = scratch_with_vol(512 * MIB);
     let mut rng = Rng::new(1735);
-    let vol = mnt.join("vol");
-    sh(Command::new("btrfs")
-        .args(["subvolume", "create"])
-        .arg(&vol));
     for f in 0..24 {
         write_random(&vol.join(format!("f{f}")), 1_000_000, &mut rng);
     }
@@ -1279,16 +1271,17 @@ fn a_resume_point_of_another_boot_falls_back_to_a_durable_checkpoint_or_is_refus
     {
         let dir = root.join(format!("recv{i}"));
         std::fs::create_dir(&dir).unwrap();
-        let receive = |stream: &Path| {
+        let receive_into = |stream: &Path, into: &Path| {
             btrsend()
                 .args(["receive", "-f"])
                 .arg(stream)
-                .arg(&dir)
+                .arg(into)
                 .env("BTRSEND_CHECKPOINT_BYTES", MIB.to_string())
                 .env("BTRSEND_DURABLE_EVERY", durable_every)
                 .output()
                 .unwrap()
         };
+        let receive = |stream: &Path| receive_into(stream, &dir);
         let o = receive(&cut);
         assert!(!o.status.success(), "{mode}: a cut stream was received");
         let t = token(&dir, "snap").expect("a resume point");
@@ -1362,16 +1355,7 @@ fn a_resume_point_of_another_boot_falls_back_to_a_durable_checkpoint_or_is_refus
             // over.
             let over = root.join(format!("recv{i}-over"));
             std::fs::create_dir(&over).unwrap();
-            let receive_over = |stream: &Path| {
-                btrsend()
-                    .args(["receive", "-f"])
-                    .arg(stream)
-                    .arg(&over)
-                    .env("BTRSEND_CHECKPOINT_BYTES", MIB.to_string())
-                    .env("BTRSEND_DURABLE_EVERY", durable_every)
-                    .output()
-                    .unwrap()
-            };
+            let receive_over = |stream: &Path| receive_into(stream, &over);
             assert!(!receive_over(&cut).status.success());
             set_state_boot(&over, "snap", other);
             let o = receive_over(&whole);
@@ -1416,12 +1400,7 @@ fn resume_of_a_subvolume_that_was_itself_received() {
         return;
     }
     let mut rng = Rng::new(1415);
-    let src = LiveBtrfs::with_options(1 << 30, &[], "").expect("scratch btrfs");
-    let mnt = src.path().to_path_buf();
-    let vol = mnt.join("vol");
-    sh(Command::new("btrfs")
-        .args(["subvolume", "create"])
-        .arg(&vol));
+    let (src, mnt, vol) = scratch_with_vol(1 << 30);
     for f in 0..12 {
         let len = (2 * MIB + rng.below(3 * MIB)) as usize;
         write_random(&vol.join(format!("f{f}")), len, &mut rng);
@@ -1496,13 +1475,8 @@ fn a_receive_cut_before_its_first_checkpoint_starts_over() {
     if !testing::require_live(test) {
         return;
     }
-    let src = LiveBtrfs::with_options(512 * MIB, &[], "").expect("scratch btrfs");
-    let mnt = src.path().to_path_buf();
+    let (src, mnt, vol) = scratch_with_vol(512 * MIB);
     let mut rng = Rng::new(1747);
-    let vol = mnt.join("vol");
-    sh(Command::new("btrfs")
-        .args(["subvolume", "create"])
-        .arg(&vol));
     for d in 0..8 {
         std::fs::create_dir(vol.join(format!("d{d}"))).unwrap();
         for f in 0..250 {
