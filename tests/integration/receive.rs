@@ -101,7 +101,9 @@ pub(super) fn subvol_names(dir: &Path) -> Vec<String> {
     let mut v: Vec<String> = fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|n| n != ".btrsend")
+        // The records (`.btrsend`) and the resume points
+        // (`.btrsend-resume`) are not received subvolumes.
+        .filter(|n| !n.starts_with(".btrsend"))
         .collect();
     v.sort();
     v
