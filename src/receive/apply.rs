@@ -1705,7 +1705,8 @@ impl<'p> Receiver<'p> {
                 Some(Err(e)) => return Err(not_found(e, pu, pc)),
             }
         }
-        // Made afresh after removing a partial one (see `restart`): once.
+        // Made afresh after removing a partial one (see `take_partial`):
+        // once.
         let mut restarted = false;
         loop {
             let created = match (&self.btrfs, &snapshot_of) {
@@ -1725,48 +1726,37 @@ impl<'p> Receiver<'p> {
             };
             match created {
                 Ok(()) => break,
-                Err(rustix::io::Errno::EXIST) if self.btrfs.is_some() => {
-                    if self.incomplete_subvolume(name)
-                        && let Some(t) = self.resume_whole(name, uuid, ctransid)?
-                    {
-                        self.resumed = Some(t);
-                        return Ok(());
-                    }
-                    if !restarted
-                        && self.incomplete_subvolume(name)
-                        && self.restart(name, uuid.0, ctransid)?
-                    {
-                        restarted = true;
-                        continue;
-                    }
-                    return Err(if self.incomplete_subvolume(name) {
-                        ApplyErrorKind::ExistsIncompleteSubvol {
-                            dir: self.dir.display_path(name),
-                        }
-                    } else {
-                        ApplyErrorKind::Exists
-                    });
-                }
                 Err(rustix::io::Errno::EXIST) => {
-                    let incomplete = self.records.list().is_ok_and(|l| {
-                        l.iter()
-                            .any(|r| r.name == name && r.state != State::Complete)
-                    });
-                    if incomplete && let Some(t) = self.resume_whole(name, uuid, ctransid)? {
-                        self.resumed = Some(t);
-                        return Ok(());
+                    let incomplete = if self.btrfs.is_some() {
+                        self.incomplete_subvolume(name)
+                    } else {
+                        self.records.list().is_ok_and(|l| {
+                            l.iter()
+                                .any(|r| r.name == name && r.state != State::Complete)
+                        })
+                    };
+                    if !incomplete {
+                        return Err(ApplyErrorKind::Exists);
                     }
-                    if !restarted && incomplete && self.restart(name, uuid.0, ctransid)? {
-                        restarted = true;
-                        continue;
+                    match self.take_partial(name, uuid, ctransid, !restarted)? {
+                        resume::Partial::Resumed(t) => {
+                            self.resumed = Some(t);
+                            return Ok(());
+                        }
+                        resume::Partial::Removed => {
+                            restarted = true;
+                            continue;
+                        }
+                        resume::Partial::Kept => {}
                     }
-                    return Err(if incomplete {
+                    let dir = self.dir.display_path(name);
+                    return Err(if self.btrfs.is_some() {
+                        ApplyErrorKind::ExistsIncompleteSubvol { dir }
+                    } else {
                         ApplyErrorKind::ExistsIncomplete {
-                            dir: self.dir.display_path(name),
+                            dir,
                             record: self.records.path_of(name),
                         }
-                    } else {
-                        ApplyErrorKind::Exists
                     });
                 }
                 Err(e) => return Err(e.into()),

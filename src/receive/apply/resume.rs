@@ -474,25 +474,31 @@ pub fn resume_token(path: &Path) -> Result<Token, TokenError> {
     }
     let rdir = dir.join(RESUME_DIR).join(name);
     let state = rdir.join("state");
-    let point = rustix::fs::open(
+    let rdir = rustix::fs::open(
         &rdir,
         OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
         Mode::empty(),
     )
-    .map_err(|e| io::Error::from(e).to_string())
-    .and_then(|fd| read_point(fd.as_fd()));
+    .map_err(|e| io::Error::from(e).to_string());
+    let point = rdir
+        .as_ref()
+        .map_err(Clone::clone)
+        .and_then(|fd| read_point(fd.as_fd()));
+    let marked = rdir
+        .as_ref()
+        .is_ok_and(|fd| read_start(fd.as_fd()).is_some());
     match point {
         Ok(Point {
             refused: Some((was, now)),
             ..
         }) => Err(TokenError::Restarted {
             path: path.to_path_buf(),
-            start_over: read_start(&rdir.join(START)).is_some(),
+            start_over: marked,
             was,
             now,
         }),
         Ok(p) => Ok(p.token),
-        Err(_) if read_start(&rdir.join(START)).is_some() => Err(TokenError::StartOver {
+        Err(_) if marked => Err(TokenError::StartOver {
             path: path.to_path_buf(),
         }),
         Err(why) => Err(TokenError::NoCheckpoint {
@@ -506,6 +512,16 @@ pub fn resume_token(path: &Path) -> Result<Token, TokenError> {
 /// `name` as an `OsStr`.
 fn os(name: &[u8]) -> &OsStr {
     OsStr::from_bytes(name)
+}
+
+/// What [`Receiver::take_partial`] did with a partial `DIR/NAME`.
+pub(super) enum Partial {
+    /// Rolled back to its resume point, this one.
+    Resumed(Token),
+    /// Removed, to be made afresh.
+    Removed,
+    /// Left as it is.
+    Kept,
 }
 
 /// A checkpoint taken without waiting for the data lanes (see "Receiver:
@@ -706,7 +722,7 @@ impl Receiver<'_> {
     /// `ctransid` (before a directory-mode SNAPSHOT copies its parent into
     /// it): until its first checkpoint, the start mark lets the next
     /// receive of the whole stream start it over instead of refusing it
-    /// ([`Receiver::restart`]). Not with checkpoints off (`--checkpoint-interval
+    /// ([`Receiver::take_partial`]). Not with checkpoints off (`--checkpoint-interval
     /// 0`: an interrupted receive leaves no resume point). A mark that
     /// cannot be written is noted once; the receive goes on.
     pub(super) fn mark_start(&mut self, name: &[u8], uuid: [u8; 16], ctransid: u64) {
@@ -714,21 +730,13 @@ impl Receiver<'_> {
             return;
         }
         let written = (|| {
-            let Some(cur) = self.cur.as_ref() else {
-                return Ok(());
-            };
-            let fd = rustix::fs::openat(
-                self.dir.fd(),
-                os(name),
-                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
-                Mode::empty(),
-            )?;
-            let Some(identity) = identity(fd.as_fd(), cur.subvolume) else {
+            let fd = undo::open_dir(self.dir.fd(), os(name))?;
+            let Some(identity) = identity(fd.as_fd(), self.btrfs.is_some()) else {
                 return Ok(());
             };
             let rdir = self.resume_dir(name, true)?;
             let start = Start {
-                uuid,
+                uuid: Uuid(uuid),
                 ctransid,
                 identity,
             };
@@ -749,68 +757,11 @@ impl Receiver<'_> {
     /// (see "Start mark" in [`crate::resume`]).
     fn marked(&self, name: &[u8], uuid: [u8; 16], ctransid: u64) -> Option<OwnedFd> {
         let rdir = self.resume_dir(name, false).ok()?;
-        let start = rustix::fs::openat(
-            &rdir,
-            START,
-            OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
-            Mode::empty(),
-        )
-        .ok()
-        .and_then(|fd| io::read_to_string(std::fs::File::from(fd)).ok())
-        .and_then(|t| Start::parse(&t))
-        .filter(|s| s.uuid == uuid && s.ctransid == ctransid)?;
-        let fd = rustix::fs::openat(
-            self.dir.fd(),
-            os(name),
-            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
-            Mode::empty(),
-        )
-        .ok()?;
+        let start =
+            read_start(rdir.as_fd()).filter(|s| s.uuid.0 == uuid && s.ctransid == ctransid)?;
+        let fd = undo::open_dir(self.dir.fd(), os(name)).ok()?;
         (identity(fd.as_fd(), self.btrfs.is_some()).as_ref() == Some(&start.identity))
             .then_some(rdir)
-    }
-
-    /// `DIR/name` exists, incomplete, with no resume point this boot can
-    /// use (none yet, or one of another boot with no durable checkpoint):
-    /// if its start mark says this receive made it for snapshot `uuid` /
-    /// `ctransid` (the object there is the one marked), remove it, so that
-    /// the SUBVOL / SNAPSHOT makes it afresh. Whether it was removed.
-    ///
-    /// # Errors
-    ///
-    /// It cannot be removed.
-    pub(super) fn restart(
-        &mut self,
-        name: &[u8],
-        uuid: [u8; 16],
-        ctransid: u64,
-    ) -> Result<bool, ApplyErrorKind> {
-        if self.point(name).is_some_and(|p| p.refused.is_none()) {
-            return Ok(false);
-        }
-        let Some(rdir) = self.marked(name, uuid, ctransid) else {
-            return Ok(false);
-        };
-        let subvolume = self.btrfs.is_some();
-        let path = self.dir.display_path(name);
-        let failed = |e: io::Error| {
-            ApplyErrorKind::Invalid(format!(
-                "cannot remove the partial {} to receive it over: {e}",
-                path.display()
-            ))
-        };
-        self.drop_checkpoints(&rdir, None);
-        drop_journals(&rdir, None);
-        if subvolume {
-            let d = subvol::reopen_dir(self.dir.fd()).map_err(failed)?;
-            sys::snap_destroy(d.as_fd(), name).map_err(|e| failed(e.into()))?;
-        } else {
-            undo::remove_tree(self.dir.fd(), os(name)).map_err(failed)?;
-        }
-        for f in STATE_FILES {
-            let _ = rustix::fs::unlinkat(&rdir, f, AtFlags::empty());
-        }
-        Ok(true)
     }
 
     /// Delete the resume points of subvolumes received completely: a
@@ -1137,28 +1088,59 @@ impl Receiver<'_> {
         Ok(())
     }
 
-    /// SUBVOL / SNAPSHOT of `name` found it partial: if it has a resume
-    /// point for this stream, roll it back to its checkpoint (the
-    /// commands the checkpoint holds are then dropped: `track`). Whether
-    /// it did.
-    pub(super) fn resume_whole(
+    /// SUBVOL / SNAPSHOT of `name` found it partial. If it has a resume
+    /// point for this stream, roll it back to its checkpoint (the commands
+    /// the checkpoint holds are then dropped: `track`). Else, if it has no
+    /// resume point this boot can use (none yet, or one of another boot
+    /// with no durable checkpoint) and its start mark says this receive
+    /// made it for snapshot `uuid` / `ctransid` (the object there is the
+    /// one marked), remove it when `remove`, so that the SUBVOL / SNAPSHOT
+    /// makes it afresh (see "Start mark" in [`crate::resume`]).
+    ///
+    /// # Errors
+    ///
+    /// The rollback fails (or its point is of another boot, unmarked), or
+    /// the partial one cannot be removed.
+    pub(super) fn take_partial(
         &mut self,
         name: &[u8],
         uuid: Uuid,
         ctransid: u64,
-    ) -> Result<Option<Token>, ApplyErrorKind> {
-        let Some(point) = self.point(name) else {
-            return Ok(None);
+        remove: bool,
+    ) -> Result<Partial, ApplyErrorKind> {
+        let point = self.point(name);
+        let marked = self.marked(name, uuid.0, ctransid);
+        if let Some(p) = &point
+            && p.token.uuid == uuid.0
+            && p.token.ctransid == ctransid
+            && (p.refused.is_none() || marked.is_none())
+        {
+            self.rollback(name, p)?;
+            return Ok(Partial::Resumed(p.token));
+        }
+        let usable = point.is_some_and(|p| p.refused.is_none());
+        let (Some(rdir), false, true) = (marked, usable, remove) else {
+            return Ok(Partial::Kept);
         };
-        if point.token.uuid != uuid.0 || point.token.ctransid != ctransid {
-            return Ok(None);
+        let path = self.dir.display_path(name);
+        let failed = |e: io::Error| {
+            ApplyErrorKind::Invalid(format!(
+                "cannot remove the partial {} to receive it over: {e}",
+                path.display()
+            ))
+        };
+        self.drop_checkpoints(&rdir, None);
+        drop_journals(&rdir, None);
+        if self.btrfs.is_some() {
+            let d = subvol::reopen_dir(self.dir.fd()).map_err(failed)?;
+            sys::snap_destroy(d.as_fd(), name).map_err(|e| failed(e.into()))?;
+        } else {
+            undo::remove_tree(self.dir.fd(), os(name)).map_err(failed)?;
         }
-        if point.refused.is_some() && self.marked(name, uuid.0, ctransid).is_some() {
-            // Of another boot, and marked: `restart` starts it over.
-            return Ok(None);
+        for f in STATE_FILES {
+            let _ = rustix::fs::unlinkat(&rdir, f, AtFlags::empty());
         }
-        self.rollback(name, &point)?;
-        Ok(Some(point.token))
+        Ok(Partial::Removed)
     }
 
     /// A resume point of another boot that cannot be used: the error.
@@ -1363,7 +1345,7 @@ const START: &str = "start";
 /// identity of the subvolume or directory made for it ([`identity`]).
 #[derive(Debug, PartialEq, Eq)]
 struct Start {
-    uuid: [u8; 16],
+    uuid: Uuid,
     ctransid: u64,
     identity: String,
 }
@@ -1372,9 +1354,7 @@ impl Start {
     fn text(&self) -> String {
         format!(
             "btrsend start 1\nuuid {}\nctransid {}\nidentity {}\n",
-            hex(&self.uuid),
-            self.ctransid,
-            self.identity
+            self.uuid, self.ctransid, self.identity
         )
     }
 
@@ -1386,15 +1366,11 @@ impl Start {
         let field = |line: Option<&str>, key: &str| -> Option<String> {
             Some(line?.strip_prefix(key)?.strip_prefix(' ')?.to_owned())
         };
-        let u = field(lines.next(), "uuid")?;
+        let uuid = Uuid::parse(&field(lines.next(), "uuid")?)?;
         let ctransid = field(lines.next(), "ctransid")?.parse().ok()?;
         let identity = field(lines.next(), "identity")?;
-        if u.len() != 32 || identity.is_empty() {
+        if identity.is_empty() {
             return None;
-        }
-        let mut uuid = [0u8; 16];
-        for (i, b) in uuid.iter_mut().enumerate() {
-            *b = u8::from_str_radix(u.get(2 * i..2 * i + 2)?, 16).ok()?;
         }
         Some(Start {
             uuid,
@@ -1404,14 +1380,17 @@ impl Start {
     }
 }
 
-/// The lowercase hex of `b`.
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
-/// The start mark at `path`, if there is a readable one.
-fn read_start(path: &Path) -> Option<Start> {
-    Start::parse(&std::fs::read_to_string(path).ok()?)
+/// The start mark in the resume directory `rdir`, if there is a readable
+/// one.
+fn read_start(rdir: BorrowedFd<'_>) -> Option<Start> {
+    let fd = rustix::fs::openat(
+        rdir,
+        START,
+        OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+        Mode::empty(),
+    )
+    .ok()?;
+    Start::parse(&io::read_to_string(std::fs::File::from(fd)).ok()?)
 }
 
 /// What tells the subvolume or directory `fd` from any other made at the
@@ -1422,7 +1401,7 @@ fn identity(fd: BorrowedFd<'_>, subvolume: bool) -> Option<String> {
     if subvolume {
         return sys::subvol_info(fd)
             .ok()
-            .map(|i| format!("subvolume {}", hex(&i.uuid)));
+            .map(|i| format!("subvolume {}", Uuid(i.uuid)));
     }
     let st = rustix::fs::statx(
         fd,

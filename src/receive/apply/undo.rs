@@ -339,7 +339,7 @@ pub(super) fn drop_subvol_trash(
 }
 
 /// Open (`O_PATH`-free) directory `name` in `at`.
-fn open_dir(at: BorrowedFd<'_>, name: &OsStr) -> io::Result<OwnedFd> {
+pub(super) fn open_dir(at: BorrowedFd<'_>, name: &OsStr) -> io::Result<OwnedFd> {
     Ok(rustix::fs::openat(
         at,
         name,
