@@ -3,8 +3,12 @@
 //!
 //! * A local directory: `flock(2)` on the file `lock` in the repository.
 //!   The kernel drops the lock of a process that dies, so a lock is never
-//!   stale. The exclusive holder writes `PID HOST TIME` into the file, for
-//!   the "lock held" message.
+//!   stale. The exclusive holder writes `PID HOST TIME` over the start of
+//!   the file, for the "lock held" message. The file is opened without
+//!   following a symlink and used only when it is a regular file with one
+//!   link, owned by this user or the repository's owner; it is never cut,
+//!   so a repository someone else can write cannot turn the lock into a
+//!   write to a file elsewhere.
 //! * S3: lock objects `locks/KIND-HOST-PID-RANDOM.json` (`{"kind",
 //!   "host", "pid", "time"}`), written with put-if-absent and re-written
 //!   every [`REFRESH`] while held. A lock conflicts with every other
@@ -15,8 +19,8 @@
 //!   see the other and both back off (and retry while `--retry-lock`
 //!   allows).
 
-use std::fs::{File, OpenOptions};
-use std::io::{Read, Seek, Write};
+use std::fs::File;
+use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -100,33 +104,40 @@ pub fn lock(
     wait: Duration,
     notice: &mut dyn FnMut(&str),
 ) -> Result<RepoLock, BackupError> {
-    match store.local_root() {
-        Some(root) => lock_file(store.name(), &root.join(LOCK_FILE), kind, wait),
+    match store.local() {
+        Some(local) => lock_file(local, kind, wait),
         None => lock_object(store, kind, wait, notice),
     }
 }
 
+/// How many bytes of the lock file the holder's line fills (padded with
+/// spaces): the file is overwritten in place, never cut, so a lock file
+/// that is not btrsend's loses at most these bytes, and only after the
+/// checks of [`LocalStore::open_lock`].
+const HOLDER_BYTES: usize = 128;
+
 fn lock_file(
-    repo: &str,
-    path: &std::path::Path,
+    store: &super::store::LocalStore,
     kind: LockKind,
     wait: Duration,
 ) -> Result<RepoLock, BackupError> {
+    let repo = store.name();
+    let path = store.root().join(LOCK_FILE);
     let io_err = |e: std::io::Error| BackupError::Io {
-        what: format!("cannot open the lock file {}", path.display()),
+        what: format!("cannot use the lock file {}", path.display()),
         error: e,
     };
-    let mut file = match OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(path)
-    {
+    let file = match store.open_lock(LOCK_FILE, true) {
         Ok(f) => f,
         // A read-only repository can still be read under a shared lock.
-        Err(e) if kind == LockKind::Shared && e.kind() == std::io::ErrorKind::PermissionDenied => {
-            File::open(path).map_err(io_err)?
+        Err(e)
+            if kind == LockKind::Shared
+                && matches!(
+                    e.kind(),
+                    std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::ReadOnlyFilesystem
+                ) =>
+        {
+            store.open_lock(LOCK_FILE, false).map_err(io_err)?
         }
         Err(e) => return Err(io_err(e)),
     };
@@ -140,9 +151,14 @@ fn lock_file(
             Ok(()) => break,
             Err(std::fs::TryLockError::WouldBlock) => {
                 if Instant::now() >= deadline {
-                    let mut holder = String::new();
-                    let _ = file.read_to_string(&mut holder);
-                    let holder = holder.trim();
+                    let mut buf = [0u8; HOLDER_BYTES];
+                    let n = file.read_at(&mut buf, 0).unwrap_or(0);
+                    let holder = String::from_utf8_lossy(&buf[..n]);
+                    let holder: String = holder
+                        .trim()
+                        .chars()
+                        .map(|c| if c.is_control() { '?' } else { c })
+                        .collect();
                     return Err(BackupError::LockHeld {
                         repo: repo.to_owned(),
                         holder: if holder.is_empty() {
@@ -159,15 +175,16 @@ fn lock_file(
     }
     if kind == LockKind::Exclusive {
         let line = format!(
-            "{} on {} since {}\n",
+            "{} on {} since {}",
             std::process::id(),
             hostname(),
             jiff::Timestamp::now()
         );
-        let _ = file
-            .set_len(0)
-            .and_then(|()| file.rewind())
-            .and_then(|()| file.write_all(line.as_bytes()));
+        let mut rec = [b' '; HOLDER_BYTES];
+        let n = line.len().min(HOLDER_BYTES - 1);
+        rec[..n].copy_from_slice(&line.as_bytes()[..n]);
+        rec[HOLDER_BYTES - 1] = b'\n';
+        let _ = file.write_all_at(&rec, 0);
     }
     Ok(RepoLock {
         _file: Some(file),
@@ -181,9 +198,21 @@ fn object_key(info: &LockInfo) -> String {
         LockKind::Shared => "shared",
         LockKind::Exclusive => "exclusive",
     };
+    // The host name goes into a key: only the characters a key may hold.
+    let host: String = info
+        .host
+        .chars()
+        .take(64)
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
     format!(
-        "{LOCK_DIR}{kind}-{}-{}-{:016x}.json",
-        info.host,
+        "{LOCK_DIR}{kind}-{host}-{}-{:016x}.json",
         info.pid,
         random_u64()
     )

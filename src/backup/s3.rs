@@ -75,7 +75,9 @@ use tokio::runtime::Runtime;
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 use tokio::task::JoinHandle;
 
-use super::store::{ObjectInfo, Recorded, Store, StoreError, TMP_DIR, Upload, random_u64};
+use super::store::{
+    ObjectInfo, Recorded, Store, StoreError, TMP_DIR, Upload, check_key, random_u64,
+};
 
 /// The smallest part (S3 needs 5 MiB for all parts but the last).
 const PART_BYTES: usize = 8 << 20;
@@ -206,7 +208,20 @@ impl S3Store {
         })
     }
 
-    fn path(&self, key: &str) -> Path {
+    /// The object path of a key, which is checked first
+    /// ([`check_key`]): keys come from catalogs and markers someone else
+    /// may have written, and must not reach outside the prefix.
+    fn path(&self, key: &str) -> Result<Path, StoreError> {
+        check_key(key).map_err(|why| StoreError::Other {
+            op: "check",
+            location: self.name.clone(),
+            error: why.into(),
+        })?;
+        Ok(self.path_unchecked(key))
+    }
+
+    /// The object path of a checked key or a listing's directory prefix.
+    fn path_unchecked(&self, key: &str) -> Path {
         if self.prefix.is_empty() {
             Path::from(key)
         } else {
@@ -243,7 +258,7 @@ impl S3Store {
     }
 
     fn exists(&self, key: &str) -> Result<bool, StoreError> {
-        match self.rt.block_on(self.s3.head(&self.path(key))) {
+        match self.rt.block_on(self.s3.head(&self.path(key)?)) {
             Ok(_) => Ok(true),
             Err(object_store::Error::NotFound { .. }) => Ok(false),
             Err(e) => Err(self.err("stat", key, e)),
@@ -293,7 +308,7 @@ impl Store for S3Store {
     }
 
     fn get(&self, key: &str, range: Option<Range<u64>>) -> Result<Vec<u8>, StoreError> {
-        let path = self.path(key);
+        let path = self.path(key)?;
         let res = self.rt.block_on(async {
             match range {
                 None => self.s3.get(&path).await?.bytes().await,
@@ -315,7 +330,7 @@ impl Store for S3Store {
         let payload = PutPayload::from(data.to_vec());
         match self
             .rt
-            .block_on(self.s3.put_opts(&self.path(key), payload, opts))
+            .block_on(self.s3.put_opts(&self.path(key)?, payload, opts))
         {
             Ok(_) => Ok(true),
             Err(
@@ -332,7 +347,7 @@ impl Store for S3Store {
         let list_path = match (self.prefix.is_empty(), dir.is_empty()) {
             (true, true) => None,
             (false, true) => Some(Path::from(self.prefix.as_str())),
-            (_, false) => Some(self.path(dir)),
+            (_, false) => Some(self.path_unchecked(dir)),
         };
         let res = self
             .rt
@@ -349,7 +364,8 @@ impl Store for S3Store {
             .filter_map(|o| {
                 let full = o.location.as_ref();
                 let key = full.strip_prefix(strip.as_str())?;
-                key.starts_with(prefix).then(|| ObjectInfo {
+                // A name that is no key is no object of the repository.
+                (key.starts_with(prefix) && check_key(key).is_ok()).then(|| ObjectInfo {
                     key: key.to_owned(),
                     size: o.size,
                 })
@@ -360,14 +376,14 @@ impl Store for S3Store {
     }
 
     fn delete(&self, key: &str) -> Result<(), StoreError> {
-        match self.rt.block_on(self.s3.delete(&self.path(key))) {
+        match self.rt.block_on(self.s3.delete(&self.path(key)?)) {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
             Err(e) => Err(self.err("delete", key, e)),
         }
     }
 
     fn multipart(&self, key: &str) -> Result<Box<dyn Upload>, StoreError> {
-        let path = self.path(key);
+        let path = self.path(key)?;
         let id = self
             .rt
             .block_on(self.s3.create_multipart(&path))
@@ -429,7 +445,7 @@ impl Store for S3Store {
         // have aborted it): a one-byte part where the next one goes, which
         // that one replaces (object_store has no ListParts). An upload
         // the server no longer knows fails here.
-        let path = self.path(&m.key);
+        let path = self.path(&m.key)?;
         self.rt
             .block_on(self.s3.put_part(
                 &path,
@@ -455,7 +471,7 @@ impl Store for S3Store {
             if let Some(m) = marker {
                 match self
                     .rt
-                    .block_on(self.s3.abort_multipart(&self.path(&m.key), &m.upload_id))
+                    .block_on(self.s3.abort_multipart(&self.path(&m.key)?, &m.upload_id))
                 {
                     // Gone already: completed (its object is removed with
                     // the other unlisted stream files) or aborted.
@@ -509,7 +525,8 @@ impl S3Upload {
     /// The upload `m` names (its parts stored already, if it continues
     /// one), with its marker `marker`.
     fn start(store: S3Store, m: Marker, marker: String) -> S3Upload {
-        let path = store.path(&m.key);
+        // Both keys were checked by the caller (multipart, continue_upload).
+        let path = store.path_unchecked(&m.key);
         let parts = m
             .parts
             .iter()
@@ -520,7 +537,7 @@ impl S3Upload {
         let (tx, rx) = unbounded_channel();
         let recorder = store.rt.spawn(record(
             Arc::clone(&store.s3),
-            store.path(&marker),
+            store.path_unchecked(&marker),
             m.clone(),
             rx,
         ));
@@ -751,9 +768,14 @@ mod tests {
         }
         let s = S3Store::new("s3://bucket/some/prefix/").unwrap();
         assert_eq!(s.name(), "s3://bucket/some/prefix");
-        assert_eq!(s.path("catalog/x").as_ref(), "some/prefix/catalog/x");
+        assert_eq!(
+            s.path("catalog/x").unwrap().as_ref(),
+            "some/prefix/catalog/x"
+        );
+        assert!(s.path("streams/../config").is_err());
+        assert!(s.path("../other/x").is_err());
         assert_eq!(s.location("config"), "s3://bucket/some/prefix/config");
         let s = S3Store::new("s3://bucket").unwrap();
-        assert_eq!(s.path("config").as_ref(), "config");
+        assert_eq!(s.path("config").unwrap().as_ref(), "config");
     }
 }

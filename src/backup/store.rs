@@ -13,10 +13,13 @@
 //! `If-None-Match: *`) or its multipart upload completes.
 
 use std::fmt;
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::ops::Range;
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
+
+use rustix::fs::{self as rfs, Mode, OFlags};
 
 /// Why a store operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -229,9 +232,75 @@ pub trait Store: Send + Sync + fmt::Debug {
     fn local_root(&self) -> Option<&Path> {
         None
     }
+    /// The store itself when it is a [`LocalStore`].
+    fn local(&self) -> Option<&LocalStore> {
+        None
+    }
+}
+
+/// Whether `key` has the one shape a repository's keys have: one or two
+/// `/`-separated names, each of letters, digits, `.`, `_` and `-`, not
+/// starting with `.`, at most 200 bytes. Keys come from catalogs and
+/// listings that someone else may have written: a key of any other shape
+/// (`..`, an absolute path, an empty or hidden name, a NUL) is refused
+/// before it reaches the filesystem or the network.
+///
+/// # Errors
+///
+/// What is wrong with it, as text.
+pub fn check_key(key: &str) -> Result<(), String> {
+    let mut parts = 0;
+    for part in key.split('/') {
+        parts += 1;
+        check_name(part).map_err(|why| format!("invalid object key {}: {why}", quoted(key)))?;
+    }
+    if parts > 2 {
+        return Err(format!(
+            "invalid object key {}: more than two components",
+            quoted(key)
+        ));
+    }
+    Ok(())
+}
+
+/// One component of a key (see [`check_key`]).
+fn check_name(name: &str) -> Result<(), &'static str> {
+    if name.is_empty() {
+        return Err("an empty component");
+    }
+    if name.len() > 200 {
+        return Err("a component longer than 200 bytes");
+    }
+    if name.starts_with('.') {
+        return Err("a component starting with '.'");
+    }
+    if !name
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+    {
+        return Err("a character other than letters, digits, '.', '_' and '-'");
+    }
+    Ok(())
+}
+
+/// `s` in double quotes with control characters and non-ASCII escaped, for
+/// messages about untrusted text.
+fn quoted(s: &str) -> String {
+    format!("{:?}", s.chars().take(240).collect::<String>())
 }
 
 /// A repository in a local directory.
+///
+/// Every object is reached through a descriptor of the repository's
+/// directory: each key is checked ([`check_key`]), and each of its at most
+/// two components is opened relative to the directory before it with
+/// `O_NOFOLLOW`, so no symlink, `..` or absolute name in a repository that
+/// someone else can write leads outside it. Objects are read only when
+/// they are regular files (a FIFO or device is refused, never waited on),
+/// and written only when this process made them or they are regular files
+/// with one link (never through a hard link to a file elsewhere).
+/// Directories are made with mode 0700 and files with 0600, whatever the
+/// umask: a stored stream holds every file of a snapshot.
 #[derive(Debug)]
 pub struct LocalStore {
     root: PathBuf,
@@ -240,6 +309,19 @@ pub struct LocalStore {
 
 /// Temporary files of unfinished uploads (removed by the next writer).
 pub const TMP_DIR: &str = "tmp";
+
+/// The mode of the directories btrsend makes in a repository.
+pub const DIR_MODE: u32 = 0o700;
+/// The mode of the files btrsend writes there.
+pub const FILE_MODE: u32 = 0o600;
+
+/// The directory and name of a checked key.
+fn split_key(key: &str) -> (&str, &str) {
+    match key.split_once('/') {
+        Some((d, n)) => (d, n),
+        None => ("", key),
+    }
+}
 
 impl LocalStore {
     /// The store rooted at `root` (which need not exist yet).
@@ -253,10 +335,6 @@ impl LocalStore {
     /// The repository's directory.
     pub fn root(&self) -> &Path {
         &self.root
-    }
-
-    fn path(&self, key: &str) -> PathBuf {
-        self.root.join(key)
     }
 
     fn location(&self, key: &str) -> String {
@@ -275,6 +353,19 @@ impl LocalStore {
                 location: self.location(key),
             };
         }
+        // ELOOP from O_NOFOLLOW: a symlink where an object or directory
+        // belongs.
+        // ENOTDIR from O_DIRECTORY | O_NOFOLLOW: the same where a
+        // directory belongs.
+        let e = match e.raw_os_error() {
+            Some(n) if n == rustix::io::Errno::LOOP.raw_os_error() => {
+                io::Error::other("a symbolic link, which btrsend never follows in a repository")
+            }
+            Some(n) if n == rustix::io::Errno::NOTDIR.raw_os_error() => io::Error::other(
+                "not a directory where the repository has one (a symbolic link is never followed)",
+            ),
+            _ => e,
+        };
         StoreError::Other {
             op,
             location: self.location(key),
@@ -282,25 +373,117 @@ impl LocalStore {
         }
     }
 
-    /// A new temporary file in `tmp/` (created with the directory).
-    fn temp_file(&self, key: &str) -> Result<(File, PathBuf), StoreError> {
-        let dir = self.root.join(TMP_DIR);
-        match fs::create_dir(&dir) {
-            Ok(()) => sync_dir(&self.root).map_err(|e| self.err("sync", "", e))?,
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-            Err(e) => return Err(self.err("create", TMP_DIR, e)),
+    fn bad_key(&self, why: String) -> StoreError {
+        StoreError::Other {
+            op: "check",
+            location: self.name.clone(),
+            error: why.into(),
         }
+    }
+
+    /// The checked key split into directory and name.
+    fn checked<'k>(&self, key: &'k str) -> Result<(&'k str, &'k str), StoreError> {
+        check_key(key).map_err(|why| self.bad_key(why))?;
+        Ok(split_key(key))
+    }
+
+    /// The repository's directory, opened (following a symlink there: the
+    /// user named it).
+    fn open_root(&self) -> io::Result<OwnedFd> {
+        Ok(rfs::open(
+            &self.root,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?)
+    }
+
+    /// The directory `dir` of the repository ("" for the root itself),
+    /// made (mode 0700) when `create` and missing.
+    fn open_dir(&self, dir: &str, create: bool) -> io::Result<OwnedFd> {
+        let root = self.open_root()?;
+        if dir.is_empty() {
+            return Ok(root);
+        }
+        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        match rfs::openat(&root, dir, flags, Mode::empty()) {
+            Ok(fd) => Ok(fd),
+            Err(rustix::io::Errno::NOENT) if create => {
+                match rfs::mkdirat(&root, dir, Mode::from_raw_mode(DIR_MODE)) {
+                    Ok(()) | Err(rustix::io::Errno::EXIST) => {}
+                    Err(e) => return Err(e.into()),
+                }
+                let fd = rfs::openat(&root, dir, flags, Mode::empty())?;
+                rfs::fchmod(&fd, Mode::from_raw_mode(DIR_MODE))?;
+                rfs::fsync(&root)?;
+                Ok(fd)
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Open the object `key` for reading: a regular file, never a symlink,
+    /// and never waited on (a FIFO or device is refused).
+    fn open_object(&self, key: &str) -> Result<File, StoreError> {
+        let (dir, name) = self.checked(key)?;
+        let open = || -> io::Result<File> {
+            let d = self.open_dir(dir, false)?;
+            let fd = rfs::openat(
+                &d,
+                name,
+                OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
+                Mode::empty(),
+            )?;
+            let st = rfs::fstat(&fd)?;
+            if rfs::FileType::from_raw_mode(st.st_mode) != rfs::FileType::RegularFile {
+                return Err(io::Error::other("not a regular file"));
+            }
+            Ok(File::from(fd))
+        };
+        open().map_err(|e| self.err("open", key, e))
+    }
+
+    /// Open the existing object `key` for writing: a regular file with one
+    /// link (a hard link would let a write reach a file outside).
+    fn open_for_write(&self, key: &str) -> Result<File, StoreError> {
+        let (dir, name) = self.checked(key)?;
+        let open = || -> io::Result<File> {
+            let d = self.open_dir(dir, false)?;
+            let fd = rfs::openat(
+                &d,
+                name,
+                OFlags::RDWR | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
+                Mode::empty(),
+            )?;
+            check_own_file(&fd)?;
+            Ok(File::from(fd))
+        };
+        open().map_err(|e| self.err("open", key, e))
+    }
+
+    /// A new temporary file in `tmp/` (made with the directory), and its
+    /// name there.
+    fn temp_file(&self, key: &str) -> Result<(File, String), StoreError> {
+        let dir = self
+            .open_dir(TMP_DIR, true)
+            .map_err(|e| self.err("create", TMP_DIR, e))?;
         let base = key.rsplit('/').next().unwrap_or(key);
         for _ in 0..16 {
-            let path = dir.join(format!(
-                "{base}.{}.{:016x}",
-                std::process::id(),
-                random_u64()
-            ));
-            match OpenOptions::new().write(true).create_new(true).open(&path) {
-                Ok(f) => return Ok((f, path)),
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-                Err(e) => return Err(self.err("create", TMP_DIR, e)),
+            let name = format!("{base}.{}.{:016x}", std::process::id(), random_u64());
+            match rfs::openat(
+                &dir,
+                name.as_str(),
+                OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::from_raw_mode(FILE_MODE),
+            ) {
+                Ok(fd) => {
+                    // The umask may have taken bits away, never added any;
+                    // set the mode exactly.
+                    rfs::fchmod(&fd, Mode::from_raw_mode(FILE_MODE))
+                        .map_err(|e| self.err("create", TMP_DIR, e.into()))?;
+                    return Ok((File::from(fd), name));
+                }
+                Err(rustix::io::Errno::EXIST) => {}
+                Err(e) => return Err(self.err("create", TMP_DIR, e.into())),
             }
         }
         Err(self.err(
@@ -310,33 +493,103 @@ impl LocalStore {
         ))
     }
 
-    /// Flush `file` (at `tmp`), give it the name `key` unless that exists,
+    /// Flush `file` (`tmp/TMP`), give it the name `key` unless that exists,
     /// and flush the directory: the object is then durable.
-    fn publish(&self, file: File, tmp: &Path, key: &str) -> Result<bool, StoreError> {
+    fn publish(&self, file: File, tmp: &str, key: &str) -> Result<bool, StoreError> {
+        let (dir, name) = self.checked(key)?;
         file.sync_all().map_err(|e| self.err("sync", key, e))?;
         drop(file);
-        let dst = self.path(key);
-        let parent = dst.parent().unwrap_or(&self.root).to_path_buf();
-        if let Err(e) = fs::create_dir_all(&parent) {
-            let _ = fs::remove_file(tmp);
-            return Err(self.err("create", key, e));
-        }
+        let tmp_dir = self
+            .open_dir(TMP_DIR, false)
+            .map_err(|e| self.err("open", TMP_DIR, e))?;
+        let dst = match self.open_dir(dir, true) {
+            Ok(d) => d,
+            Err(e) => {
+                let _ = rfs::unlinkat(&tmp_dir, tmp, rfs::AtFlags::empty());
+                return Err(self.err("create", key, e));
+            }
+        };
         // link() refuses an existing name: put-if-absent.
-        let res = fs::hard_link(tmp, &dst);
-        let _ = fs::remove_file(tmp);
+        let res = rfs::linkat(&tmp_dir, tmp, &dst, name, rfs::AtFlags::empty());
+        let _ = rfs::unlinkat(&tmp_dir, tmp, rfs::AtFlags::empty());
         match res {
             Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => return Ok(false),
-            Err(e) => return Err(self.err("link", key, e)),
+            Err(rustix::io::Errno::EXIST) => return Ok(false),
+            Err(e) => return Err(self.err("link", key, e.into())),
         }
-        sync_dir(&parent).map_err(|e| self.err("sync", key, e))?;
+        rfs::fsync(&dst).map_err(|e| self.err("sync", key, e.into()))?;
         Ok(true)
+    }
+
+    /// The lock file `name` of the repository, opened for `flock`: made
+    /// (mode 0600) when missing and `create`; else a regular file with one
+    /// link, owned by this user or the repository directory's owner, and
+    /// never a symlink. Read-only when `write` is false.
+    ///
+    /// # Errors
+    ///
+    /// I/O errors, and a lock file that is none of that.
+    pub fn open_lock(&self, name: &str, write: bool) -> io::Result<File> {
+        check_name(name).map_err(io::Error::other)?;
+        let root = self.open_root()?;
+        let base = OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
+        let access = if write { OFlags::RDWR } else { OFlags::RDONLY };
+        let fd = match rfs::openat(
+            &root,
+            name,
+            access | base | OFlags::CREATE | OFlags::EXCL,
+            Mode::from_raw_mode(FILE_MODE),
+        ) {
+            Ok(fd) => {
+                rfs::fchmod(&fd, Mode::from_raw_mode(FILE_MODE))?;
+                fd
+            }
+            Err(rustix::io::Errno::EXIST) => {
+                let fd = rfs::openat(&root, name, access | base, Mode::empty()).map_err(
+                    |e| -> io::Error {
+                        if e == rustix::io::Errno::LOOP {
+                            io::Error::other(
+                                "it is a symbolic link, which btrsend never follows in a repository",
+                            )
+                        } else {
+                            e.into()
+                        }
+                    },
+                )?;
+                let st = check_own_file(&fd)?;
+                let owner = rfs::fstat(&root)?.st_uid;
+                let me = rustix::process::geteuid().as_raw();
+                if st.st_uid != me && st.st_uid != owner {
+                    return Err(io::Error::other(format!(
+                        "it belongs to user {}, neither this user ({me}) nor the repository's owner ({owner})",
+                        st.st_uid
+                    )));
+                }
+                fd
+            }
+            Err(rustix::io::Errno::ACCESS | rustix::io::Errno::ROFS) if !write => {
+                rfs::openat(&root, name, access | base, Mode::empty())?
+            }
+            Err(e) => return Err(e.into()),
+        };
+        Ok(File::from(fd))
     }
 }
 
-/// Flush a directory's entries.
-pub(crate) fn sync_dir(dir: &Path) -> io::Result<()> {
-    File::open(dir)?.sync_all()
+/// Check that an open object is a regular file with one link (so writing
+/// or cutting it touches nothing outside the repository); its status.
+fn check_own_file(fd: &OwnedFd) -> io::Result<rfs::Stat> {
+    let st = rfs::fstat(fd)?;
+    if rfs::FileType::from_raw_mode(st.st_mode) != rfs::FileType::RegularFile {
+        return Err(io::Error::other("not a regular file"));
+    }
+    if st.st_nlink != 1 {
+        return Err(io::Error::other(format!(
+            "it has {} hard links (a file btrsend writes has one)",
+            st.st_nlink
+        )));
+    }
+    Ok(st)
 }
 
 /// A random number (from the OS's hasher keys: no extra crate).
@@ -351,13 +604,25 @@ pub(crate) fn random_u64() -> u64 {
     h.finish()
 }
 
+/// "the object ends before byte END" for a short read.
+fn short_read(e: io::Error, end: u64) -> io::Error {
+    if e.kind() == io::ErrorKind::UnexpectedEof {
+        io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            format!("the object ends before byte {end}"),
+        )
+    } else {
+        e
+    }
+}
+
 impl Store for LocalStore {
     fn name(&self) -> &str {
         &self.name
     }
 
     fn get(&self, key: &str, range: Option<Range<u64>>) -> Result<Vec<u8>, StoreError> {
-        let mut f = File::open(self.path(key)).map_err(|e| self.err("open", key, e))?;
+        let mut f = self.open_object(key)?;
         match range {
             None => {
                 let mut buf = Vec::new();
@@ -366,61 +631,29 @@ impl Store for LocalStore {
                 Ok(buf)
             }
             Some(r) => {
-                let len = r
-                    .end
-                    .checked_sub(r.start)
-                    .ok_or_else(|| self.err("read", key, io::Error::other("invalid byte range")))?;
-                let len = usize::try_from(len)
-                    .map_err(|_| self.err("read", key, io::Error::other("range too large")))?;
-                let mut buf = vec![0; len];
-                f.seek(SeekFrom::Start(r.start))
-                    .and_then(|_| f.read_exact(&mut buf))
-                    .map_err(|e| {
-                        let e = if e.kind() == io::ErrorKind::UnexpectedEof {
-                            io::Error::new(
-                                io::ErrorKind::UnexpectedEof,
-                                format!("the object ends before byte {}", r.end),
-                            )
-                        } else {
-                            e
-                        };
-                        self.err("read", key, e)
-                    })?;
+                let mut buf = Vec::new();
+                self.read_range(&f, key, r, &mut buf)?;
                 Ok(buf)
             }
         }
     }
 
     fn get_into(&self, key: &str, range: Range<u64>, buf: &mut Vec<u8>) -> Result<(), StoreError> {
-        use std::os::unix::fs::FileExt;
-        let f = File::open(self.path(key)).map_err(|e| self.err("open", key, e))?;
-        let len = range
-            .end
-            .checked_sub(range.start)
-            .and_then(|l| usize::try_from(l).ok())
-            .ok_or_else(|| self.err("read", key, io::Error::other("invalid byte range")))?;
-        // A reused buffer: only growth is zeroed.
-        buf.resize(len, 0);
-        f.read_exact_at(buf, range.start).map_err(|e| {
-            let e = if e.kind() == io::ErrorKind::UnexpectedEof {
-                io::Error::new(
-                    io::ErrorKind::UnexpectedEof,
-                    format!("the object ends before byte {}", range.end),
-                )
-            } else {
-                e
-            };
-            self.err("read", key, e)
-        })
+        let f = self.open_object(key)?;
+        self.read_range(&f, key, range, buf)
     }
 
     fn put_if_absent(&self, key: &str, data: &[u8]) -> Result<bool, StoreError> {
-        if self.path(key).exists() {
+        let (dir, name) = self.checked(key)?;
+        // Any entry there, a symlink too, makes the name taken.
+        if let Ok(d) = self.open_dir(dir, false)
+            && rfs::statat(&d, name, rfs::AtFlags::SYMLINK_NOFOLLOW).is_ok()
+        {
             return Ok(false);
         }
         let (mut f, tmp) = self.temp_file(key)?;
         if let Err(e) = f.write_all(data) {
-            let _ = fs::remove_file(&tmp);
+            self.remove_tmp(&tmp);
             return Err(self.err("write", key, e));
         }
         self.publish(f, &tmp, key)
@@ -433,29 +666,35 @@ impl Store for LocalStore {
             Some(i) => (&prefix[..i], &prefix[i + 1..]),
             None => ("", prefix),
         };
-        let path = if dir.is_empty() {
-            self.root.clone()
-        } else {
-            self.path(dir)
-        };
-        let rd = match fs::read_dir(&path) {
-            Ok(rd) => rd,
+        if !dir.is_empty() {
+            check_name(dir)
+                .map_err(|why| self.bad_key(format!("invalid prefix {}: {why}", quoted(prefix))))?;
+        }
+        let d = match self.open_dir(dir, false) {
+            Ok(d) => d,
             Err(e) if e.kind() == io::ErrorKind::NotFound && self.root.is_dir() => {
                 return Ok(Vec::new());
             }
             Err(e) => return Err(self.err("list", dir, e)),
         };
+        let entries = rfs::Dir::read_from(&d).map_err(|e| self.err("list", dir, e.into()))?;
         let mut out = Vec::new();
-        for ent in rd {
-            let ent = ent.map_err(|e| self.err("list", dir, e))?;
-            let Some(name) = ent.file_name().to_str().map(str::to_owned) else {
+        for ent in entries {
+            let ent = ent.map_err(|e| self.err("list", dir, e.into()))?;
+            // Names that are no key (dot files, odd bytes) are not objects.
+            let Some(name) = ent.file_name().to_str().ok().map(str::to_owned) else {
                 continue;
             };
-            if !name.starts_with(name_prefix) {
+            if !name.starts_with(name_prefix) || check_name(&name).is_err() {
                 continue;
             }
-            let meta = ent.metadata().map_err(|e| self.err("stat", &name, e))?;
-            if !meta.is_file() {
+            let st = match rfs::statat(&d, name.as_str(), rfs::AtFlags::SYMLINK_NOFOLLOW) {
+                Ok(st) => st,
+                // Removed meanwhile.
+                Err(rustix::io::Errno::NOENT) => continue,
+                Err(e) => return Err(self.err("stat", &name, e.into())),
+            };
+            if rfs::FileType::from_raw_mode(st.st_mode) != rfs::FileType::RegularFile {
                 continue;
             }
             let key = if dir.is_empty() {
@@ -465,7 +704,7 @@ impl Store for LocalStore {
             };
             out.push(ObjectInfo {
                 key,
-                size: meta.len(),
+                size: u64::try_from(st.st_size).unwrap_or(0),
             });
         }
         out.sort_by(|a, b| a.key.cmp(&b.key));
@@ -473,14 +712,20 @@ impl Store for LocalStore {
     }
 
     fn delete(&self, key: &str) -> Result<(), StoreError> {
-        match fs::remove_file(self.path(key)) {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(self.err("delete", key, e)),
+        let (dir, name) = self.checked(key)?;
+        let d = match self.open_dir(dir, false) {
+            Ok(d) => d,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(self.err("delete", key, e)),
+        };
+        match rfs::unlinkat(&d, name, rfs::AtFlags::empty()) {
+            Ok(()) | Err(rustix::io::Errno::NOENT) => Ok(()),
+            Err(e) => Err(self.err("delete", key, e.into())),
         }
     }
 
     fn multipart(&self, key: &str) -> Result<Box<dyn Upload>, StoreError> {
+        self.checked(key)?;
         let (file, tmp) = self.temp_file(key)?;
         Ok(Box::new(LocalUpload {
             store: LocalStore::new(&self.root),
@@ -497,11 +742,12 @@ impl Store for LocalStore {
         keep: u64,
         key: &str,
     ) -> Result<Option<Box<dyn Upload>>, StoreError> {
-        let path = self.path(tmp);
-        let mut file = OpenOptions::new()
-            .write(true)
-            .open(&path)
-            .map_err(|e| self.err("open", tmp, e))?;
+        self.checked(key)?;
+        let (dir, name) = self.checked(tmp)?;
+        if dir != TMP_DIR {
+            return Err(self.bad_key(format!("{tmp}: not an unfinished upload in {TMP_DIR}/")));
+        }
+        let mut file = self.open_for_write(tmp)?;
         file.set_len(keep)
             .and_then(|()| file.seek(SeekFrom::Start(keep)))
             .map_err(|e| self.err("truncate", tmp, e))?;
@@ -509,7 +755,7 @@ impl Store for LocalStore {
             store: LocalStore::new(&self.root),
             key: key.to_owned(),
             file: Some(io::BufWriter::with_capacity(1 << 20, file)),
-            tmp: path,
+            tmp: name.to_owned(),
             keep: false,
         })))
     }
@@ -535,6 +781,69 @@ impl Store for LocalStore {
     fn local_root(&self) -> Option<&Path> {
         Some(&self.root)
     }
+
+    fn local(&self) -> Option<&LocalStore> {
+        Some(self)
+    }
+}
+
+impl LocalStore {
+    /// Read `range` of the open object `key` into `buf`.
+    fn read_range(
+        &self,
+        f: &File,
+        key: &str,
+        range: Range<u64>,
+        buf: &mut Vec<u8>,
+    ) -> Result<(), StoreError> {
+        use std::os::unix::fs::FileExt;
+        let len = range
+            .end
+            .checked_sub(range.start)
+            .and_then(|l| usize::try_from(l).ok())
+            .ok_or_else(|| self.err("read", key, io::Error::other("invalid byte range")))?;
+        // A reused buffer: only growth is zeroed.
+        buf.resize(len, 0);
+        f.read_exact_at(buf, range.start)
+            .map_err(|e| self.err("read", key, short_read(e, range.end)))
+    }
+
+    /// When others than the owner can read the repository: its directory
+    /// or one of the directories in it grants group or other access.
+    /// Directories btrsend makes are 0700; this is for one made by hand
+    /// or before that.
+    pub fn readable_by_others(&self) -> Option<String> {
+        use std::os::unix::fs::PermissionsExt;
+        let mut open = Vec::new();
+        let root = fs::metadata(&self.root).ok()?;
+        let dirs = ["catalog", "streams", TMP_DIR, "locks"];
+        let mode = |m: &fs::Metadata| m.permissions().mode() & 0o777;
+        if mode(&root) & 0o077 != 0 {
+            open.push(format!("{} (mode {:04o})", self.name, mode(&root)));
+        }
+        for d in dirs {
+            if let Ok(m) = fs::symlink_metadata(self.root.join(d))
+                && m.is_dir()
+                && mode(&m) & 0o077 != 0
+            {
+                open.push(format!("{d}/ (mode {:04o})", mode(&m)));
+            }
+        }
+        if open.is_empty() {
+            return None;
+        }
+        Some(format!(
+            "others than its owner may read the repository: {}; its streams hold every file of the snapshots (chmod 700 the repository's directory)",
+            open.join(", ")
+        ))
+    }
+
+    /// Remove the temporary file `tmp/NAME` (best effort).
+    fn remove_tmp(&self, name: &str) {
+        if let Ok(d) = self.open_dir(TMP_DIR, false) {
+            let _ = rfs::unlinkat(&d, name, rfs::AtFlags::empty());
+        }
+    }
 }
 
 /// A local upload: a temporary file, linked into place at the end.
@@ -542,7 +851,8 @@ struct LocalUpload {
     store: LocalStore,
     key: String,
     file: Option<io::BufWriter<File>>,
-    tmp: PathBuf,
+    /// Its name in `tmp/`.
+    tmp: String,
     /// Leave the temporary file when dropped unfinished.
     keep: bool,
 }
@@ -586,7 +896,8 @@ impl Drop for LocalUpload {
                 // frame then).
                 let _ = f.flush();
             } else {
-                let _ = fs::remove_file(&self.tmp);
+                drop(f);
+                self.store.remove_tmp(&self.tmp);
             }
         }
     }
@@ -643,5 +954,81 @@ mod tests {
             gone.get("config", None),
             Err(StoreError::Unreachable { .. })
         ));
+    }
+
+    #[test]
+    fn keys_and_links_never_reach_outside() {
+        let top = tempfile::tempdir().unwrap();
+        let root = top.path().join("repo");
+        std::fs::create_dir(&root).unwrap();
+        let s = LocalStore::new(&root);
+        assert!(s.put_if_absent("config", b"c").unwrap());
+        std::fs::write(top.path().join("victim"), b"mine").unwrap();
+        for bad in [
+            "../victim",
+            "/etc/passwd",
+            "streams/../config",
+            "streams/../../victim",
+            "a/b/c",
+            "streams/.hidden",
+            "",
+            "streams/",
+            "streams/a\0b",
+            "streams/a b",
+        ] {
+            assert!(check_key(bad).is_err(), "{bad:?}");
+            assert!(s.get(bad, None).is_err(), "{bad:?}");
+            assert!(s.delete(bad).is_err(), "{bad:?}");
+            assert!(s.put_if_absent(bad, b"x").is_err(), "{bad:?}");
+            assert!(s.multipart(bad).is_err(), "{bad:?}");
+        }
+        // A directory of the repository that is a symlink to one outside,
+        // and an object that is a symlink: neither is followed.
+        std::fs::create_dir(top.path().join("elsewhere")).unwrap();
+        std::fs::write(top.path().join("elsewhere/x.btrs.zst"), b"secret").unwrap();
+        std::os::unix::fs::symlink(top.path().join("elsewhere"), root.join("streams")).unwrap();
+        let e = s.get("streams/x.btrs.zst", None).unwrap_err();
+        assert!(e.to_string().contains("symbolic link"), "{e}");
+        assert!(s.delete("streams/x.btrs.zst").is_err());
+        assert!(s.list("streams/").is_err());
+        assert!(top.path().join("elsewhere/x.btrs.zst").exists());
+        std::fs::remove_file(root.join("streams")).unwrap();
+        std::os::unix::fs::symlink(top.path().join("victim"), root.join("catalog")).unwrap();
+        assert!(s.put_if_absent("catalog/1", b"x").is_err());
+        std::fs::remove_file(root.join("catalog")).unwrap();
+        std::fs::create_dir(root.join("catalog")).unwrap();
+        std::os::unix::fs::symlink(top.path().join("victim"), root.join("catalog/2")).unwrap();
+        assert!(s.get("catalog/2", None).is_err());
+        assert!(
+            !s.put_if_absent("catalog/2", b"x").unwrap(),
+            "a symlink takes the name"
+        );
+        assert!(
+            s.list("catalog/").unwrap().is_empty(),
+            "a symlink is no object"
+        );
+        s.delete("catalog/2").unwrap();
+        assert_eq!(std::fs::read(top.path().join("victim")).unwrap(), b"mine");
+        // An unfinished upload that is a hard link to a file outside is
+        // never cut or written.
+        std::fs::create_dir_all(root.join("tmp")).unwrap();
+        std::fs::hard_link(top.path().join("victim"), root.join("tmp/p")).unwrap();
+        let e = match s.continue_upload("tmp/p", 0, "streams/a.btrs.zst") {
+            Err(e) => e.to_string(),
+            Ok(_) => panic!("a hard link was continued"),
+        };
+        assert!(e.contains("hard links"), "{e}");
+        assert_eq!(std::fs::read(top.path().join("victim")).unwrap(), b"mine");
+        // Modes: 0700 directories, 0600 files.
+        use std::os::unix::fs::PermissionsExt;
+        let mode = |p: &str| {
+            std::fs::metadata(root.join(p))
+                .unwrap()
+                .permissions()
+                .mode()
+                & 0o777
+        };
+        assert_eq!(mode("tmp"), 0o700);
+        assert_eq!(mode("config"), 0o600);
     }
 }
