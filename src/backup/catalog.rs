@@ -23,7 +23,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 
 use super::BackupError;
-use super::store::Store;
+use super::store::{Store, check_key};
 
 /// The catalog format this code writes.
 pub const CATALOG_VERSION: u32 = 1;
@@ -118,6 +118,48 @@ pub struct Catalog {
     pub entries: Vec<Entry>,
 }
 
+/// The last generation a catalog key can hold (16 decimal digits).
+pub const MAX_GENERATION: u64 = 9_999_999_999_999_999;
+
+/// Where stream files live.
+const STREAM_PREFIX: &str = "streams/";
+/// How a stream file's name ends.
+const STREAM_SUFFIX: &str = ".btrs.zst";
+
+/// Whether `key` has the shape of a stream file's key
+/// (`streams/NAME.btrs.zst`, one name of safe characters).
+///
+/// # Errors
+///
+/// What is wrong, as text.
+pub fn check_stream_key(key: &str) -> Result<(), String> {
+    check_key(key)?;
+    let ok = key
+        .strip_prefix(STREAM_PREFIX)
+        .is_some_and(|n| n.len() > STREAM_SUFFIX.len() && n.ends_with(STREAM_SUFFIX));
+    if !ok {
+        return Err(format!(
+            "stream file key {} is not of the form {STREAM_PREFIX}NAME{STREAM_SUFFIX}",
+            quoted(key)
+        ));
+    }
+    Ok(())
+}
+
+/// Whether `s` is a UUID in its hyphenated form.
+fn check_uuid(s: &str) -> Result<(), String> {
+    if s.len() == 36 && uuid::Uuid::try_parse(s).is_ok() {
+        Ok(())
+    } else {
+        Err(format!("{} is not a UUID", quoted(s)))
+    }
+}
+
+/// `s` quoted with control characters escaped, for messages.
+fn quoted(s: &str) -> String {
+    format!("{:?}", s.chars().take(240).collect::<String>())
+}
+
 /// The key of generation `g`.
 fn key_of(g: u64) -> String {
     format!("{CATALOG_DIR}{g:016}.json")
@@ -188,18 +230,59 @@ impl Catalog {
         Ok(cat)
     }
 
-    /// Internal consistency: unique ids below `next_id`, unique
-    /// uuid+ctransid, parents that exist and come earlier.
+    /// Internal consistency, checked whenever a catalog is loaded and
+    /// before one is stored: a catalog may have been written by someone
+    /// else, and every later step trusts what this accepts.
+    ///
+    /// * ids strictly increasing (entries are oldest first) and below
+    ///   `next_id`, which leaves room for another entry; a generation whose
+    ///   successor still has a key ([`MAX_GENERATION`]);
+    /// * each `file` a key of the one shape stream files have
+    ///   (`streams/NAME.btrs.zst`, see [`check_key`]), named by one entry
+    ///   only;
+    /// * UUIDs that parse, a known protocol, unique uuid+ctransid;
+    /// * a full stream with no parent; an incremental one whose parent is
+    ///   an earlier entry with the very uuid and ctransid it records.
     ///
     /// # Errors
     ///
     /// What is wrong, as text.
     pub fn check(&self) -> Result<(), String> {
-        let mut ids = BTreeSet::new();
+        if self.generation > MAX_GENERATION {
+            return Err(format!(
+                "generation {} is beyond the last one a key can hold ({MAX_GENERATION})",
+                self.generation
+            ));
+        }
+        if self.next_id == u64::MAX {
+            return Err(String::from("next_id leaves no id for another entry"));
+        }
+        let mut by_id: BTreeMap<u64, &Entry> = BTreeMap::new();
         let mut keys = BTreeSet::new();
+        let mut files = BTreeSet::new();
+        let mut last = None;
         for e in &self.entries {
-            if e.id >= self.next_id || !ids.insert(e.id) {
-                return Err(format!("entry {} has a duplicate or too large id", e.id));
+            if e.id >= self.next_id || last.is_some_and(|l| e.id <= l) {
+                return Err(format!(
+                    "entry {} has a duplicate, out of order or too large id",
+                    e.id
+                ));
+            }
+            last = Some(e.id);
+            check_stream_key(&e.file).map_err(|why| format!("entry {}: {why}", e.id))?;
+            if !files.insert(e.file.as_str()) {
+                return Err(format!(
+                    "entry {}: its stream file {} is named by another entry too",
+                    e.id,
+                    quoted(&e.file)
+                ));
+            }
+            check_uuid(&e.uuid).map_err(|why| format!("entry {}: {why}", e.id))?;
+            if !(1..=3).contains(&e.proto) {
+                return Err(format!("entry {}: unknown protocol {}", e.id, e.proto));
+            }
+            if e.path.len() > 4096 || e.origin.len() > 4096 {
+                return Err(format!("entry {}: a path or origin too long", e.id));
             }
             if !keys.insert((e.uuid.as_str(), e.ctransid)) {
                 return Err(format!(
@@ -208,8 +291,23 @@ impl Catalog {
                 ));
             }
             match (e.kind, e.parent_id) {
-                (Kind::Full, None) => {}
-                (Kind::Incremental, Some(p)) if ids.contains(&p) && p != e.id => {}
+                (Kind::Full, None) if e.parent_uuid.is_none() && e.parent_ctransid.is_none() => {}
+                (Kind::Incremental, Some(p)) if by_id.contains_key(&p) => {
+                    let parent = by_id[&p];
+                    if e.parent_uuid.as_deref() != Some(parent.uuid.as_str())
+                        || e.parent_ctransid != Some(parent.ctransid)
+                    {
+                        return Err(format!(
+                            "entry {} is incremental from {} ctransid {}, but its parent entry {p} stores {} ctransid {}",
+                            e.id,
+                            quoted(e.parent_uuid.as_deref().unwrap_or("nothing")),
+                            e.parent_ctransid
+                                .map_or_else(|| String::from("none"), |c| c.to_string()),
+                            parent.uuid,
+                            parent.ctransid
+                        ));
+                    }
+                }
                 _ => {
                     return Err(format!(
                         "entry {} ({}) has parent {:?}, which is not an earlier entry",
@@ -219,6 +317,7 @@ impl Catalog {
                     ));
                 }
             }
+            by_id.insert(e.id, e);
         }
         Ok(())
     }
@@ -234,6 +333,11 @@ impl Catalog {
         let next = self.generation + 1;
         let mut cat = self.clone();
         cat.generation = next;
+        // Never write what the loader would refuse or ignore.
+        cat.check().map_err(|what| BackupError::Catalog {
+            repo: store.name().to_owned(),
+            what: format!("refusing to store generation {next}: {what}"),
+        })?;
         let bytes = serde_json::to_vec_pretty(&cat).map_err(|e| BackupError::Catalog {
             repo: store.name().to_owned(),
             what: format!("cannot encode the catalog: {e}"),
@@ -260,18 +364,24 @@ impl Catalog {
         Ok(())
     }
 
-    /// Add an entry (its id is assigned here and returned).
+    /// Add an entry (its id is assigned here and returned). A checked
+    /// catalog always has room for one ([`Catalog::check`]); the one after
+    /// it may not, and [`Catalog::commit`] refuses to store that.
     pub fn add(&mut self, mut entry: Entry) -> u64 {
         entry.id = self.next_id;
-        self.next_id += 1;
+        self.next_id = self.next_id.saturating_add(1);
         let id = entry.id;
         self.entries.push(entry);
         id
     }
 
-    /// The entry with this id.
+    /// The entry with this id (a binary search: a checked catalog's ids
+    /// are in order).
     pub fn get(&self, id: u64) -> Option<&Entry> {
-        self.entries.iter().find(|e| e.id == id)
+        match self.entries.binary_search_by_key(&id, |e| e.id) {
+            Ok(i) => self.entries.get(i),
+            Err(_) => None,
+        }
     }
 
     /// The entry storing this snapshot.
@@ -288,15 +398,14 @@ impl Catalog {
     ///
     /// The id of the first missing ancestor.
     pub fn chain(&self, id: u64) -> Result<Vec<&Entry>, u64> {
-        let by_id: BTreeMap<u64, &Entry> = self.entries.iter().map(|e| (e.id, e)).collect();
         let mut out = Vec::new();
         let mut cur = Some(id);
         while let Some(i) = cur {
-            let e = by_id.get(&i).ok_or(i)?;
+            let e = self.get(i).ok_or(i)?;
             if out.len() > self.entries.len() {
                 return Err(i);
             }
-            out.push(*e);
+            out.push(e);
             cur = e.parent_id;
         }
         out.reverse();
@@ -353,8 +462,12 @@ impl Catalog {
             .map(|e| (e.id, e.file.clone()))
             .collect();
         files.sort_by_key(|f| std::cmp::Reverse(f.0));
+        // A file a remaining entry names stays, whatever the catalog says.
+        let kept: BTreeSet<&str> = next.entries.iter().map(|e| e.file.as_str()).collect();
         for (_, f) in files {
-            let _ = store.delete(&f);
+            if !kept.contains(f.as_str()) {
+                let _ = store.delete(&f);
+            }
         }
         *self = next;
         Ok(())
@@ -366,14 +479,25 @@ mod tests {
     use super::*;
     use crate::backup::store::LocalStore;
 
-    pub(crate) fn entry(parent: Option<u64>) -> Entry {
+    fn uuid() -> String {
+        let r = crate::backup::store::random_u64();
+        format!(
+            "{:08x}-0000-4000-8000-{:012x}",
+            r >> 32,
+            r & 0xffff_ffff_ffff
+        )
+    }
+
+    /// An entry of `c`, incremental from its entry `parent`.
+    pub(crate) fn entry_in(c: &Catalog, parent: Option<u64>) -> Entry {
+        let p = parent.and_then(|p| c.get(p));
         Entry {
             id: 0,
             path: "snaps/a".into(),
-            uuid: format!("u{}", crate::backup::store::random_u64()),
+            uuid: uuid(),
             ctransid: 5,
-            parent_uuid: parent.map(|_| "p".into()),
-            parent_ctransid: parent.map(|_| 4),
+            parent_uuid: p.map(|p| p.uuid.clone()),
+            parent_ctransid: p.map(|p| p.ctransid),
             parent_id: parent,
             kind: if parent.is_some() {
                 Kind::Incremental
@@ -382,7 +506,7 @@ mod tests {
             },
             time: "2026-11-20T01:00:00Z".into(),
             origin: "o".into(),
-            file: format!("streams/{}", crate::backup::store::random_u64()),
+            file: format!("streams/{}.btrs.zst", crate::backup::store::random_u64()),
             stream_bytes: 10,
             stored_bytes: 20,
             stream_blake3: "h".into(),
@@ -399,8 +523,8 @@ mod tests {
         let mut c = Catalog::empty();
         c.commit(&s).unwrap();
         assert_eq!(Catalog::load(&s).unwrap().generation, 1);
-        let a = c.add(entry(None));
-        let b = c.add(entry(Some(a)));
+        let a = c.add(entry_in(&c, None));
+        let b = c.add(entry_in(&c, Some(a)));
         c.commit(&s).unwrap();
         let l = Catalog::load(&s).unwrap();
         assert_eq!(l, c);
@@ -426,8 +550,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let s = LocalStore::new(dir.path());
         let mut c = Catalog::empty();
-        let a = c.add(entry(None));
-        let b = c.add(entry(Some(a)));
+        let a = c.add(entry_in(&c, None));
+        let b = c.add(entry_in(&c, Some(a)));
         for e in &c.entries {
             assert!(s.put_if_absent(&e.file, b"x").unwrap());
         }
@@ -451,7 +575,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let s = LocalStore::new(dir.path());
         let mut c = Catalog::empty();
-        c.add(entry(Some(9)));
+        c.add(entry_in(&c, Some(9)));
         assert!(c.check().unwrap_err().contains("not an earlier entry"));
         assert!(s.put_if_absent(&key_of(1), b"{\"format\":").unwrap());
         let e = Catalog::load(&s).unwrap_err().to_string();
@@ -462,5 +586,97 @@ mod tests {
         let empty = tempfile::tempdir().unwrap();
         let e = Catalog::load(&LocalStore::new(empty.path())).unwrap_err();
         assert!(e.to_string().contains("no catalog"), "{e}");
+    }
+
+    #[test]
+    fn hostile_catalogs_are_refused_at_load() {
+        let mut base = Catalog::empty();
+        let a = base.add(entry_in(&base, None));
+        let b = base.add(entry_in(&base, Some(a)));
+        let other = base.add(entry_in(&base, None));
+        base.check().unwrap();
+        type Tamper = Box<dyn Fn(&mut Catalog)>;
+        let cases: Vec<(&str, Tamper)> = vec![
+            ("../x", Box::new(|c| c.entries[0].file = "../x".into())),
+            (
+                "/etc",
+                Box::new(|c| c.entries[0].file = "/etc/passwd".into()),
+            ),
+            (
+                "config",
+                Box::new(|c| c.entries[0].file = "streams/../config".into()),
+            ),
+            (
+                "nul",
+                Box::new(|c| c.entries[0].file = "streams/a\0.btrs.zst".into()),
+            ),
+            (
+                "shape",
+                Box::new(|c| c.entries[0].file = "catalog/0000000000000001.json".into()),
+            ),
+            (
+                "hidden",
+                Box::new(|c| c.entries[0].file = "streams/.btrs.zst".into()),
+            ),
+            (
+                "shared file",
+                Box::new(|c| c.entries[2].file = c.entries[0].file.clone()),
+            ),
+            ("uuid", Box::new(|c| c.entries[0].uuid = "../../x".into())),
+            ("proto", Box::new(|c| c.entries[0].proto = 9)),
+            // The attack of a wrong parent id: the entry still names its
+            // real parent's uuid, but points at another full stream.
+            (
+                "parent id",
+                Box::new(move |c| c.entries[1].parent_id = Some(other)),
+            ),
+            (
+                "full with parent",
+                Box::new(|c| c.entries[0].parent_uuid = Some(uuid())),
+            ),
+            ("order", Box::new(|c| c.entries.swap(0, 2))),
+            ("next_id", Box::new(|c| c.next_id = u64::MAX)),
+            (
+                "generation",
+                Box::new(|c| c.generation = MAX_GENERATION + 1),
+            ),
+        ];
+        for (what, tamper) in cases {
+            let mut c = base.clone();
+            tamper(&mut c);
+            assert!(c.check().is_err(), "{what}: accepted");
+        }
+        // A loaded catalog goes through the same check.
+        let dir = tempfile::tempdir().unwrap();
+        let s = LocalStore::new(dir.path());
+        let mut c = base.clone();
+        c.entries[b as usize - 1].file = "../victim".into();
+        c.generation = 1;
+        let json = serde_json::to_vec(&c).unwrap();
+        assert!(s.put_if_absent(&key_of(1), &json).unwrap());
+        let e = Catalog::load(&s).unwrap_err().to_string();
+        assert!(e.contains("\"../victim\"") && e.contains("entry 2"), "{e}");
+    }
+
+    #[test]
+    fn the_last_generation_and_id_are_never_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = LocalStore::new(dir.path());
+        let mut c = Catalog::empty();
+        c.generation = MAX_GENERATION - 1;
+        c.commit(&s).unwrap();
+        assert_eq!(Catalog::load(&s).unwrap().generation, MAX_GENERATION);
+        let e = c.commit(&s).unwrap_err().to_string();
+        assert!(e.contains("refusing to store generation"), "{e}");
+        assert_eq!(Catalog::load(&s).unwrap().generation, MAX_GENERATION);
+
+        let dir = tempfile::tempdir().unwrap();
+        let s = LocalStore::new(dir.path());
+        let mut c = Catalog::empty();
+        c.next_id = u64::MAX - 1;
+        c.add(entry_in(&c, None));
+        let e = c.commit(&s).unwrap_err().to_string();
+        assert!(e.contains("next_id"), "{e}");
+        assert!(Catalog::load(&s).is_err(), "nothing stored");
     }
 }

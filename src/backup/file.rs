@@ -1000,6 +1000,12 @@ impl StreamFile {
         let mut at = 0u64;
         let mut raw = 0u64;
         for (i, f) in trailer.frames.iter().enumerate() {
+            if f.raw_len > super::frames::MAX_FRAME_RAW {
+                return Err(bad(format!(
+                    "frame {i} is recorded with {} raw bytes, more than any writer puts in a frame",
+                    f.raw_len
+                )));
+            }
             if f.offset != at || f.len == 0 {
                 return Err(bad(format!(
                     "frame {i} is recorded at byte offset {} length {}, expected offset {at}",
@@ -1093,6 +1099,49 @@ impl StreamFile {
             )));
         }
         Ok(out)
+    }
+
+    /// The snapshot the stream's own first command (SUBVOL or SNAPSHOT)
+    /// names, with its parent: read from the start of the first frame
+    /// only (a few hundred KiB at most, however long the stream).
+    ///
+    /// # Errors
+    ///
+    /// [`Damage::Frame`] when the start of the first frame does not
+    /// decompress or decode to SUBVOL or SNAPSHOT; store errors.
+    pub(crate) fn first_ident(&self, store: &dyn Store) -> Result<Ident, ReadError> {
+        /// Enough stored bytes for zstd's first block (at most 128 KiB),
+        /// which holds the stream header and the first command.
+        const HEAD: u64 = 160 << 10;
+        /// The stream header and a SUBVOL or SNAPSHOT command fit in this.
+        const RAW: u64 = 8 << 10;
+        let bad = |what: String| {
+            ReadError::Damage(Damage::Frame {
+                file: self.key.clone(),
+                frame: 0,
+                offset: 0,
+                what,
+            })
+        };
+        let f = self
+            .trailer
+            .frames
+            .first()
+            .ok_or_else(|| bad(String::from("the file has no frame")))?;
+        let data = store.get(&self.key, Some(f.offset..f.offset + f.len.min(HEAD)))?;
+        let mut raw = Vec::new();
+        let read = zstd::stream::read::Decoder::with_buffer(&data[..]).map(|d| {
+            d.single_frame()
+                .take(RAW.min(f.raw_len))
+                .read_to_end(&mut raw)
+        });
+        match read {
+            Ok(Ok(_)) => {}
+            // The first block was read whole: what it gave is enough.
+            Ok(Err(_)) if !raw.is_empty() => {}
+            Ok(Err(e)) | Err(e) => return Err(bad(format!("does not decompress: {e}"))),
+        }
+        super::partial::ident_of_prefix(&raw).map_err(bad)
     }
 
     /// Check every frame's hash (reads the whole file, decompresses

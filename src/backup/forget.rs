@@ -114,6 +114,11 @@ impl Repository {
         let _lock = self.lock(kind, opts.wait_lock, progress)?;
         let mut catalog = self.catalog()?;
         let plan = plan(&catalog, policy, opts, self.store().name())?;
+        if !opts.dry_run && !plan.delete_order.is_empty() {
+            // Deleting by links the streams do not confirm could take the
+            // parent of a kept entry.
+            self.check_structure(&catalog)?;
+        }
         if !opts.dry_run {
             if !plan.delete_order.is_empty() {
                 catalog.remove_entries(&**self.store(), &plan.delete_order)?;

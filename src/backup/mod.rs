@@ -56,6 +56,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use stream_format::{Command, ReaderOptions, StreamReader};
+use treehash::TreeHasher;
 
 use crate::fs::subvol::{Subvolume, list_subvolumes};
 use crate::receive::{self, ReceiveError, ReceiveOptions};
@@ -325,10 +326,27 @@ impl Repository {
     /// As [`Repository::init`].
     pub fn init_in(store: Arc<dyn Store>) -> Result<Repository, BackupError> {
         if let Some(root) = store.local_root() {
-            std::fs::create_dir_all(root).map_err(|e| BackupError::Io {
-                what: format!("cannot create the repository directory {}", root.display()),
-                error: e,
-            })?;
+            // A stored stream holds every file of a snapshot: a directory
+            // this makes is the owner's alone, whatever the umask (one
+            // that exists keeps its mode; `verify` warns when others can
+            // read it).
+            if !root.exists() {
+                use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+                std::fs::DirBuilder::new()
+                    .recursive(true)
+                    .mode(store::DIR_MODE)
+                    .create(root)
+                    .and_then(|()| {
+                        std::fs::set_permissions(
+                            root,
+                            std::fs::Permissions::from_mode(store::DIR_MODE),
+                        )
+                    })
+                    .map_err(|e| BackupError::Io {
+                        what: format!("cannot create the repository directory {}", root.display()),
+                        error: e,
+                    })?;
+            }
             let mut rd = std::fs::read_dir(root).map_err(|e| BackupError::Io {
                 what: format!("cannot read {}", root.display()),
                 error: e,
@@ -356,8 +374,8 @@ impl Repository {
             )));
         }
         Catalog::empty().commit(&*store)?;
-        if let Some(root) = store.local_root() {
-            let _ = std::fs::File::create(root.join(lock::LOCK_FILE));
+        if let Some(local) = store.local() {
+            let _ = local.open_lock(lock::LOCK_FILE, true);
         }
         Ok(Repository { store, config })
     }
@@ -1326,12 +1344,19 @@ impl Repository {
                 inner: FileWriter::continued(upload, wopts, scan.kept.clone()),
                 progress,
             };
-            // The continuation's header is not part of the stream; the
-            // kept part is reported once the send is past the resume point
-            // (a send that refuses it starts over, counting from zero).
-            let out = SkipHead {
+            // The partial file may not be this host's (a repository that
+            // others can write): the send makes the whole stream again, and
+            // its first bytes must hash to what the kept frames hold before
+            // anything is appended. The kept part is reported once the send
+            // is past it (a send that refuses it starts over, counting from
+            // zero).
+            let differs = std::cell::Cell::new(false);
+            let out = VerifyHead {
                 inner: counted,
-                left: crate::resume::continuation_header(&scan.token).len(),
+                left: scan.kept.raw_bytes,
+                hasher: TreeHasher::new(),
+                expected: scan.kept.hasher.finalize(),
+                differs: &differs,
                 resumed: Some(Resumed {
                     path: &sel.path,
                     stream_bytes: scan.kept.raw_bytes,
@@ -1339,15 +1364,11 @@ impl Repository {
                 }),
                 progress,
             };
-            match source.send_from(&req, out, sopts, Some(&scan.token), &bridge) {
+            match source.send(&req, out, sopts, &bridge) {
                 Ok((out, _stats)) => break out.inner.inner,
-                Err(SendError::ResumeMismatch(why)) => {
+                Err(_) if differs.get() => {
                     // Another stream than the partial file's: start over.
-                    self.discard_partial(
-                        &tmp,
-                        &format!("its commands are not this send's ({why})"),
-                        progress,
-                    );
+                    self.discard_partial(&tmp, "its bytes are not what this send makes", progress);
                 }
                 Err(e) => return Err(send_err(e)),
             }
@@ -1387,12 +1408,16 @@ impl Repository {
     }
 }
 
-/// A writer that drops the first `left` bytes written to it (a
-/// continuation stream's header), and reports the continuation before the
-/// first byte after them.
-struct SkipHead<'p, W> {
+/// A writer that takes the first `left` bytes written to it (the part of
+/// the stream a partial file holds) without passing them on, hashing them:
+/// when they do not hash to `expected`, the write fails and `differs` says
+/// so. Past them it reports the continuation, then passes everything on.
+struct VerifyHead<'p, W> {
     inner: W,
-    left: usize,
+    left: u64,
+    hasher: TreeHasher,
+    expected: blake3::Hash,
+    differs: &'p std::cell::Cell<bool>,
     resumed: Option<Resumed<'p>>,
     progress: &'p dyn Progress,
 }
@@ -1404,17 +1429,28 @@ struct Resumed<'p> {
     stored_bytes: u64,
 }
 
-impl<W: Write> Write for SkipHead<'_, W> {
+impl<W: Write> Write for VerifyHead<'_, W> {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        let skip = self.left.min(buf.len());
-        self.left -= skip;
-        if skip == buf.len() {
+        // OK to convert: at most buf.len().
+        let skip = usize::try_from(self.left.min(buf.len() as u64)).unwrap_or(buf.len());
+        self.hasher.update(&buf[..skip]);
+        self.left -= skip as u64;
+        if self.left > 0 {
             return Ok(skip);
         }
         if let Some(r) = self.resumed.take() {
+            if self.hasher.finalize() != self.expected {
+                self.differs.set(true);
+                return Err(io::Error::other(
+                    "the partial stream file differs from the stream this send makes",
+                ));
+            }
             self.progress
                 .resumed(r.path, r.stream_bytes, r.stored_bytes);
             self.progress.stream(r.stream_bytes);
+        }
+        if skip == buf.len() {
+            return Ok(skip);
         }
         Ok(skip + self.inner.write(&buf[skip..])?)
     }
@@ -1615,6 +1651,9 @@ impl Repository {
             Err(e) => return Err(e),
         };
         rep.entries = cat.entries.len();
+        if let Some(w) = self.store.local().and_then(LocalStore::readable_by_others) {
+            rep.notices.push(w);
+        }
         let present: BTreeMap<String, u64> = self
             .store
             .list(STREAMS_DIR)?
@@ -1675,27 +1714,14 @@ impl Repository {
                 }
             }
         }
+        // A checked catalog has each parent before its children: one pass
+        // in order finds every entry whose chain holds a damaged one.
+        let mut broken: BTreeSet<u64> = BTreeSet::new();
         for e in &cat.entries {
-            match cat.chain(e.id) {
-                Ok(chain) => {
-                    if let Some(b) = chain.iter().find(|c| bad.contains(&c.id)) {
-                        rep.unrestorable.push((e.id, e.path.clone()));
-                        if b.id != e.id {
-                            // Named through its damaged ancestor.
-                        }
-                    }
-                }
-                Err(missing) => {
-                    rep.problems.push(Problem {
-                        entry: Some(e.id),
-                        file: Some(e.file.clone()),
-                        message: format!(
-                            "entry {} ({}): its chain needs entry {missing}, which is not in the catalog",
-                            e.id, e.path
-                        ),
-                    });
-                    rep.unrestorable.push((e.id, e.path.clone()));
-                }
+            let parent_broken = e.parent_id.is_some_and(|p| broken.contains(&p));
+            if bad.contains(&e.id) || parent_broken {
+                broken.insert(e.id);
+                rep.unrestorable.push((e.id, e.path.clone()));
             }
         }
         Ok(rep)
@@ -1704,6 +1730,7 @@ impl Repository {
     /// Check one entry's file; returns the bytes read.
     fn check_entry(&self, e: &Entry, read_data: bool) -> Result<u64, String> {
         let f = self.open_file(e).map_err(|err| err.to_string())?;
+        self.check_ident(e, &f).map_err(|err| err.to_string())?;
         if !read_data {
             return Ok(0);
         }
@@ -1785,7 +1812,94 @@ impl Repository {
                 t.stream_bytes, t.stream_blake3, e.id
             )));
         }
+        if t.proto != e.proto || t.commands != e.commands {
+            return Err(mismatch(format!(
+                "protocol {} with {} commands (entry {}: protocol {} with {})",
+                t.proto, t.commands, e.id, e.proto, e.commands
+            )));
+        }
         Ok(f)
+    }
+
+    /// Check that the stream's own first command is of the entry's
+    /// snapshot and, for an incremental stream, of its parent entry's
+    /// snapshot (the catalog's links are checked against the streams, not
+    /// taken on trust: `forget` deletes by them).
+    fn check_ident(&self, e: &Entry, f: &StreamFile) -> Result<(), BackupError> {
+        let ident = f.first_ident(&*self.store).map_err(|err| match err {
+            ReadError::Damage(d) => BackupError::Damage {
+                repo: self.store.name().to_owned(),
+                damage: Box::new(d),
+            },
+            ReadError::Store(s) => BackupError::Store(s),
+        })?;
+        let (uuid, ctransid, parent) = partial::ident_text(&ident);
+        let recorded = e.parent_uuid.clone().zip(e.parent_ctransid);
+        if uuid != e.uuid || ctransid != e.ctransid || parent != recorded {
+            let of = |p: &Option<(String, u64)>| {
+                p.as_ref().map_or_else(
+                    || String::from("a full stream"),
+                    |(u, c)| format!("incremental from {u} ctransid {c}"),
+                )
+            };
+            return Err(BackupError::Damage {
+                repo: self.store.name().to_owned(),
+                damage: Box::new(Damage::Mismatch {
+                    file: e.file.clone(),
+                    what: format!(
+                        "its stream is of {uuid} ctransid {ctransid}, {} (entry {}: {} ctransid {}, {})",
+                        of(&parent),
+                        e.id,
+                        e.uuid,
+                        e.ctransid,
+                        of(&recorded)
+                    ),
+                }),
+            });
+        }
+        Ok(())
+    }
+
+    /// The structural check `forget` needs before it deletes anything:
+    /// every entry's stream file present with its size, its trailer and
+    /// its first command agreeing with the entry and its parent entry.
+    /// Reads each file's trailer and the start of its first frame.
+    ///
+    /// # Errors
+    ///
+    /// [`BackupError::Invalid`] naming the first entry that does not
+    /// agree; store errors.
+    fn check_structure(&self, cat: &Catalog) -> Result<(), BackupError> {
+        let present: BTreeMap<String, u64> = self
+            .store
+            .list(STREAMS_DIR)?
+            .into_iter()
+            .map(|o| (o.key, o.size))
+            .collect();
+        for e in &cat.entries {
+            let problem = match present.get(&e.file) {
+                None => Some(format!("{}: the stream file is missing", e.file)),
+                Some(&size) if size != e.stored_bytes => Some(format!(
+                    "{}: {size} bytes, the catalog says {}",
+                    e.file, e.stored_bytes
+                )),
+                Some(_) => match self.open_file(e).and_then(|f| self.check_ident(e, &f)) {
+                    Ok(()) => None,
+                    Err(BackupError::Store(s)) if !matches!(s, StoreError::Other { .. }) => {
+                        return Err(BackupError::Store(s));
+                    }
+                    Err(err) => Some(err.to_string()),
+                },
+            };
+            if let Some(p) = problem {
+                return Err(BackupError::Invalid(format!(
+                    "{}: not deleting anything: entry {} does not agree with its stream file ({p}); run `btrsend backup verify` for every problem",
+                    self.store.name(),
+                    e.id
+                )));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -2113,21 +2227,27 @@ impl Repository {
                     };
                     let res = receive::receive_blocks(input, RESTORE_QUEUE, dir, &opts, &mut made);
                     let Err(source) = res else { return Ok(()) };
-                    let Some(d) = found.lock().ok().and_then(|mut f| f.take()) else {
-                        return Err(BackupError::Receive {
-                            snapshot: format!("{} ({})", entry.path, entry.id),
-                            dir: dir.to_path_buf(),
-                            error: Box::new(source),
-                        });
-                    };
-                    // Damage: what was received of the chain goes.
+                    // Whatever failed (damage found, or the receive itself:
+                    // a full disk, a stream the target refuses), what this
+                    // restore made of the chain goes, later ones first, so
+                    // DIR is left as it was.
                     let names = made.names.into_inner().unwrap_or_default();
                     for n in names.iter().rev() {
                         if let Err(e) = receive::discard(dir, n) {
-                            progress.note(&format!("cannot remove what the restore received: {e}"));
+                            progress.note(&format!(
+                                "cannot remove what the restore received ({}): {e}; remove it by hand",
+                                String::from_utf8_lossy(n).escape_debug()
+                            ));
                         }
                     }
-                    Err(damage(d))
+                    match found.lock().ok().and_then(|mut f| f.take()) {
+                        Some(d) => Err(damage(d)),
+                        None => Err(BackupError::Receive {
+                            snapshot: format!("{} ({})", entry.path, entry.id),
+                            dir: dir.to_path_buf(),
+                            error: Box::new(source),
+                        }),
+                    }
                 }
             }
         })?;

@@ -35,18 +35,22 @@
 //!    SUBVOL or SNAPSHOT command: the snapshot's UUID and ctransid and, for
 //!    an incremental stream, its parent's. They must be the snapshot this
 //!    run stores and the parent it picks now; else the partial file is
-//!    removed and the stream started over, with a notice. The send then
-//!    checks the shape chain of every command before the token's point
-//!    (other send options, another protocol, or a filesystem whose layout
-//!    changed make other commands): a mismatch also starts the stream
-//!    over. The zstd level and frame size may differ from the interrupted
-//!    run's: they change the stored bytes, never the raw stream.
-//! 4. **Append.** The file is cut after the last kept frame and the send
-//!    continued from the token (`send --resume`): its continuation header
-//!    is dropped and its commands appended as new frames, then the trailer
-//!    is written over the whole frame table. The raw stream is byte for
-//!    byte the stream an uninterrupted run stores (its BLAKE3 proves it);
-//!    only the compressed bytes of frames may differ.
+//!    removed and the stream started over, with a notice. The zstd level
+//!    and frame size may differ from the interrupted run's: they change
+//!    the stored bytes, never the raw stream.
+//! 4. **Proof, then append.** A repository may be writable by others, so
+//!    a partial file in `tmp/` is not taken on trust: the send makes the
+//!    whole stream again, and its first bytes, up to where the kept frames
+//!    end, must have the BLAKE3 the scan found in them (other send options,
+//!    another protocol, a filesystem whose layout changed, or a file this
+//!    host did not write: the stream is started over, with a notice).
+//!    That costs reading the kept part's file data again from the source,
+//!    never compressing, storing or uploading it again. Then the file is
+//!    cut after the last kept frame and the rest of the send appended as
+//!    new frames, and the trailer is written over the whole frame table.
+//!    The raw stream is byte for byte the stream an uninterrupted run
+//!    stores (its BLAKE3 proves it); only the compressed bytes of frames
+//!    may differ.
 //!
 //! A partial file is never listed, restored or verified as a stream:
 //! `verify` notes it. `run` keeps only the partial files of the snapshots it
@@ -66,14 +70,13 @@
 //! the frame table, the command count and shape chain (the resume
 //! [`Token`]), the protocol and snapshot identity, and the raw stream's
 //! BLAKE3 state. That last one is a `blake3::Hasher`, which has no
-//! serialised form; rather than re-running the send from the start to hash
-//! the prefix again (it would read all of its data), the writer hashes the
-//! raw stream as aligned 16 KiB subtrees (`treehash`,
-//! with blake3's `hazmat`), whose chaining values and last partial block
-//! are the state: the continuation finishes the same root hash without the
-//! prefix. Steps 3 and 4 are the same (identity, then the send continued,
-//! the remaining parts uploaded with the next part numbers and the upload
-//! completed with all the parts).
+//! serialised form, so the writer hashes the raw stream as aligned 16 KiB
+//! subtrees (`treehash`, with blake3's `hazmat`), whose chaining values
+//! and last partial block are the state: the continuation finishes the
+//! same root hash from them, and the proof of step 4 compares the prefix
+//! the send makes again with them. Steps 3 and 4 are the same (identity,
+//! proof, then the remaining parts uploaded with the next part numbers and
+//! the upload completed with all the parts).
 
 use std::io::Cursor;
 
@@ -110,7 +113,11 @@ pub(crate) fn snapshot_of(key: &str) -> Option<(String, u64)> {
 pub(crate) struct Scan {
     /// The state the writer goes on from.
     pub(crate) kept: Continued,
-    /// The point the send continues from.
+    /// The resume point where the kept frames end, as `send --resume`
+    /// takes it. A run sends the whole stream again instead and checks
+    /// the kept part against it (step 4 of the module doc); the tests
+    /// check the scan through it.
+    #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) token: Token,
     /// The snapshot's stream UUID (hyphenated, lowercase) and ctransid.
     pub(crate) uuid: String,
@@ -136,6 +143,43 @@ pub(crate) type Ident = ([u8; 16], u64, Option<([u8; 16], u64)>);
 /// first) is of; `None` when it does not start with SUBVOL or SNAPSHOT.
 pub(crate) fn ident_of(frame0: &[u8]) -> Option<Ident> {
     decode(true, 0, frame0).ok()?.ident
+}
+
+/// The snapshot a stream is of, from its first bytes (the stream header
+/// and the first command: SUBVOL or SNAPSHOT).
+///
+/// # Errors
+///
+/// What is wrong, as text.
+pub(crate) fn ident_of_prefix(raw: &[u8]) -> Result<Ident, String> {
+    let mut reader =
+        StreamReader::with_options(Cursor::new(raw), ReaderOptions::new().with_max_version(3));
+    match reader.next_command() {
+        Ok(Some((_, Command::Subvol { uuid, ctransid, .. }))) => Ok((uuid, ctransid, None)),
+        Ok(Some((
+            _,
+            Command::Snapshot {
+                uuid,
+                ctransid,
+                clone_uuid,
+                clone_ctransid,
+                ..
+            },
+        ))) => Ok((uuid, ctransid, Some((clone_uuid, clone_ctransid)))),
+        Ok(_) => Err(String::from(
+            "the stream does not start with SUBVOL or SNAPSHOT",
+        )),
+        Err(e) => Err(format!("its first command does not decode: {e}")),
+    }
+}
+
+/// An [`Ident`] as the catalog writes it: hyphenated UUIDs.
+pub(crate) fn ident_text(id: &Ident) -> (String, u64, Option<(String, u64)>) {
+    (
+        hyphenated(&id.0),
+        id.1,
+        id.2.map(|(u, c)| (hyphenated(&u), c)),
+    )
 }
 
 /// The state a continuation needs at the end of a frame, as a store that
