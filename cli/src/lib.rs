@@ -8,3 +8,4 @@ pub mod man;
 pub mod progress;
 pub mod repository_man;
 pub mod signal;
+pub mod text;

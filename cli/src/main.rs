@@ -27,7 +27,10 @@ fn main() -> ExitCode {
                 Exit::Quiet => {}
                 _ if !Exit::prints(&err) => {}
                 Exit::BrokenPipe => eprintln!("btrsend: error: {}", Exit::BROKEN_PIPE),
-                _ => eprintln!("btrsend: error: {err:#}"),
+                _ => eprintln!(
+                    "btrsend: error: {}",
+                    btrsend_cli::text::printable_lines(&format!("{err:#}"))
+                ),
             }
             code.into()
         }

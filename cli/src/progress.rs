@@ -164,8 +164,9 @@ impl Reporter {
     /// A line of raw bytes on stderr (paths as a stream has them), above
     /// the bar if one is drawn.
     pub fn println_bytes(&self, msg: &[u8]) {
+        let msg = crate::text::printable_bytes(msg);
         let line = |mut e: std::io::StderrLock<'_>| {
-            let _ = e.write_all(msg).and_then(|()| e.write_all(b"\n"));
+            let _ = e.write_all(&msg).and_then(|()| e.write_all(b"\n"));
         };
         if self.mode == Mode::Bar {
             self.bar.suspend(|| line(std::io::stderr().lock()));
@@ -176,6 +177,7 @@ impl Reporter {
 
     /// A message on stderr, above the bar if one is drawn.
     pub fn println(&self, msg: &str) {
+        let msg = crate::text::printable_lines(msg);
         if self.mode == Mode::Bar {
             self.bar.suspend(|| eprintln!("{msg}"));
         } else {

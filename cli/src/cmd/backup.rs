@@ -16,6 +16,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::json;
 
 use crate::exit::{Exit, ExitWith};
+use crate::text::printable;
 
 /// Arguments of `btrsend backup`.
 #[derive(Debug, Args)]
@@ -421,7 +422,7 @@ impl Progress for RunProgress {
         if self.json {
             self.line(json!({"message_type": "status", "notice": msg}));
         } else if let Some(b) = &self.bar {
-            b.println(format!("btrsend: notice: {msg}"));
+            b.println(format!("btrsend: notice: {}", printable(msg)));
         }
     }
 
@@ -447,7 +448,11 @@ impl Progress for RunProgress {
         let n = self.current.fetch_add(1, Ordering::Relaxed) + 1;
         if let Some(b) = &self.bar {
             let count = self.count.load(Ordering::Relaxed).max(n);
-            b.set_message(format!("[{n}/{count}] {path} ({})", kind.as_str()));
+            b.set_message(format!(
+                "[{n}/{count}] {} ({})",
+                printable(path),
+                kind.as_str()
+            ));
         }
     }
 
@@ -485,7 +490,8 @@ impl Progress for RunProgress {
             }));
         } else if let Some(b) = &self.bar {
             b.println(format!(
-                "btrsend: continuing {path} where an interrupted run stopped: {stream_bytes} bytes of its stream kept"
+                "btrsend: continuing {} where an interrupted run stopped: {stream_bytes} bytes of its stream kept",
+                printable(path)
             ));
         }
     }
@@ -526,7 +532,11 @@ impl Progress for RunProgress {
             if let Some(b) = &self.bar {
                 b.suspend(|| ());
             }
-            eprintln!("btrsend: error: {path}: {err}");
+            eprintln!(
+                "btrsend: error: {}: {}",
+                printable(path),
+                printable(&err.to_string())
+            );
         }
     }
 
@@ -622,12 +632,12 @@ fn run_list(a: &ListArgs) -> anyhow::Result<()> {
             "{:>5}  {:<11}  {:<25}  {:>12}  {:>12}  {:>6}  {}",
             e.id,
             e.kind.as_str(),
-            e.time,
+            printable(&e.time),
             e.stream_bytes,
             e.stored_bytes,
             e.parent_id
                 .map_or_else(|| String::from("-"), |p| p.to_string()),
-            e.path
+            printable(&e.path)
         )?;
     }
     Ok(())
@@ -644,13 +654,13 @@ fn run_verify(a: &VerifyArgs) -> anyhow::Result<()> {
         )?;
     } else {
         for n in &rep.notices {
-            eprintln!("btrsend: notice: {n}");
+            eprintln!("btrsend: notice: {}", printable(n));
         }
         for p in &rep.problems {
-            eprintln!("btrsend: damage: {}", p.message);
+            eprintln!("btrsend: damage: {}", printable(&p.message));
         }
         for (id, path) in &rep.unrestorable {
-            eprintln!("btrsend: unrestorable: entry {id} ({path})");
+            eprintln!("btrsend: unrestorable: entry {id} ({})", printable(path));
         }
     }
     if rep.problems.is_empty() {

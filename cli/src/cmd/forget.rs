@@ -10,6 +10,7 @@ use serde_json::json;
 
 use super::backup::{LockArg, RepoArg, json_error};
 use crate::exit::UsageError;
+use crate::text::printable;
 
 /// Arguments of `btrsend backup forget`.
 #[derive(Debug, Args)]
@@ -162,8 +163,8 @@ pub fn run(a: &ForgetArgs) -> anyhow::Result<()> {
                 out,
                 "{action:<12}  {:>5}  {:<25}  {}{}{}",
                 v.entry.id,
-                v.entry.time,
-                v.entry.path,
+                printable(&v.entry.time),
+                printable(&v.entry.path),
                 if v.keep { "  (" } else { "" },
                 v.reasons.join(", ") + if v.keep { ")" } else { "" },
             )?;
