@@ -39,6 +39,8 @@ pub mod catalog;
 pub mod file;
 pub mod forget;
 mod frames;
+#[doc(hidden)]
+pub mod fuzz;
 pub mod lock;
 pub mod partial;
 pub mod retention;

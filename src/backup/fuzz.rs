@@ -1,0 +1,146 @@
+//! Entry points for the fuzz targets (`fuzz/`): each parser of repository
+//! bytes that someone else may have written, run over one input the way
+//! btrsend runs it. Every one must return (an error is fine) without
+//! panicking, hanging or allocating without bound. Not an API.
+
+use std::collections::BTreeMap;
+use std::ops::Range;
+use std::sync::Mutex;
+
+use super::catalog::Catalog;
+use super::file::StreamFile;
+use super::store::{ObjectInfo, Store, StoreError, Upload};
+
+/// A store in memory holding the fuzzed objects.
+#[derive(Debug, Default)]
+struct MemStore(Mutex<BTreeMap<String, Vec<u8>>>);
+
+impl MemStore {
+    fn with(key: &str, data: &[u8]) -> MemStore {
+        let s = MemStore::default();
+        if let Ok(mut m) = s.0.lock() {
+            m.insert(key.to_owned(), data.to_vec());
+        }
+        s
+    }
+}
+
+fn missing(key: &str) -> StoreError {
+    StoreError::NotFound {
+        location: key.to_owned(),
+    }
+}
+
+impl Store for MemStore {
+    fn name(&self) -> &str {
+        "fuzz"
+    }
+
+    fn get(&self, key: &str, range: Option<Range<u64>>) -> Result<Vec<u8>, StoreError> {
+        let m = self.0.lock().map_err(|_| missing(key))?;
+        let obj = m.get(key).ok_or_else(|| missing(key))?;
+        let Some(r) = range else {
+            return Ok(obj.clone());
+        };
+        let (Ok(a), Ok(b)) = (usize::try_from(r.start), usize::try_from(r.end)) else {
+            return Err(missing(key));
+        };
+        obj.get(a..b)
+            .map(<[u8]>::to_vec)
+            .ok_or_else(|| StoreError::Other {
+                op: "read",
+                location: key.to_owned(),
+                error: "short object".into(),
+            })
+    }
+
+    fn put_if_absent(&self, key: &str, data: &[u8]) -> Result<bool, StoreError> {
+        let mut m = self.0.lock().map_err(|_| missing(key))?;
+        if m.contains_key(key) {
+            return Ok(false);
+        }
+        m.insert(key.to_owned(), data.to_vec());
+        Ok(true)
+    }
+
+    fn list(&self, prefix: &str) -> Result<Vec<ObjectInfo>, StoreError> {
+        let m = self.0.lock().map_err(|_| missing(prefix))?;
+        Ok(m.iter()
+            .filter(|(k, _)| k.starts_with(prefix))
+            .map(|(k, v)| ObjectInfo {
+                key: k.clone(),
+                size: v.len() as u64,
+            })
+            .collect())
+    }
+
+    fn delete(&self, key: &str) -> Result<(), StoreError> {
+        if let Ok(mut m) = self.0.lock() {
+            m.remove(key);
+        }
+        Ok(())
+    }
+
+    fn multipart(&self, key: &str) -> Result<Box<dyn Upload>, StoreError> {
+        Err(StoreError::Other {
+            op: "write",
+            location: key.to_owned(),
+            error: "read-only".into(),
+        })
+    }
+
+    fn check_reachable(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+}
+
+/// A catalog generation as `Catalog::load` reads it, then the walks
+/// `restore`, `verify` and `forget` make over a checked one.
+pub fn catalog(data: &[u8]) {
+    let store = MemStore::with("catalog/0000000000000001.json", data);
+    let Ok(cat) = Catalog::load(&store) else {
+        return;
+    };
+    for e in &cat.entries {
+        assert!(cat.chain(e.id).is_ok(), "a checked catalog has every chain");
+        assert!(cat.get(e.id).is_some(), "a checked catalog finds every id");
+        let _ = e.timestamp();
+    }
+}
+
+/// A stream file as `verify --read-data` and `restore` read it: trailer
+/// and frame table, the first command, every frame checked and
+/// decompressed, the raw stream decoded.
+pub fn stream_file(data: &[u8]) {
+    const KEY: &str = "streams/x.btrs.zst";
+    let store = MemStore::with(KEY, data);
+    let Ok(f) = StreamFile::open(&store, KEY, data.len() as u64) else {
+        return;
+    };
+    let _ = f.first_ident(&store);
+    for i in 0..f.trailer.frames.len() {
+        if let Ok(bytes) = f.read_frame(&store, i) {
+            let _ = f.decompress(i, &bytes);
+        }
+    }
+    let mut r = stream_format::StreamReader::with_options(
+        f.raw_reader(&store),
+        stream_format::ReaderOptions::new().with_max_version(3),
+    );
+    while let Ok(Some(_)) = r.next_raw() {}
+}
+
+/// A partial stream file in `tmp/` as the next `run` scans it.
+pub fn partial(data: &[u8]) {
+    const KEY: &str = "tmp/00000000-0000-4000-8000-000000000001-5-00000000.btrs.zst.1.0";
+    let store = MemStore::with(KEY, data);
+    let _ = super::partial::scan(&store, KEY, data.len() as u64);
+}
+
+/// The state an S3 upload marker records, as the next `run` reads it.
+pub fn checkpoint(data: &[u8]) {
+    let Ok(s) = std::str::from_utf8(data) else {
+        return;
+    };
+    let _ = super::partial::from_checkpoint(s, data.len() as u64, "streams/x.btrs.zst");
+}
