@@ -229,6 +229,22 @@ impl Tracker {
 pub enum TokenError {
     /// DIR/NAME does not exist.
     Missing(PathBuf),
+    /// The path has no last component to be NAME (`/`, `..`).
+    NoName(PathBuf),
+    /// DIR/NAME cannot be examined (not its absence: a permission, say).
+    Unreadable(PathBuf, io::Error),
+    /// DIR/NAME is not a directory (a subvolume is one too): no receive
+    /// makes anything else there.
+    NotDirectory(PathBuf, &'static str),
+    /// DIR/NAME has no resume state at all: a receive by btrsend keeps one
+    /// for each subvolume it has not finished, from its start (or from its
+    /// first checkpoint when it cannot mark its start).
+    NoState {
+        /// DIR/NAME.
+        path: PathBuf,
+        /// The resume directory that would hold its state.
+        rdir: PathBuf,
+    },
     /// DIR/NAME was received completely.
     Complete(PathBuf),
     /// DIR/NAME is a directory received completely in directory mode.
@@ -267,6 +283,26 @@ impl std::fmt::Display for TokenError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             TokenError::Missing(p) => write!(f, "{} does not exist", p.display()),
+            TokenError::NoName(p) => write!(
+                f,
+                "{} is not a partial receive: give DIR/NAME, the subvolume or directory \
+                 an interrupted receive into DIR left",
+                p.display()
+            ),
+            TokenError::Unreadable(p, e) => write!(f, "cannot examine {}: {e}", p.display()),
+            TokenError::NotDirectory(p, what) => write!(
+                f,
+                "{} is not a partial receive: it is {what}, not a directory (a receive makes \
+                 a subvolume or a directory)",
+                p.display()
+            ),
+            TokenError::NoState { path, rdir } => write!(
+                f,
+                "{} has no resume point and no resume state ({} does not exist): it is not \
+                 a partial receive that btrsend receive can resume",
+                path.display(),
+                rdir.display()
+            ),
             TokenError::Complete(p) => {
                 write!(
                     f,
@@ -296,7 +332,8 @@ impl std::fmt::Display for TokenError {
             TokenError::NoCheckpoint { path, state, why } => write!(
                 f,
                 "{} has no resume point ({}: {why}; the first is taken after {} MiB of stream): \
-                 delete it and receive it again",
+                 it cannot be resumed; if it is what an interrupted btrsend receive left, \
+                 delete it and receive the stream again",
                 path.display(),
                 state.display(),
                 checkpoint_bytes(CHECKPOINT_BYTES) >> 20
@@ -442,15 +479,29 @@ fn other_boot(boot: Option<&str>) -> Option<(String, String)> {
 /// [`TokenError`]: nothing to resume, and why.
 pub fn resume_token(path: &Path) -> Result<Token, TokenError> {
     let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
-        return Err(TokenError::Missing(path.to_path_buf()));
+        return Err(TokenError::NoName(path.to_path_buf()));
     };
     let dir = if dir.as_os_str().is_empty() {
         Path::new(".")
     } else {
         dir
     };
-    let meta =
-        std::fs::symlink_metadata(path).map_err(|_| TokenError::Missing(path.to_path_buf()))?;
+    let meta = std::fs::symlink_metadata(path).map_err(|e| match e.kind() {
+        io::ErrorKind::NotFound => TokenError::Missing(path.to_path_buf()),
+        _ => TokenError::Unreadable(path.to_path_buf(), e),
+    })?;
+    // A receive makes DIR/NAME a directory (or subvolume), never a file
+    // or a symlink.
+    if !meta.is_dir() {
+        let what = if meta.is_symlink() {
+            "a symbolic link"
+        } else if meta.is_file() {
+            "a regular file"
+        } else {
+            "a special file"
+        };
+        return Err(TokenError::NotDirectory(path.to_path_buf(), what));
+    }
     // Complete first: a receiver killed after it marked the subvolume
     // complete but before it deleted the resume point leaves both.
     {
@@ -472,14 +523,20 @@ pub fn resume_token(path: &Path) -> Result<Token, TokenError> {
             return Err(TokenError::Complete(path.to_path_buf()));
         }
     }
-    let rdir = dir.join(RESUME_DIR).join(name);
-    let state = rdir.join("state");
+    let rdir_path = dir.join(RESUME_DIR).join(name);
+    let state = rdir_path.join("state");
     let rdir = rustix::fs::open(
-        &rdir,
+        &rdir_path,
         OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
         Mode::empty(),
-    )
-    .map_err(|e| io::Error::from(e).to_string());
+    );
+    if matches!(rdir, Err(rustix::io::Errno::NOENT)) {
+        return Err(TokenError::NoState {
+            path: path.to_path_buf(),
+            rdir: rdir_path,
+        });
+    }
+    let rdir = rdir.map_err(|e| io::Error::from(e).to_string());
     let point = rdir
         .as_ref()
         .map_err(Clone::clone)
