@@ -1426,7 +1426,10 @@ impl Start {
         let uuid = Uuid::parse(&field(lines.next(), "uuid")?)?;
         let ctransid = field(lines.next(), "ctransid")?.parse().ok()?;
         let identity = field(lines.next(), "identity")?;
-        if identity.is_empty() {
+        // What `identity` makes is printable ASCII; anything else (a `\r`
+        // that the next read's `lines` would take for part of the line end)
+        // was not written by a receive.
+        if identity.is_empty() || !identity.bytes().all(|b| b.is_ascii_graphic() || b == b' ') {
             return None;
         }
         Some(Start {
@@ -1521,5 +1524,43 @@ pub(crate) fn drop_journals(rdir: &std::os::fd::OwnedFd, keep: Option<u64>) {
     }
     for n in old {
         let _ = undo::remove_tree(rdir.as_fd(), OsStr::new(&n));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mark(identity: &str) -> Start {
+        Start {
+            uuid: Uuid([0x3d; 16]),
+            ctransid: 9,
+            identity: identity.to_owned(),
+        }
+    }
+
+    #[test]
+    fn a_start_mark_reads_back_from_its_text() {
+        for id in [
+            "subvolume 773850b0-cbca-b54f-ab47-23644a07f4d6",
+            "directory 257 1704067201.987654321",
+        ] {
+            let m = mark(id);
+            assert_eq!(Start::parse(&m.text()), Some(m));
+        }
+    }
+
+    /// Found by the start_mark fuzz target: an identity ending in `\r`
+    /// (the last line without its `\n`) was read as it is, but the same
+    /// mark written again read back without it. A receive writes only
+    /// printable ASCII there: anything else is no mark.
+    #[test]
+    fn a_start_mark_with_control_characters_is_no_mark() {
+        let ok =
+            "btrsend start 1\nuuid 3d5317cc-0196-0e48-a49a-26c5d0309fbb\nctransid 1\nidentity ";
+        assert!(Start::parse(&format!("{ok}directory 1 2.3\n")).is_some());
+        for bad in ["-3\0\0\0\0\r", "x\r", "a\u{1b}[2J", "caf\u{e9}", ""] {
+            assert_eq!(Start::parse(&format!("{ok}{bad}")), None, "{bad:?}");
+        }
     }
 }
