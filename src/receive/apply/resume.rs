@@ -1527,6 +1527,32 @@ pub(crate) fn drop_journals(rdir: &std::os::fd::OwnedFd, keep: Option<u64>) {
     }
 }
 
+/// Entry points for the fuzz targets (`fuzz/`): the state files and the
+/// start mark are files beside DIR, which anyone who can write there can
+/// change.
+#[doc(hidden)]
+pub mod fuzz {
+    /// Parse `text` as a state file (`state`, `durable`); a state read
+    /// must give its token back from the token's text.
+    pub fn state(text: &str) -> bool {
+        let Ok((token, _, _)) = super::parse_state(text) else {
+            return false;
+        };
+        assert_eq!(super::Token::parse(&token.to_string()), Ok(token));
+        true
+    }
+
+    /// Parse `text` as a start mark; a mark read must read back the same
+    /// from the text written for it.
+    pub fn start(text: &str) -> bool {
+        let Some(s) = super::Start::parse(text) else {
+            return false;
+        };
+        assert_eq!(super::Start::parse(&s.text()).as_ref(), Some(&s));
+        true
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
