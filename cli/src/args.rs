@@ -265,7 +265,9 @@ fn is_snapshot_path(word: &OsStr) -> bool {
 /// The usage error for a first word that is neither a subcommand nor a
 /// snapshot, naming both readings (and clap's suggested subcommands).
 fn neither(word: &OsStr, suggested: &[String]) -> clap::Error {
-    let shown = escape(word);
+    // Shown as every output of btrsend shows text it did not write.
+    let word_text = word.to_string_lossy();
+    let shown = crate::text::printable(&word_text);
     let mut msg = format!(
         "not a subcommand, and not a snapshot: '{shown}' (a snapshot is a path that \
          contains '/' or names an existing directory, or with --device DEV a \
@@ -278,24 +280,6 @@ fn neither(word: &OsStr, suggested: &[String]) -> clap::Error {
         msg.push_str(&format!("\n\n  tip: a similar subcommand exists: '{s}'"));
     }
     Cli::command().error(ErrorKind::InvalidSubcommand, msg)
-}
-
-/// `word` with control characters escaped (`\u{1b}`; bytes that are not
-/// UTF-8 as `\u{fffd}`), so that a command line made by a script cannot
-/// drive the terminal.
-fn escape(word: &OsStr) -> String {
-    word.to_string_lossy()
-        .chars()
-        .flat_map(|c| {
-            let keep = !c.is_control() && c != char::REPLACEMENT_CHARACTER;
-            let shown: Vec<char> = if keep {
-                vec![c]
-            } else {
-                c.escape_default().collect()
-            };
-            shown
-        })
-        .collect()
 }
 
 #[cfg(test)]
@@ -380,7 +364,7 @@ mod tests {
         assert_eq!(e.exit_code(), 2);
         let text = e.to_string();
         assert!(
-            text.contains("not a subcommand, and not a snapshot: 'lsit\\u{1b}[2J'"),
+            text.contains(r"not a subcommand, and not a snapshot: 'lsit\x1b[2J'"),
             "{text}"
         );
         assert!(!text.contains('\x1b'), "{text}");

@@ -239,7 +239,7 @@ fn issue_36_subcommand_names_win_and_other_words_are_usage_errors() {
     assert_eq!(o.status.code(), Some(2));
     let e = stderr(&o);
     assert!(!e.contains('\x1b') && !e.contains('\x07'), "{e:?}");
-    assert!(e.contains(r"'bad\u{1b}]0;title\u{7}'"), "{e}");
+    assert!(e.contains(r"'bad\x1b]0;title\x07'"), "{e}");
 
     // Options of neither kind: clap's own error; no arguments: the help.
     let o = run_in(cwd, &["--bogus"]);
