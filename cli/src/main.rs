@@ -8,10 +8,10 @@ use std::process::ExitCode;
 use btrsend_cli::args::{Cli, Command};
 use btrsend_cli::exit::{self, Exit};
 use btrsend_cli::{cmd, signal};
-use clap::{CommandFactory, Parser};
+use clap::CommandFactory;
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = btrsend_cli::args::parse();
     signal::install();
     match run(cli) {
         // A report line that met a closed pipe did not stop the work

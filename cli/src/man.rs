@@ -24,6 +24,13 @@ pub struct Section {
     pub blocks: Vec<Block>,
 }
 
+const SHORT_FORM: Block = Block::Example(
+    "The short form, btrsend SNAPSHOT... [send options] for btrsend send: an \
+     incremental send of a snapshot in a mounted btrfs against the one sent \
+     before, received by btrsend on another machine:",
+    "btrsend /mnt/snaps/day2 -p /mnt/snaps/day1 | ssh backup btrsend receive /pool",
+);
+
 const FULL_SEND: Block = Block::Example(
     "A full send of the read-only snapshot snaps/daily, read straight from the \
      device of an unmounted filesystem (or an image file), into a file:",
@@ -131,7 +138,7 @@ const BACKUP_FORGET: Block = Block::Example(
 /// The extra sections of the page named `page` (`btrsend`, `btrsend-send`, …).
 pub fn extra_sections(page: &str) -> Vec<Section> {
     let examples = match page {
-        "btrsend" => vec![FULL_SEND, INCREMENTAL_SSH, RECEIVE, CRON],
+        "btrsend" => vec![SHORT_FORM, FULL_SEND, INCREMENTAL_SSH, RECEIVE, CRON],
         "btrsend-send" => vec![FULL_SEND, INCREMENTAL_SSH, SEVERAL, CRON],
         "btrsend-receive" => vec![RECEIVE, INCREMENTAL_SSH],
         "btrsend-dump" => vec![DUMP],
@@ -189,11 +196,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_main_page_has_the_four_examples() {
+    fn the_main_page_has_the_five_examples() {
         let s = extra_sections("btrsend");
         let titles: Vec<_> = s.iter().map(|s| s.title).collect();
         assert_eq!(titles, ["EXAMPLES", "EXIT STATUS", "SEE ALSO"]);
-        assert_eq!(s[0].blocks.len(), 4);
+        assert_eq!(s[0].blocks.len(), 5);
+        assert_eq!(s[0].blocks[0], SHORT_FORM, "the short form comes first");
         let Block::Text(see) = &s[2].blocks[0] else {
             panic!("SEE ALSO is text")
         };

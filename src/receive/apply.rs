@@ -71,6 +71,15 @@ mod undo;
 pub use resume::{RESUME_DIR, Step, TokenError, Tracker, resume_token};
 pub(crate) use resume::{STATE_FILES, drop_journals};
 
+/// Entry points for the fuzz targets (`fuzz/`) into the parsers of the
+/// files a receive keeps beside DIR (state, start mark, undo journal),
+/// which anyone who can write there can change. Not an API.
+#[doc(hidden)]
+pub mod fuzz {
+    pub use super::resume::fuzz::{start, state};
+    pub use super::undo::fuzz::journal;
+}
+
 /// btrfs inode flags (`BTRFS_INODE_*`) → `FS_*_FL`, for FILEATTR.
 const FLAG_MAP: &[(u64, IFlags, &str)] = &[
     (1 << 1, IFlags::NOCOW, "NODATACOW"),

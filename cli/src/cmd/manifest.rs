@@ -29,11 +29,12 @@ use clap::{Args, ValueHint};
 ///
 /// With --device, nothing is mounted: the filesystem is read from its
 /// devices or image files and DIR names a subvolume or snapshot by its path
-/// from the top level (as `btrsend list` prints it), by its id, or `.` for
-/// the top level.
+/// from the top level (as `btrsend list` prints it), by `id:N` (as `send`
+/// takes it; a bare N works too), or `.` for the top level.
 #[derive(Debug, Args)]
 pub struct ManifestArgs {
-    /// The directory to describe (with --device: the subvolume path or id).
+    /// The directory to describe (with --device: the subvolume's path from
+    /// the top level, or `id:N`).
     #[arg(value_hint = ValueHint::AnyPath)]
     pub dir: PathBuf,
     /// Also record the data ranges of regular files (from SEEK_DATA and
@@ -66,20 +67,31 @@ fn from_devices(args: &ManifestArgs, opts: Options) -> anyhow::Result<String> {
     for notice in fs.volume().notices() {
         eprintln!("btrsend: warning: {notice}");
     }
-    let want = args.dir.as_os_str().as_encoded_bytes();
-    let want = want.strip_prefix(b"/").unwrap_or(want);
+    let given = args.dir.as_os_str().as_encoded_bytes();
+    let want = given.strip_prefix(b"/").unwrap_or(given);
     let id = if want.is_empty() || want == b"." {
         TreeId::FS
     } else {
         let subvols = list_subvolumes(&fs)?;
-        match subvols.iter().find(|s| s.path == want) {
-            Some(s) => s.id(),
-            None => match std::str::from_utf8(want).ok().and_then(|s| s.parse().ok()) {
-                Some(n) if n == TreeId::FS.get() || subvols.iter().any(|s| s.id().get() == n) => {
-                    TreeId(n)
-                }
-                _ => bail!("no subvolume {} in this filesystem", args.dir.display()),
-            },
+        let exists = |n: u64| n == TreeId::FS.get() || subvols.iter().any(|s| s.id().get() == n);
+        let number = |b: &[u8]| {
+            std::str::from_utf8(b)
+                .ok()
+                .and_then(|s| s.parse::<u64>().ok())
+        };
+        // `id:N` as `send` takes it, else the path from the top level, else
+        // a bare id (which `manifest` took before `id:N`).
+        let found = match given.strip_prefix(b"id:") {
+            Some(n) => number(n).filter(|&n| exists(n)),
+            None => subvols
+                .iter()
+                .find(|s| s.path == want)
+                .map(|s| s.id().get())
+                .or_else(|| number(want).filter(|&n| exists(n))),
+        };
+        match found {
+            Some(n) => TreeId(n),
+            None => bail!("no subvolume {} in this filesystem", args.dir.display()),
         }
     };
     let tree = fs.fs_tree(id)?;

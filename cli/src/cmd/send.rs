@@ -144,6 +144,10 @@ sources as btrfs-progs does; with -p each is sent against that parent.
 Every subvolume, parent and clone source is found before anything is
 written.
 
+`btrsend SNAPSHOT... [send options]` is short for `btrsend send SNAPSHOT...
+[send options]` when its first word is not a subcommand's name (see
+`btrsend --help`).
+
 With -f FILE the stream is written to a temporary file beside FILE
 (.FILE.XXXXXX.part, mode 0600) and renamed to FILE only when complete: on
 an error (a full disk, a read error) or on SIGINT/SIGTERM the temporary file

@@ -1,4 +1,6 @@
-//! `btrsend completions SHELL` prints a script that names every subcommand.
+//! `btrsend completions SHELL` prints a script that names every subcommand
+//! and completes them as the first word (issue 36 reads a first word that is
+//! not a subcommand as `send`'s snapshot, without changing what completes).
 
 use std::process::Command;
 
@@ -96,4 +98,42 @@ fn completions_offer_values_not_file_names() {
         fish_proto.contains(r#"-r -f -a "0\t"#),
         "fish --proto: values, no files: {fish_proto}"
     );
+}
+
+/// Issue 36: the first word still completes to the subcommands (the short
+/// form adds no top-level argument to complete instead).
+#[test]
+fn the_first_word_completes_to_the_subcommands() {
+    let bash = String::from_utf8(run(&["completions", "bash"]).stdout).unwrap();
+    let top = bash
+        .split("        btrsend)")
+        .nth(1)
+        .and_then(|rest| rest.lines().find(|l| l.trim_start().starts_with("opts=")))
+        .expect("the top-level case of the bash script");
+    let words: Vec<&str> = top
+        .trim()
+        .trim_start_matches("opts=\"")
+        .trim_end_matches('"')
+        .split(' ')
+        .collect();
+    for sub in [
+        "backup",
+        "dump",
+        "list",
+        "send",
+        "receive",
+        "manifest",
+        "completions",
+        "help",
+    ] {
+        assert!(words.contains(&sub), "{sub} not offered first: {top}");
+    }
+    assert!(!words.iter().any(|w| w.contains("SNAPSHOT")), "{top}");
+    let fish = String::from_utf8(run(&["completions", "fish"]).stdout).unwrap();
+    for sub in ["send", "receive", "list"] {
+        assert!(
+            fish.contains(&format!("__fish_btrsend_needs_command\" -f -a \"{sub}\"")),
+            "fish: {sub}"
+        );
+    }
 }

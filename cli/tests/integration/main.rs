@@ -33,3 +33,4 @@ mod send_incremental;
 mod send_mounted;
 mod send_output;
 mod send_several;
+mod short_form;

@@ -113,6 +113,8 @@ fn man_pages_are_current() {
     }
     let main = String::from_utf8_lossy(&generated["btrsend.1"]).replace("\\-", "-");
     for needle in [
+        "btrsend SNAPSHOT... [send options]",
+        "btrsend /mnt/snaps/day2 -p /mnt/snaps/day1 | ssh backup btrsend receive /pool",
         "EXAMPLES",
         "ssh backup btrfs receive",
         "30 2 * * *",

@@ -114,18 +114,76 @@ fn unknown_subvolume_and_bad_image_fail_clearly() {
         String::from_utf8_lossy(&out.stderr),
         "btrsend: error: no subvolume snaps/none in this filesystem\n"
     );
-    // By id and for the top level.
-    let by_id = manifest(&["--holes", "265"], &img);
-    assert!(by_id.status.success());
-    assert_eq!(
-        String::from_utf8(by_id.stdout).unwrap(),
-        fs::read_to_string(fixture_dir("013-mixed-nested-subvols").join("n2.manifest")).unwrap()
-    );
-    let top = manifest(&["."], &img);
-    assert!(top.status.success());
-    assert!(
-        String::from_utf8(top.stdout)
-            .unwrap()
-            .contains("\nsv-top subvol\n")
-    );
+    // By id, as `send` names it (`id:N`, issue 28) and bare, and for the
+    // top level.
+    let n2 =
+        fs::read_to_string(fixture_dir("013-mixed-nested-subvols").join("n2.manifest")).unwrap();
+    for id in ["id:265", "265"] {
+        let by_id = manifest(&["--holes", id], &img);
+        assert!(
+            by_id.status.success(),
+            "{id}: {}",
+            String::from_utf8_lossy(&by_id.stderr)
+        );
+        assert_eq!(String::from_utf8(by_id.stdout).unwrap(), n2, "{id}");
+    }
+    for top in [".", "id:5"] {
+        let top = manifest(&[top], &img);
+        assert!(top.status.success());
+        assert!(
+            String::from_utf8(top.stdout)
+                .unwrap()
+                .contains("\nsv-top subvol\n")
+        );
+    }
+    for bad in ["id:99999", "id:x", "id:", "99999"] {
+        let out = manifest(&[bad], &img);
+        assert_eq!(out.status.code(), Some(1), "{bad}");
+        assert_eq!(
+            String::from_utf8_lossy(&out.stderr),
+            format!("btrsend: error: no subvolume {bad} in this filesystem\n")
+        );
+    }
+}
+
+/// Issue 28: `manifest --device` takes a subvolume in every form `send`
+/// takes: the manifests of `id:N` and of its path are the kernel mount's.
+#[test]
+fn manifest_takes_the_forms_send_takes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(img) = unpack("001-basic", tmp.path()) else {
+        return;
+    };
+    let want = fs::read_to_string(fixture_dir("001-basic").join("basic.manifest")).unwrap();
+    let listed = fs::read_to_string(fixture_dir("001-basic").join("subvol-list.txt")).unwrap();
+    let id = listed
+        .lines()
+        .find(|l| l.ends_with(" path snaps/basic"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .expect("snaps/basic in the kernel's subvolume list");
+    for given in [
+        format!("id:{id}"),
+        "snaps/basic".into(),
+        "/snaps/basic".into(),
+    ] {
+        let out = manifest(&["--holes", &given], &img);
+        assert!(
+            out.status.success(),
+            "{given}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(String::from_utf8(out.stdout).unwrap(), want, "{given}");
+        // `send` takes the same words.
+        let out = Command::new(env!("CARGO_BIN_EXE_btrsend"))
+            .args(["send", "--estimate", "--device"])
+            .arg(&img)
+            .arg(&given)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "send {given}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
 }

@@ -1615,3 +1615,83 @@ fn a_receive_cut_before_its_first_checkpoint_starts_over() {
     same(&dir, "next", &want_next, "incremental, started over");
     same(&dir, "base", &want_base, "its parent");
 }
+
+/// Issue 28 (item 10): `--resume-token` on paths no receive left says
+/// what each is, and never advises deleting a path btrsend did not make.
+/// Not live: none of these needs a receive.
+#[test]
+fn issue_28_resume_token_on_what_no_receive_left() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    std::fs::create_dir(dir.join("mine")).unwrap();
+    std::fs::write(dir.join("file"), b"x").unwrap();
+    std::os::unix::fs::symlink("mine", dir.join("link")).unwrap();
+    // A resume directory whose state is not a resume state, and no start
+    // mark: btrsend receive kept records of NAME, but none is usable.
+    std::fs::create_dir(dir.join("cut")).unwrap();
+    let rdir = dir.join(btrsend::receive::RESUME_DIR).join("cut");
+    std::fs::create_dir_all(&rdir).unwrap();
+    std::fs::write(rdir.join("state"), b"not a state\n").unwrap();
+    let d = dir.display();
+    for (path, want) in [
+        (
+            "/etc/passwd".to_owned(),
+            "/etc/passwd is not a partial receive: it is a regular file, not a directory (a \
+             receive makes a subvolume or a directory)"
+                .to_owned(),
+        ),
+        (
+            format!("{d}/file"),
+            format!("{d}/file is not a partial receive: it is a regular file, not a directory"),
+        ),
+        (
+            format!("{d}/link"),
+            format!("{d}/link is not a partial receive: it is a symbolic link, not a directory"),
+        ),
+        (
+            "/".to_owned(),
+            "/ is not a partial receive: give DIR/NAME, the subvolume or directory an \
+             interrupted receive into DIR left"
+                .to_owned(),
+        ),
+        (
+            format!("{d}/mine"),
+            format!(
+                "{d}/mine has no resume point and no resume state ({d}/.btrsend-resume/mine \
+                 does not exist): it is not a partial receive that btrsend receive can resume"
+            ),
+        ),
+        (format!("{d}/none"), format!("{d}/none does not exist")),
+        (
+            format!("{d}/cut"),
+            format!("{d}/cut has no resume point ({d}/.btrsend-resume/cut/state: "),
+        ),
+    ] {
+        let o = btrsend()
+            .args(["receive", "--resume-token", &path])
+            .output()
+            .unwrap();
+        let e = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{path}: {e}");
+        assert!(o.stdout.is_empty(), "{path}");
+        assert!(
+            e.starts_with(&format!("btrsend: error: {want}")),
+            "{path}: {e}"
+        );
+        assert_eq!(e.lines().count(), 1, "{path}: {e}");
+        if path.ends_with("/cut") {
+            // Only here did btrsend receive keep records of NAME, and
+            // even so the advice is for what an interrupted receive left.
+            assert!(
+                e.contains(
+                    "it cannot be resumed; if it is what an interrupted btrsend receive left, \
+                     delete it and receive the stream again"
+                ),
+                "{e}"
+            );
+        } else {
+            assert!(!e.contains("delete"), "{path}: {e}");
+        }
+    }
+    assert!(dir.join("mine").is_dir() && dir.join("file").is_file());
+}

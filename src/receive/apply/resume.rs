@@ -229,6 +229,22 @@ impl Tracker {
 pub enum TokenError {
     /// DIR/NAME does not exist.
     Missing(PathBuf),
+    /// The path has no last component to be NAME (`/`, `..`).
+    NoName(PathBuf),
+    /// DIR/NAME cannot be examined (not its absence: a permission, say).
+    Unreadable(PathBuf, io::Error),
+    /// DIR/NAME is not a directory (a subvolume is one too): no receive
+    /// makes anything else there.
+    NotDirectory(PathBuf, &'static str),
+    /// DIR/NAME has no resume state at all: a receive by btrsend keeps one
+    /// for each subvolume it has not finished, from its start (or from its
+    /// first checkpoint when it cannot mark its start).
+    NoState {
+        /// DIR/NAME.
+        path: PathBuf,
+        /// The resume directory that would hold its state.
+        rdir: PathBuf,
+    },
     /// DIR/NAME was received completely.
     Complete(PathBuf),
     /// DIR/NAME is a directory received completely in directory mode.
@@ -267,6 +283,26 @@ impl std::fmt::Display for TokenError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             TokenError::Missing(p) => write!(f, "{} does not exist", p.display()),
+            TokenError::NoName(p) => write!(
+                f,
+                "{} is not a partial receive: give DIR/NAME, the subvolume or directory \
+                 an interrupted receive into DIR left",
+                p.display()
+            ),
+            TokenError::Unreadable(p, e) => write!(f, "cannot examine {}: {e}", p.display()),
+            TokenError::NotDirectory(p, what) => write!(
+                f,
+                "{} is not a partial receive: it is {what}, not a directory (a receive makes \
+                 a subvolume or a directory)",
+                p.display()
+            ),
+            TokenError::NoState { path, rdir } => write!(
+                f,
+                "{} has no resume point and no resume state ({} does not exist): it is not \
+                 a partial receive that btrsend receive can resume",
+                path.display(),
+                rdir.display()
+            ),
             TokenError::Complete(p) => {
                 write!(
                     f,
@@ -296,7 +332,8 @@ impl std::fmt::Display for TokenError {
             TokenError::NoCheckpoint { path, state, why } => write!(
                 f,
                 "{} has no resume point ({}: {why}; the first is taken after {} MiB of stream): \
-                 delete it and receive it again",
+                 it cannot be resumed; if it is what an interrupted btrsend receive left, \
+                 delete it and receive the stream again",
                 path.display(),
                 state.display(),
                 checkpoint_bytes(CHECKPOINT_BYTES) >> 20
@@ -442,15 +479,29 @@ fn other_boot(boot: Option<&str>) -> Option<(String, String)> {
 /// [`TokenError`]: nothing to resume, and why.
 pub fn resume_token(path: &Path) -> Result<Token, TokenError> {
     let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
-        return Err(TokenError::Missing(path.to_path_buf()));
+        return Err(TokenError::NoName(path.to_path_buf()));
     };
     let dir = if dir.as_os_str().is_empty() {
         Path::new(".")
     } else {
         dir
     };
-    let meta =
-        std::fs::symlink_metadata(path).map_err(|_| TokenError::Missing(path.to_path_buf()))?;
+    let meta = std::fs::symlink_metadata(path).map_err(|e| match e.kind() {
+        io::ErrorKind::NotFound => TokenError::Missing(path.to_path_buf()),
+        _ => TokenError::Unreadable(path.to_path_buf(), e),
+    })?;
+    // A receive makes DIR/NAME a directory (or subvolume), never a file
+    // or a symlink.
+    if !meta.is_dir() {
+        let what = if meta.is_symlink() {
+            "a symbolic link"
+        } else if meta.is_file() {
+            "a regular file"
+        } else {
+            "a special file"
+        };
+        return Err(TokenError::NotDirectory(path.to_path_buf(), what));
+    }
     // Complete first: a receiver killed after it marked the subvolume
     // complete but before it deleted the resume point leaves both.
     {
@@ -472,14 +523,20 @@ pub fn resume_token(path: &Path) -> Result<Token, TokenError> {
             return Err(TokenError::Complete(path.to_path_buf()));
         }
     }
-    let rdir = dir.join(RESUME_DIR).join(name);
-    let state = rdir.join("state");
+    let rdir_path = dir.join(RESUME_DIR).join(name);
+    let state = rdir_path.join("state");
     let rdir = rustix::fs::open(
-        &rdir,
+        &rdir_path,
         OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
         Mode::empty(),
-    )
-    .map_err(|e| io::Error::from(e).to_string());
+    );
+    if matches!(rdir, Err(rustix::io::Errno::NOENT)) {
+        return Err(TokenError::NoState {
+            path: path.to_path_buf(),
+            rdir: rdir_path,
+        });
+    }
+    let rdir = rdir.map_err(|e| io::Error::from(e).to_string());
     let point = rdir
         .as_ref()
         .map_err(Clone::clone)
@@ -1369,7 +1426,10 @@ impl Start {
         let uuid = Uuid::parse(&field(lines.next(), "uuid")?)?;
         let ctransid = field(lines.next(), "ctransid")?.parse().ok()?;
         let identity = field(lines.next(), "identity")?;
-        if identity.is_empty() {
+        // What `identity` makes is printable ASCII; anything else (a `\r`
+        // that the next read's `lines` would take for part of the line end)
+        // was not written by a receive.
+        if identity.is_empty() || !identity.bytes().all(|b| b.is_ascii_graphic() || b == b' ') {
             return None;
         }
         Some(Start {
@@ -1464,5 +1524,69 @@ pub(crate) fn drop_journals(rdir: &std::os::fd::OwnedFd, keep: Option<u64>) {
     }
     for n in old {
         let _ = undo::remove_tree(rdir.as_fd(), OsStr::new(&n));
+    }
+}
+
+/// Entry points for the fuzz targets (`fuzz/`): the state files and the
+/// start mark are files beside DIR, which anyone who can write there can
+/// change.
+#[doc(hidden)]
+pub mod fuzz {
+    /// Parse `text` as a state file (`state`, `durable`); a state read
+    /// must give its token back from the token's text.
+    pub fn state(text: &str) -> bool {
+        let Ok((token, _, _)) = super::parse_state(text) else {
+            return false;
+        };
+        assert_eq!(super::Token::parse(&token.to_string()), Ok(token));
+        true
+    }
+
+    /// Parse `text` as a start mark; a mark read must read back the same
+    /// from the text written for it.
+    pub fn start(text: &str) -> bool {
+        let Some(s) = super::Start::parse(text) else {
+            return false;
+        };
+        assert_eq!(super::Start::parse(&s.text()).as_ref(), Some(&s));
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mark(identity: &str) -> Start {
+        Start {
+            uuid: Uuid([0x3d; 16]),
+            ctransid: 9,
+            identity: identity.to_owned(),
+        }
+    }
+
+    #[test]
+    fn a_start_mark_reads_back_from_its_text() {
+        for id in [
+            "subvolume 773850b0-cbca-b54f-ab47-23644a07f4d6",
+            "directory 257 1704067201.987654321",
+        ] {
+            let m = mark(id);
+            assert_eq!(Start::parse(&m.text()), Some(m));
+        }
+    }
+
+    /// Found by the start_mark fuzz target: an identity ending in `\r`
+    /// (the last line without its `\n`) was read as it is, but the same
+    /// mark written again read back without it. A receive writes only
+    /// printable ASCII there: anything else is no mark.
+    #[test]
+    fn a_start_mark_with_control_characters_is_no_mark() {
+        let ok =
+            "btrsend start 1\nuuid 3d5317cc-0196-0e48-a49a-26c5d0309fbb\nctransid 1\nidentity ";
+        assert!(Start::parse(&format!("{ok}directory 1 2.3\n")).is_some());
+        for bad in ["-3\0\0\0\0\r", "x\r", "a\u{1b}[2J", "caf\u{e9}", ""] {
+            assert_eq!(Start::parse(&format!("{ok}{bad}")), None, "{bad:?}");
+        }
     }
 }

@@ -451,6 +451,12 @@ fn read_journal(file: &File) -> io::Result<(Vec<Entry>, u64)> {
     let len = usize::try_from(file.metadata()?.len()).map_err(io::Error::other)?;
     let mut all = vec![0u8; len];
     file.read_exact_at(&mut all, 0)?;
+    parse_journal(&all)
+}
+
+/// The entries of the journal `all` (a whole `undo-K` file) and how many
+/// are undone already.
+fn parse_journal(all: &[u8]) -> io::Result<(Vec<Entry>, u64)> {
     let Some(h) = all.get(..16) else {
         return Ok((Vec::new(), 0));
     };
@@ -1042,6 +1048,22 @@ fn describe(e: &Entry) -> String {
         Entry::Xattr { path, name, .. } => {
             format!("xattr {} of {}", p(name), p(path))
         }
+    }
+}
+
+/// Entry points for the fuzz targets (`fuzz/`): an undo journal is a file
+/// beside DIR, which anyone who can write there can change.
+#[doc(hidden)]
+pub mod fuzz {
+    /// Parse `bytes` as a whole journal file; every entry read must
+    /// encode back to an entry that decodes to itself. The number of
+    /// entries and of entries undone, or `None` for a journal refused.
+    pub fn journal(bytes: &[u8]) -> Option<(usize, u64)> {
+        let (entries, done) = super::parse_journal(bytes).ok()?;
+        for e in &entries {
+            assert_eq!(super::Entry::decode(&e.encode()).as_ref(), Some(e));
+        }
+        Some((entries.len(), done))
     }
 }
 
