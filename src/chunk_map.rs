@@ -230,6 +230,15 @@ impl ChunkInfo {
                 available: len64(data.len()),
             })
         })?;
+        // The size first, as the kernel's check_leaf_chunk_item does: an
+        // item that is not exactly its stripes is no chunk at all.
+        if num_stripes != 0 && data.len() != 48usize.saturating_add(stripes_len) {
+            return Err(corrupt(CorruptKind::BadSize {
+                what: "chunk item",
+                found: len64(data.len()),
+                expected: 48u64.saturating_add(len64(stripes_raw.len())),
+            }));
+        }
         let flags = raw.chunk_type.get();
         let field = |field, value, why| corrupt(CorruptKind::BadField { field, value, why });
         if flags & (ondisk::BTRFS_BLOCK_GROUP_REMAPPED | ondisk::BTRFS_BLOCK_GROUP_METADATA_REMAP)
