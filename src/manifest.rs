@@ -170,13 +170,11 @@ pub fn content_hash<E>(
             let n = usize::try_from(end - pos).map_or(HASH_READ, |n| n.min(HASH_READ));
             let piece = &mut buf[..n];
             read(pos, piece)?;
-            let mut index = pos / HASH_BLOCK;
-            for block in piece.chunks(HASH_BLOCK as usize) {
+            for (index, block) in (pos / HASH_BLOCK..).zip(piece.chunks(HASH_BLOCK as usize)) {
                 if block.iter().any(|&b| b != 0) {
                     hasher.update(&index.to_le_bytes());
                     hasher.update(block);
                 }
-                index += 1;
             }
             pos += n as u64;
         }
@@ -798,7 +796,7 @@ mod tests {
         bytes[3 * 4096 + 999] = 3;
         let read = |off: u64, buf: &mut [u8]| -> Result<(), ()> {
             let off = off as usize;
-            assert!(off % 4096 == 0, "reads start at block boundaries");
+            assert!(off.is_multiple_of(4096), "reads start at block boundaries");
             buf.copy_from_slice(&bytes[off..off + buf.len()]);
             Ok(())
         };

@@ -105,8 +105,10 @@ fn huge_sparse_files_hash_by_extent_in_both_forms() {
     btrfs(&["subvolume", "create", s.to_str().unwrap()]);
     const TIB: u64 = 1 << 40;
     let max = i64::MAX as u64;
+    /// Bytes written at offsets.
+    type Writes = Vec<(u64, Vec<u8>)>;
     // (file, size, writes)
-    let files: [(&str, u64, Vec<(u64, Vec<u8>)>); 3] = [
+    let files: [(&str, u64, Writes); 3] = [
         ("max", max, vec![]),
         (
             "max-data",
