@@ -341,7 +341,7 @@ impl ChunkInfo {
                 expected: 48u64.saturating_add(len64(stripes_raw.len())),
             }));
         }
-        let stripes = <[ondisk::Stripe]>::ref_from_bytes(stripes_raw)
+        let stripes: Vec<ChunkStripe> = <[ondisk::Stripe]>::ref_from_bytes(stripes_raw)
             .map_err(|_| field("num_stripes", n.into(), "stripes do not fit"))?
             .iter()
             .map(|s| ChunkStripe {
@@ -350,6 +350,19 @@ impl ChunkInfo {
                 dev_uuid: Uuid(s.dev_uuid),
             })
             .collect();
+        // No stripe holds more than the chunk's length on its device, so a
+        // stripe that would end past 2^64 lies on no device: refuse it here
+        // rather than fail every read of the chunk as unmapped.
+        if let Some(s) = stripes
+            .iter()
+            .find(|s| s.offset.get().checked_add(length).is_none())
+        {
+            return Err(field(
+                "stripe offset",
+                s.offset.get(),
+                "the stripe would end past 2^64 bytes of its device",
+            ));
+        }
         Ok(ChunkInfo {
             logical: Logical(logical),
             length,
@@ -1001,6 +1014,32 @@ mod tests {
             "corrupt sys_chunk_array of superblock on img at byte 0: invalid type 4: a chunk in \
              sys_chunk_array must be a SYSTEM chunk"
         );
+    }
+
+    /// Found by the superblock fuzz target: a DUP system chunk whose second
+    /// stripe starts at 2^64 - 1 parsed, then every read past its first
+    /// byte said "not mapped by any chunk".
+    #[test]
+    fn stripe_past_the_end_of_any_device_is_refused() {
+        let mut b = raw_chunk(
+            ondisk::BTRFS_BLOCK_GROUP_SYSTEM | ondisk::BTRFS_BLOCK_GROUP_DUP,
+            8 << 20,
+        );
+        b[44..46].copy_from_slice(&2u16.to_le_bytes());
+        b.extend_from_slice(&1u64.to_le_bytes());
+        b.extend_from_slice(&u64::MAX.to_le_bytes());
+        b.extend_from_slice(&[1; 16]);
+        let loc = Location::Logical(Logical(0));
+        let e = ChunkInfo::parse(0, &b, ChunkRules::new(4096), &loc).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "corrupt logical 0: invalid stripe offset 18446744073709551615: the stripe would end \
+             past 2^64 bytes of its device"
+        );
+        // One sector less than the limit is fine.
+        let n = b.len();
+        b[n - 24..n - 16].copy_from_slice(&(u64::MAX - (8 << 20)).to_le_bytes());
+        ChunkInfo::parse(0, &b, ChunkRules::new(4096), &loc).unwrap();
     }
 
     #[test]
