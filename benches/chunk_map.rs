@@ -12,7 +12,7 @@
 
 use std::hint::black_box;
 
-use btrsend::chunk_map::{ChunkInfo, ChunkMap};
+use btrsend::chunk_map::{ChunkInfo, ChunkMap, ChunkRules};
 use btrsend::error::Location;
 use btrsend::ondisk;
 use btrsend::types::Logical;
@@ -68,8 +68,13 @@ fn big_map() -> ChunkMap {
                 vec![(1, phys), (2, phys), (3, phys)],
             ),
         };
-        let chunk =
-            ChunkInfo::parse(logical, &chunk_item(flags, CHUNK_LEN, &stripes), 4096, &loc).unwrap();
+        let chunk = ChunkInfo::parse(
+            logical,
+            &chunk_item(flags, CHUNK_LEN, &stripes),
+            ChunkRules::new(4096),
+            &loc,
+        )
+        .unwrap();
         map.insert(chunk, &loc).unwrap();
     }
     map

@@ -169,21 +169,50 @@ impl Mapping {
     }
 }
 
+/// The longest chunk the kernel accepts: its stripe numbers must fit a
+/// `u32` (`U32_MAX << BTRFS_STRIPE_LEN_SHIFT`, kernel `tree-checker.c`
+/// `btrfs_check_chunk_valid`), so anything this long is a bit flip or worse.
+pub const MAX_CHUNK_LENGTH: u64 = 0xffff_ffff_0000;
+
+/// What a chunk is checked against besides itself: the superblock's
+/// geometry and features.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChunkRules {
+    /// The filesystem's sector size: a chunk's start, length and
+    /// `sector_size` follow it.
+    pub sectorsize: u32,
+    /// INCOMPAT_MIXED_GROUPS: only then may a chunk hold data and metadata.
+    pub mixed_groups: bool,
+}
+
+impl ChunkRules {
+    /// The rules of a filesystem with this sector size and no mixed block
+    /// groups.
+    pub fn new(sectorsize: u32) -> ChunkRules {
+        ChunkRules {
+            sectorsize,
+            mixed_groups: false,
+        }
+    }
+}
+
 impl ChunkInfo {
     /// Decode and validate a CHUNK_ITEM payload whose key offset is `logical`.
     /// `location` names the item for messages.
     ///
     /// # Errors
     ///
-    /// [`Error::Corrupt`] for a malformed chunk (checks of btrfs-progs
-    /// `tree-checker.c` `btrfs_check_chunk_valid`), [`Error::Unsupported`]
-    /// for the remap tree's chunk types.
+    /// [`Error::Corrupt`] for a malformed chunk (the checks of the kernel's
+    /// `tree-checker.c` `btrfs_check_chunk_valid` and
+    /// `check_leaf_chunk_item`), [`Error::Unsupported`] for the remap tree's
+    /// chunk types.
     pub fn parse(
         logical: u64,
         data: &[u8],
-        sectorsize: u32,
+        rules: ChunkRules,
         location: &Location,
     ) -> Result<ChunkInfo> {
+        let sectorsize = rules.sectorsize;
         let corrupt = |kind| Error::corrupt(location.clone(), kind);
         let (raw, rest) = ondisk::Chunk::ref_from_prefix(data).map_err(|_| {
             corrupt(CorruptKind::Truncated {
@@ -201,6 +230,15 @@ impl ChunkInfo {
                 available: len64(data.len()),
             })
         })?;
+        // The size first, as the kernel's check_leaf_chunk_item does: an
+        // item that is not exactly its stripes is no chunk at all.
+        if num_stripes != 0 && data.len() != 48usize.saturating_add(stripes_len) {
+            return Err(corrupt(CorruptKind::BadSize {
+                what: "chunk item",
+                found: len64(data.len()),
+                expected: 48u64.saturating_add(len64(stripes_raw.len())),
+            }));
+        }
         let flags = raw.chunk_type.get();
         let field = |field, value, why| corrupt(CorruptKind::BadField { field, value, why });
         if flags & (ondisk::BTRFS_BLOCK_GROUP_REMAPPED | ondisk::BTRFS_BLOCK_GROUP_METADATA_REMAP)
@@ -221,6 +259,25 @@ impl ChunkInfo {
         }
         let profile = Profile::from_flags(flags)
             .ok_or_else(|| field("type", flags, "more than one profile bit"))?;
+        if flags & ondisk::BTRFS_BLOCK_GROUP_SYSTEM != 0
+            && flags & (ondisk::BTRFS_BLOCK_GROUP_DATA | ondisk::BTRFS_BLOCK_GROUP_METADATA) != 0
+        {
+            return Err(field(
+                "type",
+                flags,
+                "a system chunk holds neither data nor metadata",
+            ));
+        }
+        if !rules.mixed_groups
+            && flags & ondisk::BTRFS_BLOCK_GROUP_DATA != 0
+            && flags & ondisk::BTRFS_BLOCK_GROUP_METADATA != 0
+        {
+            return Err(field(
+                "type",
+                flags,
+                "data and metadata in one chunk without the mixed-bg feature",
+            ));
+        }
         let length = raw.length.get();
         if length == 0 || !length.is_multiple_of(u64::from(sectorsize)) {
             return Err(field(
@@ -238,6 +295,14 @@ impl ChunkInfo {
         }
         if logical.checked_add(length).is_none() {
             return Err(field("length", length, "chunk end overflows"));
+        }
+        if length >= MAX_CHUNK_LENGTH {
+            return Err(field(
+                "length",
+                length,
+                "chunk length too large: the kernel's limit is 2^32 - 1 stripes of 64 KiB \
+                 (281474976645120 bytes)",
+            ));
         }
         let stripe_len = raw.stripe_len.get();
         if stripe_len != ondisk::BTRFS_STRIPE_LEN {
@@ -276,7 +341,7 @@ impl ChunkInfo {
                 expected: 48u64.saturating_add(len64(stripes_raw.len())),
             }));
         }
-        let stripes = <[ondisk::Stripe]>::ref_from_bytes(stripes_raw)
+        let stripes: Vec<ChunkStripe> = <[ondisk::Stripe]>::ref_from_bytes(stripes_raw)
             .map_err(|_| field("num_stripes", n.into(), "stripes do not fit"))?
             .iter()
             .map(|s| ChunkStripe {
@@ -285,6 +350,19 @@ impl ChunkInfo {
                 dev_uuid: Uuid(s.dev_uuid),
             })
             .collect();
+        // No stripe holds more than the chunk's length on its device, so a
+        // stripe that would end past 2^64 lies on no device: refuse it here
+        // rather than fail every read of the chunk as unmapped.
+        if let Some(s) = stripes
+            .iter()
+            .find(|s| s.offset.get().checked_add(length).is_none())
+        {
+            return Err(field(
+                "stripe offset",
+                s.offset.get(),
+                "the stripe would end past 2^64 bytes of its device",
+            ));
+        }
         Ok(ChunkInfo {
             logical: Logical(logical),
             length,
@@ -543,9 +621,11 @@ impl ChunkMap {
     /// # Errors
     ///
     /// [`Error::Corrupt`] naming the byte offset in the array.
+    /// Every chunk there must be a SYSTEM chunk (kernel `volumes.c`
+    /// `btrfs_read_sys_array`): the array exists to find the chunk tree.
     pub fn from_sys_chunk_array(
         array: &[u8],
-        sectorsize: u32,
+        rules: ChunkRules,
         device: &std::path::Path,
     ) -> Result<ChunkMap> {
         let mut map = ChunkMap::new();
@@ -590,7 +670,14 @@ impl ChunkMap {
                     available: len64(rest.len()),
                 })
             })?;
-            let chunk = ChunkInfo::parse(key.offset, item, sectorsize, &location)?;
+            let chunk = ChunkInfo::parse(key.offset, item, rules, &location)?;
+            if chunk.flags & ondisk::BTRFS_BLOCK_GROUP_SYSTEM == 0 {
+                return Err(corrupt(CorruptKind::BadField {
+                    field: "type",
+                    value: chunk.flags,
+                    why: "a chunk in sys_chunk_array must be a SYSTEM chunk",
+                }));
+            }
             map.insert(chunk, &location)?;
             pos = pos.saturating_add(17).saturating_add(size);
         }
@@ -676,7 +763,13 @@ mod tests {
             b.extend_from_slice(&off.to_le_bytes());
             b.extend_from_slice(&[devid as u8; 16]);
         }
-        ChunkInfo::parse(logical, &b, 4096, &Location::Logical(Logical(logical))).unwrap()
+        ChunkInfo::parse(
+            logical,
+            &b,
+            ChunkRules::new(4096),
+            &Location::Logical(Logical(logical)),
+        )
+        .unwrap()
     }
 
     fn locs(m: &Mapping) -> Vec<(u64, u64)> {
@@ -837,6 +930,118 @@ mod tests {
         );
     }
 
+    /// A chunk item (one stripe) of `flags` and `length` at logical 0.
+    fn raw_chunk(flags: u64, length: u64) -> Vec<u8> {
+        let mut b = Vec::new();
+        b.extend_from_slice(&length.to_le_bytes());
+        b.extend_from_slice(&2u64.to_le_bytes());
+        b.extend_from_slice(&SL.to_le_bytes());
+        b.extend_from_slice(&flags.to_le_bytes());
+        b.extend_from_slice(&[0; 8]);
+        b.extend_from_slice(&4096u32.to_le_bytes());
+        b.extend_from_slice(&1u16.to_le_bytes());
+        b.extend_from_slice(&1u16.to_le_bytes());
+        b.extend_from_slice(&[1; 32]);
+        b
+    }
+
+    /// The kernel's `btrfs_check_chunk_valid` rules on type and length.
+    #[test]
+    fn kernel_chunk_rules() {
+        use ondisk::*;
+        let loc = Location::Logical(Logical(0));
+        let parse = |flags, length, mixed| {
+            let rules = ChunkRules {
+                sectorsize: 4096,
+                mixed_groups: mixed,
+            };
+            ChunkInfo::parse(0, &raw_chunk(flags, length), rules, &loc).map_err(|e| e.to_string())
+        };
+        // The kernel's limit: 2^32 - 1 stripes of 64 KiB; one sector less is
+        // accepted.
+        assert_eq!(
+            parse(BTRFS_BLOCK_GROUP_SYSTEM, 2400000000000000000, false).unwrap_err(),
+            "corrupt logical 0: invalid length 2400000000000000000: chunk length too large: the \
+             kernel's limit is 2^32 - 1 stripes of 64 KiB (281474976645120 bytes)"
+        );
+        assert!(parse(BTRFS_BLOCK_GROUP_DATA, MAX_CHUNK_LENGTH, false).is_err());
+        parse(BTRFS_BLOCK_GROUP_DATA, MAX_CHUNK_LENGTH - 4096, false).unwrap();
+        assert_eq!(
+            parse(
+                BTRFS_BLOCK_GROUP_SYSTEM | BTRFS_BLOCK_GROUP_METADATA,
+                1 << 20,
+                false
+            )
+            .unwrap_err(),
+            "corrupt logical 0: invalid type 6: a system chunk holds neither data nor metadata"
+        );
+        let mixed = BTRFS_BLOCK_GROUP_DATA | BTRFS_BLOCK_GROUP_METADATA;
+        assert_eq!(
+            parse(mixed, 1 << 20, false).unwrap_err(),
+            "corrupt logical 0: invalid type 5: data and metadata in one chunk without the \
+             mixed-bg feature"
+        );
+        parse(mixed, 1 << 20, true).unwrap();
+    }
+
+    /// Only SYSTEM chunks may sit in the superblock's sys_chunk_array.
+    #[test]
+    fn sys_chunk_array_holds_only_system_chunks() {
+        let array = |flags| {
+            let mut a = Vec::new();
+            a.extend_from_slice(&ondisk::BTRFS_FIRST_CHUNK_TREE_OBJECTID.to_le_bytes());
+            a.push(ondisk::BTRFS_CHUNK_ITEM_KEY);
+            a.extend_from_slice(&(1u64 << 20).to_le_bytes());
+            a.extend_from_slice(&raw_chunk(flags, 1 << 20));
+            a
+        };
+        let path = std::path::Path::new("img");
+        let map = ChunkMap::from_sys_chunk_array(
+            &array(ondisk::BTRFS_BLOCK_GROUP_SYSTEM),
+            ChunkRules::new(4096),
+            path,
+        )
+        .unwrap();
+        assert_eq!(map.chunks().len(), 1);
+        let e = ChunkMap::from_sys_chunk_array(
+            &array(ondisk::BTRFS_BLOCK_GROUP_METADATA),
+            ChunkRules::new(4096),
+            path,
+        )
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "corrupt sys_chunk_array of superblock on img at byte 0: invalid type 4: a chunk in \
+             sys_chunk_array must be a SYSTEM chunk"
+        );
+    }
+
+    /// Found by the superblock fuzz target: a DUP system chunk whose second
+    /// stripe starts at 2^64 - 1 parsed, then every read past its first
+    /// byte said "not mapped by any chunk".
+    #[test]
+    fn stripe_past_the_end_of_any_device_is_refused() {
+        let mut b = raw_chunk(
+            ondisk::BTRFS_BLOCK_GROUP_SYSTEM | ondisk::BTRFS_BLOCK_GROUP_DUP,
+            8 << 20,
+        );
+        b[44..46].copy_from_slice(&2u16.to_le_bytes());
+        b.extend_from_slice(&1u64.to_le_bytes());
+        b.extend_from_slice(&u64::MAX.to_le_bytes());
+        b.extend_from_slice(&[1; 16]);
+        let loc = Location::Logical(Logical(0));
+        let e = ChunkInfo::parse(0, &b, ChunkRules::new(4096), &loc).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "corrupt logical 0: invalid stripe offset 18446744073709551615: the stripe would end \
+             past 2^64 bytes of its device"
+        );
+        // One sector less than the limit is fine.
+        let n = b.len();
+        b[n - 24..n - 16].copy_from_slice(&(u64::MAX - (8 << 20)).to_le_bytes());
+        ChunkInfo::parse(0, &b, ChunkRules::new(4096), &loc).unwrap();
+    }
+
     #[test]
     fn bad_chunks() {
         let mut b = Vec::new();
@@ -852,12 +1057,12 @@ mod tests {
         b.extend_from_slice(&1u16.to_le_bytes());
         b.extend_from_slice(&[0; 32]);
         let loc = Location::Logical(Logical(0));
-        let e = ChunkInfo::parse(0, &b, 4096, &loc).unwrap_err();
+        let e = ChunkInfo::parse(0, &b, ChunkRules::new(4096), &loc).unwrap_err();
         assert_eq!(
             e.to_string(),
             "corrupt logical 0: invalid num_stripes 1: does not fit the chunk profile"
         );
-        let e = ChunkInfo::parse(0, &b[..60], 4096, &loc).unwrap_err();
+        let e = ChunkInfo::parse(0, &b[..60], ChunkRules::new(4096), &loc).unwrap_err();
         assert_eq!(
             e.to_string(),
             "corrupt logical 0: truncated chunk stripes: need 80 bytes, 60 available"

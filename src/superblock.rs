@@ -1,8 +1,9 @@
 //! The superblock: read, verify and select a copy; check features.
 //!
 //! Layout: `struct btrfs_super_block` ([`crate::ondisk::SuperBlock`]);
-//! validation follows btrfs-progs `disk-io.c` `btrfs_check_super` (format doc
-//! §1.7). The primary copy at 64 KiB is used when valid; otherwise the valid
+//! validation follows the kernel's `disk-io.c` `btrfs_validate_super` and
+//! btrfs-progs' `btrfs_check_super` (format doc §1.7): an image the kernel
+//! would refuse to mount is refused here too, naming the field and the rule. The primary copy at 64 KiB is used when valid; otherwise the valid
 //! mirror (64 MiB, 256 GiB) with the highest generation, as btrfs-progs does
 //! in recovery. [`Superblock::check_supported`] refuses, by name, features
 //! this reader cannot handle.
@@ -11,6 +12,7 @@ use std::path::Path;
 
 use zerocopy::FromBytes;
 
+use crate::chunk_map::ChunkRules;
 use crate::csum::{Csum, CsumType};
 use crate::device::Device;
 use crate::error::{CorruptKind, Error, Location, NotBtrfs, Notice, Result, Unsupported};
@@ -172,6 +174,36 @@ impl Superblock {
                 "must be a power of two in [sectorsize, 65536]",
             )));
         }
+        // The kernel keeps the obsolete leafsize equal to nodesize and
+        // refuses a superblock where they differ.
+        let leafsize = raw.leafsize.get();
+        if leafsize != nodesize {
+            return Err(bad(field(
+                "leafsize",
+                leafsize.into(),
+                "must equal nodesize",
+            )));
+        }
+        // Unused for mapping, but the kernel refuses anything that is not a
+        // power of two (old mkfs wrote 4096 whatever the sector size).
+        let stripesize = raw.stripesize.get();
+        if !stripesize.is_power_of_two() {
+            return Err(bad(field(
+                "stripesize",
+                stripesize.into(),
+                "must be a power of two",
+            )));
+        }
+        // Every filesystem has at least six trees (root, chunk, extent,
+        // dev, fs, csum) of one block each: the kernel's bit-flip hint.
+        let bytes_used = raw.bytes_used.get();
+        if bytes_used < u64::from(nodesize).saturating_mul(6) {
+            return Err(bad(field(
+                "bytes_used",
+                bytes_used,
+                "must be at least 6 * nodesize (one block for each tree every filesystem has)",
+            )));
+        }
         for (name, level) in [
             ("root_level", raw.root_level),
             ("chunk_root_level", raw.chunk_root_level),
@@ -271,6 +303,14 @@ impl Superblock {
     /// The raw structure (backup roots, fields not decoded here).
     pub fn raw(&self) -> &SuperBlock {
         &self.raw
+    }
+
+    /// What every chunk of this filesystem is checked against.
+    pub fn chunk_rules(&self) -> ChunkRules {
+        ChunkRules {
+            sectorsize: self.sectorsize,
+            mixed_groups: self.has_incompat(ondisk::BTRFS_FEATURE_INCOMPAT_MIXED_GROUPS),
+        }
     }
 
     /// Whether an incompat feature bit is set.
@@ -384,15 +424,18 @@ pub fn read_copy(dev: &dyn Device, mirror: u32) -> Result<Superblock> {
     Superblock::parse(&buf, dev.path(), offset)
 }
 
-/// Read the superblock of `dev`: the primary copy, or when it is bad, the
-/// valid mirror with the highest generation (with a notice saying so).
+/// Read the superblock of `dev`: the primary copy, or when it is spoilt (no
+/// magic, a checksum mismatch), the valid mirror with the highest
+/// generation (with a notice saying so). A primary whose checksum matches
+/// but whose fields are invalid is refused, as the kernel refuses it.
 ///
 /// # Errors
 ///
 /// [`Error::NotBtrfs`] when the device is too short to hold the primary
-/// copy or no copy carries the btrfs magic; the copy's own error when it is
-/// the only one that fits on the device; else [`Error::Superblocks`], naming
-/// each copy's failure.
+/// copy or no copy carries the btrfs magic; the primary's own error when
+/// its checksum matches but a field is invalid, or when it is the only copy
+/// that fits on the device; else [`Error::Superblocks`], naming each copy's
+/// failure.
 pub fn read_superblock(dev: &dyn Device) -> Result<(Superblock, Option<Notice>)> {
     let not_btrfs = |why| Error::NotBtrfs {
         device: dev.path().to_path_buf(),
@@ -411,6 +454,19 @@ pub fn read_superblock(dev: &dyn Device) -> Result<(Superblock, Option<Notice>)>
         Ok(sb) => return Ok((sb, None)),
         Err(e) => e,
     };
+    // A mirror stands in for a primary that a torn write or bit rot
+    // spoilt (no magic, a checksum that does not match). A primary whose
+    // checksum matches but whose fields break the kernel's rules was
+    // written that way: the kernel, which reads only the primary, refuses
+    // to mount such a filesystem, and so do we.
+    if let Some(c) = primary_err.as_corrupt()
+        && !matches!(
+            c.kind,
+            CorruptKind::BadMagic { .. } | CorruptKind::ChecksumMismatch { .. }
+        )
+    {
+        return Err(primary_err);
+    }
     let mut failures = vec![(super_offset(0), primary_err)];
     let mut best: Option<Superblock> = None;
     for mirror in 1..ondisk::BTRFS_SUPER_MIRROR_MAX {
@@ -596,6 +652,60 @@ mod tests {
         assert_eq!(
             e.to_string(),
             "corrupt superblock on img at physical 65536: invalid nodesize 12288: must be a power of two in [sectorsize, 65536]"
+        );
+    }
+
+    /// The kernel's `btrfs_validate_super` rules beyond the checksum, each on
+    /// a resealed kernel-made superblock.
+    #[test]
+    fn kernel_field_rules() {
+        let cases: [(usize, Vec<u8>, &str); 4] = [
+            (
+                0x9c,
+                593920u32.to_le_bytes().to_vec(),
+                "invalid stripesize 593920: must be a power of two",
+            ),
+            (
+                0x98,
+                4096u32.to_le_bytes().to_vec(),
+                "invalid leafsize 4096: must equal nodesize",
+            ),
+            (
+                0x78,
+                (6 * 16384 - 1u64).to_le_bytes().to_vec(),
+                "invalid bytes_used 98303: must be at least 6 * nodesize (one block for each \
+                 tree every filesystem has)",
+            ),
+            (
+                0x70,
+                0u64.to_le_bytes().to_vec(),
+                "invalid total_bytes 0: must not be zero",
+            ),
+        ];
+        for (off, bytes, why) in cases {
+            let e = parse(&patched(off, &bytes, true)).unwrap_err();
+            assert_eq!(
+                e.to_string(),
+                format!("corrupt superblock on img at physical 65536: {why}")
+            );
+        }
+        // Every power of two is a stripesize the kernel takes (old mkfs
+        // wrote 4096 whatever the sector size), and 6 * nodesize is enough.
+        parse(&patched(0x9c, &65536u32.to_le_bytes(), true)).unwrap();
+        parse(&patched(0x78, &(6 * 16384u64).to_le_bytes(), true)).unwrap();
+    }
+
+    /// A primary whose checksum matches but whose fields are invalid was
+    /// written that way: the kernel refuses it, so no mirror stands in.
+    #[test]
+    fn a_sealed_invalid_primary_is_refused_not_replaced() {
+        let mut dev = image_with(&[(1, 9)]);
+        let bad = patched(0x9c, &12345u32.to_le_bytes(), true);
+        dev.data_mut()[65536..65536 + 4096].copy_from_slice(&bad);
+        assert_eq!(
+            read_superblock(&dev).unwrap_err().to_string(),
+            "corrupt superblock on mem at physical 65536: invalid stripesize 12345: must be a \
+             power of two"
         );
     }
 

@@ -186,7 +186,7 @@ impl Volume {
 
         let sys_map = ChunkMap::from_sys_chunk_array(
             &newest.sys_chunk_array,
-            newest.sectorsize,
+            newest.chunk_rules(),
             newest_path.as_deref().unwrap_or(Path::new("?")),
         )?;
         let mut check = BlockCheck {
@@ -196,6 +196,7 @@ impl Volume {
             metadata_uuid: newest.metadata_uuid,
             chunk_tree_uuid: None,
             super_generation: newest.generation,
+            mixed_groups: newest.chunk_rules().mixed_groups,
         };
         // The chunk tree is read once, before the cache exists: directly
         // through the bootstrap map.
@@ -543,7 +544,7 @@ fn read_chunk_tree(io: &Io, sb: &Superblock, root: TreeRoot) -> Result<(ChunkMap
             }
             (ondisk::BTRFS_FIRST_CHUNK_TREE_OBJECTID, ondisk::BTRFS_CHUNK_ITEM_KEY) => {
                 let loc = item.location();
-                let chunk = ChunkInfo::parse(item.key.offset, item.data, sb.sectorsize, &loc)?;
+                let chunk = ChunkInfo::parse(item.key.offset, item.data, sb.chunk_rules(), &loc)?;
                 map.insert(chunk, &loc)?;
             }
             _ => {}

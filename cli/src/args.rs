@@ -65,6 +65,15 @@ pub enum Command {
     /// Receive send streams into a directory on any filesystem, or `--dump` them.
     Receive(cmd::receive::ReceiveArgs),
     /// Print a manifest of a directory tree: one sorted line per path.
+    ///
+    /// The first line is `# btrsend manifest v2`. A regular file's b3= field
+    /// is the BLAKE3 hash of its contents with the zeros left out: for each
+    /// 4096-byte block (at multiples of 4096) that holds a non-zero byte, its
+    /// index as a little-endian u64 and its bytes, then the file size as a
+    /// little-endian u64. Files with equal contents have equal hashes whether
+    /// their zeros are holes, preallocated or written, and only data is read
+    /// (the ranges SEEK_DATA/SEEK_HOLE report, or with --device the extent
+    /// items), so a sparse file of any size hashes as fast as its data.
     Manifest(cmd::manifest::ManifestArgs),
     /// Print a shell completion script to standard output.
     Completions(cmd::completions::CompletionsArgs),

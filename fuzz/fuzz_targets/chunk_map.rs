@@ -6,7 +6,7 @@
 
 use std::path::Path;
 
-use btrsend::chunk_map::{ChunkInfo, ChunkMap};
+use btrsend::chunk_map::{ChunkInfo, ChunkMap, ChunkRules};
 use btrsend::error::Location;
 use btrsend::types::Logical;
 use libfuzzer_sys::fuzz_target;
@@ -33,7 +33,8 @@ fn probe(chunk: &ChunkInfo, seed: u64) {
 }
 
 fuzz_target!(|data: &[u8]| {
-    if let Ok(map) = ChunkMap::from_sys_chunk_array(data, 4096, Path::new("fuzz")) {
+    if let Ok(map) = ChunkMap::from_sys_chunk_array(data, ChunkRules::new(4096), Path::new("fuzz"))
+    {
         for chunk in map.chunks() {
             probe(chunk, 7);
             let _ = map.map(chunk.logical, 4096);
@@ -44,7 +45,7 @@ fuzz_target!(|data: &[u8]| {
         let logical = u64::from_le_bytes(head[..8].try_into().unwrap());
         let seed = u64::from_le_bytes(head[8..].try_into().unwrap());
         let loc = Location::Logical(Logical(logical));
-        if let Ok(chunk) = ChunkInfo::parse(logical, item, 4096, &loc) {
+        if let Ok(chunk) = ChunkInfo::parse(logical, item, ChunkRules::new(4096), &loc) {
             probe(&chunk, seed);
         }
     }

@@ -45,6 +45,7 @@ fuzz_target!(|data: &[u8]| {
         metadata_uuid: fsid,
         chunk_tree_uuid: (flags & 4 != 0).then_some(chunk_uuid),
         super_generation: Generation(u64_at(head, 16)),
+        mixed_groups: flags & 8 != 0,
     };
     let tree = match head[3] % 6 {
         0 => 1,

@@ -1004,7 +1004,7 @@ mod tests {
             }
             assert_eq!(all.len() as u64, inode.size, "{path}");
             assert_eq!(
-                blake3::hash(&all).to_hex().to_string(),
+                crate::manifest::content_hash_of(&all),
                 field("b3="),
                 "{path}"
             );

@@ -1,4 +1,4 @@
-//! A manifest (format v1, see [`crate::manifest`]) computed from the
+//! A manifest (format v2, see [`crate::manifest`]) computed from the
 //! filesystem model alone, with no mount: the same text the kernel's view of
 //! the subvolume gives through `btrsend manifest --holes`.
 //!
@@ -8,13 +8,15 @@
 //! `st_nlink` is the inode's `nlink`, `rdev` the kernel dev_t split into
 //! major/minor, `data=` what `SEEK_DATA`/`SEEK_HOLE` report (inline and
 //! regular extents are data, holes and prealloc are not, ranges end at
-//! i_size), nested subvolumes are `subvol` lines.
+//! i_size), nested subvolumes are `subvol` lines. File contents are hashed
+//! as [`content_hash`] defines it, reading only the data ranges (holes and
+//! prealloc extents read as zeros, so they are skipped without reading).
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
 
 use crate::error::{CorruptKind, Error, Location, Result};
-use crate::manifest::{HEADER, Options, escape};
+use crate::manifest::{HEADER, Options, content_hash, escape};
 
 use super::data::data_ranges;
 use super::items::{FileType, Inode, Target, inode_key};
@@ -78,20 +80,14 @@ fn describe(
     }
     let mut tail = String::new();
     if ft == FileType::Regular {
-        let mut hasher = blake3::Hasher::new();
+        let ranges = data_ranges(tree.segments(inode))?;
         let mut reader = tree.reader(inode, verify);
-        let mut buf = vec![0u8; 256 * 1024];
-        loop {
-            let n = reader.read(&mut buf)?;
-            if n == 0 {
-                break;
-            }
-            hasher.update(buf.get(..n).unwrap_or_default());
-        }
-        let _ = write!(tail, " b3={}", hasher.finalize().to_hex());
+        let b3 = content_hash(inode.size, ranges.iter().copied(), |off, buf| {
+            reader.read_exact_at(off, buf)
+        })?;
+        let _ = write!(tail, " b3={b3}");
         if opts.holes {
             tail.push_str(" data=");
-            let ranges = data_ranges(tree.segments(inode))?;
             if ranges.is_empty() {
                 tail.push('-');
             }

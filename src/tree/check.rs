@@ -22,6 +22,15 @@
 //!   regular or prealloc item is 53 bytes, its `ram_bytes`, `disk_bytenr`,
 //!   `disk_num_bytes`, `offset` and `num_bytes` are multiples of the sector
 //!   size, and its end does not pass 2^64.
+//! * `ROOT_ITEM` (`check_root_key`, `check_root_item`): the tree id is not
+//!   0; a reloc tree (`TREE_RELOC`) belongs to a subvolume tree (its key
+//!   offset); 439 or 239 (legacy) bytes; `generation`, `generation_v2` and
+//!   `last_snapshot` at most the superblock's generation + 1; `bytenr`
+//!   aligned to the sector size; `level` and `drop_level` below 8; no flags
+//!   but `RDONLY` and `DEAD`.
+//! * `CHUNK_ITEM`, in whichever tree it appears (`check_leaf_chunk_item`):
+//!   the whole of [`ChunkInfo::parse`](crate::chunk_map::ChunkInfo::parse),
+//!   the item exactly as long as its stripes.
 //! * In subvolume trees, an item of these types (and `INODE_REF`,
 //!   `INODE_EXTREF`) follows an item of the same inode: its `INODE_ITEM` is
 //!   not missing.
@@ -34,8 +43,9 @@
 
 use zerocopy::FromBytes;
 
+use crate::chunk_map::{ChunkInfo, ChunkRules};
 use crate::error::{CorruptKind, Error, Location, Result};
-use crate::ondisk::{self, DirItem, FileExtentItem, FileExtentItemHeader, InodeItem};
+use crate::ondisk::{self, DirItem, FileExtentItem, FileExtentItemHeader, InodeItem, RootItem};
 use crate::tree::key::Key;
 use crate::tree::node::{BlockCheck, BlockExpect, Node};
 use crate::types::Generation;
@@ -66,10 +76,12 @@ const INLINE_START: usize = size_of::<FileExtentItemHeader>();
 const EXTENT_TYPES: u8 = 3;
 const COMPRESS_TYPES: u8 = 4;
 
-/// Whether `id` is a subvolume tree (`is_fstree`).
+/// Whether `id` is a subvolume tree (`is_fstree`): 5, or from 256 up as a
+/// *signed* number, so the special trees' negative ids (-8 the reloc trees,
+/// -9 the data reloc tree, …) are not.
 fn is_fstree(id: u64) -> bool {
     id == ondisk::BTRFS_FS_TREE_OBJECTID
-        || (ondisk::BTRFS_FIRST_FREE_OBJECTID..=ondisk::BTRFS_LAST_FREE_OBJECTID).contains(&id)
+        || (ondisk::BTRFS_FIRST_FREE_OBJECTID..=i64::MAX.unsigned_abs()).contains(&id)
 }
 
 /// Whether `id` may be an inode of a tree (`check_inode_key`).
@@ -135,6 +147,20 @@ pub(crate) fn leaf_items(node: &Node<'_>, check: &BlockCheck, expect: &BlockExpe
             | ondisk::BTRFS_XATTR_ITEM_KEY => dir_item(&key, item.data, check, &bad)?,
             ondisk::BTRFS_INODE_ITEM_KEY => inode_item(&key, item.data, check, &bad)?,
             ondisk::BTRFS_EXTENT_DATA_KEY => file_extent(&key, item.data, check, &bad)?,
+            ondisk::BTRFS_ROOT_ITEM_KEY => root_item(&key, item.data, check, &bad)?,
+            ondisk::BTRFS_CHUNK_ITEM_KEY => {
+                let rules = ChunkRules {
+                    sectorsize: check.sectorsize,
+                    mixed_groups: check.mixed_groups,
+                };
+                let location = Location::Item {
+                    leaf: expect.logical,
+                    tree: expect.tree,
+                    slot: u32::try_from(slot).unwrap_or(u32::MAX),
+                    key,
+                };
+                ChunkInfo::parse(key.offset, item.data, rules, &location)?;
+            }
             _ => {}
         }
         prev = Some(key);
@@ -309,6 +335,84 @@ fn inode_item(
             "nlink",
             inode.nlink.get().into(),
             "a directory has at most one link",
+        ));
+    }
+    Ok(())
+}
+
+fn root_item(
+    key: &Key,
+    data: &[u8],
+    check: &BlockCheck,
+    bad: &dyn Fn(CorruptKind) -> Error,
+) -> Result<()> {
+    let field = |field, value, why| bad(CorruptKind::BadField { field, value, why });
+    // Relocation only copies subvolume trees this way; other trees are
+    // just COWed, so a reloc tree of anything else cannot exist.
+    if key.objectid == ondisk::BTRFS_TREE_RELOC_OBJECTID && !is_fstree(key.offset) {
+        return Err(field(
+            "reloc tree root id (key offset)",
+            key.offset,
+            "a reloc tree belongs to a subvolume tree (5, or 256 to 2^63 - 1)",
+        ));
+    }
+    if key.objectid == 0 {
+        return Err(field("root id", 0, "no tree has id 0"));
+    }
+    let full = size_of::<RootItem>();
+    if data.len() != full && data.len() != RootItem::LEGACY_SIZE {
+        return Err(bad(CorruptKind::BadSize {
+            what: "root item",
+            found: len64(data.len()),
+            expected: len64(full),
+        }));
+    }
+    // A legacy item ends before generation_v2: the rest reads as zeros,
+    // which every check below accepts.
+    let mut buf = [0u8; size_of::<RootItem>()];
+    if let Some(dst) = buf.get_mut(..data.len()) {
+        dst.copy_from_slice(data);
+    }
+    let Ok(root) = RootItem::read_from_bytes(&buf) else {
+        return Ok(());
+    };
+    let newest = check.super_generation.get().saturating_add(1);
+    for (what, found) in [
+        ("root generation", root.generation.get()),
+        ("root generation_v2", root.generation_v2.get()),
+        ("root last_snapshot", root.last_snapshot.get()),
+    ] {
+        if found > newest {
+            return Err(bad(CorruptKind::TooNew {
+                what,
+                found: Generation(found),
+                super_generation: check.super_generation,
+            }));
+        }
+    }
+    let bytenr = root.bytenr.get();
+    if !bytenr.is_multiple_of(u64::from(check.sectorsize.max(1))) {
+        return Err(bad(CorruptKind::Unaligned {
+            field: "root bytenr",
+            value: bytenr,
+            align: check.sectorsize,
+        }));
+    }
+    for (name, level) in [
+        ("root level", root.level),
+        ("root drop_level", root.drop_level),
+    ] {
+        if level >= ondisk::BTRFS_MAX_LEVEL {
+            return Err(field(name, level.into(), "must be below 8"));
+        }
+    }
+    let flags = root.flags.get();
+    let known = ondisk::BTRFS_ROOT_SUBVOL_RDONLY | ondisk::BTRFS_ROOT_SUBVOL_DEAD;
+    if flags & !known != 0 {
+        return Err(field(
+            "root flags",
+            flags,
+            "unknown bits (only RDONLY 0x1 and DEAD 0x1000000000000 exist)",
         ));
     }
     Ok(())

@@ -42,8 +42,11 @@ pub struct BlockCheck {
     pub metadata_uuid: Uuid,
     /// The chunk tree UUID, once known (from the chunk root's header).
     pub chunk_tree_uuid: Option<Uuid>,
-    /// The superblock's generation: no inode may be newer than it + 1.
+    /// The superblock's generation: no inode or root item may be newer
+    /// than it + 1.
     pub super_generation: Generation,
+    /// INCOMPAT_MIXED_GROUPS: chunk items may then hold data and metadata.
+    pub mixed_groups: bool,
 }
 
 /// What the referrer (parent pointer, root item, superblock) says a block is.
@@ -563,6 +566,7 @@ mod tests {
             metadata_uuid: uuid(FSID),
             chunk_tree_uuid: Some(uuid(CHUNK_UUID)),
             super_generation: Generation(u64::MAX - 1),
+            mixed_groups: false,
         }
     }
 
@@ -613,7 +617,7 @@ mod tests {
         let chunk = crate::chunk_map::ChunkInfo::parse(
             30408704,
             node.item(3).unwrap().data,
-            4096,
+            crate::chunk_map::ChunkRules::new(4096),
             &Location::Logical(Logical(0)),
         )
         .unwrap();

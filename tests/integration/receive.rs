@@ -515,8 +515,8 @@ impl Sandbox {
 }
 
 fn blake3_of(b: &[u8]) -> String {
-    // The manifest's b3= is BLAKE3; compute the same by writing a file and
-    // asking the manifest (no extra dependency).
+    // The manifest's b3= content hash: write a file and ask the manifest
+    // (so this follows the manifest's definition).
     let t = tempfile::tempdir().unwrap();
     fs::write(t.path().join("f"), b).unwrap();
     let m = manifest::manifest(t.path(), Options::default()).unwrap();

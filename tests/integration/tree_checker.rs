@@ -8,6 +8,13 @@
 //!   the patched image mounted read-only gives EIO when the snapshot is
 //!   read, and the kernel log names the same block and slot with its own
 //!   reason ("corrupt leaf: root=… block=… slot=…, name hash mismatch …").
+//!
+//! The same for what the kernel checks when it mounts (issue 28 item 9):
+//! root items and chunk items in the root tree, the superblock's fields
+//! (`disk-io.c` `btrfs_validate_super`) and its sys_chunk_array
+//! (`volumes.c` `btrfs_read_sys_array`), patched in every superblock copy
+//! and resealed. There the kernel refuses the mount itself, naming the
+//! rule in its log.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -44,9 +51,17 @@ fn image_001() -> Option<PathBuf> {
 /// The first item of the snapshot's tree (257, `snaps/basic`) that `pick`
 /// accepts.
 fn find(img: &Path, pick: impl Fn(&Key, &[u8]) -> bool) -> Found {
+    find_in(img, TreeId(257), pick)
+}
+
+/// The first item of `tree` (the root tree included) that `pick` accepts.
+fn find_in(img: &Path, tree: TreeId, pick: impl Fn(&Key, &[u8]) -> bool) -> Found {
     let fs = Filesystem::open(&[img]).unwrap();
-    let tree = TreeId(257);
-    let root = fs.tree_root(tree).unwrap();
+    let root = if tree == TreeId::ROOT {
+        fs.volume().root_tree()
+    } else {
+        fs.tree_root(tree).unwrap()
+    };
     let mut c = Cursor::new(fs.volume(), root);
     c.seek(&Key::MIN).unwrap();
     loop {
@@ -63,7 +78,7 @@ fn find(img: &Path, pick: impl Fn(&Key, &[u8]) -> bool) -> Found {
                 data: it.data.to_vec(),
             };
         }
-        assert!(c.advance().unwrap(), "no such item in tree 257");
+        assert!(c.advance().unwrap(), "no such item in tree {tree}");
     }
 }
 
@@ -364,5 +379,238 @@ fn unaligned_file_offset_is_checked() {
         &p,
         &f,
         "unaligned file_offset for file extent",
+    );
+}
+
+/// Our error opening `img` and sending every subvolume: the first one.
+fn our_open_error(img: &Path) -> String {
+    let r = Filesystem::open(&[img])
+        .map_err(|e| e.to_string())
+        .and_then(|fs| {
+            let subvols = btrsend::fs::subvol::list_subvolumes(&fs).map_err(|e| e.to_string())?;
+            for sv in subvols {
+                send::send_full(&fs, &sv, std::io::sink(), SendOptions::new(2), &NoProgress)
+                    .map_err(|e| e.to_string())?;
+            }
+            Ok(())
+        });
+    match r {
+        Ok(()) => panic!("{}: the patched image was accepted", img.display()),
+        Err(e) => e,
+    }
+}
+
+/// The kernel's view of a filesystem it must not mount: `mount -o ro` of
+/// `img` fails and the kernel log has a btrfs line with `reason`. Skipped
+/// loudly (failing in CI) without root.
+fn kernel_refuses_mount(test: &str, img: &Path, reason: &str) {
+    if !btrsend::testing::require_live(test) {
+        return;
+    }
+    static MOUNTS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = MOUNTS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mnt = tempfile::tempdir().unwrap();
+    let before = dmesg();
+    let st = Command::new("mount")
+        .args(["-o", "ro,loop"])
+        .arg(img)
+        .arg(mnt.path())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    if st.success() {
+        let _ = Command::new("umount").arg(mnt.path()).status();
+        panic!("{test}: the kernel mounted the patched image");
+    }
+    let after = dmesg();
+    let new = after.strip_prefix(before.as_str()).unwrap_or(&after);
+    assert!(
+        new.lines()
+            .any(|l| l.contains("BTRFS") && l.contains(reason)),
+        "{test}: no kernel message with {reason:?} in:\n{new}"
+    );
+}
+
+/// The superblock's generation as btrfs-progs prints it.
+fn super_generation(img: &Path) -> Option<u64> {
+    let dump = crate::reader::progs(&["inspect-internal", "dump-super"], &[img.to_path_buf()])?;
+    Some(
+        dump.lines()
+            .find_map(|l| l.strip_prefix("generation"))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap(),
+    )
+}
+
+#[test]
+fn root_item_generation_newer_than_the_superblock_is_checked() {
+    let Some(img) = image_001() else { return };
+    let Some(generation) = super_generation(&img) else {
+        return;
+    };
+    let f = find_in(&img, TreeId::ROOT, |k, _| {
+        k.item_type == ondisk::BTRFS_ROOT_ITEM_KEY && k.objectid == 5
+    });
+    let tmp = tempfile::tempdir().unwrap();
+    // generation: after the 160-byte embedded inode item.
+    let p = patched(&img, tmp.path(), &f, |b, at| {
+        b[at + 160..at + 168].copy_from_slice(&(generation + 2).to_le_bytes())
+    });
+    assert_eq!(
+        our_open_error(&p),
+        item_error(
+            &f,
+            &format!(
+                "root generation {} is newer than the filesystem: the superblock's generation \
+                 is {generation}, so at most {} is possible",
+                generation + 2,
+                generation + 1
+            )
+        )
+    );
+    kernel_refuses_mount(
+        "root_item_generation_newer_than_the_superblock_is_checked",
+        &p,
+        "invalid root generation",
+    );
+}
+
+#[test]
+fn reloc_tree_of_a_negative_root_is_checked() {
+    let Some(img) = image_001() else { return };
+    // The data reloc tree (-9) has the highest key of the root tree, so
+    // its key can become the reloc tree (-8) of root -5 in place.
+    let f = find_in(&img, TreeId::ROOT, |k, _| {
+        k.item_type == ondisk::BTRFS_ROOT_ITEM_KEY
+            && k.objectid == ondisk::BTRFS_DATA_RELOC_TREE_OBJECTID
+    });
+    let slot = f.slot as usize;
+    let key = Key::new(
+        ondisk::BTRFS_TREE_RELOC_OBJECTID,
+        ondisk::BTRFS_ROOT_ITEM_KEY,
+        -5i64 as u64,
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let p = patched(&img, tmp.path(), &f, |b, _| {
+        let at = 101 + slot * 25;
+        b[at..at + 8].copy_from_slice(&key.objectid.to_le_bytes());
+        b[at + 9..at + 17].copy_from_slice(&key.offset.to_le_bytes());
+    });
+    let f = Found { key, ..f };
+    assert_eq!(
+        our_open_error(&p),
+        item_error(
+            &f,
+            "invalid reloc tree root id (key offset) 18446744073709551611: a reloc tree belongs \
+             to a subvolume tree (5, or 256 to 2^63 - 1)"
+        )
+    );
+    kernel_refuses_mount(
+        "reloc_tree_of_a_negative_root_is_checked",
+        &p,
+        "invalid reloc tree for root -5",
+    );
+}
+
+#[test]
+fn chunk_item_outside_the_chunk_tree_is_checked() {
+    let Some(img) = image_001() else { return };
+    // The extent tree's root item (2 ROOT_ITEM 0) becomes (2 CHUNK_ITEM 0),
+    // still before (4 …): a chunk item whose 439 bytes fit no stripe count.
+    let f = find_in(&img, TreeId::ROOT, |k, _| {
+        k.item_type == ondisk::BTRFS_ROOT_ITEM_KEY && k.objectid == 2
+    });
+    let slot = f.slot as usize;
+    // num_stripes (at 44 of a chunk item): 2, for 112 bytes, not 439.
+    let tmp = tempfile::tempdir().unwrap();
+    let p = patched(&img, tmp.path(), &f, |b, at| {
+        b[101 + slot * 25 + 8] = ondisk::BTRFS_CHUNK_ITEM_KEY;
+        b[at + 44..at + 46].copy_from_slice(&2u16.to_le_bytes());
+    });
+    let err = our_open_error(&p);
+    let f = Found {
+        key: Key::new(2, ondisk::BTRFS_CHUNK_ITEM_KEY, 0),
+        ..f
+    };
+    assert_eq!(err, item_error(&f, "bad chunk item size 439, expected 112"));
+    kernel_refuses_mount(
+        "chunk_item_outside_the_chunk_tree_is_checked",
+        &p,
+        "invalid chunk item size: have 439 expect 112",
+    );
+}
+
+/// A copy of `img` in `dir` with `patch` applied to every superblock copy
+/// (the primary and each mirror the image holds), resealed.
+fn patched_supers(img: &Path, dir: &Path, patch: impl Fn(&mut [u8])) -> PathBuf {
+    let mut bytes = fs::read(img).unwrap();
+    let mut n = 0;
+    for off in [65536usize, 64 << 20, 256 << 30] {
+        let Some(sb) = bytes.get_mut(off..off + 4096) else {
+            break;
+        };
+        assert_eq!(&sb[0x40..0x48], b"_BHRfS_M");
+        patch(sb);
+        let c = crc32c::crc32c(&sb[32..]);
+        sb[..4].copy_from_slice(&c.to_le_bytes());
+        n += 1;
+    }
+    assert_eq!(n, 2, "001 holds the primary and mirror 1");
+    let out = dir.join("patched.img");
+    fs::write(&out, &bytes).unwrap();
+    out
+}
+
+#[test]
+fn bogus_stripesize_is_checked() {
+    let Some(img) = image_001() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    // The value of btrfs-progs' fuzz image superblock-stripsize-bogus.
+    let p = patched_supers(&img, tmp.path(), |sb| {
+        sb[0x9c..0xa0].copy_from_slice(&593920u32.to_le_bytes())
+    });
+    assert_eq!(
+        our_open_error(&p),
+        format!(
+            "corrupt superblock on {} at physical 65536: invalid stripesize 593920: must be a \
+             power of two",
+            p.display()
+        )
+    );
+    kernel_refuses_mount(
+        "bogus_stripesize_is_checked",
+        &p,
+        "invalid stripesize 593920",
+    );
+}
+
+#[test]
+fn huge_system_chunk_is_checked() {
+    let Some(img) = image_001() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    // The length of the first chunk of sys_chunk_array (0x32b), after its
+    // 17-byte key: 2.4e18 bytes, a multiple of the sector size, as in
+    // btrfs-progs' fuzz image bko-199833.
+    let p = patched_supers(&img, tmp.path(), |sb| {
+        let at = 0x32b + 17;
+        sb[at..at + 8].copy_from_slice(&2_400_000_000_000_000_000u64.to_le_bytes())
+    });
+    assert_eq!(
+        our_open_error(&p),
+        format!(
+            "corrupt sys_chunk_array of superblock on {} at byte 0: invalid length \
+             2400000000000000000: chunk length too large: the kernel's limit is 2^32 - 1 stripes \
+             of 64 KiB (281474976645120 bytes)",
+            p.display()
+        )
+    );
+    kernel_refuses_mount(
+        "huge_system_chunk_is_checked",
+        &p,
+        "chunk length too large: have 2400000000000000000",
     );
 }

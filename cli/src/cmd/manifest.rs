@@ -16,12 +16,14 @@ use clap::{Args, ValueHint};
 
 /// Arguments of `btrsend manifest`.
 ///
-/// The manifest starts with the line `# btrsend manifest v1`, then has one
+/// The manifest starts with the line `# btrsend manifest v2`, then has one
 /// line per path, sorted by the raw bytes of the path (the root is `.`):
 /// the escaped path, its type (file, dir, symlink, fifo, sock, chr, blk, or
 /// subvol for a nested subvolume, which is not descended into), then mode,
 /// uid, gid, size (files and symlinks), mtime as SEC.NSEC, symlink target,
-/// device numbers, hard-link group, BLAKE3 hash of file contents, data
+/// device numbers, hard-link group, content hash (BLAKE3 of the non-zero
+/// 4 KiB blocks with their indexes, then the size; see the core's
+/// `manifest` module), data
 /// ranges (with --holes) and all xattrs. Atime, ctime, inode numbers and
 /// directory sizes are left out, so the manifests of a snapshot and of its
 /// received copy are equal. Bytes outside printable ASCII, and backslashes,
