@@ -23,7 +23,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 
 use super::BackupError;
-use super::store::{Store, check_key};
+use super::store::{Store, check_key, quoted};
 
 /// The catalog format this code writes.
 pub const CATALOG_VERSION: u32 = 1;
@@ -153,11 +153,6 @@ fn check_uuid(s: &str) -> Result<(), String> {
     } else {
         Err(format!("{} is not a UUID", quoted(s)))
     }
-}
-
-/// `s` quoted with control characters escaped, for messages.
-fn quoted(s: &str) -> String {
-    format!("{:?}", s.chars().take(240).collect::<String>())
 }
 
 /// The key of generation `g`.

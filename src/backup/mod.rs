@@ -1166,12 +1166,7 @@ impl Repository {
         selected: &[Selected],
         opts: &RunOptions,
     ) -> Result<Vec<Option<u64>>, BackupError> {
-        let present: BTreeMap<String, u64> = self
-            .store
-            .list(STREAMS_DIR)?
-            .into_iter()
-            .map(|o| (o.key, o.size))
-            .collect();
+        let present = self.stream_sizes()?;
         // Per origin: the last snapshot planned in this run and the depth
         // of its chain.
         let mut planned: BTreeMap<String, (usize, usize)> = BTreeMap::new();
@@ -1270,12 +1265,7 @@ impl Repository {
         estimate: u64,
         progress: &dyn Progress,
     ) -> Result<Entry, BackupError> {
-        let present: BTreeMap<String, u64> = self
-            .store
-            .list(STREAMS_DIR)?
-            .into_iter()
-            .map(|o| (o.key, o.size))
-            .collect();
+        let present = self.stream_sizes()?;
         let parent = self.pick_parent(cat, src, sel, opts, &present);
         let source = &mut src.fss[sel.fs];
         let uuid = stream_uuid(&sel.subvol);
@@ -1656,12 +1646,7 @@ impl Repository {
         if let Some(w) = self.store.local().and_then(LocalStore::readable_by_others) {
             rep.notices.push(w);
         }
-        let present: BTreeMap<String, u64> = self
-            .store
-            .list(STREAMS_DIR)?
-            .into_iter()
-            .map(|o| (o.key, o.size))
-            .collect();
+        let present = self.stream_sizes()?;
         let named: BTreeSet<&str> = cat.entries.iter().map(|e| e.file.as_str()).collect();
         for k in present.keys() {
             if !named.contains(k.as_str()) {
@@ -1862,6 +1847,16 @@ impl Repository {
         Ok(())
     }
 
+    /// The stream files present, by key, with their sizes.
+    fn stream_sizes(&self) -> Result<BTreeMap<String, u64>, BackupError> {
+        Ok(self
+            .store
+            .list(STREAMS_DIR)?
+            .into_iter()
+            .map(|o| (o.key, o.size))
+            .collect())
+    }
+
     /// The structural check `forget` needs before it deletes anything:
     /// every entry's stream file present with its size, its trailer and
     /// its first command agreeing with the entry and its parent entry.
@@ -1872,12 +1867,7 @@ impl Repository {
     /// [`BackupError::Invalid`] naming the first entry that does not
     /// agree; store errors.
     fn check_structure(&self, cat: &Catalog) -> Result<(), BackupError> {
-        let present: BTreeMap<String, u64> = self
-            .store
-            .list(STREAMS_DIR)?
-            .into_iter()
-            .map(|o| (o.key, o.size))
-            .collect();
+        let present = self.stream_sizes()?;
         for e in &cat.entries {
             let problem = match present.get(&e.file) {
                 None => Some(format!("{}: the stream file is missing", e.file)),

@@ -285,7 +285,7 @@ fn check_name(name: &str) -> Result<(), &'static str> {
 
 /// `s` in double quotes with control characters and non-ASCII escaped, for
 /// messages about untrusted text.
-fn quoted(s: &str) -> String {
+pub(crate) fn quoted(s: &str) -> String {
     format!("{:?}", s.chars().take(240).collect::<String>())
 }
 
@@ -424,37 +424,36 @@ impl LocalStore {
     /// Open the object `key` for reading: a regular file, never a symlink,
     /// and never waited on (a FIFO or device is refused).
     fn open_object(&self, key: &str) -> Result<File, StoreError> {
-        let (dir, name) = self.checked(key)?;
-        let open = || -> io::Result<File> {
-            let d = self.open_dir(dir, false)?;
-            let fd = rfs::openat(
-                &d,
-                name,
-                OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
-                Mode::empty(),
-            )?;
-            let st = rfs::fstat(&fd)?;
+        self.open_existing(key, OFlags::RDONLY, |fd| {
+            let st = rfs::fstat(fd)?;
             if rfs::FileType::from_raw_mode(st.st_mode) != rfs::FileType::RegularFile {
                 return Err(io::Error::other("not a regular file"));
             }
-            Ok(File::from(fd))
-        };
-        open().map_err(|e| self.err("open", key, e))
+            Ok(())
+        })
     }
 
     /// Open the existing object `key` for writing: a regular file with one
     /// link (a hard link would let a write reach a file outside).
     fn open_for_write(&self, key: &str) -> Result<File, StoreError> {
+        self.open_existing(key, OFlags::RDWR, |fd| check_own_file(fd).map(drop))
+    }
+
+    /// Open the existing object `key` with `access`, beneath the
+    /// repository and without following a symlink or waiting on a FIFO,
+    /// and accept it only when `check` passes.
+    fn open_existing(
+        &self,
+        key: &str,
+        access: OFlags,
+        check: impl Fn(&OwnedFd) -> io::Result<()>,
+    ) -> Result<File, StoreError> {
         let (dir, name) = self.checked(key)?;
         let open = || -> io::Result<File> {
             let d = self.open_dir(dir, false)?;
-            let fd = rfs::openat(
-                &d,
-                name,
-                OFlags::RDWR | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
-                Mode::empty(),
-            )?;
-            check_own_file(&fd)?;
+            let flags = access | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
+            let fd = rfs::openat(&d, name, flags, Mode::empty())?;
+            check(&fd)?;
             Ok(File::from(fd))
         };
         open().map_err(|e| self.err("open", key, e))
