@@ -29,7 +29,7 @@ fn main() -> ExitCode {
                 Exit::BrokenPipe => eprintln!("btrsend: error: {}", Exit::BROKEN_PIPE),
                 _ => eprintln!(
                     "btrsend: error: {}",
-                    btrsend_cli::text::printable_lines(&format!("{err:#}"))
+                    btrsend_cli::text::printable_lines(&btrsend_cli::text::error_text(&err))
                 ),
             }
             code.into()

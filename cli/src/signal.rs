@@ -24,6 +24,16 @@ fn pending() -> MutexGuard<'static, Vec<PathBuf>> {
     PENDING.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+/// What an interruption now leaves behind, said on stderr when it comes
+/// (the last one registered).
+static LEFT: Mutex<Option<String>> = Mutex::new(None);
+
+/// Say `msg` if SIGINT or SIGTERM ends the process from now on (`None`:
+/// nothing to say any more).
+pub fn on_interrupt_say(msg: Option<String>) {
+    *LEFT.lock().unwrap_or_else(PoisonError::into_inner) = msg;
+}
+
 /// Start the watcher thread. If the signals cannot be caught, they keep
 /// their default action (the process dies; a temporary file may be left
 /// beside the target, never a partial target).
@@ -38,6 +48,9 @@ pub fn install() {
                 let files = pending();
                 for f in files.iter() {
                     let _ = std::fs::remove_file(f);
+                }
+                if let Some(m) = LEFT.lock().unwrap_or_else(PoisonError::into_inner).take() {
+                    eprintln!("btrsend: interrupted: {}", crate::text::printable(&m));
                 }
                 let code = u8::try_from(sig.saturating_add(128)).unwrap_or(u8::MAX);
                 // Keep the lock: no rename can start after the removal.

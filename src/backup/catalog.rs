@@ -118,6 +118,9 @@ pub struct Catalog {
     pub entries: Vec<Entry>,
 }
 
+/// How often [`Catalog::load`] lists again when the newest generation
+/// vanishes before it is read.
+const LOAD_TRIES: u32 = 5;
 /// The last generation a catalog key can hold (16 decimal digits).
 pub const MAX_GENERATION: u64 = 9_999_999_999_999_999;
 
@@ -187,18 +190,18 @@ impl Catalog {
     /// [`BackupError::Catalog`] when there is none or it is unreadable;
     /// store errors.
     pub fn load(store: &dyn Store) -> Result<Catalog, BackupError> {
-        let list = store.list(CATALOG_DIR)?;
-        let newest = list
-            .iter()
-            .filter_map(|o| generation_of(&o.key).map(|g| (g, &o.key)))
-            .max();
-        let Some((g, key)) = newest else {
-            return Err(BackupError::Catalog {
-                repo: store.name().to_owned(),
-                what: String::from("no catalog (catalog/*.json) in the repository"),
-            });
+        // A reader without the lock can list a generation that a writer
+        // removes before the read (it keeps the newest few): list again.
+        let mut tries = 0;
+        let (g, key, bytes) = loop {
+            let (g, key) = Self::newest(store)?;
+            match store.get(&key, None) {
+                Ok(bytes) => break (g, key, bytes),
+                Err(e) if e.is_not_found() && tries < LOAD_TRIES => tries += 1,
+                Err(e) => return Err(e.into()),
+            }
         };
-        let bytes = store.get(key, None)?;
+        let key = key.as_str();
         let cat: Catalog = serde_json::from_slice(&bytes).map_err(|e| BackupError::Catalog {
             repo: store.name().to_owned(),
             what: format!("{key}: unreadable JSON: {e}"),
@@ -223,6 +226,22 @@ impl Catalog {
             what: format!("{key}: {what}"),
         })?;
         Ok(cat)
+    }
+
+    /// The newest generation's number and key.
+    ///
+    /// # Errors
+    ///
+    /// [`BackupError::Catalog`] when there is none; store errors.
+    pub fn newest(store: &dyn Store) -> Result<(u64, String), BackupError> {
+        let list = store.list(CATALOG_DIR)?;
+        list.into_iter()
+            .filter_map(|o| generation_of(&o.key).map(|g| (g, o.key)))
+            .max()
+            .ok_or_else(|| BackupError::Catalog {
+                repo: store.name().to_owned(),
+                what: String::from("no catalog (catalog/*.json) in the repository"),
+            })
     }
 
     /// Internal consistency, checked whenever a catalog is loaded and

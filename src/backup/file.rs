@@ -1341,7 +1341,11 @@ mod tests {
         let size = write_file(&s, "streams/x", &raw, small());
         let f = StreamFile::open(&s, "streams/x", size).unwrap();
         assert!(f.trailer.frames.len() > 20, "{}", f.trailer.frames.len());
-        assert!(crate::backup::check_frames_parallel(&s, &f));
+        assert!(crate::backup::check_frames_parallel(
+            &s,
+            &f,
+            &crate::backup::NoProgress
+        ));
         // One frame's bytes changed (its hash no longer matches).
         let path = dir.path().join("streams/x");
         let good = std::fs::read(&path).unwrap();
@@ -1349,17 +1353,33 @@ mod tests {
         let at = usize::try_from(f.trailer.frames[13].offset).unwrap() + 5;
         bad[at] ^= 1;
         std::fs::write(&path, &bad).unwrap();
-        assert!(!crate::backup::check_frames_parallel(&s, &f));
+        assert!(!crate::backup::check_frames_parallel(
+            &s,
+            &f,
+            &crate::backup::NoProgress
+        ));
         // A trailer that claims one command more than the frames hold.
         std::fs::write(&path, &good).unwrap();
         let mut more = f.clone();
         more.trailer.commands += 1;
-        assert!(!crate::backup::check_frames_parallel(&s, &more));
+        assert!(!crate::backup::check_frames_parallel(
+            &s,
+            &more,
+            &crate::backup::NoProgress
+        ));
         // A stream hash that does not match.
         let mut other = f.clone();
         other.trailer.stream_blake3 = blake3::hash(b"other").to_hex().to_string();
-        assert!(!crate::backup::check_frames_parallel(&s, &other));
-        assert!(crate::backup::check_frames_parallel(&s, &f));
+        assert!(!crate::backup::check_frames_parallel(
+            &s,
+            &other,
+            &crate::backup::NoProgress
+        ));
+        assert!(crate::backup::check_frames_parallel(
+            &s,
+            &f,
+            &crate::backup::NoProgress
+        ));
     }
 
     #[test]

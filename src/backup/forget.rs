@@ -106,12 +106,14 @@ impl Repository {
                 RetentionError::<u64>::EmptyPolicy.to_string(),
             ));
         }
-        let kind = if opts.dry_run {
-            LockKind::Shared
+        // A dry run deletes nothing and reads one catalog generation, which
+        // is replaced atomically: it takes no lock, so it never waits for a
+        // run.
+        let _lock = if opts.dry_run {
+            None
         } else {
-            LockKind::Exclusive
+            Some(self.lock(LockKind::Exclusive, opts.wait_lock, progress)?)
         };
-        let _lock = self.lock(kind, opts.wait_lock, progress)?;
         let mut catalog = self.catalog()?;
         let plan = plan(&catalog, policy, opts, self.store().name())?;
         if !opts.dry_run && !plan.delete_order.is_empty() {

@@ -37,6 +37,7 @@
 
 pub mod catalog;
 pub mod file;
+pub mod find;
 pub mod forget;
 mod frames;
 #[doc(hidden)]
@@ -79,6 +80,9 @@ pub const REPO_VERSION: u32 = 1;
 pub const CONFIG_KEY: &str = "config";
 /// Where stream files live.
 pub const STREAMS_DIR: &str = "streams/";
+/// How often a lock-free `verify` checks again when a writer replaced the
+/// catalog while it was checking.
+const VERIFY_TRIES: u32 = 3;
 /// The environment variable `--repo` falls back to.
 pub const REPO_ENV: &str = "BTRSEND_REPOSITORY";
 
@@ -95,7 +99,9 @@ pub enum BackupError {
         what: String,
     },
     /// Another process holds the lock.
-    #[error("{repo}: the repository is locked by {holder}")]
+    #[error(
+        "{repo}: the repository is locked by {holder} (wait for it with --retry-lock DURATION)"
+    )]
     LockHeld {
         /// The repository.
         repo: String,
@@ -164,12 +170,15 @@ pub enum BackupError {
         what: String,
     },
     /// Nothing in the repository matches.
-    #[error("{repo}: no stored snapshot matches {spec}")]
+    #[error("{repo}: {what}")]
     NoSuchSnapshot {
         /// The repository.
         repo: String,
         /// What was asked for.
         spec: String,
+        /// Why nothing was chosen, with the nearest candidates or the
+        /// origins `spec` matches in.
+        what: String,
     },
     /// Anything else the caller asked for that cannot be done.
     #[error("{0}")]
@@ -459,38 +468,50 @@ impl Repository {
         Catalog::load(&*self.store)
     }
 
-    /// The stored entries (under a shared lock).
+    /// The stored entries, of the newest catalog generation. Takes no lock:
+    /// a generation is replaced atomically and never changed, so a `list`
+    /// never waits for a `run` (and works in a repository it cannot write).
     ///
     /// # Errors
     ///
-    /// Lock, catalog and store errors.
-    pub fn list(&self, wait: Duration) -> Result<Vec<Entry>, BackupError> {
-        let _lock = self.lock(LockKind::Shared, wait, &NoProgress)?;
+    /// Catalog and store errors.
+    pub fn list(&self) -> Result<Vec<Entry>, BackupError> {
         Ok(self.catalog()?.entries)
     }
 
-    /// The entry `spec` names: its uuid, its id, or its path (the newest
-    /// when several match).
+    /// The entry `spec` names: its id, its uuid, its path, `latest`, a base
+    /// name, a date/time prefix or a name prefix (see [`find`]).
     ///
     /// # Errors
     ///
-    /// [`BackupError::NoSuchSnapshot`].
+    /// [`BackupError::NoSuchSnapshot`], naming the nearest candidates or,
+    /// when `spec` matches in several origins, each origin's newest match.
     pub fn find<'c>(&self, cat: &'c Catalog, spec: &str) -> Result<&'c Entry, BackupError> {
-        let by_id = spec
-            .parse::<u64>()
-            .ok()
-            .and_then(|id| cat.get(id))
-            .filter(|_| !spec.is_empty());
-        let found = by_id.or_else(|| {
-            let want = spec.trim_matches('/');
-            cat.entries
-                .iter()
-                .filter(|e| e.uuid.eq_ignore_ascii_case(spec) || e.path == want)
-                .max_by_key(|e| (e.ctransid, e.id))
-        });
-        found.ok_or_else(|| BackupError::NoSuchSnapshot {
-            repo: self.store.name().to_owned(),
-            spec: spec.to_owned(),
+        find::find(&cat.entries, spec, &jiff::tz::TimeZone::system()).map_err(|e| {
+            let list = |v: &[(String, u64)]| {
+                v.iter()
+                    .map(|(p, id)| format!("{p} (id {id})"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            let what = match e {
+                find::FindError::NoMatch(v) if v.is_empty() => {
+                    format!("no stored snapshot matches {spec}: the repository holds none")
+                }
+                find::FindError::NoMatch(v) => format!(
+                    "no stored snapshot matches {spec}; the nearest: {}",
+                    list(&v)
+                ),
+                find::FindError::Ambiguous(v) => format!(
+                    "{spec} matches snapshots of more than one origin; name one (the newest of each: {})",
+                    list(&v)
+                ),
+            };
+            BackupError::NoSuchSnapshot {
+                repo: self.store.name().to_owned(),
+                spec: spec.to_owned(),
+                what,
+            }
         })
     }
 
@@ -1558,7 +1579,7 @@ impl Repository {
 /// and decoded on [`frames::workers`] threads, ahead of this one, which
 /// hashes the raw stream in order. `false` tells nothing about where: the
 /// caller reads the file again in order for that.
-fn check_frames_parallel(store: &dyn Store, f: &StreamFile) -> bool {
+fn check_frames_parallel(store: &dyn Store, f: &StreamFile, progress: &dyn Progress) -> bool {
     let work = frames::Work {
         hash: true,
         decompress: true,
@@ -1575,6 +1596,7 @@ fn check_frames_parallel(store: &dyn Store, f: &StreamFile) -> bool {
             }
             hasher.update(fr.raw());
             total += fr.raw().len() as u64;
+            progress.stream(fr.raw().len() as u64);
             commands += fr.commands;
             ended = fr.ended;
             ahead.recycle(fr.into_buf());
@@ -1620,13 +1642,42 @@ impl Repository {
     /// # Errors
     ///
     /// Lock and store errors (damage is in the report, not an error).
+    ///
+    /// Without `read_data` it takes no lock (it never waits for a `run`):
+    /// it reads the newest catalog generation, and when it finds damage it
+    /// loads the newest generation again; if a writer stored a new one in
+    /// the meantime (a `forget` deleting files the older one named), it
+    /// checks again, so a concurrent writer is never reported as damage.
+    /// With `read_data` it holds the shared lock, waiting up to `wait`.
     pub fn verify(
         &self,
         read_data: bool,
         wait: Duration,
         progress: &dyn Progress,
     ) -> Result<VerifyReport, BackupError> {
-        let _lock = self.lock(LockKind::Shared, wait, progress)?;
+        if read_data {
+            let _lock = self.lock(LockKind::Shared, wait, progress)?;
+            return self.verify_once(true, progress);
+        }
+        let mut tries = 0;
+        loop {
+            let before = Catalog::newest(&*self.store).ok();
+            let rep = self.verify_once(false, progress)?;
+            if rep.problems.is_empty() || tries >= VERIFY_TRIES {
+                return Ok(rep);
+            }
+            if Catalog::newest(&*self.store).ok() == before {
+                return Ok(rep);
+            }
+            tries += 1;
+        }
+    }
+
+    fn verify_once(
+        &self,
+        read_data: bool,
+        progress: &dyn Progress,
+    ) -> Result<VerifyReport, BackupError> {
         let mut rep = VerifyReport::default();
         let cat = match self.catalog() {
             Ok(c) => c,
@@ -1665,8 +1716,15 @@ impl Repository {
             };
             rep.notices.push(format!("{}: {what}", o.key));
         }
+        if read_data {
+            let raw = cat.entries.iter().map(|e| e.stream_bytes).sum();
+            progress.plan(cat.entries.len(), raw);
+        }
         let mut bad: BTreeSet<u64> = BTreeSet::new();
         for e in &cat.entries {
+            if read_data {
+                progress.start(&e.path, e.kind, e.stream_bytes);
+            }
             let problem = |message: String| Problem {
                 entry: Some(e.id),
                 file: Some(e.file.clone()),
@@ -1693,7 +1751,7 @@ impl Repository {
                 }
                 Some(_) => {}
             }
-            match self.check_entry(e, read_data) {
+            match self.check_entry(e, read_data, progress) {
                 Ok(n) => rep.bytes_read += n,
                 Err(msg) => {
                     rep.problems.push(problem(msg));
@@ -1715,13 +1773,18 @@ impl Repository {
     }
 
     /// Check one entry's file; returns the bytes read.
-    fn check_entry(&self, e: &Entry, read_data: bool) -> Result<u64, String> {
+    fn check_entry(
+        &self,
+        e: &Entry,
+        read_data: bool,
+        progress: &dyn Progress,
+    ) -> Result<u64, String> {
         let f = self.open_file(e).map_err(|err| err.to_string())?;
         self.check_ident(e, &f).map_err(|err| err.to_string())?;
         if !read_data {
             return Ok(0);
         }
-        if check_frames_parallel(&*self.store, &f) {
+        if check_frames_parallel(&*self.store, &f, progress) {
             return Ok(f.size);
         }
         // Damage: read it again in order, for a message that names the
@@ -1930,6 +1993,8 @@ struct ChainReader<'a, 'b> {
     total: u64,
     done: bool,
     damage: &'a std::sync::Mutex<Option<Damage>>,
+    /// Told of each frame's raw bytes as they are given out.
+    watch: &'a dyn Progress,
 }
 
 impl<'a, 'b> ChainReader<'a, 'b> {
@@ -1938,6 +2003,7 @@ impl<'a, 'b> ChainReader<'a, 'b> {
         ahead: &'a mut frames::Ahead<'b>,
         files: &'a [StreamFile],
         damage: &'a std::sync::Mutex<Option<Damage>>,
+        watch: &'a dyn Progress,
     ) -> ChainReader<'a, 'b> {
         ChainReader {
             ahead,
@@ -1949,6 +2015,7 @@ impl<'a, 'b> ChainReader<'a, 'b> {
             total: 0,
             done: false,
             damage,
+            watch,
         }
     }
 
@@ -2001,6 +2068,7 @@ impl<'a, 'b> ChainReader<'a, 'b> {
         }
         self.hasher.update(fr.raw());
         self.total += fr.raw().len() as u64;
+        self.watch.stream(fr.raw().len() as u64);
         let last = self
             .files
             .get(fr.file)
@@ -2137,8 +2205,9 @@ impl Repository {
         target: RestoreTarget<'_>,
         wait: Duration,
         progress: &mut dyn receive::Progress,
+        watch: &dyn Progress,
     ) -> Result<Entry, BackupError> {
-        let _lock = self.lock(LockKind::Shared, wait, &NoProgress)?;
+        let _lock = self.lock(LockKind::Shared, wait, watch)?;
         let cat = self.catalog()?;
         let entry = self.find(&cat, spec)?;
         let chain = cat.chain(entry.id).map_err(|missing| BackupError::Catalog {
@@ -2152,6 +2221,16 @@ impl Repository {
         for e in &chain {
             files.push(self.open_file(e)?);
         }
+        // Exact totals: the catalog knows every stream's size. Writing to
+        // a pipe reads the chain twice (checked first, then written).
+        let passes = if matches!(target, RestoreTarget::Writer(_)) {
+            2
+        } else {
+            1
+        };
+        let raw: u64 = files.iter().map(|f| f.trailer.stream_bytes).sum();
+        watch.plan(1, raw.saturating_mul(passes));
+        watch.start(&entry.path, entry.kind, raw);
         let store = &*self.store;
         let damage = |d: Damage| BackupError::Damage {
             repo: self.store.name().to_owned(),
@@ -2177,7 +2256,7 @@ impl Repository {
             // raw bytes against theirs (frames intact under a forged
             // stream hash are found only so), nothing written.
             frames::read_ahead(store, &files, decompress, |ahead| {
-                let mut check = ChainReader::new(ahead, &files, &found);
+                let mut check = ChainReader::new(ahead, &files, &found, watch);
                 while let Some(b) = receive::BlockSource::next_block(&mut check) {
                     let (buf, _) = b?;
                     check.ahead.recycle(buf);
@@ -2196,7 +2275,7 @@ impl Repository {
             decompress.hash = false;
         }
         frames::read_ahead(store, &files, decompress, |ahead| {
-            let mut input = ChainReader::new(ahead, &files, &found);
+            let mut input = ChainReader::new(ahead, &files, &found, watch);
             match target {
                 RestoreTarget::Writer(w) => {
                     io::copy(&mut input, w)
@@ -2227,8 +2306,8 @@ impl Repository {
                     for n in names.iter().rev() {
                         if let Err(e) = receive::discard(dir, n) {
                             progress.note(&format!(
-                                "cannot remove what the restore received ({}): {e}; remove it by hand",
-                                String::from_utf8_lossy(n).escape_debug()
+                                "the failed restore left {} incomplete and cannot remove it ({e}): remove it by hand (`btrfs subvolume delete` for a subvolume, else `rm -r`)",
+                                dir.join(String::from_utf8_lossy(n).as_ref()).display()
                             ));
                         }
                     }

@@ -856,22 +856,51 @@ struct LocalUpload {
     keep: bool,
 }
 
+impl LocalUpload {
+    /// A failed write, naming the file that is really written (the
+    /// temporary one) and the byte of it where the write stopped.
+    fn write_error(&mut self, e: io::Error) -> StoreError {
+        use std::io::Seek;
+        let at = self
+            .file
+            .as_mut()
+            .and_then(|f| f.get_mut().stream_position().ok());
+        let tmp = self.store.location(&format!("{TMP_DIR}/{}", self.tmp));
+        let location = match at {
+            Some(at) => format!(
+                "{tmp} at byte {at} (the stream file {} being written)",
+                self.key
+            ),
+            None => format!("{tmp} (the stream file {} being written)", self.key),
+        };
+        StoreError::Other {
+            op: "write",
+            location,
+            error: Box::new(e),
+        }
+    }
+}
+
 impl Upload for LocalUpload {
     fn write(&mut self, data: &[u8]) -> Result<(), StoreError> {
         let Some(f) = self.file.as_mut() else {
             return Ok(());
         };
-        f.write_all(data)
-            .map_err(|e| self.store.err("write", &self.key, e))
+        f.write_all(data).map_err(|e| self.write_error(e))
     }
 
     fn complete(mut self: Box<Self>) -> Result<(), StoreError> {
         let Some(f) = self.file.take() else {
             return Ok(());
         };
-        let f = f
-            .into_inner()
-            .map_err(|e| self.store.err("write", &self.key, e.into_error()))?;
+        let f = match f.into_inner() {
+            Ok(f) => f,
+            Err(e) => {
+                let (e, w) = e.into_parts();
+                self.file = Some(w);
+                return Err(self.write_error(e));
+            }
+        };
         if self.store.publish(f, &self.tmp, &self.key)? {
             Ok(())
         } else {

@@ -16,7 +16,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::json;
 
 use crate::exit::{Exit, ExitWith};
-use crate::text::printable;
+use crate::text::{error_text_of, iec, local_time, printable};
 
 /// Arguments of `btrsend backup`.
 #[derive(Debug, Args)]
@@ -238,11 +238,16 @@ pub struct ListArgs {
     repo: RepoArg,
     /// Print a JSON array, one object per stored stream (id, path, uuid,
     /// ctransid, parent_uuid, parent_id, kind, time, origin, stream_bytes,
-    /// stored_bytes, …).
+    /// stored_bytes, …; times in UTC, sizes in bytes). Without it, a table
+    /// with times in the local time zone and sizes in IEC units (KiB,
+    /// MiB, GiB).
     #[arg(long)]
     json: bool,
-    #[command(flatten)]
-    lock: LockArg,
+    /// Accepted for scripts written for older versions: `list` takes no
+    /// lock (it reads the newest catalog, which is replaced atomically), so
+    /// it never waits.
+    #[arg(long = "retry-lock", value_name = "DURATION", value_parser = parse_duration, hide = true)]
+    _retry_lock: Option<Duration>,
 }
 
 /// Arguments of `btrsend backup verify`.
@@ -251,7 +256,9 @@ pub struct VerifyArgs {
     #[command(flatten)]
     repo: RepoArg,
     /// Also read every stored byte: every frame's BLAKE3, every command's
-    /// CRC, every stream's BLAKE3.
+    /// CRC, every stream's BLAKE3 (under the shared lock, so that no
+    /// forget deletes what is being read; without --read-data verify takes
+    /// no lock and never waits for a run).
     #[arg(long = "read-data")]
     read_data: bool,
     /// Print the report as JSON.
@@ -287,8 +294,12 @@ pub struct RestoreArgs {
     stdout: bool,
     #[command(flatten)]
     lock: LockArg,
-    /// The stored snapshot: its uuid, its id, or its path (the newest if
-    /// several match).
+    /// The stored snapshot: its id, its uuid, its path, `latest` (the
+    /// newest, when the repository holds one origin), a base name (`home`:
+    /// the newest of home.DATE…), a date/time prefix in the local time zone
+    /// or UTC (`2026-11-20`, `2026-11-20T03`), or a prefix of its name. The
+    /// newest match is taken; matches in several origins are refused with
+    /// the newest of each, and no match names the nearest snapshots.
     #[arg(value_name = "SNAPSHOT")]
     snapshot: String,
 }
@@ -320,7 +331,12 @@ pub fn run(args: &BackupArgs) -> anyhow::Result<()> {
     match &args.command {
         BackupCommand::Init(a) => {
             let spec = a.repo.spec()?;
-            Repository::init(&spec).map_err(anyhow::Error::new)?;
+            let repo = Repository::init(&spec).map_err(anyhow::Error::new)?;
+            writeln!(
+                crate::exit::stdout(),
+                "made the empty repository {}",
+                printable(repo.store().name())
+            )?;
             Ok(())
         }
         BackupCommand::Run(a) => run_run(a),
@@ -349,8 +365,7 @@ pub(crate) fn json_error(json: bool, e: anyhow::Error) -> anyhow::Error {
         return e;
     }
     let code = Exit::from_error(&e);
-    let line =
-        json!({"message_type": "error", "message": format!("{e:#}"), "exit_code": code.code()});
+    let line = json!({"message_type": "error", "message": crate::text::error_text(&e), "exit_code": code.code()});
     eprintln!("{line}");
     anyhow::Error::new(ExitWith::quiet(code))
 }
@@ -376,21 +391,34 @@ struct RunProgress {
     /// it at a known point.
     pause_at: Option<u64>,
     streamed: std::sync::atomic::AtomicU64,
+    /// Stream bytes kept from interrupted runs, over the whole run.
+    kept: std::sync::atomic::AtomicU64,
 }
 
 impl RunProgress {
-    fn new(json: bool) -> RunProgress {
-        let bar = (!json && std::io::stderr().is_terminal()).then(|| {
-            let b = ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stderr());
-            let style = ProgressStyle::with_template(
-                "{spinner} {msg} {bytes}/{total_bytes} {wide_bar} {bytes_per_sec} eta {eta}",
-            )
-            .unwrap_or_else(|_| ProgressStyle::default_bar());
-            b.set_style(style);
+    /// Progress for `--json` (lines on stdout), a bar on a terminal, or
+    /// nothing. Until the total is known (the run's estimates) the bar is a
+    /// spinner saying `waiting` (no empty `0 B/0 B` bar).
+    fn new(json: bool, waiting: &str) -> RunProgress {
+        let mut p = RunProgress::bar(!json, waiting);
+        p.json = json;
+        p
+    }
+
+    /// A bar on a terminal when `show`, and nothing else.
+    fn bar(show: bool, waiting: &str) -> RunProgress {
+        let bar = (show && std::io::stderr().is_terminal()).then(|| {
+            let b = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
+            b.set_style(
+                ProgressStyle::with_template("{spinner} {msg}")
+                    .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+            );
+            b.set_message(waiting.to_owned());
+            b.enable_steady_tick(Duration::from_millis(200));
             b
         });
         RunProgress {
-            json,
+            json: false,
             bar,
             out: Mutex::new(crate::exit::Watch(std::io::stdout())),
             count: std::sync::atomic::AtomicUsize::new(0),
@@ -400,7 +428,13 @@ impl RunProgress {
                 .ok()
                 .and_then(|v| v.parse().ok()),
             streamed: std::sync::atomic::AtomicU64::new(0),
+            kept: std::sync::atomic::AtomicU64::new(0),
         }
+    }
+
+    /// Stream bytes kept from interrupted runs (not sent again).
+    fn kept(&self) -> u64 {
+        self.kept.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     fn line(&self, v: serde_json::Value) {
@@ -429,7 +463,14 @@ impl Progress for RunProgress {
     fn plan(&self, snapshots: usize, stream_bytes: u64) {
         use std::sync::atomic::Ordering;
         self.count.store(snapshots, Ordering::Relaxed);
-        if let Some(b) = &self.bar {
+        if let Some(b) = self.bar.as_ref().filter(|_| snapshots > 0) {
+            b.disable_steady_tick();
+            b.set_style(
+                ProgressStyle::with_template(
+                    "{spinner} {msg} {bytes}/{total_bytes} {wide_bar} {bytes_per_sec} eta {eta}",
+                )
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+            );
             b.set_length(stream_bytes);
             b.set_position(0);
             b.reset_eta();
@@ -498,6 +539,8 @@ impl Progress for RunProgress {
 
     fn stored(&self, e: &Entry) {
         let resumed = self.resumed.lock().ok().and_then(|mut r| r.take());
+        self.kept
+            .fetch_add(resumed.unwrap_or(0), std::sync::atomic::Ordering::Relaxed);
         if self.json {
             let mut v = serde_json::to_value(e).unwrap_or_default();
             if let Some(o) = v.as_object_mut() {
@@ -526,17 +569,20 @@ impl Progress for RunProgress {
             *r = None;
         }
         if self.json {
-            let v = json!({"message_type": "error", "snapshot": path, "message": err.to_string()});
+            let v =
+                json!({"message_type": "error", "snapshot": path, "message": error_text_of(err)});
             eprintln!("{v}");
         } else {
             if let Some(b) = &self.bar {
                 b.suspend(|| ());
             }
-            eprintln!(
-                "btrsend: error: {}: {}",
-                printable(path),
-                printable(&err.to_string())
-            );
+            // Most errors name the snapshot already.
+            let text = error_text_of(err);
+            if text.contains(path) {
+                eprintln!("btrsend: error: {}", printable(&text));
+            } else {
+                eprintln!("btrsend: error: {}: {}", printable(path), printable(&text));
+            }
         }
     }
 
@@ -575,22 +621,56 @@ fn run_run(a: &RunArgs) -> anyhow::Result<()> {
                 keep: a.keep_snapshots,
             });
         }
-        let progress = RunProgress::new(a.json);
+        let progress = RunProgress::new(a.json, "computing the streams' sizes");
+        let start = jiff::Timestamp::now();
+        let clock = std::time::Instant::now();
         let report = repo.run(&a.snapshots, &opts, &progress);
         progress.finish();
         let report = report?;
+        let elapsed = clock.elapsed();
+        let stream_bytes: u64 = report.stored.iter().map(|e| e.stream_bytes).sum();
+        let stored_bytes: u64 = report.stored.iter().map(|e| e.stored_bytes).sum();
+        let sent_bytes = stream_bytes.saturating_sub(progress.kept());
         if a.json {
+            // The repository's size after the run: what its catalog's
+            // entries store (null when the catalog cannot be read again).
+            let repository_bytes = repo
+                .list()
+                .ok()
+                .map(|es| es.iter().map(|e| e.stored_bytes).sum::<u64>());
             progress.line(json!({
                 "message_type": "summary",
+                "start": start.to_string(),
+                "end": jiff::Timestamp::now().to_string(),
+                "duration_seconds": elapsed.as_secs_f64(),
                 "stored": report.stored.len(),
                 "already_stored": report.skipped.len(),
                 "failed": report.failed.len(),
                 "snapshots_taken": report.taken.len(),
                 "snapshots_deleted": report.pruned.len(),
                 "snapshot_failures": report.snapshot_failed.len(),
-                "stream_bytes": report.stored.iter().map(|e| e.stream_bytes).sum::<u64>(),
-                "stored_bytes": report.stored.iter().map(|e| e.stored_bytes).sum::<u64>(),
+                "stream_bytes": stream_bytes,
+                "sent_bytes": sent_bytes,
+                "stored_bytes": stored_bytes,
+                "repository_bytes": repository_bytes,
             }));
+        } else if progress.bar.is_some() {
+            // On a terminal (never in cron): one line saying what was done.
+            let mut line = format!(
+                "btrsend: stored {} of {} snapshots: {} of stream sent, {} stored, in {}",
+                report.stored.len(),
+                report.stored.len() + report.skipped.len() + report.failed.len(),
+                iec(sent_bytes),
+                iec(stored_bytes),
+                indicatif::HumanDuration(elapsed)
+            );
+            if !report.skipped.is_empty() {
+                line.push_str(&format!("; {} stored before", report.skipped.len()));
+            }
+            if !report.failed.is_empty() {
+                line.push_str(&format!("; {} failed", report.failed.len()));
+            }
+            eprintln!("{line}");
         }
         if !report.snapshot_failed.is_empty()
             && (report.failed.is_empty() || !report.stored.is_empty())
@@ -614,43 +694,76 @@ fn run_run(a: &RunArgs) -> anyhow::Result<()> {
 
 fn run_list(a: &ListArgs) -> anyhow::Result<()> {
     let repo = Repository::open(&a.repo.spec()?)?;
-    let entries = repo.list(a.lock.retry_lock)?;
+    let entries = repo.list()?;
     let mut out = crate::exit::stdout();
     if a.json {
         serde_json::to_writer_pretty(&mut out, &entries)?;
         writeln!(out)?;
         return Ok(());
     }
-    writeln!(
-        out,
-        "{:>5}  {:<11}  {:<25}  {:>12}  {:>12}  {:>6}  path",
-        "id", "kind", "time", "stream", "stored", "parent"
-    )?;
-    for e in &entries {
+    // Times in the local time zone, sizes in IEC units: for people. The
+    // JSON form keeps the exact values.
+    let rows: Vec<[String; 7]> = entries
+        .iter()
+        .map(|e| {
+            [
+                e.id.to_string(),
+                e.kind.as_str().to_owned(),
+                local_time(&e.time),
+                iec(e.stream_bytes),
+                iec(e.stored_bytes),
+                e.parent_id
+                    .map_or_else(|| String::from("-"), |p| p.to_string()),
+                printable(&e.path).into_owned(),
+            ]
+        })
+        .collect();
+    let head = ["id", "kind", "time", "stream", "stored", "parent", "path"];
+    let mut width = head.map(str::len);
+    for r in &rows {
+        for (w, c) in width.iter_mut().zip(r) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    let line = |out: &mut dyn Write, c: [&str; 7]| -> std::io::Result<()> {
+        let [w0, w1, w2, w3, w4, w5, _] = width;
         writeln!(
             out,
-            "{:>5}  {:<11}  {:<25}  {:>12}  {:>12}  {:>6}  {}",
-            e.id,
-            e.kind.as_str(),
-            printable(&e.time),
-            e.stream_bytes,
-            e.stored_bytes,
-            e.parent_id
-                .map_or_else(|| String::from("-"), |p| p.to_string()),
-            printable(&e.path)
-        )?;
+            "{:>w0$}  {:<w1$}  {:<w2$}  {:>w3$}  {:>w4$}  {:>w5$}  {}",
+            c[0], c[1], c[2], c[3], c[4], c[5], c[6]
+        )
+    };
+    line(&mut out, head)?;
+    for r in &rows {
+        line(&mut out, r.each_ref().map(String::as_str))?;
     }
     Ok(())
 }
 
 fn run_verify(a: &VerifyArgs) -> anyhow::Result<()> {
     let repo = Repository::open(&a.repo.spec()?)?;
-    let rep = repo.verify(a.read_data, a.lock.retry_lock, &backup::NoProgress)?;
+    let start = jiff::Timestamp::now();
+    let clock = std::time::Instant::now();
+    // A bar only for the long form (every byte read).
+    let progress = RunProgress::bar(a.read_data && !a.json, "");
+    let rep = repo.verify(a.read_data, a.lock.retry_lock, &progress);
+    progress.finish();
+    let rep = rep?;
     if a.json {
+        let mut v = serde_json::to_value(&rep)?;
+        if let Some(o) = v.as_object_mut() {
+            o.insert("start".into(), start.to_string().into());
+            o.insert("end".into(), jiff::Timestamp::now().to_string().into());
+            o.insert(
+                "duration_seconds".into(),
+                clock.elapsed().as_secs_f64().into(),
+            );
+            o.insert("read_data".into(), a.read_data.into());
+        }
         writeln!(
             crate::exit::stdout(),
             "{}",
-            serde_json::to_string_pretty(&rep)?
+            serde_json::to_string_pretty(&v)?
         )?;
     } else {
         for n in &rep.notices {
@@ -664,6 +777,25 @@ fn run_verify(a: &VerifyArgs) -> anyhow::Result<()> {
         }
     }
     if rep.problems.is_empty() {
+        if !a.json {
+            let what = if a.read_data {
+                format!(
+                    "the catalog, every chain and every byte ({} read)",
+                    iec(rep.bytes_read)
+                )
+            } else {
+                String::from(
+                    "the catalog, every chain, and each stream file's size, trailer and first command (--read-data reads every byte)",
+                )
+            };
+            writeln!(
+                crate::exit::stdout(),
+                "verified {} stored snapshot{} in {}: {what}; no damage found",
+                rep.entries,
+                if rep.entries == 1 { "" } else { "s" },
+                printable(repo.store().name())
+            )?;
+        }
         Ok(())
     } else {
         let msg = format!(
@@ -677,10 +809,35 @@ fn run_verify(a: &VerifyArgs) -> anyhow::Result<()> {
     }
 }
 
+/// A restore's receive, told to the user: what an interruption would leave
+/// (said if one comes), and the receiver's notes.
+struct RestoreWatch<'a> {
+    dir: Option<&'a std::path::Path>,
+}
+
+impl btrsend::receive::Progress for RestoreWatch<'_> {
+    fn subvol_start(&self, name: &[u8], _incremental: bool) {
+        if let Some(dir) = self.dir {
+            let path = dir.join(String::from_utf8_lossy(name).as_ref());
+            crate::signal::on_interrupt_say(Some(format!(
+                "the restore left {} incomplete: remove it (`btrfs subvolume delete` for a subvolume, else `rm -r`) and restore again",
+                path.display()
+            )));
+        }
+    }
+
+    fn note(&self, msg: &str) {
+        eprintln!("btrsend: notice: {}", printable(msg));
+    }
+}
+
 fn run_restore(a: &RestoreArgs) -> anyhow::Result<()> {
     let repo = Repository::open(&a.repo.spec()?)?;
-    let mut progress = btrsend::receive::NoProgress;
-    if a.stdout {
+    let mut progress = RestoreWatch {
+        dir: a.to.as_deref(),
+    };
+    let watch = RunProgress::bar(true, "");
+    let res = if a.stdout {
         if std::io::stdout().is_terminal() {
             anyhow::bail!(
                 "not writing binary send streams to a terminal: redirect standard output"
@@ -692,15 +849,22 @@ fn run_restore(a: &RestoreArgs) -> anyhow::Result<()> {
             RestoreTarget::Writer(&mut out),
             a.lock.retry_lock,
             &mut progress,
-        )?;
+            &watch,
+        )
     } else if let Some(dir) = &a.to {
         repo.restore(
             &a.snapshot,
             RestoreTarget::Dir(dir),
             a.lock.retry_lock,
             &mut progress,
-        )?;
-    }
+            &watch,
+        )
+    } else {
+        return Ok(());
+    };
+    watch.finish();
+    crate::signal::on_interrupt_say(None);
+    res?;
     Ok(())
 }
 
@@ -718,7 +882,7 @@ fn run_import(a: &ImportArgs) -> anyhow::Result<()> {
     opts.time = time;
     opts.origin = a.origin.clone();
     opts.wait_lock = a.lock.retry_lock;
-    let progress = RunProgress::new(false);
+    let progress = RunProgress::new(false, "reading the files");
     let report = repo.import(&a.files, &opts, &progress)?;
     partial(
         report.stored.len() + report.skipped.len(),

@@ -75,7 +75,8 @@ pub struct ForgetArgs {
     /// years, months, days and hours, e.g. 1y6m, 30d, 2d12h.
     #[arg(long = "keep-within", value_name = "DURATION")]
     keep_within: Option<Within>,
-    /// Delete nothing: print, for every entry, keep or delete and why.
+    /// Delete nothing: print, for every entry, keep or delete and why. A
+    /// dry run takes no lock, so it never waits for a run.
     #[arg(long = "dry-run", short = 'n')]
     dry_run: bool,
     /// Print the decisions as a JSON array, one object per entry (id, path,

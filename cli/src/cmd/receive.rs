@@ -214,6 +214,9 @@ struct Lines {
     /// The received UUID and stransid of the subvolume being received
     /// (from its SUBVOL or SNAPSHOT, with -v), for its last line.
     current: Mutex<Option<([u8; 16], u64)>>,
+    /// The name of the last subvolume started, for the hint after a
+    /// failure.
+    last: Mutex<Option<Vec<u8>>>,
 }
 
 impl Lines {
@@ -232,6 +235,9 @@ impl Lines {
 
 impl Progress for Lines {
     fn subvol_start(&self, name: &[u8], incremental: bool) {
+        if let Ok(mut l) = self.last.lock() {
+            *l = Some(name.to_vec());
+        }
         self.reporter.subvol_start(name, incremental);
         // With -v, the "At" lines come with the SUBVOL / SNAPSHOT listing.
         if self.verbosity == 0 && self.subvolumes {
@@ -392,6 +398,7 @@ pub fn run(args: &ReceiveArgs) -> anyhow::Result<()> {
         },
         subvolumes: !args.directories && receive::subvol_mode_possible(dir),
         current: Mutex::new(None),
+        last: Mutex::new(None),
     };
     let mut opts = ReceiveOptions::new();
     opts.subvolumes = !args.directories;
@@ -406,8 +413,53 @@ pub fn run(args: &ReceiveArgs) -> anyhow::Result<()> {
     opts.checkpoint_interval = args.checkpoint_interval.saturating_mul(1 << 20);
     let res = receive::receive_file(input, dir, &opts, &mut progress);
     progress.reporter.finish(res.is_ok(), None);
-    res?;
+    if let Err(e) = res {
+        let last = progress.last.lock().ok().and_then(|mut l| l.take());
+        return Err(match last.and_then(|n| resume_hint(dir, &n)) {
+            Some(hint) => anyhow::Error::new(Hinted { error: e, hint }),
+            None => e.into(),
+        });
+    }
     Ok(())
+}
+
+/// A receive error with what to do next, said after it.
+#[derive(Debug)]
+struct Hinted {
+    error: receive::ReceiveError,
+    hint: String,
+}
+
+impl std::fmt::Display for Hinted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}; {}", self.error, self.hint)
+    }
+}
+
+/// The receive error stays in the chain (for the exit status); its text is
+/// already in this one's, which error lines do not repeat.
+impl std::error::Error for Hinted {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.error)
+    }
+}
+
+/// After a failed receive: how to go on with the subvolume it left
+/// incomplete, when it left one there (`None` when it did not, or it was
+/// removed).
+fn resume_hint(dir: &std::path::Path, name: &[u8]) -> Option<String> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = dir.join(std::ffi::OsStr::from_bytes(name));
+    std::fs::symlink_metadata(&path).ok()?;
+    let shown = path.display();
+    Some(match receive::resume_token(&path) {
+        Ok(_) => format!(
+            "{shown} is incomplete and can be continued: `btrsend receive --resume-token {shown}` prints a token for `btrsend send --resume TOKEN` with the same arguments (or receive the whole stream again)"
+        ),
+        Err(_) => format!(
+            "{shown} is incomplete, with no resume point yet: receiving the whole stream again starts it over"
+        ),
+    })
 }
 
 /// `parts` joined: a line of raw bytes (paths as the stream has them).
