@@ -51,7 +51,7 @@ pub const SECTIONS: &[(&str, &[&str])] = &[
     (
         "LOCKS",
         &[
-            "Locks: a directory is locked with flock(2) on its lock file (exclusive for run, import and forget, shared for list, verify and restore). In S3 each holder writes a lock object locks/KIND-HOST-PID-RANDOM.json ({\"kind\",\"host\",\"pid\",\"time\"}) under a name of its own, then lists the others; it writes a fresh one every 5 minutes before removing the old one, so one of its objects is always there. An exclusive lock conflicts with every other lock object; two processes that lock at the same moment both see each other and both back off. A lock object whose process is gone (same host, no such PID) or that was not renewed for 15 minutes is stale: it is removed with a notice.",
+            "Locks: a directory is locked with flock(2) on its lock file (exclusive for run, import and forget, shared for verify --read-data and restore; list, verify without --read-data and forget --dry-run take none: they read one catalog generation, which a writer never changes, only replaces). In S3 each holder writes a lock object locks/KIND-HOST-PID-RANDOM.json ({\"kind\",\"host\",\"pid\",\"time\"}) under a name of its own, then lists the others; it writes a fresh one every 5 minutes before removing the old one, so one of its objects is always there. An exclusive lock conflicts with every other lock object; two processes that lock at the same moment both see each other and both back off. A lock object whose process is gone (same host, no such PID) or that was not renewed for 15 minutes is stale: it is removed with a notice.",
         ],
     ),
     (

@@ -14,7 +14,8 @@
 //! 6. a date/time prefix (`2026-11-20`, `2026-11-20T03`, `2026-11-20
 //!    03:00`): the newest entry whose time, in the local time zone or in
 //!    UTC, begins so;
-//! 7. a prefix of the path's last name (`home.2026-11-2`).
+//! 7. a prefix of the path's last name (`home.2026-11-2`) or of the path
+//!    (`snaps/home.2026-11-2`).
 //!
 //! Each form picks the newest match (greatest ctransid, then id). Forms 4
 //! to 7 refuse to choose between origins: when the matches belong to
@@ -76,7 +77,7 @@ pub fn find<'e>(entries: &'e [Entry], spec: &str, tz: &TimeZone) -> Result<&'e E
                     .is_some_and(|dir| format!("{dir}{base}") == want)
         },
         &|e| is_time_prefix(want) && time_begins(e, want, tz),
-        &|e| !want.is_empty() && last_name(&e.path).starts_with(want),
+        &|e| !want.is_empty() && (last_name(&e.path).starts_with(want) || e.path.starts_with(want)),
     ];
     for form in forms {
         let matches: Vec<&Entry> = entries.iter().filter(|e| form(e)).collect();

@@ -1,5 +1,6 @@
-//! Repository locks: exclusive for `run` (and `forget`), shared for `list`,
-//! `verify` and `restore`.
+//! Repository locks: exclusive for `run`, `import` and `forget`, shared for
+//! `verify --read-data` and `restore` (readers of one catalog generation,
+//! `list`, `verify` and `forget --dry-run`, take none).
 //!
 //! * A local directory: `flock(2)` on the file `lock` in the repository.
 //!   The kernel drops the lock of a process that dies, so a lock is never
@@ -34,7 +35,7 @@ use super::store::{Store, random_u64};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum LockKind {
-    /// Readers: `list`, `verify`, `restore`.
+    /// Readers of stream files: `verify --read-data`, `restore`.
     Shared,
     /// Writers: `run`, `forget`.
     Exclusive,

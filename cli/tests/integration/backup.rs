@@ -670,6 +670,24 @@ fn exit_codes_case(env: Env) {
     let err: serde_json::Value = serde_json::from_str(stderr(&o).trim()).unwrap();
     assert_eq!(err["message_type"], "error");
     assert_eq!(err["exit_code"], 11);
+    assert!(
+        err["message"].as_str().unwrap().contains("--retry-lock"),
+        "{err}"
+    );
+    // Readers of one catalog generation take no lock: they never wait for
+    // a run. Reading every byte does (a forget could delete them).
+    ok(&env.backup(&["list", "--repo", env.repo()]));
+    ok(&env.backup(&["verify", "--repo", env.repo()]));
+    ok(&env.backup(&[
+        "forget",
+        "--repo",
+        env.repo(),
+        "--keep-last",
+        "1",
+        "--dry-run",
+    ]));
+    let o = env.backup(&["verify", "--repo", env.repo(), "--read-data"]);
+    assert_eq!(o.status.code(), Some(11), "{}", stderr(&o));
     drop(lock);
     // Shared readers do not block each other; a held shared lock blocks run.
     let shared = env.hold_lock(false, 0);

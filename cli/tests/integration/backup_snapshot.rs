@@ -359,7 +359,7 @@ fn documented_nightly_lines_parse() {
     assert!(lines.len() >= 4, "{lines:?}");
     let units: Vec<String> = service
         .lines()
-        .filter_map(|l| l.strip_prefix("ExecStart=/usr/local/bin/"))
+        .filter_map(|l| l.strip_prefix("ExecStart="))
         .map(|l| l.replace("snaps/home.*", "'snaps/home.*'"))
         .collect();
     assert_eq!(units.len(), 2, "{service}");
@@ -390,7 +390,7 @@ fn documented_nightly_lines_parse() {
     let repo = missing.path().join("no-such-repo");
     for line in &lines {
         let cmd = line
-            .strip_prefix("btrsend ")
+            .strip_prefix("/usr/local/bin/btrsend ")
             .unwrap_or_else(|| panic!("not a btrsend line: {line}"))
             .replace("/backup/home", repo.to_str().unwrap());
         let out = Command::new("sh")
