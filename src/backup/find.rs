@@ -164,28 +164,25 @@ fn time_begins(e: &Entry, prefix: &str, tz: &TimeZone) -> bool {
 /// The entries whose last name is nearest `want`: the longest common
 /// prefix first, then the fewest edits, then the newest.
 fn nearest(entries: &[Entry], want: &str) -> Vec<(String, u64)> {
-    let mut scored: Vec<(usize, usize, std::cmp::Reverse<(u64, u64)>, &Entry)> = entries
-        .iter()
-        .map(|e| {
-            let name = last_name(&e.path);
-            let common = name
-                .chars()
-                .zip(want.chars())
-                .take_while(|(a, b)| a == b)
-                .count();
-            (
-                usize::MAX - common,
-                edits(name, want),
-                std::cmp::Reverse(key(e)),
-                e,
-            )
-        })
-        .collect();
-    scored.sort_by(|a, b| (a.0, a.1, a.2).cmp(&(b.0, b.1, b.2)));
+    let score = |e: &Entry| {
+        let name = last_name(&e.path);
+        let common = name
+            .chars()
+            .zip(want.chars())
+            .take_while(|(a, b)| a == b)
+            .count();
+        (
+            std::cmp::Reverse(common),
+            edits(name, want),
+            std::cmp::Reverse(key(e)),
+        )
+    };
+    let mut scored: Vec<&Entry> = entries.iter().collect();
+    scored.sort_by_cached_key(|e| score(e));
     scored
         .into_iter()
         .take(NEAREST)
-        .map(|(_, _, _, e)| (e.path.clone(), e.id))
+        .map(|e| (e.path.clone(), e.id))
         .collect()
 }
 
