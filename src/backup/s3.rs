@@ -55,7 +55,7 @@
 //! * Connections: credentials, region and endpoint are looked for as the
 //!   AWS tools look for them, in the environment, then in the profile
 //!   `AWS_PROFILE` of `~/.aws/credentials` and `~/.aws/config` (see
-//!   [`setup`]); the other `AWS_*` variables `object_store` knows apply
+//!   `setup`); the other `AWS_*` variables `object_store` knows apply
 //!   too. A machine with no credentials gets one line naming what to set,
 //!   before any request.
 //! * Retries: a request that fails to connect, is cut, or gets a 5xx
@@ -163,7 +163,7 @@ impl std::fmt::Debug for S3Store {
 impl S3Store {
     /// The store for `s3://BUCKET[/PREFIX]`, configured from the `AWS_*`
     /// environment variables and the AWS tools' shared files (see
-    /// [`setup`]).
+    /// `setup`).
     ///
     /// # Errors
     ///
@@ -364,7 +364,7 @@ fn parse_spec(spec: &str) -> Result<(&str, &str), StoreError> {
 }
 
 /// Whether an `AWS_*` variable goes to `object_store` as it is: not the
-/// settings [`setup`] resolves (credentials, region, endpoint), not the
+/// settings `setup` resolves (credentials, region, endpoint), not the
 /// client options set here, and the credential providers' settings only
 /// when the credentials come from one.
 fn passes(key: &AmazonS3ConfigKey, provider: bool) -> bool {
