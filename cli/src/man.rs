@@ -83,11 +83,14 @@ const COMPLETIONS: Block = Block::Example(
 );
 
 const BACKUP_INIT: Block = Block::Example(
-    "Make a repository in a directory, and one in an S3 bucket of a MinIO \
-     server (the standard AWS variables give the endpoint and the keys):",
+    "Make a repository in a directory, one in an S3 bucket of a MinIO server \
+     (the standard AWS variables give the endpoint and the keys), and one in \
+     AWS S3 with the keys of the profile backup in ~/.aws/credentials (its \
+     region from ~/.aws/config):",
     "btrsend backup init --repo /backup/home\n\
      AWS_ENDPOINT_URL=http://nas:9000 AWS_ACCESS_KEY_ID=backup AWS_SECRET_ACCESS_KEY=secret \\\n\
-     \x20   btrsend backup init --repo s3://backups/home",
+     \x20   btrsend backup init --repo s3://backups/home\n\
+     AWS_PROFILE=backup btrsend backup init --repo s3://example-backups/home",
 );
 
 const BACKUP_CRON: Block = Block::Example(

@@ -190,7 +190,8 @@ impl BackupError {
     pub fn is_repo_missing(&self) -> bool {
         matches!(
             self,
-            BackupError::RepoMissing { .. } | BackupError::Store(StoreError::Unreachable { .. })
+            BackupError::RepoMissing { .. }
+                | BackupError::Store(StoreError::Unreachable { .. } | StoreError::Missing { .. })
         )
     }
 

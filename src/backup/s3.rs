@@ -52,18 +52,35 @@
 //!   (a 40 GB stream: markers of up to ~1.5 MB, ~5 % more upload) but
 //!   grows beyond; splitting the table into write-once objects would make
 //!   it linear.
-//! * Connections: `AWS_ENDPOINT_URL` (an `http://` endpoint is allowed),
-//!   `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_REGION` or
-//!   `AWS_DEFAULT_REGION`, and the other `AWS_*` variables `object_store`
-//!   knows. Requests are retried three times within 30 seconds, so an
-//!   unreachable server is reported quickly.
+//! * Connections: credentials, region and endpoint are looked for as the
+//!   AWS tools look for them, in the environment, then in the profile
+//!   `AWS_PROFILE` of `~/.aws/credentials` and `~/.aws/config` (see
+//!   `setup`); the other `AWS_*` variables `object_store` knows apply
+//!   too. A machine with no credentials gets one line naming what to set,
+//!   before any request.
+//! * Retries: a request that fails to connect, is cut, or gets a 5xx
+//!   answer is retried with a backoff of up to 5 seconds for 120 seconds
+//!   (`BTRSEND_S3_RETRY_TIMEOUT`, at most 10 minutes, 0 for no retry), so
+//!   a network blip of a minute passes unnoticed. A conditional PUT cut in
+//!   flight is not retried (a retry could find its own write).
+//! * Checksums: every PUT and every part carries `x-amz-checksum-sha256`
+//!   (and a multipart upload declares SHA256), which buckets with Object
+//!   Lock require and every server can check. `AWS_CHECKSUM_ALGORITHM=
+//!   crc64nvme` picks the other algorithm `object_store` knows.
+//! * Errors: a server's answer is reduced to its status, error code and a
+//!   bounded message with control characters escaped (never its raw XML);
+//!   the ones an admin meets first (no bucket, an unknown key, a wrong
+//!   secret, a wrong region, a skewed clock, no permission) say what to
+//!   check. A server that cannot be reached (after the retries) is
+//!   "unreachable" (exit status 10), as is a missing bucket; a refused key
+//!   is not.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::ops::Range;
 use std::sync::Arc;
 use std::time::Duration;
 
-use object_store::aws::{AmazonS3, AmazonS3Builder, S3ConditionalPut};
+use object_store::aws::{AmazonS3, AmazonS3Builder, AmazonS3ConfigKey, Checksum, S3ConditionalPut};
 use object_store::multipart::{MultipartStore, PartId};
 use object_store::path::Path;
 use object_store::{
@@ -78,6 +95,10 @@ use tokio::task::JoinHandle;
 use super::store::{
     ObjectInfo, Recorded, Store, StoreError, TMP_DIR, Upload, check_key, random_u64,
 };
+
+mod setup;
+
+use setup::{Credentials, Settings};
 
 /// The smallest part (S3 needs 5 MiB for all parts but the last).
 const PART_BYTES: usize = 8 << 20;
@@ -120,6 +141,17 @@ pub struct S3Store {
     prefix: String,
     s3: Arc<AmazonS3>,
     rt: Arc<Runtime>,
+    ctx: Arc<Context>,
+}
+
+/// What error messages name about the connection.
+#[derive(Debug)]
+struct Context {
+    bucket: String,
+    region: String,
+    /// Where the credentials come from (never a key).
+    credentials: String,
+    retry_timeout: Duration,
 }
 
 impl std::fmt::Debug for S3Store {
@@ -128,83 +160,119 @@ impl std::fmt::Debug for S3Store {
     }
 }
 
-fn env(name: &str) -> Option<String> {
-    std::env::var(name).ok().filter(|v| !v.is_empty())
-}
-
 impl S3Store {
     /// The store for `s3://BUCKET[/PREFIX]`, configured from the `AWS_*`
-    /// environment variables.
+    /// environment variables and the AWS tools' shared files (see
+    /// `setup`).
     ///
     /// # Errors
     ///
-    /// A malformed spec, or a configuration `object_store` refuses.
+    /// A malformed spec ([`StoreError::Unreachable`]); no credentials, a
+    /// profile that cannot be used, or a configuration `object_store`
+    /// refuses ([`StoreError::Setup`]).
     pub fn new(spec: &str) -> Result<S3Store, StoreError> {
-        let invalid = |what: String| StoreError::Unreachable {
+        let (bucket, prefix) = parse_spec(spec)?;
+        let home = std::env::home_dir().filter(|h| !h.as_os_str().is_empty());
+        let settings =
+            setup::resolve(&|name| std::env::var(name).ok(), home.as_deref()).map_err(|what| {
+                StoreError::Setup {
+                    location: spec.to_owned(),
+                    what,
+                }
+            })?;
+        Self::with_settings(spec, bucket, prefix, settings)
+    }
+
+    fn with_settings(
+        spec: &str,
+        bucket: &str,
+        prefix: &str,
+        settings: Settings,
+    ) -> Result<S3Store, StoreError> {
+        let setup_err = |what: String| StoreError::Setup {
             location: spec.to_owned(),
-            error: what.into(),
+            what,
         };
-        let rest = spec
-            .strip_prefix("s3://")
-            .ok_or_else(|| invalid(String::from("not an s3://BUCKET[/PREFIX] address")))?;
-        let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
-        if bucket.is_empty() {
-            return Err(invalid(String::from(
-                "no bucket name: use s3://BUCKET[/PREFIX]",
-            )));
-        }
-        let prefix = prefix.trim_matches('/');
-        if prefix
-            .split('/')
-            .any(|c| c.is_empty() || c == "." || c == "..")
-            && !prefix.is_empty()
-        {
-            return Err(invalid(format!(
-                "the prefix {prefix:?} has an empty, . or .. component"
-            )));
-        }
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("btrsend-s3")
             .enable_all()
             .build()
-            .map_err(|e| invalid(format!("cannot start the S3 client's runtime: {e}")))?;
-        let endpoint = env("AWS_ENDPOINT_URL").or_else(|| env("AWS_ENDPOINT"));
-        let mut b = AmazonS3Builder::from_env()
+            .map_err(|e| setup_err(format!("cannot start the S3 client's runtime: {e}")))?;
+        let provider = matches!(settings.credentials, Credentials::Provider(_));
+        let mut b = AmazonS3Builder::new();
+        let mut checksum_set = false;
+        for (name, value) in std::env::vars_os() {
+            let (Some(name), Some(value)) = (name.to_str(), value.to_str()) else {
+                continue;
+            };
+            if !name.starts_with("AWS_") || value.is_empty() {
+                continue;
+            }
+            if let Ok(key) = name.to_ascii_lowercase().parse::<AmazonS3ConfigKey>()
+                && passes(&key, provider)
+            {
+                checksum_set |= matches!(key, AmazonS3ConfigKey::Checksum);
+                b = b.with_config(key, value);
+            }
+        }
+        if !checksum_set {
+            b = b.with_checksum_algorithm(Checksum::SHA256);
+        }
+        b = b
             .with_bucket_name(bucket)
+            .with_region(&settings.region)
             .with_conditional_put(S3ConditionalPut::ETagMatch)
-            .with_retry(RetryConfig {
-                backoff: BackoffConfig {
-                    init_backoff: Duration::from_millis(100),
-                    max_backoff: Duration::from_secs(5),
-                    base: 2.0,
-                },
-                max_retries: 3,
-                retry_timeout: Duration::from_secs(30),
-            })
+            .with_retry(retry_config(settings.retry_timeout))
             .with_client_options(
                 ClientOptions::new()
                     .with_connect_timeout(Duration::from_secs(10))
                     .with_timeout(Duration::from_secs(300))
                     .with_allow_http(
-                        endpoint
+                        settings
+                            .endpoint
                             .as_deref()
                             .is_some_and(|e| e.starts_with("http://")),
                     ),
             );
-        if env("AWS_REGION").is_none() && env("AWS_DEFAULT_REGION").is_none() {
-            b = b.with_region("us-east-1");
+        if let Some(e) = &settings.endpoint {
+            b = b.with_endpoint(e);
+        }
+        match &settings.credentials {
+            Credentials::Keys {
+                key_id,
+                secret,
+                token,
+                ..
+            } => {
+                b = b.with_access_key_id(key_id).with_secret_access_key(secret);
+                if let Some(t) = token {
+                    b = b.with_token(t);
+                }
+            }
+            Credentials::Anonymous => b = b.with_skip_signature(true),
+            Credentials::Provider(_) => {}
         }
         let s3 = {
             let _guard = rt.enter();
-            b.build()
-                .map_err(|e| invalid(format!("cannot configure the S3 client: {e}")))?
+            b.build().map_err(|e| {
+                setup_err(format!(
+                    "cannot configure the S3 client: {}",
+                    clean(&e.to_string())
+                ))
+            })?
         };
         Ok(S3Store {
             name: spec.trim_end_matches('/').to_owned(),
             prefix: prefix.to_owned(),
             s3: Arc::new(s3),
             rt: Arc::new(rt),
+            ctx: Arc::new(Context {
+                bucket: bucket.to_owned(),
+                region: settings.region,
+                credentials: settings.credentials.source().to_owned(),
+                retry_timeout: settings.retry_timeout,
+            }),
         })
     }
 
@@ -234,7 +302,7 @@ impl S3Store {
     }
 
     fn err(&self, op: &'static str, key: &str, e: object_store::Error) -> StoreError {
-        map_err(&self.name, op, self.location(key), e)
+        self.ctx.map_err(&self.name, op, self.location(key), e)
     }
 
     /// Another handle on the same bucket (for an upload).
@@ -244,6 +312,7 @@ impl S3Store {
             prefix: self.prefix.clone(),
             s3: Arc::clone(&self.s3),
             rt: Arc::clone(&self.rt),
+            ctx: Arc::clone(&self.ctx),
         }
     }
 
@@ -266,40 +335,332 @@ impl S3Store {
     }
 }
 
-fn map_err(repo: &str, op: &'static str, location: String, e: object_store::Error) -> StoreError {
-    match e {
-        object_store::Error::NotFound { .. } => StoreError::NotFound { location },
-        object_store::Error::AlreadyExists { .. } | object_store::Error::Precondition { .. } => {
-            StoreError::Exists { location }
-        }
-        e if is_unreachable(&e) => StoreError::Unreachable {
-            location: repo.to_owned(),
-            error: Box::new(e),
-        },
-        e => StoreError::Other {
-            op,
-            location,
-            error: Box::new(e),
-        },
+/// The bucket and the prefix of `s3://BUCKET[/PREFIX]`.
+fn parse_spec(spec: &str) -> Result<(&str, &str), StoreError> {
+    let invalid = |what: String| StoreError::Unreachable {
+        location: spec.to_owned(),
+        error: what.into(),
+    };
+    let rest = spec
+        .strip_prefix("s3://")
+        .ok_or_else(|| invalid(String::from("not an s3://BUCKET[/PREFIX] address")))?;
+    let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+    if bucket.is_empty() {
+        return Err(invalid(String::from(
+            "no bucket name: use s3://BUCKET[/PREFIX]",
+        )));
+    }
+    let prefix = prefix.trim_matches('/');
+    if prefix
+        .split('/')
+        .any(|c| c.is_empty() || c == "." || c == "..")
+        && !prefix.is_empty()
+    {
+        return Err(invalid(format!(
+            "the prefix {prefix:?} has an empty, . or .. component"
+        )));
+    }
+    Ok((bucket, prefix))
+}
+
+/// Whether an `AWS_*` variable goes to `object_store` as it is: not the
+/// settings `setup` resolves (credentials, region, endpoint), not the
+/// client options set here, and the credential providers' settings only
+/// when the credentials come from one.
+fn passes(key: &AmazonS3ConfigKey, provider: bool) -> bool {
+    use AmazonS3ConfigKey as K;
+    match key {
+        K::AccessKeyId
+        | K::SecretAccessKey
+        | K::Token
+        | K::Region
+        | K::DefaultRegion
+        | K::Endpoint
+        | K::S3Endpoint
+        | K::Bucket
+        | K::ConditionalPut
+        | K::SkipSignature
+        | K::Client(_) => false,
+        K::ContainerCredentialsRelativeUri
+        | K::ContainerCredentialsFullUri
+        | K::ContainerAuthorizationTokenFile
+        | K::WebIdentityTokenFile
+        | K::RoleArn
+        | K::RoleSessionName
+        | K::StsEndpoint
+        | K::MetadataEndpoint
+        | K::ImdsV1Fallback => provider,
+        _ => true,
     }
 }
 
-/// Whether an error means the server could not be reached at all (a
-/// refused or timed-out connection, a name that does not resolve).
-fn is_unreachable(e: &object_store::Error) -> bool {
+/// Retry a failed request for `timeout`, with a backoff that starts at
+/// 100 ms and grows to 5 s (less for a short timeout, so that its last
+/// retry does not sleep far past it).
+fn retry_config(timeout: Duration) -> RetryConfig {
+    RetryConfig {
+        backoff: BackoffConfig {
+            init_backoff: Duration::from_millis(100),
+            max_backoff: (timeout / 4).clamp(Duration::from_millis(100), Duration::from_secs(5)),
+            base: 2.0,
+        },
+        // The timeout is the limit; the count only stops a runaway.
+        max_retries: if timeout.is_zero() { 0 } else { 10_000 },
+        retry_timeout: timeout,
+    }
+}
+
+/// Text from a server or a library that wraps it, for a message: one line,
+/// control characters escaped, at most `MAX_TEXT` characters.
+fn clean(s: &str) -> String {
+    const MAX_TEXT: usize = 300;
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i == MAX_TEXT {
+            out.push('…');
+            break;
+        }
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// What a failed request met.
+#[derive(Debug, PartialEq, Eq)]
+enum Failure {
+    /// No answer: the connection failed or was cut. `host` is where the
+    /// request went (`http://host:port`), `why` the innermost error.
+    Transport { host: Option<String>, why: String },
+    /// An error answer: its HTTP status, and the `Code` and `Message` of
+    /// its XML body when it has them (cleaned).
+    Answer {
+        status: u16,
+        code: Option<String>,
+        message: Option<String>,
+    },
+    /// Neither (a malformed answer, a local error).
+    Other,
+}
+
+/// Classify an `object_store` error by its chain: the transport error
+/// (`object_store::client::HttpError`) or the error answer its retry
+/// layer describes ("Server returned non-2xx status code: 404 Not Found:
+/// BODY"; that type is not public, so its text is read).
+fn classify(e: &object_store::Error) -> Failure {
+    let mut host = None;
     let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
     while let Some(err) = cur {
         let text = err.to_string();
-        if text.contains("error sending request")
-            || text.contains("Connection refused")
-            || text.contains("dns error")
-            || text.contains("client error (Connect)")
+        if host.is_none() {
+            host = request_host(&text);
+        }
+        if err
+            .downcast_ref::<object_store::client::HttpError>()
+            .is_some()
         {
-            return true;
+            let mut inner: &(dyn std::error::Error + 'static) = err;
+            while let Some(next) = inner.source() {
+                inner = next;
+            }
+            return Failure::Transport {
+                host,
+                why: clean(&inner.to_string()),
+            };
+        }
+        for marker in [
+            "Server returned non-2xx status code: ",
+            "Server returned error response: ",
+        ] {
+            if let Some(at) = text.find(marker) {
+                let rest = &text[at + marker.len()..];
+                let status = rest
+                    .get(..3)
+                    .and_then(|n| n.parse::<u16>().ok())
+                    .unwrap_or(200);
+                let code = xml_element(rest, "Code")
+                    .filter(|c| {
+                        c.len() <= 64 && c.chars().all(|ch| ch.is_ascii_alphanumeric() || ch == '.')
+                    })
+                    .map(str::to_owned);
+                let message = xml_element(rest, "Message").map(|m| clean(&unescape_xml(m)));
+                return Failure::Answer {
+                    status,
+                    code,
+                    message,
+                };
+            }
         }
         cur = err.source();
     }
-    false
+    Failure::Other
+}
+
+/// `http://host:port` of the URL in "Error performing GET URL in …".
+fn request_host(text: &str) -> Option<String> {
+    let rest = text.split("Error performing ").nth(1)?;
+    let url = rest.split_whitespace().nth(1)?;
+    let (scheme, after) = url.split_once("://")?;
+    let authority = after.split(['/', '?']).next()?;
+    (!authority.is_empty()).then(|| clean(&format!("{scheme}://{authority}")))
+}
+
+/// The text of the first `<name>…</name>` in `xml`.
+fn xml_element<'a>(xml: &'a str, name: &str) -> Option<&'a str> {
+    let open = format!("<{name}>");
+    let close = format!("</{name}>");
+    let start = xml.find(&open)? + open.len();
+    let len = xml[start..].find(&close)?;
+    Some(xml[start..start + len].trim())
+}
+
+fn unescape_xml(s: &str) -> String {
+    s.replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&quot;", "\"")
+        .replace("&apos;", "'")
+        .replace("&amp;", "&")
+}
+
+impl Context {
+    /// The retry policy, for messages.
+    fn retried(&self) -> String {
+        format!(
+            "retried for {}s; {} sets how long",
+            self.retry_timeout.as_secs(),
+            setup::RETRY_ENV
+        )
+    }
+
+    fn no_bucket(&self, repo: &str) -> StoreError {
+        StoreError::Missing {
+            location: repo.to_owned(),
+            what: format!(
+                "bucket {:?} does not exist: create it first (e.g. `aws s3 mb s3://{}`), or check \
+                 the bucket name, AWS_ENDPOINT_URL and AWS_REGION",
+                self.bucket, self.bucket
+            ),
+        }
+    }
+
+    /// The error for a failed operation `op` on `location`, in the
+    /// repository `repo`.
+    fn map_err(
+        &self,
+        repo: &str,
+        op: &'static str,
+        location: String,
+        e: object_store::Error,
+    ) -> StoreError {
+        if matches!(
+            e,
+            object_store::Error::AlreadyExists { .. } | object_store::Error::Precondition { .. }
+        ) {
+            return StoreError::Exists { location };
+        }
+        let failure = classify(&e);
+        let setup = |what: String| StoreError::Setup {
+            location: repo.to_owned(),
+            what,
+        };
+        let src = &self.credentials;
+        match failure {
+            Failure::Answer { ref code, .. } if code.as_deref() == Some("NoSuchBucket") => {
+                self.no_bucket(repo)
+            }
+            _ if matches!(e, object_store::Error::NotFound { .. }) => {
+                StoreError::NotFound { location }
+            }
+            Failure::Transport { host, why } => StoreError::Unreachable {
+                location: repo.to_owned(),
+                error: format!(
+                    "cannot reach {}: {why} ({})",
+                    host.as_deref().unwrap_or("the S3 server"),
+                    self.retried()
+                )
+                .into(),
+            },
+            Failure::Answer {
+                status,
+                code,
+                message,
+            } => {
+                let code_str = code.as_deref().unwrap_or("");
+                match (status, code_str) {
+                    (_, "InvalidAccessKeyId" | "NotSignedUp" | "InvalidClientTokenId") => {
+                        setup(format!(
+                            "the S3 server does not know the access key id ({code_str}) from \
+                             {src}: check the key id, and that the endpoint is the server \
+                             that issued it"
+                        ))
+                    }
+                    (_, "SignatureDoesNotMatch") => setup(format!(
+                        "the S3 server rejected the request signature (SignatureDoesNotMatch): \
+                         the secret access key from {src} does not belong to its access key id"
+                    )),
+                    (_, "ExpiredToken" | "TokenRefreshRequired") => setup(format!(
+                        "the session token from {src} has expired ({code_str}): renew the \
+                         credentials"
+                    )),
+                    (_, "InvalidToken") => setup(format!(
+                        "the S3 server refused the session token from {src} (InvalidToken)"
+                    )),
+                    (_, "RequestTimeTooSkewed") => setup(String::from(
+                        "this machine's clock is too far from the S3 server's \
+                         (RequestTimeTooSkewed): set it right, e.g. with NTP",
+                    )),
+                    (301, _) | (_, "PermanentRedirect" | "AuthorizationHeaderMalformed") => {
+                        setup(format!(
+                            "the bucket {:?} is not in the region {}: set AWS_REGION (or \
+                             region in the profile) to the bucket's region",
+                            self.bucket, self.region
+                        ))
+                    }
+                    (_, "InvalidBucketName") => setup(format!(
+                        "{:?} is not a valid bucket name (InvalidBucketName)",
+                        self.bucket
+                    )),
+                    (401 | 403, _) => StoreError::Setup {
+                        location,
+                        what: format!(
+                            "access denied to {op} ({status}{}): the credentials from {src} \
+                             lack the permission; check the key's policy and the bucket's{}",
+                            code.as_deref().map_or(String::new(), |c| format!(" {c}")),
+                            message.map_or(String::new(), |m| format!(" (the server says: {m})"))
+                        ),
+                    },
+                    (500..=599, _) => StoreError::Unreachable {
+                        location: repo.to_owned(),
+                        error: format!(
+                            "the S3 server keeps failing: {status}{}{} ({})",
+                            code.as_deref().map_or(String::new(), |c| format!(" {c}")),
+                            message.map_or(String::new(), |m| format!(": {m}")),
+                            self.retried()
+                        )
+                        .into(),
+                    },
+                    _ => StoreError::Other {
+                        op,
+                        location,
+                        error: format!(
+                            "the S3 server answered {status}{}{}",
+                            code.map_or(String::new(), |c| format!(" {c}")),
+                            message.map_or(String::new(), |m| format!(": {m}"))
+                        )
+                        .into(),
+                    },
+                }
+            }
+            Failure::Other => StoreError::Other {
+                op,
+                location,
+                error: clean(&e.to_string()).into(),
+            },
+        }
+    }
 }
 
 impl Store for S3Store {
@@ -489,13 +850,16 @@ impl Store for S3Store {
 
     fn check_reachable(&self) -> Result<(), StoreError> {
         let path = (!self.prefix.is_empty()).then(|| Path::from(self.prefix.as_str()));
-        self.rt
-            .block_on(self.s3.list_with_delimiter(path.as_ref()))
-            .map(|_| ())
-            .map_err(|e| StoreError::Unreachable {
-                location: self.name.clone(),
-                error: Box::new(e),
-            })
+        match self.rt.block_on(self.s3.list_with_delimiter(path.as_ref())) {
+            Ok(_) => Ok(()),
+            // A listing fails with 404 only for a missing bucket (some
+            // servers send no body to say so).
+            Err(object_store::Error::NotFound { .. }) => Err(self.ctx.no_bucket(&self.name)),
+            Err(e) => match self.ctx.map_err(&self.name, "list", self.name.clone(), e) {
+                StoreError::NotFound { .. } => Err(self.ctx.no_bucket(&self.name)),
+                other => Err(other),
+            },
+        }
     }
 }
 
@@ -750,6 +1114,22 @@ impl Drop for S3Upload {
 mod tests {
     use super::*;
 
+    fn store(spec: &str) -> Result<S3Store, StoreError> {
+        let (bucket, prefix) = parse_spec(spec)?;
+        let settings = Settings {
+            credentials: Credentials::Keys {
+                key_id: String::from("id"),
+                secret: String::from("secret"),
+                token: None,
+                source: String::from("test"),
+            },
+            region: String::from("us-east-1"),
+            endpoint: None,
+            retry_timeout: Duration::from_secs(1),
+        };
+        S3Store::with_settings(spec, bucket, prefix, settings)
+    }
+
     #[test]
     fn specs_are_checked() {
         for (spec, why) in [
@@ -759,14 +1139,14 @@ mod tests {
             ("s3://b/a/../c", "empty, . or .. component"),
             ("/local", "not an s3://"),
         ] {
-            let e = S3Store::new(spec).unwrap_err();
+            let e = store(spec).unwrap_err();
             let text = e.to_string();
             assert!(
                 text.starts_with(spec) && text.contains(why),
                 "{spec}: {text}"
             );
         }
-        let s = S3Store::new("s3://bucket/some/prefix/").unwrap();
+        let s = store("s3://bucket/some/prefix/").unwrap();
         assert_eq!(s.name(), "s3://bucket/some/prefix");
         assert_eq!(
             s.path("catalog/x").unwrap().as_ref(),
@@ -775,7 +1155,35 @@ mod tests {
         assert!(s.path("streams/../config").is_err());
         assert!(s.path("../other/x").is_err());
         assert_eq!(s.location("config"), "s3://bucket/some/prefix/config");
-        let s = S3Store::new("s3://bucket").unwrap();
+        let s = store("s3://bucket").unwrap();
         assert_eq!(s.path("config").unwrap().as_ref(), "config");
+    }
+
+    #[test]
+    fn server_text_is_one_bounded_line() {
+        assert_eq!(clean("a\x1b[2Jb\nc"), "a\\u{1b}[2Jb\\nc");
+        assert_eq!(clean(&"x".repeat(1000)).chars().count(), 301);
+        assert_eq!(
+            request_host("Error performing GET http://127.0.0.1:9/b?list-type=2 in 3ms"),
+            Some(String::from("http://127.0.0.1:9"))
+        );
+        let body = "<?xml version=\"1.0\"?><Error><Code>AccessDenied</Code>\
+                    <Message>no &amp; \x07never</Message></Error>";
+        assert_eq!(xml_element(body, "Code"), Some("AccessDenied"));
+        assert_eq!(
+            clean(&unescape_xml(xml_element(body, "Message").unwrap())),
+            "no & \\u{7}never"
+        );
+        assert_eq!(xml_element("<Code>x", "Code"), None);
+    }
+
+    #[test]
+    fn retry_policy() {
+        let r = retry_config(Duration::from_secs(120));
+        assert_eq!(r.retry_timeout, Duration::from_secs(120));
+        assert_eq!(r.backoff.max_backoff, Duration::from_secs(5));
+        let r = retry_config(Duration::from_secs(2));
+        assert_eq!(r.backoff.max_backoff, Duration::from_millis(500));
+        assert_eq!(retry_config(Duration::ZERO).max_retries, 0);
     }
 }

@@ -46,6 +46,25 @@ pub enum StoreError {
         /// Why.
         error: Box<dyn std::error::Error + Send + Sync>,
     },
+    /// The repository's place is not there: an S3 bucket that does not
+    /// exist.
+    #[error("{location}: {what}")]
+    Missing {
+        /// The repository.
+        location: String,
+        /// What is missing and what to do.
+        what: String,
+    },
+    /// The store is not set up to be used: no credentials, credentials or
+    /// a region the server refuses, no permission. The message names what
+    /// to set or check.
+    #[error("{location}: {what}")]
+    Setup {
+        /// The repository, or the repository and key.
+        location: String,
+        /// What is wrong and what to do.
+        what: String,
+    },
     /// Another failure (I/O, a refused request).
     #[error("{op} {location}: {error}")]
     Other {

@@ -30,9 +30,24 @@ pub struct BackupArgs {
 const BACKUP_HELP: &str = "\
 A repository is a directory, or s3://BUCKET[/PREFIX] in an S3-compatible
 object store (AWS, MinIO, Ceph RGW, Garage...). --repo falls back to the
-environment variable BTRSEND_REPOSITORY. For S3 the standard variables
-apply: AWS_ENDPOINT_URL (an http:// endpoint is allowed), AWS_ACCESS_KEY_ID,
-AWS_SECRET_ACCESS_KEY, AWS_REGION or AWS_DEFAULT_REGION.
+environment variable BTRSEND_REPOSITORY.
+
+S3 settings are found as the AWS tools find them. Credentials:
+AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN), else
+the profile AWS_PROFILE (default: default) in ~/.aws/credentials
+(AWS_SHARED_CREDENTIALS_FILE) or ~/.aws/config (AWS_CONFIG_FILE); web
+identity and container credentials when their AWS_* variables are set;
+the instance metadata service only with BTRSEND_S3_INSTANCE_METADATA=1.
+Profiles with role_arn, credential_process or sso_* are not supported.
+Region: AWS_REGION, AWS_DEFAULT_REGION or the profile's region (default
+us-east-1). Endpoint: AWS_ENDPOINT_URL (an http:// endpoint is allowed)
+or the profile's endpoint_url (default: AWS). A request that cannot
+connect, is cut or gets a 5xx answer is retried for 120 seconds, so a
+network blip of a minute passes; BTRSEND_S3_RETRY_TIMEOUT sets how long
+(e.g. 30s, 5m; at most 10m; 0: no retry). Every upload carries its
+x-amz-checksum-sha256, as buckets with Object Lock require. A missing
+bucket or a server unreachable after the retries is exit status 10; no
+credentials, or a key or secret the server refuses, is 1.
 
 Each stored stream is a zstd file whose frames hold the raw btrfs send
 stream: `zstd -dc FILE | btrfs receive DIR` restores it without btrsend

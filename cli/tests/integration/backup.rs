@@ -600,7 +600,7 @@ fn exit_codes_case(env: Env) {
         Kind::Dir => (env.repo().to_owned(), "repository unreachable"),
         Kind::S3 => (
             String::from("s3://no-such-bucket/repo"),
-            "repository unreachable",
+            "bucket \"no-such-bucket\" does not exist",
         ),
     };
     let o = env.backup(&["list", "--repo", &gone]);
@@ -619,6 +619,8 @@ fn exit_codes_case(env: Env) {
         let o = env
             .cmd()
             .env("AWS_ENDPOINT_URL", format!("http://127.0.0.1:{closed}"))
+            // Retried for a second, not the default two minutes.
+            .env("BTRSEND_S3_RETRY_TIMEOUT", "1s")
             .args(["backup", "list", "--repo", env.repo()])
             .output()
             .unwrap();

@@ -50,8 +50,36 @@ fn s3s_fs() -> Option<PathBuf> {
 /// A running `s3s-fs`, killed on drop.
 pub struct S3Server {
     child: Child,
+    bin: PathBuf,
     port: u16,
     root: PathBuf,
+}
+
+/// Start `s3s-fs` from `bin` on `port` with its data in `root`: the child
+/// once it listens, `None` if it exited first (the port was taken).
+fn spawn_s3s(bin: &Path, port: u16, root: &Path) -> Option<Child> {
+    let mut child = Command::new(bin)
+        .args(["--host", "127.0.0.1", "--port", &port.to_string()])
+        .args(["--access-key", ACCESS_KEY, "--secret-key", SECRET_KEY])
+        .arg(root)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {}: {e}", bin.display()));
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(20) {
+        if child.try_wait().unwrap().is_some() {
+            break;
+        }
+        if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return Some(child);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    None
 }
 
 impl S3Server {
@@ -75,33 +103,33 @@ impl S3Server {
                 .local_addr()
                 .unwrap()
                 .port();
-            let mut child = Command::new(&bin)
-                .args(["--host", "127.0.0.1", "--port", &port.to_string()])
-                .args(["--access-key", ACCESS_KEY, "--secret-key", SECRET_KEY])
-                .arg(root)
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .unwrap_or_else(|e| panic!("cannot start {}: {e}", bin.display()));
-            let t = Instant::now();
-            while t.elapsed() < Duration::from_secs(20) {
-                if child.try_wait().unwrap().is_some() {
-                    break;
-                }
-                if TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                    return Some(S3Server {
-                        child,
-                        port,
-                        root: root.to_path_buf(),
-                    });
-                }
-                std::thread::sleep(Duration::from_millis(20));
+            if let Some(child) = spawn_s3s(&bin, port, root) {
+                return Some(S3Server {
+                    child,
+                    bin,
+                    port,
+                    root: root.to_path_buf(),
+                });
             }
-            let _ = child.kill();
-            let _ = child.wait();
         }
         panic!("s3s-fs did not start listening on 127.0.0.1");
+    }
+
+    /// Stop the server (its data stays), as a crash or a restart would.
+    pub fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Start the stopped server again, on the same port with the same data.
+    pub fn start_again(&mut self) {
+        self.child =
+            spawn_s3s(&self.bin, self.port, &self.root).expect("s3s-fs starts again on its port");
+    }
+
+    /// The server's port.
+    pub fn port(&self) -> u16 {
+        self.port
     }
 
     /// The variables that point a `btrsend` at this server.
@@ -115,6 +143,16 @@ impl S3Server {
             ("AWS_SECRET_ACCESS_KEY", SECRET_KEY.to_owned()),
             ("AWS_REGION", String::from("us-east-1")),
         ]
+    }
+
+    /// The access key id and secret the server accepts.
+    pub fn keys() -> (&'static str, &'static str) {
+        (ACCESS_KEY, SECRET_KEY)
+    }
+
+    /// The bucket the server has.
+    pub fn bucket() -> &'static str {
+        BUCKET
     }
 }
 
