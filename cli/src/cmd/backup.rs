@@ -175,10 +175,18 @@ pub struct RunArgs {
     /// a snapshot btrsend did not name is never deleted.
     #[arg(long = "keep-snapshots", value_name = "N", requires = "snapshot")]
     keep_snapshots: Option<usize>,
-    /// Make every N-th stream of a chain a full one, so chains stay
-    /// bounded and old ones can be dropped (default 0: only the first).
+    /// Make every N-th stream of a chain a full one (default 0: no limit by
+    /// count; see --full-every-days).
     #[arg(long = "full-every", value_name = "N", default_value_t = 0)]
     full_every: u32,
+    /// Make a new full stream once the chain's full stream is D days older
+    /// than the snapshot (entry times: the snapshots' creation times;
+    /// within 12 hours, for a nightly job's drift). A chain ends only with
+    /// a full stream and `backup forget` keeps every ancestor of a kept
+    /// entry, so this is what lets retention free space: default 30, about
+    /// one full stream per month --keep-monthly keeps; 0: never.
+    #[arg(long = "full-every-days", value_name = "D", default_value_t = backup::plan::DEFAULT_FULL_EVERY_DAYS)]
+    full_every_days: u32,
     /// The zstd level of the stored streams (1-19, default 3).
     #[arg(long = "compression-level", value_name = "L", default_value_t = 3,
           value_parser = clap::value_parser!(i32).range(1..=19))]
@@ -187,7 +195,10 @@ pub struct RunArgs {
     /// then summary) and errors as JSON on standard error. A stream that
     /// continues an interrupted run's adds a status line with
     /// resumed_from_bytes (raw stream kept) and resumed_stored_bytes; every
-    /// stored line has resumed_from_bytes and sent_bytes (the rest).
+    /// stored line has resumed_from_bytes and sent_bytes (the rest), and a
+    /// full one full_reason: first, full_every, full_every_days,
+    /// parent_gone (the parent's snapshot was deleted from the source) or
+    /// chain_damaged. Warnings are status lines with a warning.
     #[arg(long)]
     json: bool,
     #[command(flatten)]
@@ -371,6 +382,8 @@ struct RunProgress {
     /// The stream bytes kept from an interrupted run for the snapshot
     /// being stored (for its `stored` message).
     resumed: Mutex<Option<u64>>,
+    /// Why the snapshot being stored is full (for its `stored` message).
+    full: Mutex<Option<backup::plan::FullReason>>,
     /// A test hook (`BTRSEND_TEST_PAUSE_AT`): stop the run's sender for
     /// good once this many stream bytes are stored, so that a test can kill
     /// it at a known point.
@@ -396,6 +409,7 @@ impl RunProgress {
             count: std::sync::atomic::AtomicUsize::new(0),
             current: std::sync::atomic::AtomicUsize::new(0),
             resumed: Mutex::new(None),
+            full: Mutex::new(None),
             pause_at: std::env::var("BTRSEND_TEST_PAUSE_AT")
                 .ok()
                 .and_then(|v| v.parse().ok()),
@@ -423,6 +437,26 @@ impl Progress for RunProgress {
             self.line(json!({"message_type": "status", "notice": msg}));
         } else if let Some(b) = &self.bar {
             b.println(format!("btrsend: notice: {}", printable(msg)));
+        }
+    }
+
+    fn warning(&self, msg: &str) {
+        if self.json {
+            self.line(json!({"message_type": "status", "warning": msg}));
+        } else {
+            // Cron mails what reaches stderr: this is printed without a
+            // terminal too.
+            let line = format!("btrsend: warning: {}", printable(msg));
+            match &self.bar {
+                Some(b) => b.println(line),
+                None => eprintln!("{line}"),
+            }
+        }
+    }
+
+    fn full(&self, _path: &str, why: backup::plan::FullReason) {
+        if let Ok(mut f) = self.full.lock() {
+            *f = Some(why);
         }
     }
 
@@ -498,6 +532,7 @@ impl Progress for RunProgress {
 
     fn stored(&self, e: &Entry) {
         let resumed = self.resumed.lock().ok().and_then(|mut r| r.take());
+        let full = self.full.lock().ok().and_then(|mut f| f.take());
         if self.json {
             let mut v = serde_json::to_value(e).unwrap_or_default();
             if let Some(o) = v.as_object_mut() {
@@ -510,6 +545,9 @@ impl Progress for RunProgress {
                     "sent_bytes".into(),
                     e.stream_bytes.saturating_sub(kept).into(),
                 );
+                if let Some(why) = full.filter(|_| e.kind == Kind::Full) {
+                    o.insert("full_reason".into(), why.as_str().into());
+                }
             }
             self.line(v);
         }
@@ -524,6 +562,9 @@ impl Progress for RunProgress {
     fn failed(&self, path: &str, err: &BackupError) {
         if let Ok(mut r) = self.resumed.lock() {
             *r = None;
+        }
+        if let Ok(mut f) = self.full.lock() {
+            *f = None;
         }
         if self.json {
             let v = json!({"message_type": "error", "snapshot": path, "message": err.to_string()});
@@ -563,6 +604,7 @@ fn run_run(a: &RunArgs) -> anyhow::Result<()> {
             .with_devices(a.devices.clone())
             .with_degraded(a.degraded)
             .with_full_every(a.full_every)
+            .with_full_every_days(a.full_every_days)
             .with_level(a.level)
             .with_wait_lock(a.lock.retry_lock);
         if let Some(n) = a.frame_bytes {
