@@ -27,7 +27,9 @@
 //! * [`retention`]: which stored streams `backup forget` keeps;
 //! * [`forget`]: `backup forget`, which applies it;
 //! * [`partial`]: continuing the stream file an interrupted run left;
-//! * [`plan`]: which stream a run stores each snapshot as.
+//! * [`plan`]: which stream a run stores each snapshot as;
+//! * [`snapshots`] and [`holds`]: the source snapshots `run --snapshot`
+//!   takes and prunes, and what other repositories still need of them.
 //!
 //! A stream file becomes part of the repository only when its upload is
 //! complete and durable and the catalog that lists it is stored: a run
@@ -42,6 +44,7 @@ pub mod forget;
 mod frames;
 #[doc(hidden)]
 pub mod fuzz;
+pub mod holds;
 pub mod lock;
 pub mod partial;
 pub mod plan;
@@ -69,7 +72,7 @@ use crate::send::{self, SendError, SendOptions};
 
 pub use catalog::{Catalog, Entry, Kind};
 pub use file::{Damage, FileWriter, ReadError, StreamFile, StreamIdentity, WriterOptions};
-pub use forget::{ForgetOptions, ForgetReport, Verdict};
+pub use forget::{ChainHeld, ForgetOptions, ForgetReport, Verdict};
 pub use lock::{LockKind, RepoLock};
 #[cfg(feature = "s3")]
 pub use s3::S3Store;
@@ -237,6 +240,9 @@ pub trait Progress: Sync {
     fn resumed(&self, _path: &str, _stream_bytes: u64, _stored_bytes: u64) {}
     /// A snapshot was stored.
     fn stored(&self, _entry: &Entry) {}
+    /// `subvol` has not changed since its newest snapshot `snapshot`: no
+    /// snapshot is taken (`--snapshot`).
+    fn unchanged(&self, _subvol: &Path, _snapshot: &Path) {}
     /// A snapshot was already stored.
     fn skipped(&self, _path: &str, _entry: &Entry) {}
     /// A snapshot could not be stored (the run goes on with the others).
@@ -678,6 +684,9 @@ pub struct RunReport {
     pub failed: Vec<(String, BackupError)>,
     /// Source snapshots taken (`--snapshot`).
     pub taken: Vec<PathBuf>,
+    /// Subvolumes not snapshotted because they have not changed since
+    /// their newest snapshot (the subvolume, that snapshot).
+    pub unchanged: Vec<(PathBuf, PathBuf)>,
     /// Source snapshots deleted (`--keep-snapshots`).
     pub pruned: Vec<PathBuf>,
     /// Source snapshots that could not be taken or deleted (the subvolume
@@ -695,6 +704,20 @@ fn take_snapshots(
 ) -> Result<Vec<Found>, BackupError> {
     let now = jiff::Timestamp::now();
     for subvol in &so.subvols {
+        match snapshots::newest_taken(subvol, &so.dir) {
+            Ok(Some(name)) => {
+                let snap = so.dir.join(name);
+                progress.unchanged(subvol, &snap);
+                report.unchanged.push((subvol.clone(), snap));
+                continue;
+            }
+            Ok(None) => {}
+            Err(e) => {
+                progress.failed(&subvol.display().to_string(), &e);
+                report.snapshot_failed.push((subvol.clone(), e));
+                continue;
+            }
+        }
         match snapshots::take(subvol, &so.dir, now) {
             Ok(path) => {
                 progress.notice(&format!("took the snapshot {}", path.display()));
@@ -722,8 +745,45 @@ fn take_snapshots(
         .collect())
 }
 
+/// Record, for the other repositories storing from the snapshot
+/// directory, the snapshots this one's next incremental streams need: per
+/// subvolume, the newest of its snapshots in the directory that is stored
+/// (see [`holds`]). A record that cannot be written is a warning: the run
+/// stored what it should, but another repository's pruning may now delete
+/// this one's next parent.
+fn write_holds(
+    repo: &Repository,
+    so: &SnapshotOptions,
+    found: &[Found],
+    cat: &Catalog,
+    progress: &dyn Progress,
+) {
+    let mut subvols = BTreeSet::new();
+    let mut held = Vec::new();
+    for f in found {
+        let base = snapshots::base_name(&f.origin);
+        let newest = f
+            .snaps
+            .iter()
+            .filter(|(_, s)| cat.find(&stream_uuid(s), s.root.ctransid.get()).is_some())
+            .max_by_key(|(name, s)| (s.root.otransid.get(), name.clone()));
+        if let Some((name, _)) = newest {
+            held.push(holds::Held {
+                subvolume: base.clone(),
+                snapshot: name.clone(),
+            });
+        }
+        subvols.insert(base);
+    }
+    if let Err(e) = holds::write(&so.dir, &repo.config.id, repo.store.name(), &subvols, &held) {
+        progress.warning(&format!(
+            "{e}: another repository's --keep-snapshots may delete the snapshot this one's next incremental stream needs"
+        ));
+    }
+}
+
 /// Delete the source snapshots btrsend took beyond the newest `keep`
-/// (see [`snapshots::prune_plan`]).
+/// (see [`snapshots::prune_plan`]), but none a hold record names.
 fn prune_snapshots(
     so: &SnapshotOptions,
     keep: usize,
@@ -732,19 +792,54 @@ fn prune_snapshots(
     report: &mut RunReport,
     progress: &dyn Progress,
 ) {
+    let records = match holds::read_all(&so.dir) {
+        Ok((records, warnings)) => {
+            for w in warnings {
+                progress.warning(&w);
+            }
+            records
+        }
+        Err(e) => {
+            // Without the records nothing is known to be free: prune
+            // nothing this time.
+            progress.failed(&so.dir.display().to_string(), &e);
+            report.snapshot_failed.push((so.dir.clone(), e));
+            return;
+        }
+    };
+    let held = holds::held_names(&records);
+    let now = jiff::Timestamp::now();
     for f in found {
         let base = snapshots::base_name(&f.origin);
         let cands: Vec<snapshots::Candidate> = f
             .snaps
             .iter()
             .map(|(name, s)| snapshots::Candidate {
-                ours: snapshots::parse_snapshot_name(&base, name).is_some(),
+                taken: snapshots::parse_snapshot_seq(&base, name),
                 name: name.clone(),
                 otransid: s.root.otransid.get(),
                 stored: cat.find(&stream_uuid(s), s.root.ctransid.get()).is_some(),
+                held: held.contains(name),
             })
             .collect();
         for (c, v) in cands.iter().zip(snapshots::prune_plan(&cands, keep)) {
+            if v == snapshots::PruneVerdict::KeepHeld {
+                // A record nobody updates holds its snapshot forever.
+                for r in &records {
+                    let days = r.record.age_days(now);
+                    if days >= holds::STALE_DAYS
+                        && r.record.snapshots.iter().any(|h| h.snapshot == c.name)
+                    {
+                        progress.warning(&format!(
+                            "{} is kept for repository {} ({}), whose hold record {} was last updated {days} days ago: delete that file if the repository no longer stores from here",
+                            so.dir.join(&c.name).display(),
+                            r.record.repo,
+                            r.file,
+                            so.dir.join(holds::HOLDS_DIR).join(&r.file).display(),
+                        ));
+                    }
+                }
+            }
             if v != snapshots::PruneVerdict::Delete {
                 continue;
             }
@@ -1199,10 +1294,11 @@ impl Repository {
                 }
             }
         }
-        if let Some(so) = &opts.snapshots
-            && let Some(keep) = so.keep
-        {
-            prune_snapshots(so, keep, &found, &cat, &mut report, progress);
+        if let Some(so) = &opts.snapshots {
+            write_holds(self, so, &found, &cat, progress);
+            if let Some(keep) = so.keep {
+                prune_snapshots(so, keep, &found, &cat, &mut report, progress);
+            }
         }
         Ok(report)
     }

@@ -160,9 +160,9 @@ pub struct RunArgs {
     degraded: bool,
     /// First take a read-only snapshot DIR/NAME.YYYY-MM-DDTHHMMSSZ (UTC) of
     /// the subvolume SUBVOL, a path in a mounted btrfs (as `btrfs subvolume
-    /// snapshot -r` does; needs root), then store every snapshot of SUBVOL
-    /// in DIR newer than the newest one stored (repeat for several
-    /// subvolumes).
+    /// snapshot -r` does; needs root), unless SUBVOL has not changed since
+    /// its newest one, then store every snapshot of SUBVOL in DIR newer
+    /// than the newest one stored (repeat for several subvolumes).
     #[arg(long = "snapshot", value_name = "SUBVOL", requires = "snapshot_dir")]
     snapshot: Vec<PathBuf>,
     /// Where --snapshot puts its snapshots: a directory on the same btrfs
@@ -171,8 +171,9 @@ pub struct RunArgs {
     snapshot_dir: Option<PathBuf>,
     /// After storing, delete the snapshots --snapshot took beyond the
     /// newest N (per subvolume); the newest stored one (the next
-    /// incremental's parent) and newer ones not stored yet always stay, and
-    /// a snapshot btrsend did not name is never deleted.
+    /// incremental's parent), newer ones not stored yet and those another
+    /// repository's hold names (DIR/.btrsend-holds) always stay, and a
+    /// snapshot btrsend did not name is never deleted.
     #[arg(long = "keep-snapshots", value_name = "N", requires = "snapshot")]
     keep_snapshots: Option<usize>,
     /// Make every N-th stream of a chain a full one (default 0: no limit by
@@ -192,7 +193,9 @@ pub struct RunArgs {
           value_parser = clap::value_parser!(i32).range(1..=19))]
     level: i32,
     /// Print JSON Lines on standard output (message_type status, stored,
-    /// then summary) and errors as JSON on standard error. A stream that
+    /// then summary; a subvolume not snapshotted because it is unchanged
+    /// is a status line with unchanged: true and newest_snapshot, counted
+    /// in the summary's unchanged) and errors as JSON on standard error. A stream that
     /// continues an interrupted run's adds a status line with
     /// resumed_from_bytes (raw stream kept) and resumed_stored_bytes; every
     /// stored line has resumed_from_bytes and sent_bytes (the rest), and a
@@ -238,6 +241,28 @@ With --snapshot the job takes its own snapshots (one cron line does
 everything; needs root):
   btrsend backup run --repo /backup/home --snapshot /mnt/pool/home \
       --snapshot-dir /mnt/pool/snaps --keep-snapshots 7
+
+Full streams: a chain ends only with a new full stream, and `backup forget`
+keeps every ancestor of a kept entry, so without new full streams forget
+frees nothing. A run stores a full stream when the chain's full one is 30
+days older than the snapshot (--full-every-days; --full-every N also
+counts streams), when the origin has none stored yet, or when the stored
+snapshot its incremental stream needs was deleted from the source: then it
+warns on standard error, cron or not.
+
+Snapshot names: when DIR/NAME.TIME exists (two runs in one second), the
+snapshot is named NAME.TIME_1, NAME.TIME_2, ... A subvolume that has not
+changed since the newest snapshot btrsend took of it in DIR gets none (its
+generation and ctransid, after a sync, are the snapshot's): the run stores
+nothing new, and --json says unchanged.
+
+Several repositories may store from one DIR (a local one and an S3 one):
+each run records in DIR/.btrsend-holds/ID (ID: the repository's id, in
+REPO/config) the snapshot its next incremental stream needs, and
+--keep-snapshots of any of them never deletes a snapshot such a hold
+names. Delete a repository's hold file to release what it holds (for a
+repository no longer used: pruning warns about holds not updated for 30
+days). A hold file that cannot be read is ignored with a warning.
 
 A source snapshot that cannot be taken or deleted makes the exit status 3;
 the other snapshots are stored all the same.";
@@ -553,6 +578,23 @@ impl Progress for RunProgress {
         }
     }
 
+    fn unchanged(&self, subvol: &std::path::Path, snapshot: &std::path::Path) {
+        if self.json {
+            self.line(json!({
+                "message_type": "status",
+                "subvolume": subvol.display().to_string(),
+                "unchanged": true,
+                "newest_snapshot": snapshot.display().to_string(),
+            }));
+        } else if let Some(b) = &self.bar {
+            b.println(format!(
+                "btrsend: {} has not changed since {}: no snapshot taken",
+                printable(&subvol.display().to_string()),
+                printable(&snapshot.display().to_string())
+            ));
+        }
+    }
+
     fn skipped(&self, path: &str, e: &Entry) {
         if self.json {
             self.line(json!({"message_type": "status", "snapshot": path, "already_stored": e.id}));
@@ -628,6 +670,7 @@ fn run_run(a: &RunArgs) -> anyhow::Result<()> {
                 "already_stored": report.skipped.len(),
                 "failed": report.failed.len(),
                 "snapshots_taken": report.taken.len(),
+                "unchanged": report.unchanged.len(),
                 "snapshots_deleted": report.pruned.len(),
                 "snapshot_failures": report.snapshot_failed.len(),
                 "stream_bytes": report.stored.iter().map(|e| e.stream_bytes).sum::<u64>(),
