@@ -11,6 +11,7 @@
 mod backup;
 mod backup_forget;
 mod backup_hostile;
+mod backup_plan;
 mod backup_resume;
 mod backup_series;
 mod backup_snapshot;
