@@ -748,7 +748,7 @@ fn take_snapshots(
 /// Record, for the other repositories storing from the snapshot
 /// directory, the snapshots this one's next incremental streams need: per
 /// subvolume, the newest of its snapshots in the directory that is stored
-/// (see [`holds`]). A record that cannot be written is a warning: the run
+/// (see [`holds`]); the record's time is renewed in any case. A record that cannot be written is a warning: the run
 /// stored what it should, but another repository's pruning may now delete
 /// this one's next parent.
 fn write_holds(
@@ -767,13 +767,15 @@ fn write_holds(
             .iter()
             .filter(|(_, s)| cat.find(&stream_uuid(s), s.root.ctransid.get()).is_some())
             .max_by_key(|(name, s)| (s.root.otransid.get(), name.clone()));
+        // Without one (nothing stored yet, or the source could not be
+        // read this time) the record keeps what it held for the subvolume.
         if let Some((name, _)) = newest {
             held.push(holds::Held {
                 subvolume: base.clone(),
                 snapshot: name.clone(),
             });
+            subvols.insert(base);
         }
-        subvols.insert(base);
     }
     if let Err(e) = holds::write(&so.dir, &repo.config.id, repo.store.name(), &subvols, &held) {
         progress.warning(&format!(
