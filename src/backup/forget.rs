@@ -72,6 +72,9 @@ pub struct Verdict {
     /// Why it is kept: `last`, `daily`, `oldest weekly`, `within 7d`,
     /// `newer than now`, `parent of 12`, …
     pub reasons: Vec<String>,
+    /// Kept only because kept entries' chains need it (every reason is
+    /// `parent of …`): the policy alone would delete it.
+    pub kept_for_chain: bool,
 }
 
 /// The outcome of `forget`.
@@ -84,6 +87,41 @@ pub struct ForgetReport {
     pub deleted: Vec<u64>,
     /// Whether this was a dry run (nothing deleted).
     pub dry_run: bool,
+    /// The entries kept only for kept entries' chains
+    /// ([`Verdict::kept_for_chain`]): how many, and their stream files'
+    /// bytes, which this policy could not free.
+    pub chain_held: ChainHeld,
+}
+
+/// What the policy would drop but the chains of kept entries need.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct ChainHeld {
+    /// Entries.
+    pub entries: usize,
+    /// The sum of their `stored_bytes`.
+    pub stored_bytes: u64,
+}
+
+impl ChainHeld {
+    /// Why these entries stay and what frees them, for people (empty when
+    /// there are none).
+    pub fn explain(&self) -> String {
+        if self.entries == 0 {
+            return String::new();
+        }
+        format!(
+            "{} {} ({} bytes) the policy would drop {} kept because kept incremental entries are based on them: a chain is freed only once a newer full stream starts the next one (backup run --full-every-days D, default {}, or --full-every N)",
+            self.entries,
+            if self.entries == 1 {
+                "entry"
+            } else {
+                "entries"
+            },
+            self.stored_bytes,
+            if self.entries == 1 { "is" } else { "are" },
+            super::plan::DEFAULT_FULL_EVERY_DAYS,
+        )
+    }
 }
 
 impl Repository {
@@ -131,7 +169,16 @@ impl Repository {
             // their snapshot is stored.
             self.clean_leftovers(&catalog, &|u, c| catalog.find(u, c).is_none(), progress)?;
         }
+        let chain_held =
+            plan.verdicts
+                .iter()
+                .filter(|v| v.kept_for_chain)
+                .fold(ChainHeld::default(), |h, v| ChainHeld {
+                    entries: h.entries + 1,
+                    stored_bytes: h.stored_bytes.saturating_add(v.entry.stored_bytes),
+                });
         Ok(ForgetReport {
+            chain_held,
             verdicts: plan.verdicts,
             deleted: plan.delete_order,
             dry_run: opts.dry_run,
@@ -179,6 +226,7 @@ fn plan(
             let entry = catalog.get(d.id)?.clone();
             Some(Verdict {
                 entry,
+                kept_for_chain: d.kept_only_for_chain(),
                 keep: d.keep,
                 reasons: d.reasons.iter().map(ToString::to_string).collect(),
             })

@@ -26,7 +26,10 @@
 //! * [`lock`]: exclusive for `run`, shared for the readers;
 //! * [`retention`]: which stored streams `backup forget` keeps;
 //! * [`forget`]: `backup forget`, which applies it;
-//! * [`partial`]: continuing the stream file an interrupted run left.
+//! * [`partial`]: continuing the stream file an interrupted run left;
+//! * [`plan`]: which stream a run stores each snapshot as;
+//! * [`snapshots`] and [`holds`]: the source snapshots `run --snapshot`
+//!   takes and prunes, and what other repositories still need of them.
 //!
 //! A stream file becomes part of the repository only when its upload is
 //! complete and durable and the catalog that lists it is stored: a run
@@ -42,8 +45,10 @@ pub mod forget;
 mod frames;
 #[doc(hidden)]
 pub mod fuzz;
+pub mod holds;
 pub mod lock;
 pub mod partial;
+pub mod plan;
 pub mod retention;
 #[cfg(feature = "s3")]
 pub mod s3;
@@ -68,7 +73,7 @@ use crate::send::{self, SendError, SendOptions};
 
 pub use catalog::{Catalog, Entry, Kind};
 pub use file::{Damage, FileWriter, ReadError, StreamFile, StreamIdentity, WriterOptions};
-pub use forget::{ForgetOptions, ForgetReport, Verdict};
+pub use forget::{ChainHeld, ForgetOptions, ForgetReport, Verdict};
 pub use lock::{LockKind, RepoLock};
 #[cfg(feature = "s3")]
 pub use s3::S3Store;
@@ -226,6 +231,12 @@ pub trait Progress: Sync {
     /// their raw streams, from exact estimates (`send --estimate`: a
     /// metadata pass over each snapshot, no file data read).
     fn plan(&self, _snapshots: usize, _stream_bytes: u64) {}
+    /// Something the user must hear even from cron, where notices are not
+    /// shown (a full stream nobody planned for, a hold record that cannot
+    /// be read).
+    fn warning(&self, _msg: &str) {}
+    /// The snapshot about to be stored gets a full stream, and why.
+    fn full(&self, _path: &str, _why: plan::FullReason) {}
     /// A snapshot starts being stored; `stream_total` is its raw stream's
     /// estimated size in bytes (0 when not computed).
     fn start(&self, _path: &str, _kind: Kind, _stream_total: u64) {}
@@ -239,6 +250,9 @@ pub trait Progress: Sync {
     fn resumed(&self, _path: &str, _stream_bytes: u64, _stored_bytes: u64) {}
     /// A snapshot was stored.
     fn stored(&self, _entry: &Entry) {}
+    /// `subvol` has not changed since its newest snapshot `snapshot`: no
+    /// snapshot is taken (`--snapshot`).
+    fn unchanged(&self, _subvol: &Path, _snapshot: &Path) {}
     /// A snapshot was already stored.
     fn skipped(&self, _path: &str, _entry: &Entry) {}
     /// A snapshot could not be stored (the run goes on with the others).
@@ -567,6 +581,9 @@ pub struct RunOptions {
     pub devices: Vec<PathBuf>,
     /// Make every N-th stream of a chain a full one (0: never).
     pub full_every: u32,
+    /// Make a new full stream when the chain's full one is this many days
+    /// older than the snapshot (0: never; see [`plan`]).
+    pub full_every_days: u32,
     /// The stream files' zstd level.
     pub level: i32,
     /// Wait this long for the lock.
@@ -594,12 +611,14 @@ pub struct SnapshotOptions {
 }
 
 impl RunOptions {
-    /// Defaults: no devices, no forced fulls, level 3, no waiting, 4 MiB
-    /// frames.
+    /// Defaults: no devices, a new full stream every
+    /// [`plan::DEFAULT_FULL_EVERY_DAYS`] days (none by count), level 3, no
+    /// waiting, 4 MiB frames.
     pub fn new() -> RunOptions {
         RunOptions {
             devices: Vec::new(),
             full_every: 0,
+            full_every_days: plan::DEFAULT_FULL_EVERY_DAYS,
             level: 3,
             wait_lock: Duration::ZERO,
             frame_bytes: WriterOptions::new().frame_bytes,
@@ -624,6 +643,19 @@ impl RunOptions {
     pub fn with_full_every(mut self, n: u32) -> RunOptions {
         self.full_every = n;
         self
+    }
+
+    /// Set [`RunOptions::full_every_days`].
+    pub fn with_full_every_days(mut self, days: u32) -> RunOptions {
+        self.full_every_days = days;
+        self
+    }
+
+    fn full_policy(&self) -> plan::FullPolicy {
+        plan::FullPolicy {
+            every: self.full_every,
+            every_days: self.full_every_days,
+        }
     }
 
     /// Set [`RunOptions::level`].
@@ -666,12 +698,17 @@ impl Default for RunOptions {
 pub struct RunReport {
     /// Entries stored.
     pub stored: Vec<Entry>,
+    /// Why each full stream stored is full, by entry id.
+    pub full_reasons: BTreeMap<u64, plan::FullReason>,
     /// Snapshots already stored (path, entry id).
     pub skipped: Vec<(String, u64)>,
     /// Snapshots that failed.
     pub failed: Vec<(String, BackupError)>,
     /// Source snapshots taken (`--snapshot`).
     pub taken: Vec<PathBuf>,
+    /// Subvolumes not snapshotted because they have not changed since
+    /// their newest snapshot (the subvolume, that snapshot).
+    pub unchanged: Vec<(PathBuf, PathBuf)>,
     /// Source snapshots deleted (`--keep-snapshots`).
     pub pruned: Vec<PathBuf>,
     /// Source snapshots that could not be taken or deleted (the subvolume
@@ -689,6 +726,20 @@ fn take_snapshots(
 ) -> Result<Vec<Found>, BackupError> {
     let now = jiff::Timestamp::now();
     for subvol in &so.subvols {
+        match snapshots::newest_taken(subvol, &so.dir) {
+            Ok(Some(name)) => {
+                let snap = so.dir.join(name);
+                progress.unchanged(subvol, &snap);
+                report.unchanged.push((subvol.clone(), snap));
+                continue;
+            }
+            Ok(None) => {}
+            Err(e) => {
+                progress.failed(&subvol.display().to_string(), &e);
+                report.snapshot_failed.push((subvol.clone(), e));
+                continue;
+            }
+        }
         match snapshots::take(subvol, &so.dir, now) {
             Ok(path) => {
                 progress.notice(&format!("took the snapshot {}", path.display()));
@@ -716,8 +767,47 @@ fn take_snapshots(
         .collect())
 }
 
+/// Record, for the other repositories storing from the snapshot
+/// directory, the snapshots this one's next incremental streams need: per
+/// subvolume, the newest of its snapshots in the directory that is stored
+/// (see [`holds`]); the record's time is renewed in any case. A record that cannot be written is a warning: the run
+/// stored what it should, but another repository's pruning may now delete
+/// this one's next parent.
+fn write_holds(
+    repo: &Repository,
+    so: &SnapshotOptions,
+    found: &[Found],
+    cat: &Catalog,
+    progress: &dyn Progress,
+) {
+    let mut subvols = BTreeSet::new();
+    let mut held = Vec::new();
+    for f in found {
+        let base = snapshots::base_name(&f.origin);
+        let newest = f
+            .snaps
+            .iter()
+            .filter(|(_, s)| cat.find(&stream_uuid(s), s.root.ctransid.get()).is_some())
+            .max_by_key(|(name, s)| (s.root.otransid.get(), name.clone()));
+        // Without one (nothing stored yet, or the source could not be
+        // read this time) the record keeps what it held for the subvolume.
+        if let Some((name, _)) = newest {
+            held.push(holds::Held {
+                subvolume: base.clone(),
+                snapshot: name.clone(),
+            });
+            subvols.insert(base);
+        }
+    }
+    if let Err(e) = holds::write(&so.dir, &repo.config.id, repo.store.name(), &subvols, &held) {
+        progress.warning(&format!(
+            "{e}: another repository's --keep-snapshots may delete the snapshot this one's next incremental stream needs"
+        ));
+    }
+}
+
 /// Delete the source snapshots btrsend took beyond the newest `keep`
-/// (see [`snapshots::prune_plan`]).
+/// (see [`snapshots::prune_plan`]), but none a hold record names.
 fn prune_snapshots(
     so: &SnapshotOptions,
     keep: usize,
@@ -726,19 +816,54 @@ fn prune_snapshots(
     report: &mut RunReport,
     progress: &dyn Progress,
 ) {
+    let records = match holds::read_all(&so.dir) {
+        Ok((records, warnings)) => {
+            for w in warnings {
+                progress.warning(&w);
+            }
+            records
+        }
+        Err(e) => {
+            // Without the records nothing is known to be free: prune
+            // nothing this time.
+            progress.failed(&so.dir.display().to_string(), &e);
+            report.snapshot_failed.push((so.dir.clone(), e));
+            return;
+        }
+    };
+    let held = holds::held_names(&records);
+    let now = jiff::Timestamp::now();
     for f in found {
         let base = snapshots::base_name(&f.origin);
         let cands: Vec<snapshots::Candidate> = f
             .snaps
             .iter()
             .map(|(name, s)| snapshots::Candidate {
-                ours: snapshots::parse_snapshot_name(&base, name).is_some(),
+                taken: snapshots::parse_snapshot_seq(&base, name),
                 name: name.clone(),
                 otransid: s.root.otransid.get(),
                 stored: cat.find(&stream_uuid(s), s.root.ctransid.get()).is_some(),
+                held: held.contains(name),
             })
             .collect();
         for (c, v) in cands.iter().zip(snapshots::prune_plan(&cands, keep)) {
+            if v == snapshots::PruneVerdict::KeepHeld {
+                // A record nobody updates holds its snapshot forever.
+                for r in &records {
+                    let days = r.record.age_days(now);
+                    if days >= holds::STALE_DAYS
+                        && r.record.snapshots.iter().any(|h| h.snapshot == c.name)
+                    {
+                        progress.warning(&format!(
+                            "{} is kept for repository {} ({}), whose hold record {} was last updated {days} days ago: delete that file if the repository no longer stores from here",
+                            so.dir.join(&c.name).display(),
+                            r.record.repo,
+                            r.file,
+                            so.dir.join(holds::HOLDS_DIR).join(&r.file).display(),
+                        ));
+                    }
+                }
+            }
             if v != snapshots::PruneVerdict::Delete {
                 continue;
             }
@@ -786,12 +911,33 @@ fn origin_of(s: &Subvolume) -> String {
     uuid::Uuid::from_bytes(u.0).hyphenated().to_string()
 }
 
-/// The creation time of a snapshot, RFC 3339.
-fn otime_of(s: &Subvolume) -> String {
+/// The creation time of a snapshot.
+fn otime_ts(s: &Subvolume) -> jiff::Timestamp {
     let (sec, nsec) = (s.root.otime.sec, s.root.otime.nsec);
     jiff::Timestamp::new(sec, i32::try_from(nsec).unwrap_or(0))
         .unwrap_or(jiff::Timestamp::UNIX_EPOCH)
-        .to_string()
+}
+
+/// The creation time of a snapshot, RFC 3339.
+fn otime_of(s: &Subvolume) -> String {
+    otime_ts(s).to_string()
+}
+
+/// The time of the full stream of entry `id`'s chain (`None`: a broken
+/// chain or an unreadable time).
+fn full_time_of(cat: &Catalog, id: u64) -> Option<jiff::Timestamp> {
+    cat.chain(id).ok()?.first()?.timestamp()
+}
+
+/// What [`Repository::pick_parent`] found.
+struct Pick<'c> {
+    /// The parent entry and its snapshot on the source.
+    parent: Option<(&'c Entry, Subvolume)>,
+    /// Why the stream is full, when it is.
+    full: Option<plan::FullReason>,
+    /// For a full stream: the newest stored entry of the origin not newer
+    /// than the snapshot (which [`plan::FullReason::ParentGone`] names).
+    newest: Option<&'c Entry>,
 }
 
 /// Shell-style match of `pat` against `text`: `*` and `?` do not match
@@ -1155,8 +1301,11 @@ impl Repository {
                 estimate.unwrap_or(0),
                 progress,
             ) {
-                Ok(e) => {
+                Ok((e, why)) => {
                     progress.stored(&e);
+                    if let Some(why) = why {
+                        report.full_reasons.insert(e.id, why);
+                    }
                     report.stored.push(e);
                 }
                 Err(err) => {
@@ -1169,10 +1318,11 @@ impl Repository {
                 }
             }
         }
-        if let Some(so) = &opts.snapshots
-            && let Some(keep) = so.keep
-        {
-            prune_snapshots(so, keep, &found, &cat, &mut report, progress);
+        if let Some(so) = &opts.snapshots {
+            write_holds(self, so, &found, &cat, progress);
+            if let Some(keep) = so.keep {
+                prune_snapshots(so, keep, &found, &cat, &mut report, progress);
+            }
         }
         Ok(report)
     }
@@ -1180,7 +1330,8 @@ impl Repository {
     /// The exact size of the stream each of `selected` will be stored as
     /// (`None`: stored already), for the progress of the whole run. A
     /// snapshot's parent is the one [`Repository::pick_parent`] picks now,
-    /// or the previous snapshot of its origin stored by this run.
+    /// or the previous snapshot of its origin stored by this run, and the
+    /// same rules ([`plan::full_due`]) make it full.
     fn estimate(
         &self,
         cat: &Catalog,
@@ -1189,9 +1340,10 @@ impl Repository {
         opts: &RunOptions,
     ) -> Result<Vec<Option<u64>>, BackupError> {
         let present = self.stream_sizes()?;
-        // Per origin: the last snapshot planned in this run and the depth
-        // of its chain.
-        let mut planned: BTreeMap<String, (usize, usize)> = BTreeMap::new();
+        // Per origin: the last snapshot planned in this run, the depth of
+        // its chain and the time of the chain's full stream.
+        let mut planned: BTreeMap<String, (usize, usize, Option<jiff::Timestamp>)> =
+            BTreeMap::new();
         let mut out = Vec::with_capacity(selected.len());
         for (i, sel) in selected.iter().enumerate() {
             if cat
@@ -1202,16 +1354,31 @@ impl Repository {
                 continue;
             }
             let origin = origin_of(&sel.subvol);
-            let (parent, depth) = match planned.get(&origin) {
-                Some(&(j, depth)) => (selected.get(j).map(|p| p.subvol.clone()), depth),
-                None => match self.pick_parent(cat, src, sel, opts, &present) {
-                    Some((e, p)) => (Some(p), cat.depth(e.id).unwrap_or(usize::MAX)),
-                    None => (None, 0),
-                },
+            let time = otime_ts(&sel.subvol);
+            let (parent, depth, full_time) = match planned.get(&origin) {
+                Some(&(j, depth, full_time)) => {
+                    match plan::full_due(depth, full_time, time, opts.full_policy()) {
+                        Some(_) => (None, 0, None),
+                        None => (selected.get(j).map(|p| p.subvol.clone()), depth, full_time),
+                    }
+                }
+                None => {
+                    let pick = self.pick_parent(cat, src, sel, opts, &present);
+                    match pick.parent {
+                        Some((e, p)) => (
+                            Some(p),
+                            cat.depth(e.id).unwrap_or(usize::MAX),
+                            full_time_of(cat, e.id),
+                        ),
+                        None => (None, 0, None),
+                    }
+                }
             };
-            let full = opts.full_every > 0 && depth >= opts.full_every as usize;
-            let parent = parent.filter(|_| !full);
-            let depth = if parent.is_some() { depth + 1 } else { 1 };
+            let (depth, full_time) = if parent.is_some() {
+                (depth.saturating_add(1), full_time)
+            } else {
+                (1, Some(time))
+            };
             let subvol = format!("id:{}", sel.subvol.id().get());
             let parent_spec = parent.as_ref().map(|p| format!("id:{}", p.id().get()));
             let req = Request {
@@ -1225,12 +1392,13 @@ impl Repository {
                 .and_then(|s| s.estimate(&req, SendOptions::new(1)).ok())
                 .map_or(0, |st| st.stream_bytes);
             out.push(Some(bytes));
-            planned.insert(origin, (i, depth));
+            planned.insert(origin, (i, depth, full_time));
         }
         Ok(out)
     }
 
-    /// The parent for `sel`, if it gets an incremental stream.
+    /// The parent for `sel` if it gets an incremental stream, else why it
+    /// is full ([`plan::choose`] over the stored entries of its origin).
     fn pick_parent<'c>(
         &self,
         cat: &'c Catalog,
@@ -1238,44 +1406,52 @@ impl Repository {
         sel: &Selected,
         opts: &RunOptions,
         present: &BTreeMap<String, u64>,
-    ) -> Option<(&'c Entry, Subvolume)> {
+    ) -> Pick<'c> {
         let origin = origin_of(&sel.subvol);
         let ctransid = sel.subvol.root.ctransid.get();
-        let mut best: Option<(&Entry, Subvolume)> = None;
+        let mut cands = Vec::new();
+        let mut on_source: BTreeMap<u64, &Subvolume> = BTreeMap::new();
         for e in &cat.entries {
             if e.origin != origin || e.ctransid > ctransid {
                 continue;
             }
-            let Ok(chain) = cat.chain(e.id) else { continue };
-            if !chain
+            let found = src.subvols[sel.fs]
                 .iter()
-                .all(|c| present.get(&c.file) == Some(&c.stored_bytes))
-            {
+                .find(|s| stream_uuid(s) == e.uuid && s.root.ctransid.get() == e.ctransid);
+            if found.is_some_and(|s| s.id() == sel.subvol.id()) {
                 continue;
             }
-            let Some(on_source) = src.subvols[sel.fs]
-                .iter()
-                .find(|s| stream_uuid(s) == e.uuid && s.root.ctransid.get() == e.ctransid)
-            else {
-                continue;
-            };
-            if on_source.id() == sel.subvol.id() {
-                continue;
-            }
-            if best
-                .as_ref()
-                .is_none_or(|(b, _)| (e.ctransid, e.id) > (b.ctransid, b.id))
-            {
-                best = Some((e, on_source.clone()));
+            let chain = cat.chain(e.id);
+            cands.push(plan::ParentCandidate {
+                id: e.id,
+                ctransid: e.ctransid,
+                on_source: found.is_some(),
+                chain_intact: chain.as_ref().is_ok_and(|ch| {
+                    ch.iter()
+                        .all(|c| present.get(&c.file) == Some(&c.stored_bytes))
+                }),
+                depth: chain.as_ref().map_or(usize::MAX, Vec::len),
+                full_time: full_time_of(cat, e.id),
+            });
+            if let Some(s) = found {
+                on_source.insert(e.id, s);
             }
         }
-        // Every N-th stream of a chain is a full one.
-        let (e, _) = best.as_ref()?;
-        let depth = cat.depth(e.id).unwrap_or(usize::MAX);
-        if opts.full_every > 0 && depth >= opts.full_every as usize {
-            return None;
+        match plan::choose(&cands, otime_ts(&sel.subvol), opts.full_policy()) {
+            plan::Choice::Incremental(id) => Pick {
+                parent: cat.get(id).zip(on_source.get(&id).map(|s| (*s).clone())),
+                full: None,
+                newest: None,
+            },
+            plan::Choice::Full(why) => Pick {
+                parent: None,
+                full: Some(why),
+                newest: cands
+                    .iter()
+                    .max_by_key(|c| (c.ctransid, c.id))
+                    .and_then(|c| cat.get(c.id)),
+            },
         }
-        best
     }
 
     fn store_one(
@@ -1286,9 +1462,22 @@ impl Repository {
         opts: &RunOptions,
         estimate: u64,
         progress: &dyn Progress,
-    ) -> Result<Entry, BackupError> {
+    ) -> Result<(Entry, Option<plan::FullReason>), BackupError> {
         let present = self.stream_sizes()?;
-        let parent = self.pick_parent(cat, src, sel, opts, &present);
+        let pick = self.pick_parent(cat, src, sel, opts, &present);
+        if let Some(why) = pick.full {
+            progress.full(&sel.path, why);
+            if why == plan::FullReason::ParentGone
+                && let Some(newest) = pick.newest
+            {
+                progress.warning(&format!(
+                    "storing {} as a full stream: the snapshot its incremental stream needs, {} (entry {}, the newest stored of its origin), is gone from the source; keep it there until the next run (see --keep-snapshots and its holds)",
+                    sel.path, newest.path, newest.id
+                ));
+            }
+        }
+        let full_reason = pick.full;
+        let parent = pick.parent;
         let source = &mut src.fss[sel.fs];
         let uuid = stream_uuid(&sel.subvol);
         let ctransid = sel.subvol.root.ctransid.get();
@@ -1418,6 +1607,7 @@ impl Repository {
         *cat = next;
         cat.get(id)
             .cloned()
+            .map(|e| (e, full_reason))
             .ok_or_else(|| BackupError::Invalid(String::from("entry vanished")))
     }
 }
@@ -2452,6 +2642,8 @@ fn parse_import(path: &Path) -> Result<Parsed, BackupError> {
 pub struct ImportReport {
     /// Entries stored.
     pub stored: Vec<Entry>,
+    /// Why each full stream stored is full, by entry id.
+    pub full_reasons: BTreeMap<u64, plan::FullReason>,
     /// Files whose stream was stored already: (file, entry id).
     pub skipped: Vec<(String, u64)>,
     /// Files that failed.

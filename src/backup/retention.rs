@@ -319,6 +319,19 @@ pub struct Decision<Id> {
     pub reasons: Vec<Reason<Id>>,
 }
 
+impl<Id> Decision<Id> {
+    /// Kept only as an ancestor of kept entries: the policy alone would
+    /// delete it, their chains need it. Space that a new full stream
+    /// (`backup run --full-every-days`) would let the next `forget` free.
+    pub fn kept_only_for_chain(&self) -> bool {
+        self.keep
+            && self
+                .reasons
+                .iter()
+                .all(|r| matches!(r, Reason::ParentOf(_)))
+    }
+}
+
 /// The outcome of [`plan`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Plan<Id> {

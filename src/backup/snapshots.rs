@@ -6,6 +6,13 @@
 //!   subvolume snapshot -r` does), where `<name>` is SUBVOL's last path
 //!   component and the time is written `YYYY-MM-DDTHHMMSSZ` (no colons:
 //!   the names travel through scp, rsync and other systems' file names).
+//!   Names have one-second resolution: when the name exists (a second run
+//!   within the same second), `_1`, `_2`, … up to `_`[`MAX_SEQ`] is
+//!   appended, as btrbk does. Unless SUBVOL changed since the newest
+//!   snapshot btrsend took of it in DIR ([`newest_taken`],
+//!   [`plan::unchanged_since`](super::plan::unchanged_since)), no snapshot
+//!   is taken: an unchanged subvolume needs none (btrbk's `snapshot_create
+//!   onchange`).
 //! * **Selecting**: the snapshots of SUBVOL found in DIR (any name) that
 //!   are newer than the newest one stored are stored; older ones that are
 //!   not stored (dropped by `backup forget`, or never meant to be stored)
@@ -15,7 +22,9 @@
 //!   the others, the newest stored one (the next incremental's parent)
 //!   and every one newer than it that is not stored yet stay too; the rest
 //!   are deleted (the snapshot-destroy ioctl, as `btrfs subvolume delete`
-//!   does). A snapshot btrsend did not name is never deleted.
+//!   does). A snapshot btrsend did not name is never deleted, nor one that
+//!   a hold record names: the parent another repository storing from the
+//!   same DIR needs ([`holds`](super::holds)).
 
 use std::fs::File;
 use std::io;
@@ -28,16 +37,48 @@ use crate::receive::sys;
 /// The time in a snapshot's name: `2026-11-24T030000Z`.
 const TIME_FORMAT: &str = "%Y-%m-%dT%H%M%SZ";
 
+/// The highest suffix a snapshot name gets (`_99`): more snapshots of one
+/// subvolume in one second are refused.
+pub const MAX_SEQ: u32 = 99;
+
 /// The name btrsend gives a snapshot of a subvolume called `base` taken
 /// at `at`: `base.2026-11-24T030000Z`.
 pub fn snapshot_name(base: &str, at: jiff::Timestamp) -> String {
     format!("{base}.{}", at.strftime(TIME_FORMAT))
 }
 
+/// [`snapshot_name`] with the suffix `_seq` when `seq` is not 0: the
+/// `seq`-th other snapshot taken in the same second.
+pub fn snapshot_name_seq(base: &str, at: jiff::Timestamp, seq: u32) -> String {
+    match seq {
+        0 => snapshot_name(base, at),
+        n => format!("{}_{n}", snapshot_name(base, at)),
+    }
+}
+
 /// The time in `name` when btrsend named it as a snapshot of `base`
-/// ([`snapshot_name`]); `None` for any other name.
+/// ([`snapshot_name`], with or without a suffix); `None` for any other
+/// name.
 pub fn parse_snapshot_name(base: &str, name: &str) -> Option<jiff::Timestamp> {
+    parse_snapshot_seq(base, name).map(|(t, _)| t)
+}
+
+/// The time and the suffix (0: none) in `name` when btrsend named it as a
+/// snapshot of `base` ([`snapshot_name_seq`]); `None` for any other name.
+pub fn parse_snapshot_seq(base: &str, name: &str) -> Option<(jiff::Timestamp, u32)> {
     let rest = name.strip_prefix(base)?.strip_prefix('.')?;
+    // `_N`: 1 to MAX_SEQ, no leading zero (one spelling per number).
+    let (rest, seq) = match rest.split_once('_') {
+        None => (rest, 0),
+        Some((r, n)) => {
+            let ok = !n.is_empty()
+                && n.len() <= 2
+                && n.bytes().all(|c| c.is_ascii_digit())
+                && !n.starts_with('0');
+            let seq: u32 = n.parse().ok().filter(|_| ok)?;
+            (r, seq)
+        }
+    };
     // Exactly the pattern: 10 + 1 + 6 + 1 characters, digits where digits
     // go (so `home.2026-11-24T030000Z.bak` or a hand-made name is not
     // ours).
@@ -58,7 +99,7 @@ pub fn parse_snapshot_name(base: &str, name: &str) -> Option<jiff::Timestamp> {
     civil
         .to_zoned(jiff::tz::TimeZone::UTC)
         .ok()
-        .map(|z| z.timestamp())
+        .map(|z| (z.timestamp(), seq))
 }
 
 /// The name snapshots of `subvol` get: its last path component (`root`
@@ -93,29 +134,102 @@ fn errno_error(what: String, e: rustix::io::Errno) -> BackupError {
     }
 }
 
-/// Take a read-only snapshot of `subvol` in `dir`, named for `at`;
-/// returns its path.
+/// Take a read-only snapshot of `subvol` in `dir`, named for `at` (with
+/// the first free suffix when the name exists); returns its path.
 ///
 /// # Errors
 ///
 /// [`BackupError::Io`]: a directory cannot be opened, or the kernel
-/// refuses (not root, not btrfs, another filesystem, the name exists).
+/// refuses (not root, not btrfs, another filesystem; every suffix up to
+/// [`MAX_SEQ`] taken).
 pub fn take(subvol: &Path, dir: &Path, at: jiff::Timestamp) -> Result<PathBuf, BackupError> {
-    let name = snapshot_name(&base_name(subvol), at);
+    let base = base_name(subvol);
     let src = open_dir(subvol, "the subvolume")?;
     let d = open_dir(dir, "the snapshot directory")?;
-    let path = dir.join(&name);
-    sys::snapshot_create_readonly(d.as_fd(), name.as_bytes(), src.as_fd()).map_err(|e| {
-        errno_error(
-            format!(
-                "cannot take a read-only snapshot of {} as {}",
-                subvol.display(),
-                path.display()
-            ),
-            e,
-        )
-    })?;
-    Ok(path)
+    let mut seq = 0;
+    loop {
+        let name = snapshot_name_seq(&base, at, seq);
+        let path = dir.join(&name);
+        match sys::snapshot_create_readonly(d.as_fd(), name.as_bytes(), src.as_fd()) {
+            Ok(()) => return Ok(path),
+            Err(rustix::io::Errno::EXIST) if seq < MAX_SEQ => seq += 1,
+            Err(e) => {
+                return Err(errno_error(
+                    format!(
+                        "cannot take a read-only snapshot of {} as {}",
+                        subvol.display(),
+                        path.display()
+                    ),
+                    e,
+                ));
+            }
+        }
+    }
+}
+
+/// The transids of the subvolume `fd` is in
+/// ([`BTRFS_IOC_GET_SUBVOL_INFO`](sys::subvol_info)), its UUID and parent
+/// UUID, and whether it is read-only.
+fn info(fd: std::os::fd::BorrowedFd<'_>) -> Result<sys::SubvolInfo, rustix::io::Errno> {
+    sys::subvol_info(fd)
+}
+
+fn transids(i: &sys::SubvolInfo) -> super::plan::Transids {
+    super::plan::Transids {
+        generation: i.generation,
+        ctransid: i.ctransid,
+        otransid: i.otransid,
+    }
+}
+
+/// Whether `subvol` has not changed since the newest read-only snapshot
+/// btrsend took of it in `dir` (by its name and its parent UUID); the
+/// name of that snapshot when so. The filesystem is synced first: the
+/// subvolume's generation is written when its transaction commits.
+///
+/// # Errors
+///
+/// [`BackupError::Io`]: `subvol` or `dir` cannot be opened or examined,
+/// or the sync fails.
+pub fn newest_taken(subvol: &Path, dir: &Path) -> Result<Option<String>, BackupError> {
+    let base = base_name(subvol);
+    let src = open_dir(subvol, "the subvolume")?;
+    let io = |what: String| move |e: rustix::io::Errno| errno_error(what, e);
+    rustix::fs::syncfs(&src).map_err(io(format!("cannot sync {}", subvol.display())))?;
+    let me = info(src.as_fd()).map_err(io(format!("cannot examine {}", subvol.display())))?;
+    let d = open_dir(dir, "the snapshot directory")?;
+    let mut newest: Option<(u64, String, sys::SubvolInfo)> = None;
+    for name in subvolumes_in(dir)? {
+        if parse_snapshot_name(&base, &name).is_none() {
+            continue;
+        }
+        // Relative to DIR, without following a symlink put in its place
+        // since it was listed.
+        let Ok(fd) = rustix::fs::openat(
+            &d,
+            name.as_str(),
+            rustix::fs::OFlags::RDONLY
+                | rustix::fs::OFlags::DIRECTORY
+                | rustix::fs::OFlags::NOFOLLOW
+                | rustix::fs::OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+        ) else {
+            continue;
+        };
+        let Ok(i) = info(fd.as_fd()) else { continue };
+        if i.parent_uuid != me.uuid || i.flags & 1 == 0 {
+            continue;
+        }
+        if newest
+            .as_ref()
+            .is_none_or(|(o, n, _)| (i.otransid, &name) > (*o, n))
+        {
+            newest = Some((i.otransid, name, i));
+        }
+    }
+    Ok(newest
+        .filter(|(_, _, snap)| super::plan::unchanged_since(transids(&me), transids(snap)))
+        .map(|(_, name, _)| name))
 }
 
 /// Delete the snapshot `name` in `dir`.
@@ -172,10 +286,14 @@ pub struct Candidate {
     /// The transaction that created it (its otransid: orders snapshots
     /// of one subvolume, even when nothing changed between them).
     pub otransid: u64,
-    /// Whether btrsend took it (its name is [`snapshot_name`]'s).
-    pub ours: bool,
+    /// When btrsend took it: the time and suffix in its name
+    /// ([`parse_snapshot_seq`]); `None` for a name btrsend does not give.
+    pub taken: Option<(jiff::Timestamp, u32)>,
     /// Whether the repository holds its stream.
     pub stored: bool,
+    /// Whether a hold record names it (another repository's next
+    /// parent).
+    pub held: bool,
 }
 
 /// Why a source snapshot stays or goes.
@@ -189,6 +307,8 @@ pub enum PruneVerdict {
     KeepUnstored,
     /// Not named by btrsend: never deleted.
     KeepForeign,
+    /// Named by a hold record: another repository's next parent.
+    KeepHeld,
     /// Deleted.
     Delete,
 }
@@ -202,13 +322,13 @@ pub fn prune_plan(candidates: &[Candidate], keep: usize) -> Vec<PruneVerdict> {
         .map(|c| c.otransid)
         .max();
     let mut ours: Vec<usize> = (0..candidates.len())
-        .filter(|&i| candidates[i].ours)
+        .filter(|&i| candidates[i].taken.is_some())
         .collect();
-    // Newest first (by name, which holds the time, within one
-    // transaction).
+    // Newest first (by the time and suffix in the name within one
+    // transaction: `_10` is newer than `_9`).
     ours.sort_by(|&a, &b| {
         let (a, b) = (&candidates[a], &candidates[b]);
-        (b.otransid, &b.name).cmp(&(a.otransid, &a.name))
+        (b.otransid, b.taken, &b.name).cmp(&(a.otransid, a.taken, &a.name))
     });
     let mut verdicts = vec![PruneVerdict::KeepForeign; candidates.len()];
     let mut base_kept = false;
@@ -224,6 +344,8 @@ pub fn prune_plan(candidates: &[Candidate], keep: usize) -> Vec<PruneVerdict> {
             PruneVerdict::KeepBase
         } else if !c.stored && base.is_none_or(|b| c.otransid > b) {
             PruneVerdict::KeepUnstored
+        } else if c.held {
+            PruneVerdict::KeepHeld
         } else {
             PruneVerdict::Delete
         };
@@ -240,8 +362,9 @@ mod tests {
         Candidate {
             name: name.to_owned(),
             otransid,
-            ours,
+            taken: ours.then_some((jiff::Timestamp::UNIX_EPOCH, 0)),
             stored,
+            held: false,
         }
     }
 
@@ -264,6 +387,55 @@ mod tests {
         }
         assert_eq!(base_name(Path::new("/mnt/fs/home")), "home");
         assert_eq!(base_name(Path::new("/")), "root");
+    }
+
+    #[test]
+    fn suffixed_names_are_ours_and_ordered() {
+        let t: jiff::Timestamp = "2026-11-24T03:00:07Z".parse().unwrap();
+        assert_eq!(snapshot_name_seq("home", t, 0), "home.2026-11-24T030007Z");
+        for seq in [1, 2, 9, 10, MAX_SEQ] {
+            let n = snapshot_name_seq("home", t, seq);
+            assert_eq!(n, format!("home.2026-11-24T030007Z_{seq}"));
+            assert_eq!(parse_snapshot_seq("home", &n), Some((t, seq)));
+            assert_eq!(parse_snapshot_name("home", &n), Some(t));
+        }
+        for other in [
+            "home.2026-11-24T030007Z_",
+            "home.2026-11-24T030007Z_0",
+            "home.2026-11-24T030007Z_01",
+            "home.2026-11-24T030007Z_100",
+            "home.2026-11-24T030007Z_1_2",
+            "home.2026-11-24T030007Z_x",
+            "home.2026-11-24T030007Z_-1",
+            "home.2026-11-24T030007Z_+1",
+        ] {
+            assert_eq!(parse_snapshot_seq("home", other), None, "{other}");
+        }
+        // Within one transaction (nothing changed between the runs), `_10`
+        // is newer than `_9` and than the plain name; the newest two stay.
+        let mk = |seq: u32| Candidate {
+            name: snapshot_name_seq("home", t, seq),
+            otransid: 10,
+            taken: Some((t, seq)),
+            stored: true,
+            held: false,
+        };
+        let cs = [mk(10), mk(0), mk(9), mk(2)];
+        assert_eq!(prune_plan(&cs, 2), [KeepNewest, Delete, KeepNewest, Delete]);
+    }
+
+    #[test]
+    fn held_snapshots_stay() {
+        // Another repository's next parent is s2: it stays although this
+        // repository's base is s4 and N is 1.
+        let mut cs = [
+            c("s1", 10, true, true),
+            c("s2", 20, true, true),
+            c("s3", 30, true, true),
+            c("s4", 40, true, true),
+        ];
+        cs[1].held = true;
+        assert_eq!(prune_plan(&cs, 1), [Delete, KeepHeld, Delete, KeepNewest]);
     }
 
     #[test]

@@ -591,6 +591,8 @@ pub struct SubvolInfo {
     pub name: Vec<u8>,
     /// Root item flags (`BTRFS_ROOT_SUBVOL_RDONLY` = 1).
     pub flags: u64,
+    /// The root item's generation (the transaction that last wrote it).
+    pub generation: u64,
     /// Its UUID.
     pub uuid: [u8; 16],
     /// The UUID of the subvolume it is a snapshot of.
@@ -599,6 +601,8 @@ pub struct SubvolInfo {
     pub received_uuid: [u8; 16],
     /// ctransid.
     pub ctransid: u64,
+    /// otransid (the transaction that created it).
+    pub otransid: u64,
     /// stransid (the sender's ctransid, for a received subvolume).
     pub stransid: u64,
     /// rtransid (when it was received).
@@ -625,10 +629,12 @@ pub fn subvol_info(fd: BorrowedFd<'_>) -> Result<SubvolInfo, Errno> {
         treeid: a.treeid,
         name: until_nul(&a.name).to_vec(),
         flags: a.flags,
+        generation: a.generation,
         uuid: a.uuid,
         parent_uuid: a.parent_uuid,
         received_uuid: a.received_uuid,
         ctransid: a.ctransid,
+        otransid: a.otransid,
         stransid: a.stransid,
         rtransid: a.rtransid,
     })

@@ -175,9 +175,9 @@ pub struct RunArgs {
     degraded: bool,
     /// First take a read-only snapshot DIR/NAME.YYYY-MM-DDTHHMMSSZ (UTC) of
     /// the subvolume SUBVOL, a path in a mounted btrfs (as `btrfs subvolume
-    /// snapshot -r` does; needs root), then store every snapshot of SUBVOL
-    /// in DIR newer than the newest one stored (repeat for several
-    /// subvolumes).
+    /// snapshot -r` does; needs root), unless SUBVOL has not changed since
+    /// its newest one, then store every snapshot of SUBVOL in DIR newer
+    /// than the newest one stored (repeat for several subvolumes).
     #[arg(long = "snapshot", value_name = "SUBVOL", requires = "snapshot_dir")]
     snapshot: Vec<PathBuf>,
     /// Where --snapshot puts its snapshots: a directory on the same btrfs
@@ -186,23 +186,37 @@ pub struct RunArgs {
     snapshot_dir: Option<PathBuf>,
     /// After storing, delete the snapshots --snapshot took beyond the
     /// newest N (per subvolume); the newest stored one (the next
-    /// incremental's parent) and newer ones not stored yet always stay, and
-    /// a snapshot btrsend did not name is never deleted.
+    /// incremental's parent), newer ones not stored yet and those another
+    /// repository's hold names (DIR/.btrsend-holds) always stay, and a
+    /// snapshot btrsend did not name is never deleted.
     #[arg(long = "keep-snapshots", value_name = "N", requires = "snapshot")]
     keep_snapshots: Option<usize>,
-    /// Make every N-th stream of a chain a full one, so chains stay
-    /// bounded and old ones can be dropped (default 0: only the first).
+    /// Make every N-th stream of a chain a full one (default 0: no limit by
+    /// count; see --full-every-days).
     #[arg(long = "full-every", value_name = "N", default_value_t = 0)]
     full_every: u32,
+    /// Make a new full stream once the chain's full stream is D days older
+    /// than the snapshot (entry times: the snapshots' creation times;
+    /// within 12 hours, for a nightly job's drift). A chain ends only with
+    /// a full stream and `backup forget` keeps every ancestor of a kept
+    /// entry, so this is what lets retention free space: default 30, about
+    /// one full stream per month --keep-monthly keeps; 0: never.
+    #[arg(long = "full-every-days", value_name = "D", default_value_t = backup::plan::DEFAULT_FULL_EVERY_DAYS)]
+    full_every_days: u32,
     /// The zstd level of the stored streams (1-19, default 3).
     #[arg(long = "compression-level", value_name = "L", default_value_t = 3,
           value_parser = clap::value_parser!(i32).range(1..=19))]
     level: i32,
     /// Print JSON Lines on standard output (message_type status, stored,
-    /// then summary) and errors as JSON on standard error. A stream that
+    /// then summary; a subvolume not snapshotted because it is unchanged
+    /// is a status line with unchanged: true and newest_snapshot, counted
+    /// in the summary's unchanged) and errors as JSON on standard error. A stream that
     /// continues an interrupted run's adds a status line with
     /// resumed_from_bytes (raw stream kept) and resumed_stored_bytes; every
-    /// stored line has resumed_from_bytes and sent_bytes (the rest).
+    /// stored line has resumed_from_bytes and sent_bytes (the rest), and a
+    /// full one full_reason: first, full_every, full_every_days,
+    /// parent_gone (the parent's snapshot was deleted from the source) or
+    /// chain_damaged. Warnings are status lines with a warning.
     #[arg(long)]
     json: bool,
     #[command(flatten)]
@@ -230,8 +244,10 @@ where the interrupted run stopped: the partial stream file in REPO/tmp/
 (kept when a run is killed or fails) is checked frame by frame, cut back
 to its last intact frame, and the rest of the stream is sent and appended,
 if it is of the same snapshot and parent (else it is removed, with a
-notice, and the stream sent again; see btrsend-repository(5)). S3
-repositories send the stream again. Silent on success unless standard error is a
+notice, and the stream sent again; see btrsend-repository(5)). In S3 the
+parts of an unfinished upload cannot be read back: the run continues the
+upload from what its marker in REPO/tmp/ recorded as the parts were stored.
+Silent on success unless standard error is a
 terminal or --json is given. On a terminal a progress bar covers the whole
 run: its total is the exact size of every stream the run stores (estimated
 first from the snapshots' metadata, as `btrsend send --estimate` does), so
@@ -242,6 +258,28 @@ With --snapshot the job takes its own snapshots (one cron line does
 everything; needs root):
   btrsend backup run --repo /backup/home --snapshot /mnt/pool/home \
       --snapshot-dir /mnt/pool/snaps --keep-snapshots 7
+
+Full streams: a chain ends only with a new full stream, and `backup forget`
+keeps every ancestor of a kept entry, so without new full streams forget
+frees nothing. A run stores a full stream when the chain's full one is 30
+days older than the snapshot (--full-every-days; --full-every N also
+counts streams), when the origin has none stored yet, or when the stored
+snapshot its incremental stream needs was deleted from the source: then it
+warns on standard error, cron or not.
+
+Snapshot names: when DIR/NAME.TIME exists (two runs in one second), the
+snapshot is named NAME.TIME_1, NAME.TIME_2, ... A subvolume that has not
+changed since the newest snapshot btrsend took of it in DIR gets none (its
+generation and ctransid, after a sync, are the snapshot's): the run stores
+nothing new, and --json says unchanged.
+
+Several repositories may store from one DIR (a local one and an S3 one):
+each run records in DIR/.btrsend-holds/ID (ID: the repository's id, in
+REPO/config) the snapshot its next incremental stream needs, and
+--keep-snapshots of any of them never deletes a snapshot such a hold
+names. Delete a repository's hold file to release what it holds (for a
+repository no longer used: pruning warns about holds not updated for 30
+days). A hold file that cannot be read is ignored with a warning.
 
 A source snapshot that cannot be taken or deleted makes the exit status 3;
 the other snapshots are stored all the same.";
@@ -401,6 +439,8 @@ struct RunProgress {
     /// The stream bytes kept from an interrupted run for the snapshot
     /// being stored (for its `stored` message).
     resumed: Mutex<Option<u64>>,
+    /// Why the snapshot being stored is full (for its `stored` message).
+    full: Mutex<Option<backup::plan::FullReason>>,
     /// A test hook (`BTRSEND_TEST_PAUSE_AT`): stop the run's sender for
     /// good once this many stream bytes are stored, so that a test can kill
     /// it at a known point.
@@ -439,6 +479,7 @@ impl RunProgress {
             count: std::sync::atomic::AtomicUsize::new(0),
             current: std::sync::atomic::AtomicUsize::new(0),
             resumed: Mutex::new(None),
+            full: Mutex::new(None),
             pause_at: std::env::var("BTRSEND_TEST_PAUSE_AT")
                 .ok()
                 .and_then(|v| v.parse().ok()),
@@ -472,6 +513,26 @@ impl Progress for RunProgress {
             self.line(json!({"message_type": "status", "notice": msg}));
         } else if let Some(b) = &self.bar {
             b.println(format!("btrsend: notice: {}", printable(msg)));
+        }
+    }
+
+    fn warning(&self, msg: &str) {
+        if self.json {
+            self.line(json!({"message_type": "status", "warning": msg}));
+        } else {
+            // Cron mails what reaches stderr: this is printed without a
+            // terminal too.
+            let line = format!("btrsend: warning: {}", printable(msg));
+            match &self.bar {
+                Some(b) => b.println(line),
+                None => eprintln!("{line}"),
+            }
+        }
+    }
+
+    fn full(&self, _path: &str, why: backup::plan::FullReason) {
+        if let Ok(mut f) = self.full.lock() {
+            *f = Some(why);
         }
     }
 
@@ -556,6 +617,7 @@ impl Progress for RunProgress {
         let resumed = self.resumed.lock().ok().and_then(|mut r| r.take());
         self.kept
             .fetch_add(resumed.unwrap_or(0), std::sync::atomic::Ordering::Relaxed);
+        let full = self.full.lock().ok().and_then(|mut f| f.take());
         if self.json {
             let mut v = serde_json::to_value(e).unwrap_or_default();
             if let Some(o) = v.as_object_mut() {
@@ -568,8 +630,28 @@ impl Progress for RunProgress {
                     "sent_bytes".into(),
                     e.stream_bytes.saturating_sub(kept).into(),
                 );
+                if let Some(why) = full.filter(|_| e.kind == Kind::Full) {
+                    o.insert("full_reason".into(), why.as_str().into());
+                }
             }
             self.line(v);
+        }
+    }
+
+    fn unchanged(&self, subvol: &std::path::Path, snapshot: &std::path::Path) {
+        if self.json {
+            self.line(json!({
+                "message_type": "status",
+                "subvolume": subvol.display().to_string(),
+                "unchanged": true,
+                "newest_snapshot": snapshot.display().to_string(),
+            }));
+        } else if let Some(b) = &self.bar {
+            b.println(format!(
+                "btrsend: {} has not changed since {}: no snapshot taken",
+                printable(&subvol.display().to_string()),
+                printable(&snapshot.display().to_string())
+            ));
         }
     }
 
@@ -582,6 +664,9 @@ impl Progress for RunProgress {
     fn failed(&self, path: &str, err: &BackupError) {
         if let Ok(mut r) = self.resumed.lock() {
             *r = None;
+        }
+        if let Ok(mut f) = self.full.lock() {
+            *f = None;
         }
         if self.json {
             let v =
@@ -624,6 +709,7 @@ fn run_run(a: &RunArgs) -> anyhow::Result<()> {
             .with_devices(a.devices.clone())
             .with_degraded(a.degraded)
             .with_full_every(a.full_every)
+            .with_full_every_days(a.full_every_days)
             .with_level(a.level)
             .with_wait_lock(a.lock.retry_lock);
         if let Some(n) = a.frame_bytes {
@@ -662,6 +748,7 @@ fn run_run(a: &RunArgs) -> anyhow::Result<()> {
                 "already_stored": report.skipped.len(),
                 "failed": report.failed.len(),
                 "snapshots_taken": report.taken.len(),
+                "unchanged": report.unchanged.len(),
                 "snapshots_deleted": report.pruned.len(),
                 "snapshot_failures": report.snapshot_failed.len(),
                 "stream_bytes": stream_bytes,

@@ -80,7 +80,9 @@ pub struct ForgetArgs {
     #[arg(long = "dry-run", short = 'n')]
     dry_run: bool,
     /// Print the decisions as a JSON array, one object per entry (id, path,
-    /// uuid, time, origin, kind, action: "keep" or "delete", reasons).
+    /// uuid, time, origin, kind, action: "keep" or "delete", reasons,
+    /// stored_bytes, and kept_for_chain: true when the entry is kept only
+    /// because kept entries' chains need it).
     #[arg(long)]
     json: bool,
     #[command(flatten)]
@@ -97,6 +99,12 @@ incremental stream, and so on down to its full stream) is kept as well
 (\"parent of ID\"), so that every kept entry stays restorable; entries whose
 time is in the future are never deleted. The catalog is replaced
 atomically before any stream file is deleted.
+
+A chain is freed only once a newer full stream starts the next one: `backup
+run` makes one when the chain's full stream is 30 days old
+(--full-every-days). The listing (--dry-run, or on a terminal) ends with
+how many entries, and how many bytes, the policy would drop but kept
+chains still need; --json marks them kept_for_chain.
 
 Without any --keep-* option (or with only zeros) nothing is deleted and the
 exit status is 2.
@@ -151,6 +159,8 @@ pub fn run(a: &ForgetArgs) -> anyhow::Result<()> {
                     "parent_id": v.entry.parent_id,
                     "action": if v.keep { "keep" } else { "delete" },
                     "reasons": v.reasons,
+                    "stored_bytes": v.entry.stored_bytes,
+                    "kept_for_chain": v.kept_for_chain,
                 })
             })
             .collect();
@@ -176,6 +186,10 @@ pub fn run(a: &ForgetArgs) -> anyhow::Result<()> {
             "{kept} kept, {} {deleted}",
             report.verdicts.len() - kept
         )?;
+        let why = report.chain_held.explain();
+        if !why.is_empty() {
+            writeln!(out, "{why}")?;
+        }
     }
     Ok(())
 }

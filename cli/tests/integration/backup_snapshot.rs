@@ -16,11 +16,13 @@ use serde_json::Value;
 
 use crate::backup_forget::{change, listed, ok, run, sh};
 
-/// The subvolume names in `dir`, sorted.
+/// The subvolume names in `dir`, sorted (the hold records' directory,
+/// which every run writes, is not one).
 fn names(dir: &Path) -> Vec<String> {
     let mut v: Vec<String> = fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n != btrsend::backup::holds::HOLDS_DIR)
         .collect();
     v.sort();
     v

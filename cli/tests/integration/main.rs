@@ -12,6 +12,7 @@ mod backup;
 mod backup_feedback;
 mod backup_forget;
 mod backup_hostile;
+mod backup_plan;
 mod backup_resume;
 mod backup_s3;
 mod backup_series;

@@ -553,3 +553,45 @@ fn random_timelines_and_policies() {
     }
     assert!(checked > 2000, "only {checked} non-empty policies");
 }
+
+#[test]
+fn entries_kept_only_for_a_chain_are_told_apart() {
+    // 1 (full) <- 2 <- 3, then 4 (full) <- 5; --keep-last 1 per origin
+    // keeps 5, its parent 4 only for the chain. --keep-last 2 keeps 4 for
+    // itself too.
+    let mut es = timeline(&[
+        utc(2026, 1, 1, 3),
+        utc(2026, 1, 2, 3),
+        utc(2026, 1, 3, 3),
+        utc(2026, 1, 4, 3),
+        utc(2026, 1, 5, 3),
+    ]);
+    for (child, parent) in [(1, 1), (2, 2), (4, 4)] {
+        es[child].parent = Some(parent);
+    }
+    let policy = |n| Policy {
+        last: Keep::Count(n),
+        ..Policy::default()
+    };
+    let only = |p: &Plan<u64>| -> Vec<u64> {
+        let mut v: Vec<u64> = p
+            .decisions
+            .iter()
+            .filter(|d| d.kept_only_for_chain())
+            .map(|d| d.id)
+            .collect();
+        v.sort_unstable();
+        v
+    };
+    let p = plan(&es, &policy(1), far_future(), &TimeZone::UTC).unwrap();
+    assert_eq!(kept(&p), [4, 5]);
+    assert_eq!(only(&p), [4]);
+    // --keep-last 3: 3, 4, 5 by the policy; 1 and 2 for 3's chain.
+    let p = plan(&es, &policy(3), far_future(), &TimeZone::UTC).unwrap();
+    assert_eq!(kept(&p), [1, 2, 3, 4, 5]);
+    assert_eq!(only(&p), [1, 2]);
+    // A deleted entry is not "kept for a chain".
+    let p = plan(&es, &policy(2), far_future(), &TimeZone::UTC).unwrap();
+    assert_eq!(kept(&p), [4, 5]);
+    assert_eq!(only(&p), Vec::<u64>::new());
+}

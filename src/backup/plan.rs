@@ -1,0 +1,444 @@
+//! Planning a run: which stream each snapshot is stored as (incremental
+//! from which parent, or full and why), and whether a subvolume changed
+//! since its newest snapshot.
+//!
+//! Pure functions over what the run found (catalog entries, the source's
+//! snapshots, times), with no I/O, so that [`Repository::run`] and its
+//! progress estimate decide alike and the rules can be tested on made-up
+//! chains, as [`retention`](super::retention) is.
+//!
+//! # Full or incremental ([`choose`])
+//!
+//! A snapshot's parent is the newest stored entry of its origin (by
+//! ctransid, then id) that is not newer than it, whose chain is intact (every
+//! stream file present with its size) and whose snapshot is still on the
+//! source. Without one the stream is full: [`FullReason::First`] when the
+//! origin has no such entry at all, [`FullReason::ParentGone`] when some
+//! have their chain intact but none is on the source any more (someone
+//! deleted the snapshot the next incremental needed: the run says so, as
+//! the full stream costs storage and time nobody planned for),
+//! [`FullReason::ChainDamaged`] otherwise. With a parent, the stream is
+//! still full when the chain is due for a new full one:
+//!
+//! * `--full-every N` ([`FullPolicy::every`]): the chain already has N
+//!   streams ([`FullReason::FullEvery`]);
+//! * `--full-every-days D` ([`FullPolicy::every_days`]): the chain's full
+//!   stream is D days older than the snapshot, measured on the entries'
+//!   times (the snapshots' creation times, or an import's `--time`), as
+//!   retention measures them ([`FullReason::FullEveryDays`]). A nightly
+//!   job starts a few seconds later or earlier each night, so "D days"
+//!   allows [`DAYS_SLACK`]: the full of a 03:00 job comes on the D-th
+//!   night, not the D+1-th. A full stream whose time cannot be read counts
+//!   as old: a new full stream is always a correct choice, and ends the
+//!   chain whose time is unknown.
+//!
+//! A chain ends only with a new full stream, and `backup forget` keeps every
+//! ancestor of a kept entry: without a bound on a chain's age nothing older
+//! than the newest full is ever freed. [`DEFAULT_FULL_EVERY_DAYS`] argues
+//! the default.
+
+use jiff::{SignedDuration, Timestamp};
+
+/// The default of `--full-every-days`: 30.
+///
+/// One full stream a month. Retention's coarsest common period is the month
+/// (`--keep-monthly`): each month kept holds one chain back to its full
+/// stream, so about one full per month kept is the least a monthly policy
+/// can cost, and a month-long chain is what `--keep-daily 7 --keep-weekly 4`
+/// spans anyway. Shorter (7 days) uploads four or five fulls a month — for
+/// an S3 repository of a 1.5 GB subvolume, 6 GB a month more — and frees only
+/// incrementals, which are small; longer (90 days) keeps up to three months
+/// of incrementals for each month `--keep-monthly` keeps, and a restore
+/// replays up to 90 streams, where one damaged file breaks every later
+/// entry of its chain. At 30, a restore replays at most about 30 streams
+/// and damage costs at most a month of history.
+pub const DEFAULT_FULL_EVERY_DAYS: u32 = 30;
+
+/// How early a chain's full stream may be and still count as D days old
+/// (see the module docs).
+pub const DAYS_SLACK: SignedDuration = SignedDuration::from_hours(12);
+
+/// When a chain gets a new full stream (`0`: never, by that rule).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct FullPolicy {
+    /// `--full-every N`: when the chain holds N streams.
+    pub every: u32,
+    /// `--full-every-days D`: when the chain's full stream is D days old.
+    pub every_days: u32,
+}
+
+/// Why a stream is stored full.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FullReason {
+    /// The origin has no stored entry to be incremental from.
+    First,
+    /// The chain holds `--full-every` streams.
+    FullEvery,
+    /// The chain's full stream is `--full-every-days` days old.
+    FullEveryDays,
+    /// The origin's stored snapshots are gone from the source.
+    ParentGone,
+    /// The chains of the stored snapshots still on the source are damaged
+    /// (a stream file missing or of the wrong size).
+    ChainDamaged,
+}
+
+impl FullReason {
+    /// `first`, `full_every`, `full_every_days`, `parent_gone`,
+    /// `chain_damaged`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FullReason::First => "first",
+            FullReason::FullEvery => "full_every",
+            FullReason::FullEveryDays => "full_every_days",
+            FullReason::ParentGone => "parent_gone",
+            FullReason::ChainDamaged => "chain_damaged",
+        }
+    }
+}
+
+/// A stored entry of the snapshot's origin that is not newer than it, as
+/// [`choose`] sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParentCandidate<Id> {
+    /// The entry.
+    pub id: Id,
+    /// Its ctransid (orders candidates; the id breaks ties).
+    pub ctransid: u64,
+    /// Whether its snapshot is on the source (an incremental needs it).
+    pub on_source: bool,
+    /// Whether every stream file of its chain is present with its size.
+    pub chain_intact: bool,
+    /// Streams in its chain, itself and its full stream included.
+    pub depth: usize,
+    /// The time of its chain's full stream (`None`: unreadable).
+    pub full_time: Option<Timestamp>,
+}
+
+/// What [`choose`] decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Choice<Id> {
+    /// Incremental from this entry.
+    Incremental(Id),
+    /// A full stream, and why.
+    Full(FullReason),
+}
+
+/// Whether a chain of `depth` streams whose full stream has the time
+/// `full_time` is due for a new full stream for a snapshot of time `time`.
+pub fn full_due(
+    depth: usize,
+    full_time: Option<Timestamp>,
+    time: Timestamp,
+    policy: FullPolicy,
+) -> Option<FullReason> {
+    if policy.every > 0 && depth >= policy.every as usize {
+        return Some(FullReason::FullEvery);
+    }
+    if policy.every_days > 0 {
+        let Some(full_time) = full_time else {
+            return Some(FullReason::FullEveryDays);
+        };
+        let days = SignedDuration::from_hours(24 * i64::from(policy.every_days));
+        if time.duration_since(full_time) >= days - DAYS_SLACK {
+            return Some(FullReason::FullEveryDays);
+        }
+    }
+    None
+}
+
+/// The stream a snapshot of time `time` is stored as, given the stored
+/// entries of its origin that are not newer than it (see the module
+/// docs).
+pub fn choose<Id: Clone + Ord>(
+    candidates: &[ParentCandidate<Id>],
+    time: Timestamp,
+    policy: FullPolicy,
+) -> Choice<Id> {
+    let best = candidates
+        .iter()
+        .filter(|c| c.on_source && c.chain_intact)
+        .max_by(|a, b| (a.ctransid, &a.id).cmp(&(b.ctransid, &b.id)));
+    let Some(best) = best else {
+        return Choice::Full(if candidates.is_empty() {
+            FullReason::First
+        } else if candidates.iter().any(|c| c.chain_intact) {
+            FullReason::ParentGone
+        } else {
+            FullReason::ChainDamaged
+        });
+    };
+    match full_due(best.depth, best.full_time, time, policy) {
+        Some(why) => Choice::Full(why),
+        None => Choice::Incremental(best.id.clone()),
+    }
+}
+
+/// A subvolume or snapshot as [`unchanged_since`] compares them (`btrfs
+/// subvolume show`, or `BTRFS_IOC_GET_SUBVOL_INFO`, after a sync).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Transids {
+    /// The root item's generation: the transaction that last wrote the
+    /// subvolume's tree root.
+    pub generation: u64,
+    /// The transaction of the last change of an inode in it.
+    pub ctransid: u64,
+    /// The transaction that created it.
+    pub otransid: u64,
+}
+
+/// Whether `subvol` has not changed since `snapshot` was taken of it.
+///
+/// Taking a snapshot in transaction T copies the subvolume's root item
+/// (its ctransid with it) and writes the subvolume's root node in T too
+/// (the snapshot shares everything below it), so right after it the
+/// subvolume's generation is T, the snapshot's otransid. A later change
+/// rewrites the root node in a later transaction (its generation grows) and
+/// a change of an inode sets its ctransid. Both must still match: the
+/// generation alone also sees changes that leave ctransid alone (data
+/// written into an existing file), ctransid alone would not need a sync. A
+/// false "changed" (an atime update, a balance) only costs a snapshot; a
+/// false "unchanged" would lose a night, so the caller syncs the filesystem
+/// first (the root item's generation is written at commit).
+pub fn unchanged_since(subvol: Transids, snapshot: Transids) -> bool {
+    subvol.ctransid == snapshot.ctransid && subvol.generation <= snapshot.otransid
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(s: &str) -> Timestamp {
+        s.parse().unwrap()
+    }
+
+    fn cand(id: u64, ctransid: u64, depth: usize, full: &str) -> ParentCandidate<u64> {
+        ParentCandidate {
+            id,
+            ctransid,
+            on_source: true,
+            chain_intact: true,
+            depth,
+            full_time: Some(t(full)),
+        }
+    }
+
+    const NEVER: FullPolicy = FullPolicy {
+        every: 0,
+        every_days: 0,
+    };
+
+    #[test]
+    fn the_newest_usable_entry_is_the_parent() {
+        let mut cs = vec![
+            cand(1, 10, 1, "2026-01-01T03:00:00Z"),
+            cand(2, 20, 2, "2026-01-01T03:00:00Z"),
+            cand(3, 30, 3, "2026-01-01T03:00:00Z"),
+        ];
+        let now = t("2026-01-04T03:00:00Z");
+        assert_eq!(choose(&cs, now, NEVER), Choice::Incremental(3));
+        // The newest gone from the source: the one before it.
+        cs[2].on_source = false;
+        assert_eq!(choose(&cs, now, NEVER), Choice::Incremental(2));
+        // Damaged chain: skipped too.
+        cs[1].chain_intact = false;
+        assert_eq!(choose(&cs, now, NEVER), Choice::Incremental(1));
+        // Equal ctransid (an import and a run of one snapshot): the higher id.
+        let tie = [
+            cand(7, 10, 1, "2026-01-01T03:00:00Z"),
+            cand(4, 10, 1, "2026-01-01T03:00:00Z"),
+        ];
+        assert_eq!(choose(&tie, now, NEVER), Choice::Incremental(7));
+    }
+
+    #[test]
+    fn no_parent_says_why() {
+        let now = t("2026-01-04T03:00:00Z");
+        assert_eq!(
+            choose::<u64>(&[], now, NEVER),
+            Choice::Full(FullReason::First)
+        );
+        let mut gone = cand(1, 10, 1, "2026-01-01T03:00:00Z");
+        gone.on_source = false;
+        let mut damaged = cand(2, 20, 2, "2026-01-01T03:00:00Z");
+        damaged.chain_intact = false;
+        // The intact one is gone: what a deleted snapshot costs.
+        assert_eq!(
+            choose(&[gone.clone(), damaged.clone()], now, NEVER),
+            Choice::Full(FullReason::ParentGone)
+        );
+        // Only a damaged one is left on the source.
+        gone.chain_intact = false;
+        assert_eq!(
+            choose(&[gone, damaged], now, NEVER),
+            Choice::Full(FullReason::ChainDamaged)
+        );
+    }
+
+    #[test]
+    fn full_every_counts_the_chain() {
+        let p = FullPolicy {
+            every: 3,
+            every_days: 0,
+        };
+        let now = t("2026-01-04T03:00:00Z");
+        let c = |depth| [cand(1, 10, depth, "2026-01-01T03:00:00Z")];
+        assert_eq!(choose(&c(1), now, p), Choice::Incremental(1));
+        assert_eq!(choose(&c(2), now, p), Choice::Incremental(1));
+        assert_eq!(choose(&c(3), now, p), Choice::Full(FullReason::FullEvery));
+    }
+
+    #[test]
+    fn full_every_days_measures_the_chains_full_on_entry_times() {
+        let p = FullPolicy {
+            every: 0,
+            every_days: 30,
+        };
+        let full = "2026-01-01T03:00:05Z";
+        let c = [cand(1, 10, 29, full)];
+        // 29 nights later: incremental; the 30th night a few seconds early
+        // (cron's start time drifts): full; 12 hours early is still early.
+        assert_eq!(
+            choose(&c, t("2026-01-30T03:00:05Z"), p),
+            Choice::Incremental(1)
+        );
+        assert_eq!(
+            choose(&c, t("2026-01-31T03:00:01Z"), p),
+            Choice::Full(FullReason::FullEveryDays)
+        );
+        assert_eq!(
+            choose(&c, t("2026-01-30T15:00:05Z"), p),
+            Choice::Full(FullReason::FullEveryDays)
+        );
+        assert_eq!(
+            choose(&c, t("2026-01-30T15:00:04Z"), p),
+            Choice::Incremental(1)
+        );
+        // A snapshot older than the full (a clock set back): incremental.
+        assert_eq!(
+            choose(&c, t("2025-12-01T00:00:00Z"), p),
+            Choice::Incremental(1)
+        );
+        // An unreadable time: a new full ends that chain.
+        let mut unknown = c[0].clone();
+        unknown.full_time = None;
+        assert_eq!(
+            choose(&[unknown.clone()], t("2026-01-02T03:00:00Z"), p),
+            Choice::Full(FullReason::FullEveryDays)
+        );
+        // 0 disables the rule.
+        assert_eq!(
+            choose(&[unknown], t("2027-01-02T03:00:00Z"), NEVER),
+            Choice::Incremental(1)
+        );
+    }
+
+    #[test]
+    fn both_rules_apply_together() {
+        let p = FullPolicy {
+            every: 7,
+            every_days: 30,
+        };
+        let full = "2026-01-01T03:00:00Z";
+        let day = |d: i64| {
+            t(full)
+                .checked_add(SignedDuration::from_hours(24 * d))
+                .unwrap()
+        };
+        assert_eq!(
+            full_due(7, Some(t(full)), day(3), p),
+            Some(FullReason::FullEvery)
+        );
+        assert_eq!(
+            full_due(3, Some(t(full)), day(30), p),
+            Some(FullReason::FullEveryDays)
+        );
+        assert_eq!(full_due(6, Some(t(full)), day(29), p), None);
+    }
+
+    /// A nightly job over a year: the chain's full comes back every 30
+    /// nights, never later, so no chain holds more than 30 streams.
+    #[test]
+    fn a_year_of_nights_gives_a_full_every_thirty() {
+        let p = FullPolicy {
+            every: 0,
+            every_days: DEFAULT_FULL_EVERY_DAYS,
+        };
+        let start = t("2026-01-01T03:00:00Z");
+        let mut full_at = None;
+        let mut depth = 0;
+        let mut fulls = Vec::new();
+        for night in 0..365i64 {
+            // Start times drift by up to ±40 s.
+            let time = start
+                .checked_add(SignedDuration::from_secs(
+                    night * 86_400 + (night * 37) % 81 - 40,
+                ))
+                .unwrap();
+            let cands: Vec<ParentCandidate<u64>> = full_at
+                .map(|f| ParentCandidate {
+                    id: 1,
+                    ctransid: 1,
+                    on_source: true,
+                    chain_intact: true,
+                    depth,
+                    full_time: Some(f),
+                })
+                .into_iter()
+                .collect();
+            match choose(&cands, time, p) {
+                Choice::Full(_) => {
+                    full_at = Some(time);
+                    depth = 1;
+                    fulls.push(night);
+                }
+                Choice::Incremental(_) => depth += 1,
+            }
+            assert!(depth <= 30, "night {night}: chain of {depth}");
+        }
+        let gaps: Vec<i64> = fulls.windows(2).map(|w| w[1] - w[0]).collect();
+        assert!(gaps.iter().all(|&g| g == 30), "{fulls:?}");
+    }
+
+    #[test]
+    fn unchanged_needs_both_transids() {
+        let snap = Transids {
+            generation: 50,
+            ctransid: 40,
+            otransid: 50,
+        };
+        // Right after the snapshot.
+        let same = Transids {
+            generation: 50,
+            ctransid: 40,
+            otransid: 7,
+        };
+        assert!(unchanged_since(same, snap));
+        // A file created: both grow.
+        assert!(!unchanged_since(
+            Transids {
+                generation: 52,
+                ctransid: 52,
+                ..same
+            },
+            snap
+        ));
+        // Data written into a file: the tree changes, ctransid may not.
+        assert!(!unchanged_since(
+            Transids {
+                generation: 53,
+                ..same
+            },
+            snap
+        ));
+        // ctransid moved on (not committed yet, in memory).
+        assert!(!unchanged_since(
+            Transids {
+                ctransid: 55,
+                ..same
+            },
+            snap
+        ));
+    }
+}
