@@ -581,6 +581,8 @@ fn the_readme_crontab_lines_run_under_crons_environment() {
     );
     let (live, _snap) = live_home(1);
     let mnt = live.path();
+    // Changed since its snapshot: the job that takes snapshots takes one.
+    fs::write(mnt.join("home/changed"), "after the snapshot\n").unwrap();
     let repo = live.scratch_dir().join("repo");
     ok(backup(&["init", "--repo", repo.to_str().unwrap()]));
     let home = live.scratch_dir().join("home");
