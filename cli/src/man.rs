@@ -97,14 +97,14 @@ const BACKUP_CRON: Block = Block::Example(
     "A crontab line (crontab -e as root) that stores every new snapshot named \
      snaps/home.* of a device each night, incremental where it can, silent \
      on success:",
-    "0 3 * * * /usr/local/bin/btrsend backup run --repo /backup/home --device /dev/sdb1 'snaps/home.*'",
+    "0 3 * * * /usr/local/bin/btrsend backup run --repo /backup/home --full-every-days 30 --device /dev/sdb1 'snaps/home.*'",
 );
 
 const BACKUP_NIGHTLY: Block = Block::Example(
     "The whole nightly job in one crontab line: take a read-only snapshot of \
      /mnt/pool/home, store it, keep 7 source snapshots, then prune the \
      repository (never an entry a kept one's chain needs):",
-    "0 3 * * * /usr/local/bin/btrsend backup run --repo /backup/home --snapshot /mnt/pool/home --snapshot-dir /mnt/pool/snaps --keep-snapshots 7 && /usr/local/bin/btrsend backup forget --repo /backup/home --keep-daily 7 --keep-weekly 4 --keep-monthly 12",
+    "0 3 * * * /usr/local/bin/btrsend backup run --repo /backup/home --full-every-days 30 --snapshot /mnt/pool/home --snapshot-dir /mnt/pool/snaps --keep-snapshots 7 && /usr/local/bin/btrsend backup forget --repo /backup/home --keep-daily 7 --keep-weekly 4 --keep-monthly 12",
 );
 
 const BACKUP_LIST: Block = Block::Example(
