@@ -3,7 +3,7 @@
 //! since its newest snapshot.
 //!
 //! Pure functions over what the run found (catalog entries, the source's
-//! snapshots, times), with no I/O, so that [`Repository::run`] and its
+//! snapshots, times), with no I/O, so that [`Repository::run`](super::Repository::run) and its
 //! progress estimate decide alike and the rules can be tested on made-up
 //! chains, as [`retention`](super::retention) is.
 //!
