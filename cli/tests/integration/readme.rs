@@ -117,7 +117,7 @@ fn quick_start_builds_the_binary_and_its_commands_run() {
 
     // Installing: the binary, the man pages, the completions.
     for needle in [
-        "cargo install --path cli",
+        "cargo install --locked --path cli --root /usr/local",
         "man/*.1",
         "btrsend completions bash",
     ] {
