@@ -23,8 +23,9 @@ use crate::error::{CorruptKind, DeviceSetError, Error, Location, Notice, Result,
 use crate::ondisk::{self, DevItem};
 use crate::superblock::{Superblock, read_superblock};
 use crate::tree::buf::BlockBuf;
+use crate::tree::check::{BlockCheck, BlockExpect};
 use crate::tree::key::Key;
-use crate::tree::node::{BlockCheck, BlockExpect, TreeBlock};
+use crate::tree::node::TreeBlock;
 use crate::tree::walk::{BlockSource, Cursor, TreeRoot};
 use crate::types::{DevId, Generation, Logical, TreeId, Uuid, len64};
 

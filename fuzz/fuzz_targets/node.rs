@@ -11,7 +11,8 @@
 
 use btrsend::csum::CsumType;
 use btrsend::tree::key::Key;
-use btrsend::tree::node::{BlockCheck, BlockExpect, Node};
+use btrsend::tree::check::{BlockCheck, BlockExpect};
+use btrsend::tree::node::Node;
 use btrsend::types::{Generation, Logical, TreeId, Uuid};
 use libfuzzer_sys::fuzz_target;
 

@@ -16,8 +16,8 @@
 
 use crate::error::{CorruptKind, Error, Location, Result};
 use crate::ondisk;
+use crate::tree::check::BlockExpect;
 use crate::tree::key::Key;
-use crate::tree::node::BlockExpect;
 use crate::tree::walk::{BlockSource, Cursor, ItemRef, TreeRoot};
 use crate::types::TreeId;
 use crate::volume::Volume;

@@ -43,8 +43,8 @@ use std::collections::HashMap;
 
 use crate::fs::Filesystem;
 use crate::ondisk;
+use crate::tree::check::BlockExpect;
 use crate::tree::key::Key;
-use crate::tree::node::BlockExpect;
 use crate::tree::walk::{BlockSource, Cursor, TreeRoot};
 use crate::types::{Generation, Logical, TreeId};
 

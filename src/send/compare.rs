@@ -20,8 +20,9 @@
 
 use crate::error::Result;
 use crate::ondisk::KeyPtr;
+use crate::tree::check::BlockExpect;
 use crate::tree::key::Key;
-use crate::tree::node::{BlockExpect, NodePtr, TreeBlock};
+use crate::tree::node::{NodePtr, TreeBlock};
 use crate::tree::walk::{BlockSource, ItemRef, TreeRoot};
 use crate::types::{Generation, Logical};
 use zerocopy::IntoBytes;

@@ -1,6 +1,7 @@
 //! Item checks at read time: what the kernel's tree-checker refuses in a
 //! leaf (`fs/btrfs/tree-checker.c`, read for the facts; format doc §3),
-//! checked once when [`Node::new`](super::node::Node::new) validates a leaf,
+//! checked once when [`Node::new`](super::node::Node::new) validates a leaf
+//! (this module knows items, not blocks: the node hands it their keys and data),
 //! so every reader of an item — the filesystem model, the send planner, the
 //! listing — sees only items the kernel would also accept.
 //!
@@ -44,11 +45,56 @@
 use zerocopy::FromBytes;
 
 use crate::chunk_map::{ChunkInfo, ChunkRules};
+use crate::csum::CsumType;
 use crate::error::{CorruptKind, Error, Location, Result};
 use crate::ondisk::{self, DirItem, FileExtentItem, FileExtentItemHeader, InodeItem, RootItem};
 use crate::tree::key::Key;
-use crate::tree::node::{BlockCheck, BlockExpect, Node};
-use crate::types::Generation;
+use crate::types::{Generation, Logical, TreeId, Uuid};
+
+/// Filesystem-wide facts every block is checked against.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BlockCheck {
+    /// Tree block size.
+    pub nodesize: u32,
+    /// Data block size (node pointers must be aligned to it).
+    pub sectorsize: u32,
+    /// Checksum algorithm.
+    pub csum_type: CsumType,
+    /// The UUID in headers (`metadata_uuid` or `fsid`).
+    pub metadata_uuid: Uuid,
+    /// The chunk tree UUID, once known (from the chunk root's header).
+    pub chunk_tree_uuid: Option<Uuid>,
+    /// The superblock's generation: no inode or root item may be newer
+    /// than it + 1.
+    pub super_generation: Generation,
+    /// INCOMPAT_MIXED_GROUPS: chunk items may then hold data and metadata.
+    pub mixed_groups: bool,
+}
+
+/// What the referrer (parent pointer, root item, superblock) says a block is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BlockExpect {
+    /// Its address.
+    pub logical: Logical,
+    /// The tree being read.
+    pub tree: TreeId,
+    /// Its generation.
+    pub generation: Generation,
+    /// Its level.
+    pub level: u8,
+    /// Its first key, when reached through a parent pointer.
+    pub first_key: Option<Key>,
+}
+
+impl BlockExpect {
+    pub(crate) fn location(&self, level: Option<u8>) -> Location {
+        Location::TreeBlock {
+            logical: self.logical,
+            tree: self.tree,
+            level,
+        }
+    }
+}
 
 /// The hash of a DIR_ITEM or XATTR_ITEM name (its key offset):
 /// `crc32c(~1, name)` without the final inversion (`btrfs_name_hash`).
@@ -95,20 +141,21 @@ fn len64(n: usize) -> u64 {
     u64::try_from(n).unwrap_or(u64::MAX)
 }
 
-/// Check every item of the leaf `node`.
+/// Check every item of a leaf owned by tree `owner`, given as (slot, key, data).
 ///
 /// # Errors
 ///
 /// [`Error::Corrupt`] at the first item the kernel's tree-checker refuses,
 /// naming its slot and key.
-pub(crate) fn leaf_items(node: &Node<'_>, check: &BlockCheck, expect: &BlockExpect) -> Result<()> {
-    let fstree = is_fstree(node.owner().get());
+pub(crate) fn leaf_items<'a>(
+    owner: u64,
+    items: impl Iterator<Item = (usize, Key, &'a [u8])>,
+    check: &BlockCheck,
+    expect: &BlockExpect,
+) -> Result<()> {
+    let fstree = is_fstree(owner);
     let mut prev: Option<Key> = None;
-    for slot in 0..node.nritems() {
-        let Some(item) = node.item(slot) else {
-            break;
-        };
-        let key = item.key;
+    for (slot, key, data) in items {
         let bad = |kind| {
             Error::corrupt(
                 Location::Item {
@@ -144,10 +191,10 @@ pub(crate) fn leaf_items(node: &Node<'_>, check: &BlockCheck, expect: &BlockExpe
         match key.item_type {
             ondisk::BTRFS_DIR_ITEM_KEY
             | ondisk::BTRFS_DIR_INDEX_KEY
-            | ondisk::BTRFS_XATTR_ITEM_KEY => dir_item(&key, item.data, check, &bad)?,
-            ondisk::BTRFS_INODE_ITEM_KEY => inode_item(&key, item.data, check, &bad)?,
-            ondisk::BTRFS_EXTENT_DATA_KEY => file_extent(&key, item.data, check, &bad)?,
-            ondisk::BTRFS_ROOT_ITEM_KEY => root_item(&key, item.data, check, &bad)?,
+            | ondisk::BTRFS_XATTR_ITEM_KEY => dir_item(&key, data, check, &bad)?,
+            ondisk::BTRFS_INODE_ITEM_KEY => inode_item(&key, data, check, &bad)?,
+            ondisk::BTRFS_EXTENT_DATA_KEY => file_extent(&key, data, check, &bad)?,
+            ondisk::BTRFS_ROOT_ITEM_KEY => root_item(&key, data, check, &bad)?,
             ondisk::BTRFS_CHUNK_ITEM_KEY => {
                 let rules = ChunkRules {
                     sectorsize: check.sectorsize,
@@ -159,7 +206,7 @@ pub(crate) fn leaf_items(node: &Node<'_>, check: &BlockCheck, expect: &BlockExpe
                     slot: u32::try_from(slot).unwrap_or(u32::MAX),
                     key,
                 };
-                ChunkInfo::parse(key.offset, item.data, rules, &location)?;
+                ChunkInfo::parse(key.offset, data, rules, &location)?;
             }
             _ => {}
         }

@@ -18,61 +18,17 @@ use std::sync::Arc;
 
 use zerocopy::FromBytes;
 
-use crate::csum::{Csum, CsumType};
-use crate::error::{CorruptKind, Error, Location, Result};
+use crate::csum::Csum;
+use crate::error::{CorruptKind, Error, Result};
 use crate::ondisk::{self, DiskKey, Header, Item, KeyPtr};
 use crate::tree::buf::BlockBuf;
+use crate::tree::check::{self, BlockCheck, BlockExpect};
 use crate::tree::key::Key;
 use crate::types::{Generation, Logical, TreeId, Uuid, len64};
 
 const HEADER: usize = size_of::<Header>();
 const ITEM: usize = size_of::<Item>();
 const KEY_PTR: usize = size_of::<KeyPtr>();
-
-/// Filesystem-wide facts every block is checked against.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BlockCheck {
-    /// Tree block size.
-    pub nodesize: u32,
-    /// Data block size (node pointers must be aligned to it).
-    pub sectorsize: u32,
-    /// Checksum algorithm.
-    pub csum_type: CsumType,
-    /// The UUID in headers (`metadata_uuid` or `fsid`).
-    pub metadata_uuid: Uuid,
-    /// The chunk tree UUID, once known (from the chunk root's header).
-    pub chunk_tree_uuid: Option<Uuid>,
-    /// The superblock's generation: no inode or root item may be newer
-    /// than it + 1.
-    pub super_generation: Generation,
-    /// INCOMPAT_MIXED_GROUPS: chunk items may then hold data and metadata.
-    pub mixed_groups: bool,
-}
-
-/// What the referrer (parent pointer, root item, superblock) says a block is.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BlockExpect {
-    /// Its address.
-    pub logical: Logical,
-    /// The tree being read.
-    pub tree: TreeId,
-    /// Its generation.
-    pub generation: Generation,
-    /// Its level.
-    pub level: u8,
-    /// Its first key, when reached through a parent pointer.
-    pub first_key: Option<Key>,
-}
-
-impl BlockExpect {
-    fn location(&self, level: Option<u8>) -> Location {
-        Location::TreeBlock {
-            logical: self.logical,
-            tree: self.tree,
-            level,
-        }
-    }
-}
 
 /// Whether blocks of `tree` may carry another subvolume's owner (snapshots
 /// share blocks and keep the original owner).
@@ -314,7 +270,9 @@ impl<'a> Node<'a> {
             return Err(at(CorruptKind::FirstKeyMismatch { expected, found }));
         }
         if level == 0 {
-            super::check::leaf_items(&node, check, expect)?;
+            let items = (0..node.nritems())
+                .map_while(|slot| node.item(slot).map(|it| (slot, it.key, it.data)));
+            check::leaf_items(node.owner().get(), items, check, expect)?;
         }
         Ok(node)
     }
@@ -549,6 +507,8 @@ mod tests {
         clippy::as_conversions
     )]
     use super::*;
+    use crate::csum::CsumType;
+    use crate::error::Location;
 
     const LEAF: &[u8; 16384] = include_bytes!("testdata/chunk-leaf.bin");
     const FSID: &str = "aa751912-02b8-4b4b-85b4-6f7430c22e43";

@@ -32,8 +32,9 @@ use std::sync::Arc;
 
 use crate::error::{CorruptKind, Error, Location, Result};
 use crate::tree::buf::BlockBuf;
+use crate::tree::check::BlockExpect;
 use crate::tree::key::Key;
-use crate::tree::node::{BlockExpect, LeafItem, TreeBlock};
+use crate::tree::node::{LeafItem, TreeBlock};
 use crate::types::{Generation, Logical, TreeId, len64};
 
 /// Where the walker gets blocks from.
