@@ -7,7 +7,8 @@
 //! assertion. Enum-like fields stay raw integers; the layers above convert
 //! them and report unknown values as `Unsupported`. No logic lives here.
 //!
-//! Offsets and sizes: `/work/shared/docs/ondisk-format.md` (§1–§10).
+//! Offsets and sizes: Linux `include/uapi/linux/btrfs_tree.h` and
+//! `fs/btrfs/accessors.h`, btrfs-progs `kernel-shared/uapi/btrfs_tree.h`.
 
 #![warn(
     clippy::indexing_slicing,

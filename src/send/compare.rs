@@ -1,8 +1,7 @@
 //! Tree comparison for incremental send: walk the snapshot's ("left") and
 //! the parent's ("right") fs trees together in key order and report the
 //! items that are new, deleted, changed or (in leaves that differ) the same
-//! — the kernel's `btrfs_compare_trees` (`shared/docs/send-algorithm.md`
-//! §13).
+//! — the kernel's `btrfs_compare_trees` (Linux `fs/btrfs/send.c`).
 //!
 //! When two node pointers at the same level and key name the same block
 //! (same address and generation), the whole subtree is shared by both

@@ -1,6 +1,6 @@
 //! Send: plan and write a btrfs send stream of a subvolume read straight
 //! from the devices — the same commands, in the same order, as the
-//! kernel's `btrfs send` (`shared/docs/send-algorithm.md`).
+//! kernel's `btrfs send` (Linux `fs/btrfs/send.c`).
 //!
 //! Stage 5 of the data flow (device → chunk map → tree → fs → **send**);
 //! the wire format is the `stream-format` crate's [`StreamWriter`].

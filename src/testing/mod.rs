@@ -12,7 +12,6 @@
 //! environment variable `CI` is set (to anything but empty, `0` or `false`),
 //! so CI can never pass by skipping; elsewhere it prints
 //! `=== SKIPPED live test NAME: REASON ===` to stderr and the test returns.
-//! The same holds for the shared research fixtures ([`require_shared_dir`]).
 
 pub mod compare;
 mod fixtures;
@@ -167,32 +166,8 @@ pub fn fixtures_dir() -> PathBuf {
     repo_dir().join("tests/fixtures")
 }
 
-/// The shared research material: `$BTRSEND_SHARED_DIR`, else `shared/` next
-/// to the repository.
-pub fn shared_dir() -> PathBuf {
-    match std::env::var_os("BTRSEND_SHARED_DIR") {
-        Some(d) if !d.is_empty() => PathBuf::from(d),
-        _ => repo_dir().join("../shared"),
-    }
-}
-
-/// [`shared_dir`] if it exists; else skip loudly or, in CI, fail.
-///
-/// # Panics
-///
-/// In CI when the directory is missing.
-pub fn require_shared_dir(test: &str) -> Option<PathBuf> {
-    let dir = shared_dir();
-    if dir.is_dir() {
-        Some(dir)
-    } else {
-        skip_or_fail(
-            test,
-            &format!(
-                "shared dir {} is missing (set BTRSEND_SHARED_DIR)",
-                dir.display()
-            ),
-        );
-        None
-    }
+/// The kernel-made research streams: `tests/fixtures/send-streams/`
+/// (streams with their `btrfs receive --dump` output; see its README).
+pub fn send_streams_dir() -> PathBuf {
+    fixtures_dir().join("send-streams")
 }

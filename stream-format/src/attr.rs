@@ -3,7 +3,7 @@
 //! Numbers and version markers: Linux `fs/btrfs/send.h` (`BTRFS_SEND_A_MAX_V1 = 24`,
 //! `_MAX_V2 = 31`, `_MAX_V3 = 35`); wire types: what the kernel puts
 //! (`TLV_PUT_U64`, `TLV_PUT_UUID`, …) and what btrfs-progs `common/send-stream.c`
-//! checks (`TLV_CHECK_LEN`). See `shared/docs/send-stream-format.md` §4.
+//! checks (`TLV_CHECK_LEN`).
 
 use std::fmt;
 

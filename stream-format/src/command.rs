@@ -4,7 +4,7 @@
 //! Numbers: Linux `fs/btrfs/send.h` (`BTRFS_SEND_C_*`). Attribute order: what
 //! `fs/btrfs/send.c` emits, so encoding a [`Command`] reproduces kernel bytes.
 //! Required attributes: what btrfs-progs `common/send-stream.c`
-//! (`read_and_process_cmd`) asks for. See `shared/docs/send-stream-format.md` §5.
+//! (`read_and_process_cmd`) asks for.
 
 use std::borrow::Cow;
 use std::fmt;

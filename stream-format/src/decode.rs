@@ -3,8 +3,7 @@
 //!
 //! Validation follows btrfs-progs `common/send-stream.c` (`read_cmd`,
 //! `read_and_process_cmd`, `btrfs_read_and_process_send_stream`) and
-//! `cmds/receive.c` (concatenated streams), see `shared/docs/send-stream-format.md`
-//! §4.2, §9 and §10:
+//! `cmds/receive.c` (concatenated streams):
 //!
 //! * a 17-byte header: magic `btrfs-stream\0`, version `<=`
 //!   [`ReaderOptions::max_version`] (version 0 is read like version 1);

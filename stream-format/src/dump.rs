@@ -2,7 +2,7 @@
 //!
 //! Format: btrfs-progs v6.2 `cmds/receive-dump.c` (`__print_dump`,
 //! `print_path_escaped`, the `print_*` callbacks) and `common/path-utils.c`
-//! (`path_cat_out`); see `shared/docs/send-stream-format.md` §11. Quirks kept on
+//! (`path_cat_out`). Quirks kept on
 //! purpose, because scripts compare this output with progs':
 //!
 //! * paths are cut at the first NUL (progs uses C strings);

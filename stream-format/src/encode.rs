@@ -2,8 +2,7 @@
 //! kernel would send.
 //!
 //! Producer rules from Linux `fs/btrfs/send.c` (`send_header`, `begin_cmd`,
-//! `send_cmd`, `tlv_put`, `put_data_header`, `proto_cmd_ok`), see
-//! `shared/docs/send-stream-format.md` §3, §4, §7, §8:
+//! `send_cmd`, `tlv_put`, `put_data_header`, `proto_cmd_ok`):
 //!
 //! * attributes in the kernel's order (the order of [`Command`]'s fields);
 //! * every value fits a 16-bit TLV length, except DATA in version ≥ 2, which is

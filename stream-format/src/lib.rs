@@ -2,7 +2,7 @@
 //! the `btrfs receive --dump` text format.
 //!
 //! Layout and numbers: Linux `fs/btrfs/send.h`, btrfs-progs
-//! `common/send-stream.c` (see `shared/docs/send-stream-format.md`).
+//! `common/send-stream.c`.
 //!
 //! * [`attr`] and [`command`]: the typed model ([`Attr`], [`CommandKind`],
 //!   [`Command`]) with the kernel's attribute order and the receiver's

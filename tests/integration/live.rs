@@ -3,7 +3,7 @@
 //!
 //! These prove the harness and the manifest tool on kernel-made streams:
 //!
-//! * `shared_*`: the research streams of `shared/fixtures/send-streams/`,
+//! * `shared_*`: the research streams of `tests/fixtures/send-streams/`,
 //!   checked against a model replayed from their `btrfs receive --dump` text
 //!   (`dump_model`) and against facts stated in their README;
 //! * `fixture_*`: every `tests/fixtures/*/meta.txt`: each snapshot's full
@@ -41,8 +41,8 @@ use crate::dump_model;
 
 const HOLES: Options = Options { holes: true };
 
-fn send_streams() -> Option<PathBuf> {
-    testing::require_shared_dir("shared send-streams").map(|d| d.join("fixtures/send-streams"))
+fn send_streams() -> PathBuf {
+    testing::send_streams_dir()
 }
 
 /// Receive `chain` (stream names without `.stream`, in order) into one fresh
@@ -67,9 +67,7 @@ fn receive_chain(dir: &Path, chain: &[&str]) -> (LiveBtrfs, BTreeMap<String, dum
 /// Every subvolume the chain produced matches its dump model.
 fn check_chain_against_dumps(test: &str, chain: &[&str]) -> BTreeMap<String, String> {
     let mut manifests = BTreeMap::new();
-    let Some(dir) = send_streams() else {
-        return manifests;
-    };
+    let dir = send_streams();
     let (fs, models) = receive_chain(&dir, chain);
     let mut report = Vec::new();
     for (name, model) in &models {
@@ -190,7 +188,7 @@ fn shared_multi_subvolume_streams() {
     if !testing::require_live("shared_multi_subvolume_streams") {
         return;
     }
-    let Some(dir) = send_streams() else { return };
+    let dir = send_streams();
     // multi.v1 (`send -e`): one stream, two subvolumes; multi_noe.v1: two
     // concatenated streams. Both must give tiny.snap and g.1, equal to what
     // the single-subvolume streams give.
@@ -222,7 +220,7 @@ fn harness_reports_rejected_streams_and_cleans_up() {
     if !testing::require_live("harness_reports_rejected_streams_and_cleans_up") {
         return;
     }
-    let Some(dir) = send_streams() else { return };
+    let dir = send_streams();
     let image;
     {
         let fs = LiveBtrfs::new().unwrap();

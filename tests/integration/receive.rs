@@ -28,33 +28,11 @@ use btrsend::receive::{self, NoProgress, Progress, ReceiveError, ReceiveOptions}
 use btrsend::testing::{self, FixtureMeta, LiveBtrfs, compare};
 use stream_format::{Command, StreamWriter, Timespec};
 
-/// `shared/` beside the workspace, or `BTRSEND_SHARED_DIR`.
-fn shared_dir() -> Option<PathBuf> {
-    let dir = match std::env::var_os("BTRSEND_SHARED_DIR") {
-        Some(d) => PathBuf::from(d),
-        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared"),
-    };
-    if dir.join("fixtures/send-streams").is_dir() {
-        return Some(dir);
-    }
-    if std::env::var_os("CI").is_some() {
-        panic!(
-            "shared/ not found at {} (set BTRSEND_SHARED_DIR)",
-            dir.display()
-        );
-    }
-    eprintln!(
-        "SKIPPED: shared/ not found at {} (set BTRSEND_SHARED_DIR)",
-        dir.display()
-    );
-    None
+pub(super) fn streams_dir() -> PathBuf {
+    testing::send_streams_dir()
 }
 
-pub(super) fn streams_dir() -> Option<PathBuf> {
-    shared_dir().map(|d| d.join("fixtures/send-streams"))
-}
-
-/// The receive chains of `shared/fixtures/send-streams/README.md`: each is
+/// The receive chains of `tests/fixtures/send-streams/README.md`: each is
 /// applied in order into one empty directory.
 pub(super) const CHAINS: &[&[&str]] = &[
     &["full.v1", "inc12.v1", "inc23.v1"],
@@ -186,7 +164,7 @@ impl Drop for LoopBtrfs {
 
 #[test]
 fn shared_streams_match_btrfs_receive() {
-    let Some(streams) = streams_dir() else { return };
+    let streams = streams_dir();
     if !can_run_live("receive vs btrfs receive") {
         return;
     }
@@ -232,7 +210,7 @@ fn shared_streams_match_btrfs_receive() {
 #[test]
 fn shared_streams_are_received_in_order() {
     // Without root: every chain is accepted and every subvolume completed.
-    let Some(streams) = streams_dir() else { return };
+    let streams = streams_dir();
     let out = tempfile::tempdir().unwrap();
     for (i, chain) in CHAINS.iter().enumerate() {
         let dir = out.path().join(format!("c{i}"));
@@ -265,7 +243,7 @@ fn shared_streams_are_received_in_order() {
 
 #[test]
 fn nodata_stream_is_refused() {
-    let Some(streams) = streams_dir() else { return };
+    let streams = streams_dir();
     let out = tempfile::tempdir().unwrap();
     receive_file(
         &streams.join("full.v1.stream"),
@@ -326,7 +304,7 @@ fn dump_parent(dump: &str) -> (String, String) {
 
 #[test]
 fn truncated_stream_names_offset_and_command_and_leaves_parent_unusable() {
-    let Some(streams) = streams_dir() else { return };
+    let streams = streams_dir();
     let bytes = fs::read(streams.join("full.v1.stream")).unwrap();
     let cmds = command_offsets(&bytes);
     // Cut in the middle of the 5th WRITE.
@@ -370,7 +348,7 @@ fn truncated_stream_names_offset_and_command_and_leaves_parent_unusable() {
 
 #[test]
 fn crc_error_names_offset_and_command_and_max_errors_goes_on() {
-    let Some(streams) = streams_dir() else { return };
+    let streams = streams_dir();
     let mut bytes = fs::read(streams.join("tiny.v1.stream")).unwrap();
     let cmds = command_offsets(&bytes);
     let (i, &(off, _, len)) = cmds.iter().enumerate().find(|(_, c)| c.1 == 15).unwrap();
@@ -413,7 +391,7 @@ fn crc_error_names_offset_and_command_and_max_errors_goes_on() {
 
 #[test]
 fn missing_parent_names_uuid_and_ctransid() {
-    let Some(streams) = streams_dir() else { return };
+    let streams = streams_dir();
     let out = tempfile::tempdir().unwrap();
     let (pu, pt) = dump_parent(&fs::read_to_string(streams.join("inc12.v2.dump")).unwrap());
     let e = receive_file(

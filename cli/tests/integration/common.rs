@@ -3,9 +3,8 @@
 //! `stream-format/tests/integration/common.rs`: that crate cannot depend on the
 //! core or the cli).
 //!
-//! Kernel-made send streams live in the `shared/` directory beside the repository
-//! (`$CARGO_MANIFEST_DIR/../../shared`, override with `BTRSEND_SHARED_DIR`) and in
-//! the repository's `tests/fixtures/NNN-name/` (`*.stream.zst` with a sibling
+//! Kernel-made send streams live in the repository's
+//! `tests/fixtures/send-streams/` and `tests/fixtures/NNN-name/` (`*.stream.zst` with a sibling
 //! `*.dump` or `*.dump.zst` from `TZ=UTC btrfs receive --dump`).
 
 #![allow(dead_code)]
@@ -13,28 +12,10 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-/// `shared/fixtures/send-streams`, or `None` after printing a loud SKIPPED line.
-/// Panics when it is missing and `CI` is set: CI must run these tests.
-pub fn send_streams_dir() -> Option<PathBuf> {
-    let shared = match std::env::var_os("BTRSEND_SHARED_DIR") {
-        Some(d) => PathBuf::from(d),
-        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared"),
-    };
-    let dir = shared.join("fixtures/send-streams");
-    if dir.is_dir() {
-        return Some(dir);
-    }
-    if std::env::var_os("CI").is_some() {
-        panic!(
-            "{} is missing: CI must have shared/ beside the repository",
-            dir.display()
-        );
-    }
-    eprintln!(
-        "SKIPPED: kernel stream fixtures not found at {} (set BTRSEND_SHARED_DIR)",
-        dir.display()
-    );
-    None
+/// The kernel-made research streams: the repository's
+/// `tests/fixtures/send-streams/`.
+pub fn send_streams_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/send-streams")
 }
 
 /// Sorted files in `dir` whose names end with `suffix`.

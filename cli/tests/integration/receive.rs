@@ -15,9 +15,7 @@ fn run(args: &[&std::ffi::OsStr]) -> Output {
 
 #[test]
 fn receive_full_stream_prints_nothing_and_succeeds() {
-    let Some(streams) = common::send_streams_dir() else {
-        return;
-    };
+    let streams = common::send_streams_dir();
     let dir = tempfile::tempdir().unwrap();
     let s = streams.join("tiny.v2.stream");
     let out = run(&[
@@ -62,9 +60,7 @@ fn receive_full_stream_prints_nothing_and_succeeds() {
 
 #[test]
 fn receive_reads_stdin_and_reports_a_truncated_stream() {
-    let Some(streams) = common::send_streams_dir() else {
-        return;
-    };
+    let streams = common::send_streams_dir();
     let dir = tempfile::tempdir().unwrap();
     let bytes = fs::read(streams.join("tiny.v1.stream")).unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_btrsend"))
@@ -98,9 +94,7 @@ fn receive_needs_dir_unless_dump() {
 
 #[test]
 fn receive_dump_is_forwarded_to_dump() {
-    let Some(streams) = common::send_streams_dir() else {
-        return;
-    };
+    let streams = common::send_streams_dir();
     let s = streams.join("tiny.v1.stream");
     let out = Command::new(env!("CARGO_BIN_EXE_btrsend"))
         .args([
@@ -140,9 +134,7 @@ fn can_drop_to_nobody(test: &str) -> bool {
 
 #[test]
 fn receive_as_ordinary_user_reports_owners_once() {
-    let Some(streams) = common::send_streams_dir() else {
-        return;
-    };
+    let streams = common::send_streams_dir();
     if !can_drop_to_nobody("receive_as_ordinary_user_reports_owners_once") {
         return;
     }
@@ -256,9 +248,7 @@ fn receive_device_node_as_ordinary_user_says_it_needs_root() {
 #[test]
 fn receive_into_btrfs_prints_what_btrfs_receive_prints() {
     let test = "receive_into_btrfs_prints_what_btrfs_receive_prints";
-    let Some(streams) = common::send_streams_dir() else {
-        return;
-    };
+    let streams = common::send_streams_dir();
     if !btrsend::testing::require_live(test) {
         return;
     }
@@ -471,9 +461,7 @@ fn receive_progress_lines_from_a_pipe_and_silence_in_cron() {
 /// them; the data is decompressed and written all the same.
 #[test]
 fn vv_says_when_compressed_data_is_decompressed_instead() {
-    let Some(streams) = common::send_streams_dir() else {
-        return;
-    };
+    let streams = common::send_streams_dir();
     let s = streams.join("comp.v2c.stream");
     let dir = tempfile::tempdir().unwrap();
     let on_btrfs = Command::new("stat")

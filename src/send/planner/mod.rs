@@ -2,8 +2,7 @@
 //! snapshot's tree in key order (full send), or the items that differ from
 //! the parent snapshot's (`compare`, incremental send), and emits
 //! the commands the kernel's `btrfs send` emits, in the same order
-//! (`shared/docs/send-algorithm.md`; the kernel functions named here are in
-//! Linux `fs/btrfs/send.c`).
+//! (the kernel functions named here are in Linux `fs/btrfs/send.c`).
 //!
 //! The structure follows the kernel's event loop so that the order of
 //! commands is the same by construction: every item goes through

@@ -200,9 +200,7 @@ fn mutate(rng: &mut Rng, base: &[u8], cmds: &[(usize, usize)]) -> Vec<u8> {
 
 #[test]
 fn mutated_kernel_streams_never_panic() {
-    let Some(dir) = common::send_streams_dir() else {
-        return;
-    };
+    let dir = common::send_streams_dir();
     let names = [
         "tiny.v1",
         "tiny.v2",
@@ -234,9 +232,7 @@ fn mutated_kernel_streams_never_panic() {
 
 #[test]
 fn every_truncation_of_small_streams() {
-    let Some(dir) = common::send_streams_dir() else {
-        return;
-    };
+    let dir = common::send_streams_dir();
     for name in ["tiny.v1", "tiny.v2", "multi_noe.v1"] {
         let base = std::fs::read(dir.join(format!("{name}.stream"))).unwrap();
         let ends: Vec<usize> = {
