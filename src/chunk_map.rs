@@ -1,8 +1,8 @@
 //! The chunk map: logical → (devid, physical) for every RAID profile.
 //!
 //! Layout: `struct btrfs_chunk` + `struct btrfs_stripe`
-//! ([`crate::ondisk::Chunk`]); mapping formulas from the format doc §4.4–4.5
-//! (btrfs-progs `volumes.c` `__btrfs_map_block`, facts only). The map is
+//! ([`crate::ondisk::Chunk`]); mapping formulas
+//! of btrfs-progs `volumes.c` `__btrfs_map_block` (facts only). The map is
 //! bootstrapped from the superblock's `sys_chunk_array`, then replaced by the
 //! full chunk tree. Chunks sit in a sorted `Vec`; a lookup first tries the
 //! chunk of the calling thread's previous hit (tree walks and file reads
@@ -381,7 +381,7 @@ impl ChunkInfo {
     }
 
     /// Copies a read can choose from, as the kernel numbers mirrors
-    /// (format doc §4.6): RAID5 2 (the data strip, then a rebuild from P).
+    /// (`btrfs_num_copies`): RAID5 2 (the data strip, then a rebuild from P).
     /// RAID6 has one per stripe, as the kernel's `btrfs_num_copies`: the
     /// data strip, a rebuild from P, one from Q, then one for each other
     /// data strip of the row taken as bad too (rebuilt from P and Q), so

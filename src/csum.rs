@@ -1,4 +1,4 @@
-//! Checksums: the four `csum_type` algorithms (format doc §2).
+//! Checksums: the four `csum_type` algorithms (btrfs-progs `crypto/`).
 //!
 //! Stored values: crc32c as a little-endian u32 (the standard CRC-32C, i.e.
 //! `~raw(~0, data)`), xxhash64 with seed 0 as a little-endian u64, sha256 and

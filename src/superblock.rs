@@ -2,7 +2,7 @@
 //!
 //! Layout: `struct btrfs_super_block` ([`crate::ondisk::SuperBlock`]);
 //! validation follows the kernel's `disk-io.c` `btrfs_validate_super` and
-//! btrfs-progs' `btrfs_check_super` (format doc §1.7): an image the kernel
+//! btrfs-progs' `btrfs_check_super`: an image the kernel
 //! would refuse to mount is refused here too, naming the field and the rule. The primary copy at 64 KiB is used when valid; otherwise the valid
 //! mirror (64 MiB, 256 GiB) with the highest generation, as btrfs-progs does
 //! in recovery. [`Superblock::check_supported`] refuses, by name, features

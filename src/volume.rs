@@ -2,7 +2,7 @@
 //! map, serving logical reads with mirror fallback and validated tree
 //! blocks (the walker's [`BlockSource`]).
 //!
-//! Opening follows btrfs-progs `open_ctree` (format doc §0, §12.3): read
+//! Opening follows btrfs-progs `open_ctree` (`kernel-shared/disk-io.c`): read
 //! every device's superblock, check they belong together (fsid; devid and
 //! device uuid), take the newest superblock, refuse unsupported features,
 //! bootstrap the chunk map from `sys_chunk_array`, read the chunk tree
@@ -328,7 +328,7 @@ impl Volume {
     }
 
     /// How many copies a read of `logical` can choose from (for RAID5/6
-    /// including the rebuilds from parity, format doc §4.6).
+    /// including the rebuilds from parity).
     ///
     /// # Errors
     ///

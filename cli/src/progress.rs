@@ -1,5 +1,5 @@
 //! Rendering the core's [`btrsend::progress::Progress`] reports on standard
-//! error, for `send` and `receive` alike (style §7):
+//! error, for `send` and `receive` alike:
 //!
 //! * stderr a terminal (and not `--no-progress`/`-q`): an indicatif bar —
 //!   bytes of the total, rate and ETA when the total is known (send: the

@@ -1,6 +1,6 @@
 //! RAID5/6 parity arithmetic: rebuild missing data strips of one row.
 //!
-//! Facts from the format doc §4.5 (btrfs follows the Linux md RAID-6
+//! Facts from Linux `fs/btrfs/raid56.c` (btrfs follows the Linux md RAID-6
 //! convention): `P = D0 ⊕ D1 ⊕ … ⊕ D(nd−1)`, `Q = Σ g^i · D_i` over
 //! GF(2^8) with generator `g = 2` and reduction polynomial `0x11d`, `i` the
 //! data column in logical order. With P one missing column is the XOR of the

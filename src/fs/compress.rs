@@ -2,7 +2,7 @@
 //! (extents read from disk) and the receiver (`ENCODED_WRITE` data, which is
 //! the same bytes).
 //!
-//! Formats (format doc §8; Linux `fs/btrfs/{zlib,lzo,zstd}.c`): zlib is one
+//! Formats (Linux `fs/btrfs/{zlib,lzo,zstd}.c`): zlib is one
 //! zlib stream, zstd one frame, LZO btrfs's own per-sector framing. The
 //! compressed bytes may be followed by zero padding up to the sector size.
 //!

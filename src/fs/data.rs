@@ -4,11 +4,11 @@
 //! bytes, decompressing zlib, LZO and zstd extents and optionally verifying
 //! data checksums against the csum tree, trying every mirror.
 //!
-//! Read path as in the format doc §12.3 (and btrfs-progs `restore`,
+//! Read path as in btrfs-progs `restore` (and
 //! btrfs-fuse `btrfs_read_file`): extents in offset order, a compressed
 //! extent is read and decoded whole, an uncompressed one only where it is
 //! needed; checksums cover on-disk sectors, indexed by logical address
-//! (§10). NODATASUM inodes and prealloc ranges have no checksums.
+//! (the csum tree's `EXTENT_CSUM` items). NODATASUM inodes and prealloc ranges have no checksums.
 
 #![warn(
     clippy::indexing_slicing,

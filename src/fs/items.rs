@@ -3,7 +3,7 @@
 //!
 //! Layout: `struct btrfs_inode_item`, `btrfs_inode_ref`,
 //! `btrfs_inode_extref`, `btrfs_dir_item`, `btrfs_file_extent_item`
-//! (btrfs_tree.h; format doc §7). Packed records (several refs of one parent
+//! (btrfs_tree.h). Packed records (several refs of one parent
 //! in an INODE_REF, hash collisions in DIR_ITEM, XATTR_ITEM and
 //! INODE_EXTREF) are walked with bounds checks; a record that does not fit
 //! its item is a corruption naming the item (leaf, tree, slot, key).

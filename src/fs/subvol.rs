@@ -2,7 +2,7 @@
 //! their paths — what `btrfs subvolume list` shows.
 //!
 //! Layout: `struct btrfs_root_item`, `btrfs_root_ref`, `btrfs_inode_ref`
-//! (btrfs_tree.h; format doc §6). Paths are built as btrfs-progs
+//! (btrfs_tree.h). Paths are built as btrfs-progs
 //! `cmds/subvolume-list.c` does: ROOT_BACKREF gives the parent subvolume,
 //! the directory inode and the name; INODE_REFs in the parent's fs tree give
 //! the directory's path. Subvolumes without a ROOT_BACKREF (deleted, being

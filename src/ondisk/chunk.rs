@@ -1,4 +1,4 @@
-//! Chunks: `btrfs_chunk` and `btrfs_stripe` (btrfs_tree.h; format doc §4.2).
+//! Chunks: `btrfs_chunk` and `btrfs_stripe` (btrfs_tree.h).
 
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
 

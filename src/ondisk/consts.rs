@@ -1,5 +1,5 @@
 //! Constants: magic, item types, well-known objectids, flags and feature
-//! bits (btrfs_tree.h, btrfs.h, ctree.h; format doc §1.3, §1.4, §4.1, §5).
+//! bits (btrfs_tree.h, btrfs.h, ctree.h).
 
 #![allow(missing_docs)] // the names are btrfs-progs' own; the doc tables explain them
 

@@ -1,5 +1,4 @@
-//! Item payloads of the root, fs, extent and dev trees (btrfs_tree.h;
-//! format doc §6, §7, §9, §11).
+//! Item payloads of the root, fs, extent and dev trees (btrfs_tree.h).
 
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
 

@@ -1,5 +1,5 @@
 //! The superblock: `btrfs_super_block`, `btrfs_root_backup`, `btrfs_dev_item`
-//! (btrfs_tree.h; format doc §1, §4.3).
+//! (btrfs_tree.h).
 
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
 

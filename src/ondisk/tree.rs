@@ -1,5 +1,5 @@
 //! Keys and tree blocks: `btrfs_disk_key`, `btrfs_header`, `btrfs_key_ptr`,
-//! `btrfs_item` (btrfs_tree.h; format doc §3).
+//! `btrfs_item` (btrfs_tree.h).
 
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
 

@@ -1,5 +1,5 @@
 //! Item checks at read time: what the kernel's tree-checker refuses in a
-//! leaf (`fs/btrfs/tree-checker.c`, read for the facts; format doc §3),
+//! leaf (`fs/btrfs/tree-checker.c`, read for the facts),
 //! checked once when [`Node::new`](super::node::Node::new) validates a leaf
 //! (this module knows items, not blocks: the node hands it their keys and data),
 //! so every reader of an item — the filesystem model, the send planner, the

@@ -1,7 +1,7 @@
 //! Tree blocks: a validated zero-copy view.
 //!
 //! Layout: `struct btrfs_header`, `btrfs_key_ptr`, `btrfs_item`
-//! (btrfs_tree.h; format doc §3). [`Node::new`] checks a block once — size,
+//! (btrfs_tree.h). [`Node::new`] checks a block once — size,
 //! checksum, bytenr, fsid, chunk tree uuid, generation against the parent
 //! pointer, level, owner, nritems, key order, item data layout — in the
 //! spirit of btrfs-progs `disk-io.c` `check_tree_block` and `tree-checker.c`;

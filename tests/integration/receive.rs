@@ -1,6 +1,6 @@
 //! `btrsend::receive` end to end.
 //!
-//! * Kernel streams (`shared/fixtures/send-streams/`, full and incremental
+//! * Kernel streams (`tests/fixtures/send-streams/`, full and incremental
 //!   chains, v1, v2 and v2 `--compressed-data`) received into a temporary
 //!   directory on the machine's filesystem (ext4 here) must give the same
 //!   manifest (times and hole maps included) as the real `btrfs receive` of
@@ -224,7 +224,7 @@ fn shared_streams_are_received_in_order() {
             .unwrap_or_else(|e| panic!("{s}: {e}"));
         }
     }
-    // tiny.v1: the values the format doc shows for this stream (§11.4).
+    // tiny.v1: the values its kernel dump (tiny.v1.dump) shows.
     let f = out.path().join("c8/tiny.snap/d/f");
     assert_eq!(fs::read(&f).unwrap(), b"hi\n");
     let m = manifest::manifest(&out.path().join("c8/tiny.snap"), Options::default()).unwrap();
@@ -269,7 +269,7 @@ fn nodata_stream_is_refused() {
 // ---- corrupt and truncated streams ----
 
 /// (offset, command number, payload length) of every command, walked by
-/// hand from the 10-byte headers (format doc §3), not by our reader.
+/// hand from the 10-byte headers not by our reader.
 fn command_offsets(bytes: &[u8]) -> Vec<(usize, u16, usize)> {
     let mut out = Vec::new();
     let mut pos = 17;

@@ -6,7 +6,7 @@
 //! fresh btrfs (two filesystems: receive finds parents by UUID across the
 //! whole filesystem, so the two receivers' subvolumes must not meet):
 //!
-//! * every chain of `shared/fixtures/send-streams/` gives the kernel
+//! * every chain of `tests/fixtures/send-streams/` gives the kernel
 //!   receive's manifest, and `btrfs subvolume show` of each subvolume
 //!   matches the kernel receive's field by field (name, received UUID,
 //!   read-only flag, send transid, whether it has a parent UUID and a

@@ -35,7 +35,7 @@ fn receive_full_stream_prints_nothing_and_succeeds() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    // Values of tiny.v2's dump (shared/fixtures/send-streams/tiny.v2.dump).
+    // Values of tiny.v2's dump (tests/fixtures/send-streams/tiny.v2.dump).
     assert_eq!(fs::read(dir.path().join("tiny.snap/d/f")).unwrap(), b"hi\n");
     let rec = fs::read_to_string(dir.path().join(".btrsend/tiny.snap.subvol")).unwrap();
     assert!(
@@ -70,7 +70,7 @@ fn receive_reads_stdin_and_reports_a_truncated_stream() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    // Cut inside the header of CHOWN d/f at 0x16a (format doc §12).
+    // Cut inside the header of CHOWN d/f at 0x16a.
     std::io::Write::write_all(child.stdin.as_mut().unwrap(), &bytes[..0x170]).unwrap();
     drop(child.stdin.take());
     let out = child.wait_with_output().unwrap();
