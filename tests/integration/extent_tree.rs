@@ -22,7 +22,6 @@
 //!   lookups behind the cursor search from a node below the root.
 
 use std::collections::BTreeMap;
-use std::process::Command;
 
 use btrsend::fs::Filesystem;
 use btrsend::ondisk;
@@ -32,6 +31,7 @@ use btrsend::tree::key::Key;
 use btrsend::tree::walk::for_each_in_range;
 use btrsend::types::TreeId;
 
+use crate::common::shell;
 use crate::reader::fixtures;
 
 /// What the walk of the whole extent tree finds.
@@ -227,15 +227,6 @@ fn extent_tree_cursor_answers_as_fresh_searches() {
     );
 }
 
-fn sh(cmd: &str) {
-    let st = Command::new("sh")
-        .arg("-ec")
-        .arg(cmd)
-        .status()
-        .expect("run sh");
-    assert!(st.success(), "{cmd}");
-}
-
 #[test]
 fn extent_tree_cursor_on_small_nodes_live() {
     let test = "extent_tree_cursor_on_small_nodes_live";
@@ -253,7 +244,7 @@ fn extent_tree_cursor_on_small_nodes_live() {
     // reflinked copies (keyed data refs: 21 per extent do not fit inline in
     // 4 KiB nodes), a snapshot, then rewrites in the subvolume (its leaves
     // are COWed away from the snapshot's: shared references).
-    sh(&format!(
+    shell(&format!(
         "cd {m} && btrfs -q subvolume create sv && cd sv && \
          for i in $(seq 0 599); do \
            dd if=/dev/urandom of=f bs=4096 count=1 seek=$(( (i * 7) % 600 )) conv=notrunc \
@@ -266,7 +257,7 @@ fn extent_tree_cursor_on_small_nodes_live() {
          dd if=/dev/urandom of=f bs=4096 count=8 seek=100 conv=notrunc status=none; \
          touch d/small*; sync"
     ));
-    sh("sync");
+    shell("sync");
     let fs = Filesystem::open(&[live.scratch_dir().join("fs.img")]).expect("open image");
     let mut failures = Vec::new();
     let (w, random) = every_order("4k-nodes", &fs, 1024, &mut failures);

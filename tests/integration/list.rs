@@ -10,6 +10,7 @@ use btrsend::fs::Filesystem;
 use btrsend::fs::subvol::{Subvolume, list_subvolumes};
 use btrsend::types::Uuid;
 
+use crate::common::shell;
 use crate::reader::fixtures;
 
 fn uuid_or_dash(u: &Uuid) -> String {
@@ -67,20 +68,6 @@ fn list_matches_stored_subvol_list() {
     eprintln!("list: compared {compared} fixtures with their subvol-list.txt");
 }
 
-fn sh(script: &str) -> String {
-    let out = Command::new("bash")
-        .arg("-ec")
-        .arg(script)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{script}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
 /// Unmounts (and so detaches the loop device of) a mount made here, also
 /// when the test fails half-way.
 struct Unmount(String);
@@ -124,12 +111,12 @@ fn list_matches_live_btrfs_subvolume_list() {
     let mnt = tmp.path().join("mnt");
     std::fs::create_dir(&mnt).unwrap();
     let (img_s, mnt_s) = (img.display().to_string(), mnt.display().to_string());
-    sh(&format!(
+    shell(&format!(
         "truncate -s 200M '{img_s}' && mkfs.btrfs -q -n 4096 '{img_s}' >/dev/null && mount -o loop '{img_s}' '{mnt_s}'"
     ));
     let mounted = Unmount(mnt_s.clone());
     let m = &mnt_s;
-    sh(&format!(
+    shell(&format!(
         "cd '{m}'
          btrfs -q subvolume create a
          mkdir -p a/x/y 'dir é'
@@ -142,7 +129,7 @@ fn list_matches_live_btrfs_subvolume_list() {
          btrfs -q subvolume snapshot . top-snap
          sync"
     ));
-    let listed = sh(&format!("btrfs subvolume list -a -p -u -q -R '{m}'"));
+    let listed = shell(&format!("btrfs subvolume list -a -p -u -q -R '{m}'"));
     drop(mounted);
     let fs = Filesystem::open(&[Path::new(&img)]).unwrap();
     let ours = list_subvolumes(&fs).unwrap();

@@ -1,6 +1,7 @@
 //! The core library's integration tests: one binary, one module per area.
 
 mod backup_plan;
+mod common;
 mod corruption;
 mod dump_model;
 mod estimate;

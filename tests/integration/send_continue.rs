@@ -23,14 +23,7 @@ use btrsend::send::mounted::{Request, Source};
 use btrsend::send::{NoProgress, SendOptions};
 use btrsend::testing::{self, LiveBtrfs};
 
-fn sh(script: &str) {
-    let o = Command::new("sh").arg("-c").arg(script).output().unwrap();
-    assert!(
-        o.status.success(),
-        "{script}: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-}
+use crate::common::shell;
 
 /// A subvolume `src` whose files share extents (reflinks under names of
 /// different lengths, so that another clone source changes a CLONE's
@@ -41,7 +34,7 @@ fn sh(script: &str) {
 /// incremental stream name another clone source.
 fn populate(mnt: &Path) {
     let m = mnt.display();
-    sh(&format!(
+    shell(&format!(
         "set -e; btrfs -q subvolume create {m}/src && mkdir {m}/snaps && cd {m}/src && \
          head -c 393216 /dev/urandom > a && \
          for n in bb ccc; do cp --reflink=always a $n; done && \

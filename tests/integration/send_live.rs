@@ -28,6 +28,8 @@ use btrsend::send::{self, NoProgress, SendOptions};
 use btrsend::stream_format::{Command as Cmd, StreamReader};
 use btrsend::testing::{self, FixtureMeta, LiveBtrfs};
 
+use crate::common::shell;
+
 pub(crate) const HOLES: Options = Options { holes: true };
 
 fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
@@ -163,15 +165,6 @@ fn our_streams_receive_to_stored_manifests() {
     assert!(checked > 0 || std::env::var("BTRSEND_FIXTURE").is_ok());
 }
 
-fn sh(cmd: &str) {
-    let st = Command::new("sh")
-        .arg("-ec")
-        .arg(cmd)
-        .status()
-        .expect("run sh");
-    assert!(st.success(), "{cmd}");
-}
-
 fn commands(stream: &[u8]) -> Vec<Cmd<'static>> {
     let mut r = StreamReader::new(stream);
     let mut out = Vec::new();
@@ -196,7 +189,7 @@ fn kernel_oracle_on_a_fresh_filesystem() {
     // Compressed and incompressible data, inline, sparse, a reflink, a
     // prealloc range, hard links, xattrs, a directory with a child of a
     // lower inode number (created early), special files.
-    sh(&format!(
+    shell(&format!(
         "cd {m} && btrfs -q subvolume create src && cd src && mkdir d late && \
          head -c 300000 /dev/urandom > d/rand && yes hello | head -c 700000 > d/text && \
          printf abc > small && truncate -s 20000 small && \
@@ -240,7 +233,7 @@ fn kernel_oracle_on_a_fresh_filesystem() {
         assert!(st.success());
         kernel.push(std::fs::read(&f).expect("kernel stream"));
     }
-    sh("sync");
+    shell("sync");
     let fs = Filesystem::open(&[scratch.join("fs.img")]).expect("open image");
     let sv = send::find_subvolume(&fs, "snap").expect("snap");
     let mut failures = Vec::new();
@@ -316,7 +309,7 @@ fn orphan_names_taken_in_the_root_directory() {
     let m = live.path().display().to_string();
     // k first, then N directories, then a file in each (higher inode
     // numbers than every directory).
-    sh(&format!(
+    shell(&format!(
         "cd {m} && btrfs -q subvolume create src && cd src && mkdir k && \
          for i in $(seq 0 {last}); do mkdir x$i; done && \
          for i in $(seq 0 {last}); do echo $i > x$i/f; done && sync",
@@ -348,14 +341,14 @@ fn orphan_names_taken_in_the_root_directory() {
     ] {
         touch(name);
     }
-    sh(&format!(
+    shell(&format!(
         "sync && btrfs -q subvolume snapshot -r {m}/src {m}/snap1 && sync"
     ));
     // The child: the files moved out, the directories deleted, the
     // parent's names for the first 10 of those directories gone (taken
     // in the parent only); the files' orphan names (each new in a full
     // send) taken for the last 20 files, 0 and 1 for the last.
-    sh(&format!(
+    shell(&format!(
         "cd {m}/src && for i in $(seq 0 {last}); do mv x$i/f k/f$i && rmdir x$i; done",
         last = N - 1
     ));
@@ -367,7 +360,7 @@ fn orphan_names_taken_in_the_root_directory() {
     }
     let (ino, generation) = f[N - 1];
     touch(format!("o{ino}-{generation}-1"));
-    sh(&format!(
+    shell(&format!(
         "sync && btrfs -q subvolume snapshot -r {m}/src {m}/snap2 && sync"
     ));
     let scratch = live.scratch_dir().to_owned();
@@ -388,7 +381,7 @@ fn orphan_names_taken_in_the_root_directory() {
     let full_k = kernel_stream(&[], "full.stream");
     let parent = format!("{m}/snap1");
     let inc_k = kernel_stream(&["-p", &parent], "inc.stream");
-    sh("sync");
+    shell("sync");
     let fs = Filesystem::open(&[scratch.join("fs.img")]).expect("open image");
     let snap1 = send::find_subvolume(&fs, "snap1").expect("snap1");
     let snap2 = send::find_subvolume(&fs, "snap2").expect("snap2");

@@ -149,12 +149,12 @@ fn seeds() -> Vec<u64> {
     out
 }
 
-fn sh(cmd: &mut Command) -> Result<(), String> {
+fn try_run(cmd: &mut Command) -> Result<(), String> {
     testing::run(cmd).map(drop).map_err(|e| e.to_string())
 }
 
 fn btrfs(args: &[&str], paths: &[&Path]) -> Result<(), String> {
-    sh(Command::new("btrfs").args(args).args(paths))
+    try_run(Command::new("btrfs").args(args).args(paths))
 }
 
 /// `btrfs send` of the kernel into `out` (`-p parent` when given).
@@ -170,7 +170,7 @@ fn kernel_send(
         cmd.arg("-p").arg(p);
     }
     cmd.arg("-f").arg(out).arg(snap);
-    sh(&mut cmd)?;
+    try_run(&mut cmd)?;
     std::fs::read(out).map_err(|e| format!("{}: {e}", out.display()))
 }
 
@@ -310,7 +310,7 @@ fn run_seed(live: &mut LiveBtrfs, seed: u64, ops: usize) -> Result<SeedResult, S
     }
     // Snapshots are committed; flush this filesystem only (a global sync
     // would wait for every other disk user).
-    sh(Command::new("sync").arg("-f").arg(live.path()))?;
+    try_run(Command::new("sync").arg("-f").arg(live.path()))?;
     let scratch = live.scratch_dir().to_path_buf();
     let fs = Filesystem::open(&[live.image()]).map_err(|e| format!("open image: {e}"))?;
     let recv = format!("recv-{seed}");

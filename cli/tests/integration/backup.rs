@@ -9,18 +9,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
 use crate::common::stderr;
-use crate::common::{fixture_dir, unpack};
+use crate::common::{btrsend, fixture_dir, unpack};
 use crate::repo_store::{Backend, Kind, TestRepo};
 
 const FIX: &str = "014-incremental";
-
-fn btrsend() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_btrsend"));
-    c.env("TZ", "UTC")
-        .env_remove("BTRSEND_REPOSITORY")
-        .stdin(Stdio::null());
-    c
-}
 
 /// Standard output of a command that must succeed.
 fn ok_bytes(out: &Output) -> Vec<u8> {

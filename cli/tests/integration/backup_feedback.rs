@@ -13,32 +13,14 @@ use std::process::{Command, Output, Stdio};
 use btrsend::testing::{self, LiveBtrfs};
 use serde_json::Value;
 
-use crate::common::{fixture_dir, unpack};
+use crate::common::{btrsend, fixture_dir, ok, unpack};
 
 const FIX: &str = "014-incremental";
 /// Central European time as a POSIX rule: the tests need no tz database.
 const CET: &str = "CET-1CEST,M3.5.0,M10.5.0/3";
 
-fn btrsend() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_btrsend"));
-    c.env("TZ", "UTC")
-        .env_remove("BTRSEND_REPOSITORY")
-        .stdin(Stdio::null());
-    c
-}
-
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
-}
-
-fn ok(o: Output) -> String {
-    assert!(
-        o.status.success(),
-        "exit {:?}: {}",
-        o.status.code(),
-        text(&o.stderr)
-    );
-    text(&o.stdout)
 }
 
 fn backup(args: &[&str]) -> Output {
@@ -62,9 +44,9 @@ impl Stored {
             img,
             repo,
         };
-        let said = ok(backup(&["init", "--repo", s.repo()]));
+        let said = ok(&backup(&["init", "--repo", s.repo()]));
         assert_eq!(said, format!("made the empty repository {}\n", s.repo()));
-        ok(backup(&[
+        ok(&backup(&[
             "run",
             "--repo",
             s.repo(),
@@ -83,7 +65,7 @@ impl Stored {
 
     fn entries(&self) -> Vec<Value> {
         let v: Value =
-            serde_json::from_str(&ok(backup(&["list", "--repo", self.repo(), "--json"]))).unwrap();
+            serde_json::from_str(&ok(&backup(&["list", "--repo", self.repo(), "--json"]))).unwrap();
         v.as_array().unwrap().clone()
     }
 
@@ -141,7 +123,7 @@ fn list_is_for_people_and_json_stays_exact() {
     let s = Stored::new();
     let entries = s.entries();
     assert_eq!(entries.len(), 3);
-    let table = ok(btrsend()
+    let table = ok(&btrsend()
         .env("TZ", CET)
         .args(["backup", "list", "--repo", s.repo()])
         .output()
@@ -169,16 +151,16 @@ fn list_is_for_people_and_json_stays_exact() {
 fn restore_takes_latest_names_dates_and_names_the_nearest() {
     let s = Stored::new();
     let entries = s.entries();
-    let newest = ok(s.restore_stdout("snaps/s3"));
+    let newest = ok(&s.restore_stdout("snaps/s3"));
     let s3 = entries.iter().find(|e| e["path"] == "snaps/s3").unwrap();
     let day = &s3["time"].as_str().unwrap()[..10];
     let hour = &s3["time"].as_str().unwrap()[..13];
     // One origin: latest, a name prefix, the day and the hour of the
     // newest are all the newest.
     for spec in ["latest", "s", "snaps/s", day, hour] {
-        assert!(ok(s.restore_stdout(spec)) == newest, "{spec}");
+        assert!(ok(&s.restore_stdout(spec)) == newest, "{spec}");
     }
-    assert!(ok(s.restore_stdout("s2")) == ok(s.restore_stdout("snaps/s2")));
+    assert!(ok(&s.restore_stdout("s2")) == ok(&s.restore_stdout("snaps/s2")));
     // Nothing matches: exit 1, the nearest named.
     let o = s.restore_stdout("s9");
     assert_eq!(o.status.code(), Some(1));
@@ -193,7 +175,7 @@ fn restore_takes_latest_names_dates_and_names_the_nearest() {
     if !other.is_file() {
         panic!("fixture stream {} missing", other.display());
     }
-    ok(backup(&[
+    ok(&backup(&[
         "import",
         "--repo",
         s.repo(),
@@ -217,7 +199,7 @@ fn init_verify_and_run_say_what_they_did() {
     const TEST: &str = "init_verify_and_run_say_what_they_did";
     let s = Stored::new();
     let entries = s.entries();
-    let said = ok(backup(&["verify", "--repo", s.repo()]));
+    let said = ok(&backup(&["verify", "--repo", s.repo()]));
     assert_eq!(
         said,
         format!(
@@ -233,7 +215,7 @@ fn init_verify_and_run_say_what_they_did() {
         .iter()
         .map(|e| e["stored_bytes"].as_u64().unwrap())
         .sum();
-    let said = ok(backup(&["verify", "--repo", s.repo(), "--read-data"]));
+    let said = ok(&backup(&["verify", "--repo", s.repo(), "--read-data"]));
     assert_eq!(
         said,
         format!(
@@ -243,7 +225,7 @@ fn init_verify_and_run_say_what_they_did() {
         )
     );
     let v: Value =
-        serde_json::from_str(&ok(backup(&["verify", "--repo", s.repo(), "--json"]))).unwrap();
+        serde_json::from_str(&ok(&backup(&["verify", "--repo", s.repo(), "--json"]))).unwrap();
     for k in ["start", "end", "duration_seconds", "entries"] {
         assert!(!v[k].is_null(), "{k} missing: {v}");
     }
@@ -304,8 +286,8 @@ fn run_json_summary_has_times_totals_and_the_repository_size() {
     let img = unpack(dir.path(), FIX, "dev1.img");
     let repo = dir.path().join("repo");
     let repo = repo.to_str().unwrap();
-    ok(backup(&["init", "--repo", repo]));
-    let out = ok(backup(&[
+    ok(&backup(&["init", "--repo", repo]));
+    let out = ok(&backup(&[
         "run",
         "--repo",
         repo,
@@ -398,7 +380,7 @@ fn a_full_repository_disk_names_the_file_and_the_byte() {
     });
     let repo = small.join("repo");
     let repo = repo.to_str().unwrap();
-    ok(backup(&["init", "--repo", repo]));
+    ok(&backup(&["init", "--repo", repo]));
     let img = live.image().to_str().unwrap();
     let o = backup(&[
         "run",
@@ -426,7 +408,7 @@ fn a_full_repository_disk_names_the_file_and_the_byte() {
     );
     // With room again the next run continues the file and completes.
     mount("remount,size=64m");
-    ok(backup(&[
+    ok(&backup(&[
         "run",
         "--repo",
         repo,
@@ -434,7 +416,7 @@ fn a_full_repository_disk_names_the_file_and_the_byte() {
         img,
         "snaps/home.*",
     ]));
-    ok(backup(&["verify", "--repo", repo, "--read-data"]));
+    ok(&backup(&["verify", "--repo", repo, "--read-data"]));
 }
 
 /// Runs a closure when dropped (an unmount, whatever the test's outcome).
@@ -456,7 +438,7 @@ fn an_interrupted_receive_or_restore_says_how_to_go_on() {
     let img = live.image().to_str().unwrap();
     let scratch = live.scratch_dir();
     let stream = scratch.join("full.stream");
-    ok(btrsend()
+    ok(&btrsend()
         .args(["send", "--device", img, "-f"])
         .arg(&stream)
         .arg("snaps/home.2026-11-20T030000Z")
@@ -503,7 +485,7 @@ fn an_interrupted_receive_or_restore_says_how_to_go_on() {
         )),
         "{err}"
     );
-    ok(btrsend()
+    ok(&btrsend()
         .args(["receive", "--resume-token"])
         .arg(&name)
         .output()
@@ -512,8 +494,8 @@ fn an_interrupted_receive_or_restore_says_how_to_go_on() {
     // A restore interrupted (SIGINT) in the middle says what it left.
     let repo = scratch.join("repo");
     let repo = repo.to_str().unwrap();
-    ok(backup(&["init", "--repo", repo]));
-    ok(backup(&[
+    ok(&backup(&["init", "--repo", repo]));
+    ok(&backup(&[
         "run",
         "--repo",
         repo,
@@ -584,7 +566,7 @@ fn the_readme_crontab_lines_run_under_crons_environment() {
     // Changed since its snapshot: the job that takes snapshots takes one.
     fs::write(mnt.join("home/changed"), "after the snapshot\n").unwrap();
     let repo = live.scratch_dir().join("repo");
-    ok(backup(&["init", "--repo", repo.to_str().unwrap()]));
+    ok(&backup(&["init", "--repo", repo.to_str().unwrap()]));
     let home = live.scratch_dir().join("home");
     fs::create_dir(&home).unwrap();
     for line in lines {
@@ -619,7 +601,7 @@ fn the_readme_crontab_lines_run_under_crons_environment() {
         );
         assert!(Command::new("sync").status().unwrap().success());
     }
-    let v: Value = serde_json::from_str(&ok(backup(&[
+    let v: Value = serde_json::from_str(&ok(&backup(&[
         "list",
         "--repo",
         repo.to_str().unwrap(),

@@ -12,7 +12,7 @@ use btrsend::manifest::{self, Options};
 use btrsend::testing::{self, LiveBtrfs};
 use serde_json::Value;
 
-use crate::common;
+use crate::common::{self, sh};
 use crate::repo_store::{Backend, Kind};
 
 std::thread_local! {
@@ -343,15 +343,6 @@ fn killed_case(kind: Kind, test: &str) {
         );
         ok(&["backup", "verify", "--repo", repo_s, "--read-data"]);
     }
-}
-
-pub(crate) fn sh(cmd: &mut Command) {
-    let out = cmd.stdin(Stdio::null()).output().expect("spawn");
-    assert!(
-        out.status.success(),
-        "{cmd:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 /// One night's changes: plain creates, rewrites, appends, deletes,

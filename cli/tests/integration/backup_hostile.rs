@@ -17,17 +17,14 @@ use std::time::{Duration, Instant};
 use btrsend::stream_format::{Command as Cmd, ReaderOptions, StreamReader, StreamWriter};
 use serde_json::Value;
 
-use crate::common::{fixture_dir, unpack};
+use crate::common::{self, fixture_dir, unpack};
 
 const FIX: &str = "014-incremental";
 
+/// `btrsend` with both outputs piped (for [`run`]).
 fn btrsend() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_btrsend"));
-    c.env("TZ", "UTC")
-        .env_remove("BTRSEND_REPOSITORY")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+    let mut c = common::btrsend();
+    c.stdout(Stdio::piped()).stderr(Stdio::piped());
     c
 }
 

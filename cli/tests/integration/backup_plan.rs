@@ -12,15 +12,8 @@ use std::process::Command;
 use btrsend::testing::{self, LiveBtrfs};
 use serde_json::Value;
 
-use crate::backup_forget::{change, ok, run, sh};
-
-/// The JSON lines of `backup run --json`.
-fn json_lines(stdout: &str) -> Vec<Value> {
-    stdout
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}")))
-        .collect()
-}
+use crate::backup_forget::{change, ok, run};
+use crate::common::{json_lines, sh, subvolume_show};
 
 /// The `stored` lines.
 fn stored(lines: &[Value]) -> Vec<&Value> {
@@ -35,27 +28,6 @@ fn summary(lines: &[Value]) -> &Value {
     let s = lines.last().expect("no output");
     assert_eq!(s["message_type"], "summary", "{lines:?}");
     s
-}
-
-/// What `btrfs subvolume show` says of `path` under `field`.
-fn show(path: &Path, field: &str) -> String {
-    let out = Command::new("btrfs")
-        .args(["subvolume", "show"])
-        .arg(path)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "btrfs subvolume show {}",
-        path.display()
-    );
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .find_map(|l| {
-            let (k, v) = l.trim().split_once(':')?;
-            (k.trim() == field).then(|| v.trim().to_owned())
-        })
-        .unwrap_or_else(|| panic!("no {field} in btrfs subvolume show {}", path.display()))
 }
 
 /// The subvolumes in `dir` (the hold records' directory is not one).
@@ -140,7 +112,7 @@ fn full_every_days_ends_a_chain_that_forget_then_frees() {
     let repo = work.path().join("repo");
     let repo = repo.to_str().unwrap();
     ok(&["backup", "init", "--repo", repo]);
-    let origin = show(&sub, "UUID");
+    let origin = subvolume_show(&sub, "UUID");
     // The old chain, by the kernel: old1 (full) <- old2.
     let mut prev: Option<PathBuf> = None;
     for (night, age) in [(0u32, 40), (1, 20)] {
@@ -440,7 +412,7 @@ fn hostile_hold_records_are_ignored_loudly() {
     assert!(err.contains("bbbbbbbbbbbbbbbb"), "{err}");
     // Pruned down to the newest stored one; outside untouched.
     assert_eq!(snapshots_in(&snaps).len(), 1);
-    assert_eq!(show(&outside, "Flags"), "readonly");
+    assert_eq!(subvolume_show(&outside, "Flags"), "readonly");
 }
 
 /// Snapshot names never clash: with the names of the next seconds taken

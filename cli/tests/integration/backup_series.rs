@@ -20,7 +20,7 @@ use btrsend::manifest::{self, Options};
 use btrsend::testing::workload::Workload;
 use btrsend::testing::{self, LiveBtrfs, Tmpfs};
 
-use crate::common;
+use crate::common::{self, sh};
 use crate::repo_store::{Backend, Kind};
 
 /// Snapshots in the series.
@@ -29,16 +29,6 @@ const SNAPSHOTS: usize = 10;
 const POPULATE: usize = 200;
 /// Random operations between two snapshots.
 const OPS: usize = 100;
-
-fn sh(cmd: &mut Command) -> Output {
-    let out = cmd.stdin(Stdio::null()).output().expect("spawn");
-    assert!(
-        out.status.success(),
-        "{cmd:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
 
 /// Two tests from one body: `NAME::dir` and `NAME::s3`, with different
 /// seeds.

@@ -14,7 +14,8 @@ use btrsend::manifest::{self, Options};
 use btrsend::testing::{self, LiveBtrfs};
 use serde_json::Value;
 
-use crate::backup_forget::{change, listed, ok, run, sh};
+use crate::backup_forget::{change, listed, ok, run};
+use crate::common::{json_lines, sh, subvolume_show};
 
 /// The subvolume names in `dir`, sorted (the hold records' directory,
 /// which every run writes, is not one).
@@ -28,40 +29,11 @@ fn names(dir: &Path) -> Vec<String> {
     v
 }
 
-/// What `btrfs subvolume show` says of `path` under `field`.
-fn show(path: &Path, field: &str) -> String {
-    let out = Command::new("btrfs")
-        .args(["subvolume", "show"])
-        .arg(path)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "btrfs subvolume show {}",
-        path.display()
-    );
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .find_map(|l| {
-            let (k, v) = l.trim().split_once(':')?;
-            (k.trim() == field).then(|| v.trim().to_owned())
-        })
-        .unwrap_or_else(|| panic!("no {field} in btrfs subvolume show {}", path.display()))
-}
-
 /// Wait for the next second: snapshot names carry the time to the second.
 fn next_second() {
     let now = jiff::Timestamp::now();
     let ns = 1_000_000_000 - i64::from(now.subsec_nanosecond());
     std::thread::sleep(std::time::Duration::from_nanos(ns as u64 + 1_000_000));
-}
-
-/// `backup run --json`: the JSON lines it printed.
-fn json_lines(stdout: &str) -> Vec<Value> {
-    stdout
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
 }
 
 /// 30 nights: each night changes the subvolume, then `backup run
@@ -130,7 +102,7 @@ fn thirty_nights_of_snapshot_store_forget_and_prune() {
             "night {night}"
         );
         let snap = snaps.join(&name);
-        assert_eq!(show(&snap, "Flags"), "readonly", "{name}");
+        assert_eq!(subvolume_show(&snap, "Flags"), "readonly", "{name}");
         manifests.insert(
             path.clone(),
             manifest::manifest(&snap, Options::default()).unwrap(),
@@ -290,7 +262,7 @@ fn snapshots_not_taken_not_stored_or_not_ours_are_handled() {
         .filter(|n| n != "manual")
         .collect();
     assert_eq!(first.len(), 1, "{first:?}");
-    assert_eq!(show(&snaps.join(&first[0]), "Flags"), "readonly");
+    assert_eq!(subvolume_show(&snaps.join(&first[0]), "Flags"), "readonly");
 
     // Night 2: the repository's disk is full: the new snapshot is not
     // stored, so it stays although N is 0; the newest stored one stays as

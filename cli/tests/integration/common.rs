@@ -71,8 +71,70 @@ pub fn repo_fixture_streams() -> Vec<(String, Vec<u8>, Vec<u8>)> {
 /// with `TZ=UTC btrfs receive --dump`).
 pub fn btrsend() -> std::process::Command {
     let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_btrsend"));
-    c.env("TZ", "UTC");
+    c.env("TZ", "UTC")
+        .env_remove("BTRSEND_REPOSITORY")
+        .stdin(std::process::Stdio::null());
     c
+}
+
+/// The standard output of a command that must have succeeded (else a
+/// panic with its exit status and standard error).
+#[track_caller]
+pub fn ok(out: &std::process::Output) -> String {
+    assert!(
+        out.status.success(),
+        "exit {:?}: {}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Run `script` with `bash -ec`; panic with its standard error unless it
+/// succeeds; its standard output.
+#[track_caller]
+pub fn shell(script: &str) -> String {
+    let out = std::process::Command::new("bash")
+        .arg("-ec")
+        .arg(script)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run bash");
+    assert!(
+        out.status.success(),
+        "{script}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// What `btrfs subvolume show` says of `path` under `field`.
+pub fn subvolume_show(path: &Path, field: &str) -> String {
+    let out = std::process::Command::new("btrfs")
+        .args(["subvolume", "show"])
+        .arg(path)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "btrfs subvolume show {}",
+        path.display()
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| {
+            let (k, v) = l.trim().split_once(':')?;
+            (k.trim() == field).then(|| v.trim().to_owned())
+        })
+        .unwrap_or_else(|| panic!("no {field} in btrfs subvolume show {}", path.display()))
+}
+
+/// The JSON lines of a `--json` run.
+pub fn json_lines(stdout: &str) -> Vec<serde_json::Value> {
+    stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}")))
+        .collect()
 }
 
 /// The repository's `tests/fixtures/<fixture>` directory.

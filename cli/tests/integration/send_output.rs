@@ -6,17 +6,11 @@
 //! that was there before is untouched.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use btrsend::testing::{self, LiveBtrfs};
 
-use crate::common::btrsend;
-
-fn sh(cmd: &str) {
-    let st = Command::new("sh").arg("-c").arg(cmd).status().unwrap();
-    assert!(st.success(), "{cmd}");
-}
+use crate::common::{btrsend, shell};
 
 /// The names in `dir`, sorted.
 fn names(dir: &Path) -> Vec<String> {
@@ -33,7 +27,7 @@ fn names(dir: &Path) -> Vec<String> {
 fn fs_with_snapshot(mib: u32) -> LiveBtrfs {
     let fs = LiveBtrfs::with_options(2 << 30, &[], "").expect("live btrfs");
     let m = fs.path().display();
-    sh(&format!(
+    shell(&format!(
         "cd {m} && btrfs -q subvolume create sv && head -c {mib}M /dev/urandom > sv/big && \
          yes BTRSEND-MARKER | head -c 65536 > sv/marked && \
          btrfs -q subvolume snapshot -r sv snap && sync"
@@ -127,9 +121,9 @@ fn send_file_is_never_left_partial() {
         );
         std::thread::sleep(Duration::from_millis(1));
     }
-    sh(&format!("kill -STOP {pid}"));
-    sh(&format!("kill -INT {pid}"));
-    sh(&format!("kill -CONT {pid}"));
+    shell(&format!("kill -STOP {pid}"));
+    shell(&format!("kill -INT {pid}"));
+    shell(&format!("kill -CONT {pid}"));
     let out = child.wait_with_output().unwrap();
     assert_eq!(
         out.status.code(),

@@ -13,7 +13,7 @@ use std::process::Command;
 
 use btrsend::testing::{self, LiveBtrfs};
 
-use crate::common::btrsend;
+use crate::common::{btrsend, shell};
 
 /// Split concatenated send streams after each END command.
 fn split_streams(bytes: &[u8]) -> Vec<Vec<u8>> {
@@ -67,11 +67,6 @@ fn dumps(file: &Path) -> Vec<String> {
         .collect()
 }
 
-fn sh(cmd: &str) {
-    let st = Command::new("sh").arg("-c").arg(cmd).status().unwrap();
-    assert!(st.success(), "{cmd}");
-}
-
 #[test]
 fn several_subvolumes_concatenate_like_btrfs_send() {
     if !testing::require_live("several_subvolumes_concatenate_like_btrfs_send") {
@@ -79,7 +74,7 @@ fn several_subvolumes_concatenate_like_btrfs_send() {
     }
     let fs = LiveBtrfs::with_options(1 << 30, &[], "").expect("live btrfs");
     let m = fs.path().to_str().unwrap().to_owned();
-    sh(&format!(
+    shell(&format!(
         "cd {m} && btrfs -q subvolume create sv && head -c 300000 /dev/urandom > sv/a && \
          mkdir sv/d && echo one > sv/d/f && btrfs -q subvolume snapshot -r sv s1 && \
          cp --reflink=always sv/a sv/b && echo two >> sv/d/f && mv sv/d sv/e && \
