@@ -17,7 +17,7 @@
 //! * MKFILE uses `O_EXCL` and every creation refuses an existing entry; a
 //!   file is opened for I/O only after it was checked to be a regular file.
 //! * ENCODED_WRITE of compressed data is written as it is with
-//!   `BTRFS_IOC_ENCODED_WRITE` (`receive::sys`, private) where the target allows it
+//!   `BTRFS_IOC_ENCODED_WRITE` (the crate's private `sys`) where the target allows it
 //!   (btrfs, `CAP_SYS_ADMIN`), as `btrfs receive` does; elsewhere, for
 //!   extents the ioctl refuses, and with `--force-decompress`, it is decoded
 //!   and written ([`super::encoded`]). Its fields are checked either way; the
@@ -60,11 +60,12 @@ use stream_format::{Command, CommandInfo, CommandKind};
 use super::copy::{self, Notes};
 use super::encoded;
 use super::lanes::{Job, Op, Pool};
-use super::meta::{Record, Records, State, Uuid};
+use super::meta::{Record, Records, State};
 use super::subvol::{self, Btrfs, NotFound};
-use super::sys;
 use super::target::{self, ReceiveDir, Target, TargetError};
 use super::{ApplyError, ApplyErrorKind, Progress};
+use crate::sys;
+use crate::types::Uuid;
 
 mod resume;
 mod undo;

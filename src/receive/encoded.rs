@@ -14,8 +14,8 @@ use std::fmt;
 
 use stream_format::Command;
 
-use super::sys;
 use crate::fs::compress::{Algorithm, DecompressError, decompress};
+use crate::sys;
 
 /// Largest decoded extent (`BTRFS_MAX_UNCOMPRESSED`, 128 KiB): the uapi
 /// limit of `unencoded_len`, and a bound on what a hostile stream can make us

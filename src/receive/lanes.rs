@@ -31,8 +31,8 @@ use std::thread::JoinHandle;
 use rustix::fs::{FallocateFlags, Mode, Timestamps};
 use stream_format::CommandInfo;
 
-use super::sys;
 use super::{ApplyError, ApplyErrorKind, encoded};
+use crate::sys;
 
 /// Default cap of the data bytes queued to the lanes and not yet written.
 pub const MAX_IN_FLIGHT: usize = 64 << 20;

@@ -21,7 +21,7 @@
 //! is copied into the new subvolume; a subvolume received by `btrfs
 //! receive` into DIR is found by its received UUID). [`copy`] also copies
 //! CLONE ranges; [`encoded`] decodes `--compressed-data` extents, which the
-//! private `sys` module (the crate's only unsafe code: the btrfs ioctls)
+//! crate's private `sys` module (its only unsafe code: the btrfs ioctls)
 //! writes as they are into a btrfs target. The private `lanes` module runs
 //! the worker threads that write file data (see [`receive`] for what they
 //! do and the memory bound, `apply`'s `Lanes` for the ordering rules).
@@ -42,7 +42,6 @@ pub mod encoded;
 mod lanes;
 pub mod meta;
 pub mod subvol;
-pub(crate) mod sys;
 pub mod target;
 
 use std::fmt;
@@ -55,8 +54,9 @@ use stream_format::{
 };
 
 pub use apply::{RESUME_DIR, Receiver, TokenError as ResumeTokenError, resume_token};
-use meta::Uuid;
 use target::TargetError;
+
+use crate::types::Uuid;
 
 /// Where a receive reports what it is doing: the crate's one [`Progress`]
 /// interface (receive reports `position`, `subvol_start`/`subvol_done`,
@@ -1134,7 +1134,7 @@ pub fn discard(dir: &Path, name: &[u8]) -> io::Result<()> {
             }
         }
         for n in ckpts {
-            sys::snap_destroy(points.as_fd(), &n).map_err(|e| named(e.into(), &resume))?;
+            crate::sys::snap_destroy(points.as_fd(), &n).map_err(|e| named(e.into(), &resume))?;
         }
         // A directory-mode resume point: its undo journal and trash.
         apply::drop_journals(&points, None);
@@ -1151,7 +1151,7 @@ pub fn discard(dir: &Path, name: &[u8]) -> io::Result<()> {
     }
     if subvol_mode_possible(dir) {
         let d = subvol::reopen_dir(rdir.fd()).map_err(|e| named(e, dir))?;
-        return match sys::snap_destroy(d.as_fd(), name) {
+        return match crate::sys::snap_destroy(d.as_fd(), name) {
             Ok(()) | Err(rustix::io::Errno::NOENT) => Ok(()),
             Err(e) => Err(named(e.into(), &path)),
         };

@@ -17,10 +17,11 @@ use stream_format::CommandInfo;
 use super::undo::{self, TrashAt};
 use super::{Current, Receiver};
 use crate::receive::ApplyErrorKind;
-use crate::receive::meta::{Record, State, Uuid};
+use crate::receive::meta::{Record, State};
 use crate::receive::subvol;
-use crate::receive::sys;
 use crate::resume::{CHECKPOINT_BYTES, FIRST_COMMAND, Shape, Token};
+use crate::sys;
+use crate::types::Uuid;
 
 /// The hidden directory of resume points in DIR.
 pub const RESUME_DIR: &str = ".btrsend-resume";
