@@ -1,7 +1,8 @@
-//! Applying typed commands to DIR, one at a time, as btrfs-progs
-//! `cmds/receive.c` does on btrfs, but on any filesystem and with every path
-//! resolved by [`super::target`] (see `shared/docs/send-stream-format.md` §10
-//! for the reference actions).
+//! The applier: typed commands applied to DIR, one at a time, as
+//! btrfs-progs `cmds/receive.c` does on btrfs, but on any filesystem and
+//! with every path resolved by [`super::target`]. It must not read the
+//! stream (that is the driver's, `receive::driver`) nor count errors
+//! against `--max-errors`.
 //!
 //! Differences from `btrfs receive`, all deliberate:
 //!
@@ -41,6 +42,23 @@
 //!   ([`super::ApplyErrorKind::DeviceNeedsRoot`]); with `--max-errors 0` the rest
 //!   is received (and the subvolume marked incomplete).
 //! * A `--no-data` stream (UPDATE_EXTENT) is refused: it has no file data.
+//!
+//! The rooms, one concern each (all but `point` and `journal` are `impl
+//! Receiver` blocks over the state declared here):
+//!
+//! | file | what |
+//! | --- | --- |
+//! | `apply.rs` | the [`Receiver`]'s state and setup, [`Receiver::apply`] and the dispatch to one method per command |
+//! | `namespace` | MKFILE, MKDIR, MKNOD, MKFIFO, MKSOCK, SYMLINK, RENAME, LINK, UNLINK, RMDIR; a creation renamed into place; the name caches |
+//! | `attrs` | SET_XATTR, REMOVE_XATTR, CHMOD, CHOWN, UTIMES, FILEATTR, ENABLE_VERITY |
+//! | `data` | WRITE, TRUNCATE, FALLOCATE, ENCODED_WRITE, CLONE; the open file they write |
+//! | `offload` | the lanes' offload: which data commands go to a worker lane, and the waits that keep the stream's order |
+//! | `subvols` | SUBVOL, SNAPSHOT, parents and clone sources by UUID, finishing a subvolume |
+//! | `checkpoint` | where the receive is in the stream ([`Tracker`]), taking checkpoints, start marks |
+//! | `rollback` | continuation streams and partial subvolumes rolled back to their resume point |
+//! | `point` | the files of a resume point, and [`resume_token`] |
+//! | `undo` | journaling what undoes each command after a checkpoint, and undoing it |
+//! | `journal` | the undo journal's file format and trash |
 
 use std::collections::{BTreeMap, HashSet};
 use std::fs::File;
@@ -240,8 +258,8 @@ pub struct Receiver<'p> {
     /// created, renamed or removed at its root since went through here and
     /// worked, and there are at most [`ROOT_NAMES`] of them. Lets
     /// [`Receiver::create_renamed`] see that an orphan name is free without
-    /// a lookup (a negative lookup in a large directory is a B-tree search:
-    /// 7 % of the time of a many-small-files receive). `None`: unknown, ask
+    /// a lookup (a negative lookup in a large directory is a B-tree search,
+    /// a sizeable part of a many-small-files receive). `None`: unknown, ask
     /// the filesystem.
     root_names: Option<HashSet<Vec<u8>>>,
     /// Why the target refused `BTRFS_IOC_ENCODED_WRITE` for good (see

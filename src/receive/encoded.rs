@@ -2,8 +2,7 @@
 //! can be written to any filesystem.
 //!
 //! The data is the extent exactly as btrfs stores it (`BTRFS_ENCODED_IO_*`,
-//! Linux `include/uapi/linux/btrfs.h`; `shared/docs/send-stream-format.md`
-//! §6): compression 0 none, 1 zlib (one zlib stream), 2 zstd (one frame), 3..7
+//! Linux `include/uapi/linux/btrfs.h`, `fs/btrfs/send.c`): compression 0 none, 1 zlib (one zlib stream), 2 zstd (one frame), 3..7
 //! LZO with btrfs's per-sector framing for sector sizes 4 KiB .. 64 KiB. The
 //! data may carry sector padding after the compressed bytes.
 //!

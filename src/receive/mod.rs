@@ -1,8 +1,9 @@
 //! The receiver: applies send streams to a directory, on btrfs as real
 //! subvolumes (as `btrfs receive` does), elsewhere as plain directories.
 //!
-//! Flow: [`stream_format::StreamReader`] → [`apply`] (one typed command at a
-//! time, one method per command) → [`target`] (the only stream-path →
+//! Flow: [`stream_format::StreamReader`] → the private `driver` (decode,
+//! skim, read-ahead, `--max-errors`) → [`apply`] (one typed command at a
+//! time, one method per command, in files by concern) → [`target`] (the only stream-path →
 //! filesystem-path code) → the kernel's `*at` system calls. Two modes,
 //! chosen per receive ([`ReceiveOptions::subvolumes`],
 //! [`subvol_mode_possible`]):
@@ -25,10 +26,9 @@
 //! writes as they are into a btrfs target. The private `lanes` module runs
 //! the worker threads that write file data (see [`receive`] for what they
 //! do and the memory bound, `apply`'s `Lanes` for the ordering rules).
-//! Semantics per command follow btrfs-progs `cmds/receive.c` (see
-//! `shared/docs/send-stream-format.md` §9, §10).
+//! Semantics per command follow btrfs-progs `cmds/receive.c`.
 //!
-//! Errors: a corrupt or truncated stream is a [`ReceiveError::Stream`] that
+//! Errors (the private `error` module): a corrupt or truncated stream is a [`ReceiveError::Stream`] that
 //! names the byte offset and the command (from the reader); a command that
 //! cannot be applied is an [`ApplyError`] that names the command, its stream
 //! path(s), the target path(s) and the OS error. As `btrfs receive -E N`,

@@ -1,3 +1,5 @@
+//! The read-ahead thread's blocks and [`discard`](super::discard).
+
 use super::driver::BLOCK;
 use super::*;
 

@@ -39,9 +39,8 @@ pub(super) const DURABLE_FIRST_COST: std::time::Duration = std::time::Duration::
 /// ...and each to cost at least the time to write the stream bytes applied
 /// since the last one at this rate (bytes per second): the snapshot
 /// flushes the data written since, which the time of the last one does not
-/// tell when little was written then (measured: a 2 GiB stream of large
-/// WRITEs into btrfs, load 3.5, took 3.9-4.7 s with the first snapshot due
-/// after 2 s, flushing what was written by then, 2.0 s without)...
+/// tell when little was written then (a snapshot after a run of large
+/// WRITEs costs about the time to write them out)...
 pub(super) const DURABLE_FLUSH_RATE: u64 = 256 << 20;
 
 /// ...or when this much stream was applied since the last one.
