@@ -16,11 +16,14 @@
 //! for a trash (a source may well hold a `.btrsend-trash-…` name); it is
 //! made and removed with the root's times kept, and the last one goes
 //! before the subvolume is made read-only.
+//!
+//! This module owns the format and the files; it must not decide what to
+//! journal (that is `undo`'s) nor when a checkpoint is taken.
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
 use std::fs::File;
-use std::io;
+use std::io::{self, Read};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileExt;
@@ -445,12 +448,71 @@ impl Journal {
     }
 }
 
-/// The entries of journal `file` and how many are undone already.
+/// The longest entry [`Entry::encode`] makes: saved data of at most
+/// [`PIECE`] bytes, or an xattr value (at most 64 KiB), with paths of at
+/// most `PATH_MAX` bytes; a longer one can only be garbage, and ends the
+/// journal as a torn entry does.
+const MAX_ENTRY: u64 = PIECE + (1 << 20);
+
+/// The entries of journal `file` and how many are undone already, as
+/// [`parse_journal`] reads them, read one entry at a time: memory is
+/// bounded by the entries there are, whatever length the file (or an
+/// entry's header) claims.
 pub(super) fn read_journal(file: &File) -> io::Result<(Vec<Entry>, u64)> {
-    let len = usize::try_from(file.metadata()?.len()).map_err(io::Error::other)?;
-    let mut all = vec![0u8; len];
-    file.read_exact_at(&mut all, 0)?;
-    parse_journal(&all)
+    let mut r = io::BufReader::new(ReadAt { file, pos: 0 });
+    let mut h = [0u8; 16];
+    if !read_whole(&mut r, &mut h)? {
+        return Ok((Vec::new(), 0));
+    }
+    let (_, done) = parse_journal(&h)?;
+    let mut out = Vec::new();
+    let mut head = [0u8; 8];
+    let mut body = Vec::new();
+    while read_whole(&mut r, &mut head)? {
+        let len = u64::from(u32::from_le_bytes([head[0], head[1], head[2], head[3]]));
+        if len > MAX_ENTRY {
+            break;
+        }
+        body.clear();
+        (&mut r).take(len).read_to_end(&mut body)?;
+        if body.len() as u64 != len || sum(&body) != head[4..8] {
+            break;
+        }
+        let Some(e) = Entry::decode(&body) else {
+            break;
+        };
+        out.push(e);
+    }
+    Ok((out, done))
+}
+
+/// `file` read from `pos` on, whatever its file position (a journal is
+/// read again after it was cut, by tests).
+struct ReadAt<'a> {
+    file: &'a File,
+    pos: u64,
+}
+
+impl Read for ReadAt<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.file.read_at(buf, self.pos)?;
+        self.pos += n as u64;
+        Ok(n)
+    }
+}
+
+/// Fill `buf` from `r`; `false` if the input ends first.
+fn read_whole(r: &mut impl Read, buf: &mut [u8]) -> io::Result<bool> {
+    let mut got = 0;
+    while got < buf.len() {
+        match r.read(&mut buf[got..]) {
+            Ok(0) => return Ok(false),
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(true)
 }
 
 /// The entries of the journal `all` (a whole `undo-K` file) and how many
