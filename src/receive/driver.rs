@@ -117,7 +117,7 @@ impl Read for Blocks {
 pub(super) const FILE_READ: usize = 8 << 10;
 
 /// Run `f` with `input` read ahead on a thread of its own (see
-/// [`receive`]).
+/// [`receive`](super::receive)).
 pub(super) fn with_read_ahead<T>(input: impl Read + Send, f: impl FnOnce(Blocks) -> T) -> T {
     let (full_tx, full_rx) = std::sync::mpsc::sync_channel(QUEUE_BLOCKS);
     let (empty_tx, empty_rx) = std::sync::mpsc::sync_channel(QUEUE_BLOCKS + 2);
@@ -137,9 +137,9 @@ pub(super) fn with_read_ahead<T>(input: impl Read + Send, f: impl FnOnce(Blocks)
     })
 }
 
-/// Where [`receive_blocks`] gets its input: buffers of the stream, in
-/// order, made by the caller (e.g. decompressed), so that they need not be
-/// copied into blocks of a reader thread.
+/// Where [`receive_blocks`](super::receive_blocks) gets its input: buffers
+/// of the stream, in order, made by the caller (e.g. decompressed), so that
+/// they need not be copied into blocks of a reader thread.
 pub trait BlockSource {
     /// The next buffer and how many of its first bytes are input; `None`
     /// at the end of the input. An error ends the input.
@@ -150,9 +150,9 @@ pub trait BlockSource {
     }
 }
 
-/// The thread of [`receive_blocks`]: the buffers of `input` in order, the
-/// decoded ones given back first; stops at the end, after an error (sent),
-/// or when the decoder hangs up.
+/// The thread of [`receive_blocks`](super::receive_blocks): the buffers of
+/// `input` in order, the decoded ones given back first; stops at the end,
+/// after an error (sent), or when the decoder hangs up.
 pub(super) fn send_blocks(
     mut input: impl BlockSource,
     full: &std::sync::mpsc::SyncSender<io::Result<Block>>,
@@ -177,7 +177,8 @@ pub(super) fn send_blocks(
     }
 }
 
-/// Read the commands from `input` and apply them (the body of [`receive`]).
+/// Read the commands from `input` and apply them (the body of
+/// [`receive`](super::receive)).
 pub(super) fn decode_and_apply(
     rx: &mut Receiver<'_>,
     input: impl Read,
@@ -296,8 +297,9 @@ pub(super) fn read_payload(input: &std::fs::File, info: &CommandInfo) -> io::Res
     Ok(buf)
 }
 
-/// The body of [`receive`](super::receive) and [`receive_file`](super::receive_file): read the commands from
-/// `reader` and apply them; `input` is the input file when `reader` skims.
+/// The body of [`receive`](super::receive) and
+/// [`receive_file`](super::receive_file): read the commands from `reader`
+/// and apply them; `input` is the input file when `reader` skims.
 pub(super) fn decode_and_apply_from(
     rx: &mut Receiver<'_>,
     reader: &mut dyn Source,
