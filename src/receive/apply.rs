@@ -266,7 +266,7 @@ pub struct Receiver<'p> {
     /// [`sys::Refusal::Never`]), for the fallback lines of `-vv`.
     ioctl_refused: Option<rustix::io::Errno>,
     /// The undo journal of a directory-mode receive past its first
-    /// checkpoint (see `undo`).
+    /// checkpoint (see `journal`).
     journal: Option<journal::Journal>,
     /// When a subvolume-mode checkpoint is also durable.
     budget: Option<checkpoint::Budget>,

@@ -44,7 +44,7 @@ impl Receiver<'_> {
             self.set_flags(&fd, &path, flags);
         }
         if cur.errors == 0 && cur.subvolume {
-            // The undo journal's trash goes first (see `undo`); then, as
+            // The undo journal's trash goes first (see `journal`); then, as
             // btrfs-progs: received UUID and stransid, then read-only.
             super::journal::drop_subvol_trash(cur.target.root(), &cur.record.uuid.0, None)
                 .and_then(|()| {
