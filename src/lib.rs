@@ -14,6 +14,7 @@ pub mod progress;
 pub mod receive;
 pub mod resume;
 pub mod send;
+pub(crate) mod sys;
 
 #[cfg(feature = "testing")]
 #[doc(hidden)]

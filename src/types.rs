@@ -97,6 +97,21 @@ impl Uuid {
     pub fn is_nil(&self) -> bool {
         self.0 == [0; 16]
     }
+
+    /// Parse the text [`Display`](fmt::Display) writes: 32 hex digits
+    /// with 4 dashes, 36 characters in all (`8-4-4-4-12`).
+    pub fn parse(s: &str) -> Option<Uuid> {
+        let hex: Vec<u8> = s.bytes().filter(|&b| b != b'-').collect();
+        if hex.len() != 32 || s.len() != 36 {
+            return None;
+        }
+        let mut out = [0u8; 16];
+        for (o, pair) in out.iter_mut().zip(hex.chunks_exact(2)) {
+            let pair = std::str::from_utf8(pair).ok()?;
+            *o = u8::from_str_radix(pair, 16).ok()?;
+        }
+        Some(Uuid(out))
+    }
 }
 
 impl fmt::Display for Uuid {

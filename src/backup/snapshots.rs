@@ -32,7 +32,7 @@ use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 
 use super::BackupError;
-use crate::receive::sys;
+use crate::sys;
 
 /// The time in a snapshot's name: `2026-11-24T030000Z`.
 const TIME_FORMAT: &str = "%Y-%m-%dT%H%M%SZ";

@@ -2,8 +2,7 @@
 //! can be written to any filesystem.
 //!
 //! The data is the extent exactly as btrfs stores it (`BTRFS_ENCODED_IO_*`,
-//! Linux `include/uapi/linux/btrfs.h`; `shared/docs/send-stream-format.md`
-//! §6): compression 0 none, 1 zlib (one zlib stream), 2 zstd (one frame), 3..7
+//! Linux `include/uapi/linux/btrfs.h`, `fs/btrfs/send.c`): compression 0 none, 1 zlib (one zlib stream), 2 zstd (one frame), 3..7
 //! LZO with btrfs's per-sector framing for sector sizes 4 KiB .. 64 KiB. The
 //! data may carry sector padding after the compressed bytes.
 //!
@@ -14,8 +13,8 @@ use std::fmt;
 
 use stream_format::Command;
 
-use super::sys;
 use crate::fs::compress::{Algorithm, DecompressError, decompress};
+use crate::sys;
 
 /// Largest decoded extent (`BTRFS_MAX_UNCOMPRESSED`, 128 KiB): the uapi
 /// limit of `unencoded_len`, and a bound on what a hostile stream can make us

@@ -31,8 +31,8 @@ use std::thread::JoinHandle;
 use rustix::fs::{FallocateFlags, Mode, Timestamps};
 use stream_format::CommandInfo;
 
-use super::sys;
 use super::{ApplyError, ApplyErrorKind, encoded};
+use crate::sys;
 
 /// Default cap of the data bytes queued to the lanes and not yet written.
 pub const MAX_IN_FLIGHT: usize = 64 << 20;
@@ -477,7 +477,7 @@ fn run_stream(
     use stream_format::Command;
     let info = &job.info;
     let buf = &mut scratch.payload;
-    super::read_payload_into(input, info, buf)?;
+    read_payload_into(input, info, buf)?;
     let cmd = stream_format::decode_payload(info, crc, buf, &mut scratch.attrs)
         .map_err(|e| ApplyErrorKind::Invalid(e.to_string()))?;
     let f = &*job.file;
@@ -571,6 +571,33 @@ fn data_of(buf: &[u8], start: usize, len: usize) -> Result<&[u8], ApplyErrorKind
         .checked_add(len)
         .and_then(|end| buf.get(start..end))
         .ok_or_else(|| ApplyErrorKind::Invalid("data outside its command buffer".into()))
+}
+
+/// [`read_payload`] into `buf` (reused): as much of the payload as there
+/// is, so a short one (the input shrank) is the decoder's "truncated
+/// command" error.
+pub(crate) fn read_payload_into(
+    input: &std::fs::File,
+    info: &CommandInfo,
+    buf: &mut Vec<u8>,
+) -> io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    let len = usize::try_from(info.len).unwrap_or(usize::MAX);
+    buf.resize(len, 0);
+    let at = info
+        .offset
+        .saturating_add(stream_format::CMD_HEADER_SIZE as u64);
+    let mut got = 0;
+    while let Some(rest) = buf.get_mut(got..).filter(|r| !r.is_empty()) {
+        match input.read_at(rest, at.saturating_add(got as u64)) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    buf.truncate(got);
+    Ok(())
 }
 
 #[cfg(test)]

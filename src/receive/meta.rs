@@ -36,7 +36,6 @@
 //! renamed over `<name>.subvol`.
 
 use std::ffi::OsStr;
-use std::fmt;
 use std::io::{self, Write as _};
 use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
@@ -45,44 +44,13 @@ use std::path::PathBuf;
 use rustix::fs::{Mode, OFlags};
 
 use super::target::{RESERVED_NAME, ReceiveDir};
+use crate::types::Uuid;
 
 /// First line of every record.
 pub const HEADER: &str = "# btrsend received subvolume v1";
 
 /// Suffix of a record's file name.
 const SUFFIX: &[u8] = b".subvol";
-
-/// A subvolume UUID (16 bytes in storage order).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub struct Uuid(pub [u8; 16]);
-
-impl fmt::Display for Uuid {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for (i, b) in self.0.iter().enumerate() {
-            if matches!(i, 4 | 6 | 8 | 10) {
-                f.write_str("-")?;
-            }
-            write!(f, "{b:02x}")?;
-        }
-        Ok(())
-    }
-}
-
-impl Uuid {
-    /// Parse `8-4-4-4-12` hex.
-    pub fn parse(s: &str) -> Option<Uuid> {
-        let hex: Vec<u8> = s.bytes().filter(|&b| b != b'-').collect();
-        if hex.len() != 32 || s.len() != 36 {
-            return None;
-        }
-        let mut out = [0u8; 16];
-        for (o, pair) in out.iter_mut().zip(hex.chunks_exact(2)) {
-            let pair = std::str::from_utf8(pair).ok()?;
-            *o = u8::from_str_radix(pair, 16).ok()?;
-        }
-        Some(Uuid(out))
-    }
-}
 
 /// Whether a received subvolume is a faithful copy yet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -30,7 +30,7 @@ use std::path::{Path, PathBuf};
 use rustix::fs::{Mode, OFlags};
 use rustix::io::Errno;
 
-use super::sys::{self, SubvolInfo};
+use crate::sys::{self, SubvolInfo};
 
 /// `BTRFS_SUPER_MAGIC` (statfs `f_type`).
 pub const BTRFS_SUPER_MAGIC: i64 = 0x9123_683e;
@@ -373,7 +373,8 @@ fn unescape(s: &[u8]) -> Vec<u8> {
 /// in subvolume mode) put there. `BTRFS_IOC_GET_SUBVOL_INFO` needs no
 /// privileges. Nothing if DIR is not on btrfs or cannot be read.
 pub fn received_in(dir: BorrowedFd<'_>, uuid: [u8; 16]) -> Vec<super::meta::Record> {
-    use super::meta::{Record, State, Uuid};
+    use super::meta::{Record, State};
+    use crate::types::Uuid;
     let mut out = Vec::new();
     if !on_btrfs(dir) {
         return out;

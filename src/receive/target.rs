@@ -2,7 +2,7 @@
 //! filesystem path.
 //!
 //! A send stream names files by paths relative to the root of the subvolume
-//! being received (`shared/docs/send-stream-format.md` §6): raw bytes,
+//! being received (Linux `fs/btrfs/send.c`, `get_cur_path`): raw bytes,
 //! `/`-separated, no leading `/`, no `.` or `..` components, the root itself
 //! being the empty path. A hostile stream may break every one of those rules,
 //! so this module

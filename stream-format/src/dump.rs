@@ -2,8 +2,8 @@
 //!
 //! Format: btrfs-progs v6.2 `cmds/receive-dump.c` (`__print_dump`,
 //! `print_path_escaped`, the `print_*` callbacks) and `common/path-utils.c`
-//! (`path_cat_out`). Quirks kept on
-//! purpose, because scripts compare this output with progs':
+//! (`path_cat_out`). Quirks kept on purpose, because scripts compare this
+//! output with progs':
 //!
 //! * paths are cut at the first NUL (progs uses C strings);
 //! * the path column is escaped, `from=` of clone, xattr names and values are not;
@@ -154,7 +154,7 @@ impl<W: Write> Dumper<W> {
                 self.subvol_line("subvol");
                 w(
                     &mut self.line,
-                    format_args!("uuid={} transid={ctransid}", Uuid(uuid)),
+                    format_args!("uuid={} transid={ctransid}", UuidText(uuid)),
                 );
             }
             Command::Snapshot {
@@ -170,8 +170,8 @@ impl<W: Write> Dumper<W> {
                     &mut self.line,
                     format_args!(
                         "uuid={} transid={ctransid} parent_uuid={} parent_transid={clone_ctransid}",
-                        Uuid(uuid),
-                        Uuid(clone_uuid)
+                        UuidText(uuid),
+                        UuidText(clone_uuid)
                     ),
                 );
             }
@@ -481,9 +481,9 @@ fn escape(out: &mut Vec<u8>, s: &[u8]) -> usize {
 }
 
 /// `uuid_unparse`: lowercase 8-4-4-4-12.
-struct Uuid<'a>(&'a [u8; 16]);
+pub(crate) struct UuidText<'a>(pub(crate) &'a [u8; 16]);
 
-impl std::fmt::Display for Uuid<'_> {
+impl std::fmt::Display for UuidText<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         for (i, b) in self.0.iter().enumerate() {
             if matches!(i, 4 | 6 | 8 | 10) {

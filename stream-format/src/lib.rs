@@ -10,7 +10,9 @@
 //! * [`StreamReader`]: validate and decode a stream from any `Read`, one command
 //!   at a time ([`RawCommand`] or [`Command`]);
 //! * [`StreamWriter`]: encode commands exactly as the kernel does;
-//! * [`dump`](dump::dump): the text of `btrfs receive --dump` (btrfs-progs 6.2).
+//! * [`dump`](dump::dump): the text of `btrfs receive --dump` (btrfs-progs 6.2);
+//! * [`verbose`]: the lines `btrfs receive -v` prints about the commands it
+//!   applies.
 //!
 //! Protocol versions: the reader accepts headers with versions `0..=`
 //! [`ReaderOptions::max_version`] (default 2 like btrfs-progs 6.2; set 3 for
@@ -30,6 +32,7 @@ mod decode;
 pub mod dump;
 mod encode;
 mod error;
+pub mod verbose;
 
 pub use attr::{Attr, AttrType};
 pub use command::{Bytes, Command, CommandKind, CommandName, Timespec};

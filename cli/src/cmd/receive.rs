@@ -8,9 +8,8 @@ use std::sync::Mutex;
 use anyhow::Context;
 use btrsend::progress::Progress;
 use btrsend::receive::{self, ReceiveOptions};
-use btrsend::types::Uuid;
 use clap::{Args, ValueHint};
-use stream_format::Command;
+use stream_format::{Command, verbose};
 
 use super::dump::{self, DumpArgs};
 use crate::progress::{Mode, Op, Reporter};
@@ -226,9 +225,9 @@ impl Lines {
             // btrfs-progs 6.2 prints this one on standard output. A closed
             // pipe does not stop the receive (`main` reports it at the end:
             // see `exit::stdout_closed`).
-            let _ = crate::exit::stdout().write_all(&cat(&[b"At snapshot ", name, b"\n"]));
+            let _ = crate::exit::stdout().write_all(&cat(&[&verbose::at(name, true), b"\n"]));
         } else {
-            self.reporter.println_bytes(&cat(&[b"At subvol ", name]));
+            self.reporter.println_bytes(&verbose::at(name, false));
         }
     }
 }
@@ -251,11 +250,7 @@ impl Progress for Lines {
         }
         let current = self.current.lock().ok().and_then(|mut c| c.take());
         let line = match (complete, self.subvolumes, current) {
-            (true, true, Some((uuid, stransid))) => format!(
-                "BTRFS_IOC_SET_RECEIVED_SUBVOL uuid={}, stransid={stransid}",
-                Uuid(uuid)
-            )
-            .into_bytes(),
+            (true, true, Some((uuid, stransid))) => verbose::set_received_subvol(&uuid, stransid),
             (true, ..) => cat(&[name, b" received completely"]),
             (false, ..) => cat(&[name, b" left incomplete"]),
         };
@@ -266,69 +261,37 @@ impl Progress for Lines {
     }
     fn command(&self, cmd: &Command<'_>) {
         let level = u8::try_from(self.verbosity).unwrap_or(0);
-        let (path, uuid, ctransid, line) = match cmd {
+        let (path, uuid, ctransid) = match cmd {
             Command::Subvol {
                 path,
                 uuid,
                 ctransid,
-            } => (
+            }
+            | Command::Snapshot {
                 path,
                 uuid,
                 ctransid,
-                cat(&[
-                    b"receiving subvol ",
-                    path,
-                    format!(" uuid={}, stransid={ctransid}", Uuid(*uuid)).as_bytes(),
-                ]),
-            ),
-            Command::Snapshot {
-                path,
-                uuid,
-                ctransid,
-                clone_uuid,
-                clone_ctransid,
-            } => (
-                path,
-                uuid,
-                ctransid,
-                cat(&[
-                    b"receiving snapshot ",
-                    path,
-                    format!(
-                        " uuid={}, ctransid={ctransid} parent_uuid={}, parent_ctransid={clone_ctransid}",
-                        Uuid(*uuid),
-                        Uuid(*clone_uuid)
-                    )
-                    .as_bytes(),
-                ]),
-            ),
+                ..
+            } => (path, uuid, ctransid),
             _ => {
-                if let Some(line) = listing(cmd, level) {
+                if let Some(line) = verbose::command(cmd, level) {
                     self.reporter.println_bytes(&line);
                 }
                 return;
             }
         };
         self.at(path, matches!(cmd, Command::Snapshot { .. }));
-        self.reporter.println_bytes(&line);
+        if let Some(line) = verbose::receiving(cmd) {
+            self.reporter.println_bytes(&line);
+        }
         if let Ok(mut c) = self.current.lock() {
             *c = Some((*uuid, *ctransid));
         }
     }
     fn encoded_fallback(&self, path: &[u8], err: std::io::Error) {
         if self.verbosity >= 2 {
-            // btrfs-progs: "%d (\"%m\")", the errno and its strerror text.
-            let code = err.raw_os_error().unwrap_or(0);
-            let text = err.to_string();
-            let text = text
-                .strip_suffix(&format!(" (os error {code})"))
-                .unwrap_or(&text);
-            self.reporter.println_bytes(&cat(&[
-                b"encoded_write ",
-                path,
-                format!(" - falling back to decompress and write due to errno {code} (\"{text}\")")
-                    .as_bytes(),
-            ]));
+            self.reporter
+                .println_bytes(&verbose::encoded_fallback(path, &err));
         }
     }
     fn data(&self, bytes: u64) {
@@ -465,117 +428,4 @@ fn resume_hint(dir: &std::path::Path, name: &[u8]) -> Option<String> {
 /// `parts` joined: a line of raw bytes (paths as the stream has them).
 fn cat(parts: &[&[u8]]) -> Vec<u8> {
     parts.concat()
-}
-
-/// The line `btrfs receive -v` prints for `cmd` (`level` 1; with `-vv`,
-/// `level` 2, one for every command): btrfs-progs' texts (`cmds/receive.c`),
-/// paths as the stream has them (relative to the subvolume). SUBVOL and
-/// SNAPSHOT are printed by [`Lines::command`] itself.
-fn listing(cmd: &Command<'_>, level: u8) -> Option<Vec<u8>> {
-    use Command as C;
-    Some(match cmd {
-        C::Write { path, offset, data } => cat(&[
-            b"write ",
-            path,
-            format!(" - offset={offset} length={}", data.len()).as_bytes(),
-        ]),
-        C::Clone {
-            offset,
-            len,
-            path,
-            clone_path,
-            clone_offset,
-            ..
-        } => cat(&[
-            b"clone ",
-            path,
-            b" - source=",
-            clone_path,
-            format!(" source offset={clone_offset} offset={offset} length={len}").as_bytes(),
-        ]),
-        _ if level < 2 => return None,
-        C::Mkfile { path, .. } => cat(&[b"mkfile ", path]),
-        C::Mkdir { path, .. } => cat(&[b"mkdir ", path]),
-        C::Mknod {
-            path, rdev, mode, ..
-        } => cat(&[
-            b"mknod ",
-            path,
-            format!(" mode={mode}, dev={rdev}").as_bytes(),
-        ]),
-        C::Mkfifo { path, .. } => cat(&[b"mkfifo ", path]),
-        C::Mksock { path, .. } => cat(&[b"mksock ", path]),
-        C::Symlink {
-            path, path_link, ..
-        } => cat(&[b"symlink ", path, b" -> ", path_link]),
-        C::Rename { path, path_to } => cat(&[b"rename ", path, b" -> ", path_to]),
-        C::Link { path, path_link } => cat(&[b"link ", path, b" -> ", path_link]),
-        C::Unlink { path } => cat(&[b"unlink ", path]),
-        C::Rmdir { path } => cat(&[b"rmdir ", path]),
-        C::SetXattr { path, name, data } => cat(&[
-            b"set_xattr ",
-            path,
-            b" - name=",
-            name,
-            format!(" data_len={} data=", data.len()).as_bytes(),
-            // progs prints the value as a C string: up to its first NUL.
-            data.split(|&b| b == 0).next().unwrap_or_default(),
-        ]),
-        C::RemoveXattr { path, name } => cat(&[b"remove_xattr ", path, b" - name=", name]),
-        C::Truncate { path, size } => {
-            cat(&[b"truncate ", path, format!(" size={size}").as_bytes()])
-        }
-        // progs prints the mode as a C int, in octal.
-        C::Chmod { path, mode } => cat(&[
-            b"chmod ",
-            path,
-            format!(" - mode=0{:o}", mode & u64::from(u32::MAX)).as_bytes(),
-        ]),
-        C::Chown { path, uid, gid } => cat(&[
-            b"chown ",
-            path,
-            format!(" - uid={uid}, gid={gid}").as_bytes(),
-        ]),
-        C::Utimes { path, .. } => cat(&[b"utimes ", path]),
-        C::UpdateExtent { path, offset, size } => cat(&[
-            b"update_extent ",
-            path,
-            format!(": offset={offset}, len={size}").as_bytes(),
-        ]),
-        C::Fallocate {
-            path,
-            mode,
-            offset,
-            size,
-        } => cat(&[
-            b"fallocate ",
-            path,
-            format!(" - offset={offset}, len={size}, mode={mode}").as_bytes(),
-        ]),
-        C::EncodedWrite {
-            path,
-            offset,
-            unencoded_file_len,
-            unencoded_len,
-            unencoded_offset,
-            compression,
-            encryption,
-            data,
-        } => cat(&[
-            b"encoded_write ",
-            path,
-            format!(
-                " - offset={offset}, len={}, unencoded_offset={unencoded_offset}, \
-                 unencoded_file_len={unencoded_file_len}, unencoded_len={unencoded_len}, \
-                 compression={}, encryption={}",
-                data.len(),
-                compression.unwrap_or(0),
-                encryption.unwrap_or(0)
-            )
-            .as_bytes(),
-        ]),
-        // SUBVOL and SNAPSHOT: by the caller; progs prints nothing for
-        // the rest (END, FILEATTR, ENABLE_VERITY).
-        _ => return None,
-    })
 }

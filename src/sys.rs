@@ -1,5 +1,8 @@
-//! The crate's only unsafe code: the btrfs ioctls the receiver needs and
-//! rustix has no safe wrapper for.
+//! The crate's only unsafe code: the btrfs ioctls that rustix has no safe
+//! wrapper for, used by the receiver (`receive`) and by the snapshots of
+//! `backup run --snapshot`. It owns the argument structs, the opcodes and
+//! one safe function per ioctl; it must not grow policy (what to do when an
+//! ioctl fails is its callers' business) nor any other unsafe code.
 //!
 //! * `BTRFS_IOC_ENCODED_WRITE` writes an extent's compressed bytes as they
 //!   are: `btrfs receive` passes every ENCODED_WRITE of a
@@ -16,6 +19,9 @@
 //!   `BTRFS_IOC_INO_LOOKUP` (finding a parent or clone source by UUID in the
 //!   UUID tree and its path, as btrfs-progs `common/send-utils.c` does) and
 //!   `BTRFS_IOC_GET_SUBVOL_INFO` (a subvolume's UUIDs and transids from an fd).
+//! * For `backup run --snapshot` and for removing receive checkpoints:
+//!   read-only snapshots (`BTRFS_IOC_SNAP_CREATE_V2` with
+//!   `BTRFS_SUBVOL_RDONLY`) and `BTRFS_IOC_SNAP_DESTROY`.
 //!
 //! The argument structs and opcodes are the kernel's uapi
 //! (`include/uapi/linux/btrfs.h`; the same text is btrfs-progs
