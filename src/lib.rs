@@ -1,9 +1,13 @@
-//! btrsend core library: reads btrfs straight from its devices and plans send
-//! streams; receives streams into directories.
+//! btrsend core library: reads btrfs straight from its devices and writes
+//! send streams of its snapshots; receives streams into btrfs subvolumes or
+//! plain directories; keeps backup repositories of stream files.
 //!
 //! Data flows left to right: device I/O → chunk map → tree walking → the
-//! filesystem model → the send planner / the receiver. The wire format lives
-//! in the `stream-format` crate.
+//! filesystem model → [`send`]. [`receive`] applies a stream to a directory;
+//! [`backup`] stores, checks, restores and prunes streams in a repository and
+//! uses both. The wire format lives in the `stream-format` crate; the one
+//! module with `unsafe` code is `sys` (the btrfs ioctls), which receive and
+//! backup's snapshots share.
 
 pub use stream_format;
 
