@@ -66,6 +66,7 @@ pub mod error;
 pub mod extent_tree;
 pub mod mounted;
 pub mod planner;
+pub mod several;
 pub mod total;
 
 mod backref;

@@ -7,8 +7,9 @@ use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 
 use anyhow::bail;
-use btrsend::device::readahead::{MIN_CACHE_MIB, ReadOptions};
-use btrsend::send::mounted::{Beside, Request, Source};
+use btrsend::device::readahead::ReadOptions;
+use btrsend::send::mounted::{Request, Source};
+use btrsend::send::several::{self, Event, OwnedRequest, Sent, Several};
 use btrsend::send::{self, MAX_PROTO, SendError, SendOptions};
 use clap::builder::TypedValueParser as _;
 use clap::{Args, ValueHint};
@@ -293,13 +294,7 @@ pub fn run(args: &SendArgs) -> anyhow::Result<()> {
         read = read.with_cache_mib(mib as usize);
     }
     let mode = Mode::choose(args.progress, args.no_progress, args.quiet);
-    // With progress shown, the estimate's pass beside the send takes the
-    // smallest cache out of the bound (see `spawn_total`).
-    let estimate_read = read.clone().with_cache_mib(MIN_CACHE_MIB);
-    if mode != Mode::Off {
-        let mib = (read.cache_bytes >> 20).saturating_sub(MIN_CACHE_MIB);
-        read = read.with_cache_mib(mib);
-    }
+    let (read, estimate_read) = several::split_cache(read, mode != Mode::Off);
     let mut src = Source::open_with(&args.devices, first, &read).map_err(|e| match e {
         // `id:N` without --device: the command line is wrong (exit 2).
         SendError::NeedsDevice(_) => anyhow::Error::new(crate::exit::UsageError(e.to_string())),
@@ -321,13 +316,6 @@ pub fn run(args: &SendArgs) -> anyhow::Result<()> {
             clone_sources: clones,
         })
         .collect();
-    // Every subvolume, parent and clone source is found before the output
-    // is created: a later one that is wrong must not leave a stream of the
-    // first ones behind.
-    let mut subvols = Vec::with_capacity(requests.len());
-    for req in &requests {
-        subvols.push(src.check(req)?);
-    }
     let token = match &args.resume {
         Some(t) => Some(btrsend::resume::Token::parse(t).map_err(|e| {
             anyhow::Error::new(crate::exit::UsageError(format!(
@@ -336,45 +324,27 @@ pub fn run(args: &SendArgs) -> anyhow::Result<()> {
         })?),
         None => None,
     };
-    // With a token: the subvolumes before the token's were received whole.
-    let first_sent = match &token {
-        Some(t) => subvols
-            .iter()
-            .position(|s| s.stream_uuid() == t.uuid)
-            .ok_or_else(|| {
-                SendError::ResumeMismatch(format!(
-                    "it continues the snapshot with uuid {}, which is none of the SUBVOLs given",
-                    btrsend::types::Uuid(t.uuid)
-                ))
-            })?,
-        None => 0,
-    };
+    let batch = Several::check(&src, &requests, token.as_ref())?;
     if args.estimate {
-        let mut all = Vec::with_capacity(requests.len());
-        for req in &requests {
-            all.push(
-                src.estimate(req, opts)
-                    .map_err(|e| send_error(e, args, req.subvol))?,
-            );
-        }
+        let all = batch
+            .estimate(&src, opts)
+            .map_err(|f| send_error(*f.error, args, f.subvol))?;
         return print_estimate(&all, args.json);
     }
     let progress = std::sync::Arc::new(Reporter::new(mode, Op::Send, None, args.quiet));
     // The bar's total: the streams' exact size, from the estimate's pass
-    // on a thread beside the send (it never delays the send's first byte;
-    // it ends long before a data-heavy send does).
-    let estimate = if mode == Mode::Off {
-        None
-    } else {
-        Some(spawn_total(
-            args,
+    // on a thread beside the send (it ends long before a data-heavy send
+    // does).
+    let estimate = (mode != Mode::Off).then(|| {
+        let bar = progress.clone();
+        several::spawn_total(
             src.beside(),
-            &lists,
+            requests.iter().map(OwnedRequest::of).collect(),
             opts,
             estimate_read,
-            progress.clone(),
-        ))
-    };
+            move |total| bar.set_total(total),
+        )
+    });
     // A file is written under a temporary name and renamed when complete
     // (see `signal.rs`): FILE never holds a partial stream.
     let mut file = match &args.file {
@@ -395,33 +365,37 @@ pub fn run(args: &SendArgs) -> anyhow::Result<()> {
     } else {
         &mut counted
     };
-    let mut stream_bytes = 0u64;
-    let mut res = Ok(());
-    for (k, req) in requests.iter().enumerate().skip(first_sent) {
-        if args.verbose > 0 {
-            progress.println(&format!("At subvol {}", req.subvol));
-        }
-        let resume = token.as_ref().filter(|_| k == first_sent);
-        match send_one(&mut src, req, opts, resume, &mut *out, &progress) {
-            Ok(stats) => {
-                stream_bytes = stream_bytes.saturating_add(stats.stream_bytes);
-                if stats.continued > 0 && !args.quiet {
-                    progress.println(&format!(
-                        "btrsend: note: a balance moved blocks during the send of {}; its \
-                         stream continued where it stopped (last at byte {}, {} time(s))",
-                        req.subvol, stats.continued_at, stats.continued
-                    ));
-                }
-            }
-            Err(e) => {
-                res = Err(match e {
-                    e if e.is_broken_pipe() => broken_pipe(),
-                    e => send_error(e, args, req.subvol),
-                });
-                break;
+    let mut events = |event: Event<'_>| match event {
+        Event::Starting(subvol) => {
+            if args.verbose > 0 {
+                progress.println(&format!("At subvol {subvol}"));
             }
         }
-    }
+        Event::Sent(done) => {
+            debug_figures(&done);
+            let stats = done.stats;
+            if stats.continued > 0 && !args.quiet {
+                progress.println(&format!(
+                    "btrsend: note: a balance moved blocks during the send of {}; its \
+                     stream continued where it stopped (last at byte {}, {} time(s))",
+                    done.subvol, stats.continued_at, stats.continued
+                ));
+            }
+        }
+    };
+    let sent_res = batch.send(
+        &mut src,
+        opts,
+        token.as_ref(),
+        &mut *out,
+        &*progress,
+        &mut events,
+    );
+    let stream_bytes = sent_res.as_ref().map_or(0, |&b| b);
+    let mut res = sent_res.map(drop).map_err(|f| match *f.error {
+        e if e.is_broken_pipe() => broken_pipe(),
+        e => send_error(e, args, f.subvol),
+    });
     if res.is_ok() {
         res = out.flush().map_err(|e| match e.kind() {
             std::io::ErrorKind::BrokenPipe => broken_pipe(),
@@ -436,7 +410,9 @@ pub fn run(args: &SendArgs) -> anyhow::Result<()> {
             Ok(Ok(total)) => progress.println(&format!(
                 "btrsend: total {total} bytes, stream {stream_bytes} bytes"
             )),
-            Ok(Err(e)) => progress.println(&format!("btrsend: no total: {e:#}")),
+            Ok(Err(e)) => {
+                progress.println(&format!("btrsend: no total: {:#}", anyhow::Error::new(e)))
+            }
             Err(_) => progress.println("btrsend: no total: the estimate's thread panicked"),
         }
     }
@@ -446,39 +422,6 @@ pub fn run(args: &SendArgs) -> anyhow::Result<()> {
         f.commit()?;
     }
     Ok(())
-}
-
-/// The estimate of every SUBVOL of `args`, on a thread of its own with a
-/// source of its own (`beside` the send's, which a mounted filesystem is
-/// not synced again for; `read`: the smallest block cache, 16 MiB, taken
-/// out of the send's bound: the estimate walks each tree once, in order),
-/// given to `progress` as its total when done. An estimate that fails
-/// leaves the bar without a total: the send reports its own errors.
-fn spawn_total(
-    args: &SendArgs,
-    beside: Beside,
-    lists: &[Vec<String>],
-    opts: SendOptions,
-    read: ReadOptions,
-    progress: std::sync::Arc<Reporter>,
-) -> std::thread::JoinHandle<anyhow::Result<u64>> {
-    let subvols = args.subvols.clone();
-    let parent = args.parent.clone();
-    let lists = lists.to_vec();
-    std::thread::spawn(move || {
-        let src = beside.open(&read)?;
-        let mut total = 0u64;
-        for (subvol, clones) in subvols.iter().zip(&lists) {
-            let req = Request {
-                subvol,
-                parent: parent.as_deref(),
-                clone_sources: clones,
-            };
-            total = total.saturating_add(src.estimate(&req, opts)?.stream_bytes);
-        }
-        progress.set_total(total);
-        Ok(total)
-    })
 }
 
 /// The stream on its way out: counts what is written for the progress.
@@ -505,18 +448,10 @@ impl Write for Counted<'_> {
     }
 }
 
-/// Send one subvolume of the request to `out`; the stream's size.
-fn send_one(
-    src: &mut Source,
-    req: &Request<'_>,
-    opts: SendOptions,
-    resume: Option<&btrsend::resume::Token>,
-    out: &mut dyn Write,
-    progress: &Reporter,
-) -> Result<btrsend::send::SendStats, SendError> {
-    let (_, stats) = src.send_from(req, out, opts, resume, progress)?;
+/// The figures the `BTRSEND_DEBUG_*` variables ask for, after each stream.
+fn debug_figures(done: &Sent<'_>) {
     if std::env::var_os("BTRSEND_DEBUG_EXTENT_TREE").is_some() {
-        let x = stats.extent_tree;
+        let x = done.stats.extent_tree;
         eprintln!(
             "btrsend: extent tree: {} lookups, {} cached, {} in leaf, {} forward ({} leaves), \
              {} searches from the root, {} from a subtree, {} block reads",
@@ -533,10 +468,9 @@ fn send_one(
     if std::env::var_os("BTRSEND_DEBUG_CACHE").is_some() {
         eprintln!(
             "btrsend: block cache: {:?}",
-            src.fs().volume().cache_stats()
+            done.source.fs().volume().cache_stats()
         );
     }
-    Ok(stats)
 }
 
 /// `--estimate`: the total of the streams' sizes (one number), or with
