@@ -1341,7 +1341,7 @@ mod tests {
         let size = write_file(&s, "streams/x", &raw, small());
         let f = StreamFile::open(&s, "streams/x", size).unwrap();
         assert!(f.trailer.frames.len() > 20, "{}", f.trailer.frames.len());
-        assert!(crate::backup::check_frames_parallel(
+        assert!(crate::backup::verify::check_frames_parallel(
             &s,
             &f,
             &crate::backup::NoProgress
@@ -1353,7 +1353,7 @@ mod tests {
         let at = usize::try_from(f.trailer.frames[13].offset).unwrap() + 5;
         bad[at] ^= 1;
         std::fs::write(&path, &bad).unwrap();
-        assert!(!crate::backup::check_frames_parallel(
+        assert!(!crate::backup::verify::check_frames_parallel(
             &s,
             &f,
             &crate::backup::NoProgress
@@ -1362,7 +1362,7 @@ mod tests {
         std::fs::write(&path, &good).unwrap();
         let mut more = f.clone();
         more.trailer.commands += 1;
-        assert!(!crate::backup::check_frames_parallel(
+        assert!(!crate::backup::verify::check_frames_parallel(
             &s,
             &more,
             &crate::backup::NoProgress
@@ -1370,12 +1370,12 @@ mod tests {
         // A stream hash that does not match.
         let mut other = f.clone();
         other.trailer.stream_blake3 = blake3::hash(b"other").to_hex().to_string();
-        assert!(!crate::backup::check_frames_parallel(
+        assert!(!crate::backup::verify::check_frames_parallel(
             &s,
             &other,
             &crate::backup::NoProgress
         ));
-        assert!(crate::backup::check_frames_parallel(
+        assert!(crate::backup::verify::check_frames_parallel(
             &s,
             &f,
             &crate::backup::NoProgress

@@ -599,7 +599,7 @@ mod tests {
         let f = StreamFile::open(store, "streams/done", size).unwrap();
         let mut out = Vec::new();
         f.raw_reader(store).read_to_end(&mut out).unwrap();
-        assert!(crate::backup::check_frames_parallel(
+        assert!(crate::backup::verify::check_frames_parallel(
             store,
             &f,
             &crate::backup::NoProgress

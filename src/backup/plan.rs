@@ -205,6 +205,59 @@ pub fn unchanged_since(subvol: Transids, snapshot: Transids) -> bool {
     subvol.ctransid == snapshot.ctransid && subvol.generation <= snapshot.otransid
 }
 
+/// Shell-style match of `pat` against `text`: `*` and `?` do not match
+/// `/`; `[abc]`, `[a-z]` and `[!a]` are classes; `\` quotes.
+pub fn glob_match(pat: &str, text: &str) -> bool {
+    fn class(p: &[char], c: char) -> Option<(bool, usize)> {
+        // Returns (matched, chars consumed incl. brackets).
+        let mut i = 1;
+        let neg = matches!(p.get(i), Some('!' | '^'));
+        if neg {
+            i += 1;
+        }
+        let mut hit = false;
+        let start = i;
+        while let Some(&ch) = p.get(i) {
+            if ch == ']' && i > start {
+                return Some((hit != neg, i + 1));
+            }
+            if p.get(i + 1) == Some(&'-') && p.get(i + 2).is_some_and(|&e| e != ']') {
+                let hi = p[i + 2];
+                if ch <= c && c <= hi {
+                    hit = true;
+                }
+                i += 3;
+            } else {
+                if ch == c {
+                    hit = true;
+                }
+                i += 1;
+            }
+        }
+        None
+    }
+    fn go(p: &[char], t: &[char]) -> bool {
+        match p.first() {
+            None => t.is_empty(),
+            Some('*') => (0..=t.len())
+                .take_while(|&k| k == 0 || t[k - 1] != '/')
+                .any(|k| go(&p[1..], &t[k..])),
+            Some('?') => t.first().is_some_and(|&c| c != '/') && go(&p[1..], &t[1..]),
+            Some('[') => match (t.first(), class(p, t.first().copied().unwrap_or('\0'))) {
+                (Some(&c), Some((true, n))) if c != '/' => go(&p[n..], &t[1..]),
+                (_, Some(_)) => false,
+                (Some(&c), None) => c == '[' && go(&p[1..], &t[1..]),
+                (None, None) => false,
+            },
+            Some('\\') if p.len() > 1 => t.first() == Some(&p[1]) && go(&p[2..], &t[1..]),
+            Some(&c) => t.first() == Some(&c) && go(&p[1..], &t[1..]),
+        }
+    }
+    let p: Vec<char> = pat.chars().collect();
+    let t: Vec<char> = text.chars().collect();
+    go(&p, &t)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -440,5 +493,21 @@ mod tests {
             },
             snap
         ));
+    }
+
+    #[test]
+    fn globs_match_as_the_shell_does() {
+        assert!(glob_match("snaps/home.*", "snaps/home.2026-11-20"));
+        assert!(!glob_match("snaps/home.*", "snaps/home.x/nested"));
+        assert!(!glob_match("snaps/*", "snaps"));
+        assert!(glob_match("snaps/?", "snaps/a"));
+        assert!(!glob_match("snaps/?", "snaps/ab"));
+        assert!(glob_match("s[a-c]x", "sbx"));
+        assert!(!glob_match("s[!a-c]x", "sbx"));
+        assert!(glob_match("s[!a-c]x", "sdx"));
+        assert!(glob_match(r"a\*", "a*"));
+        assert!(!glob_match(r"a\*", "ab"));
+        assert!(glob_match("*", "x"));
+        assert!(glob_match("a*b*c", "aXbYc"));
     }
 }
