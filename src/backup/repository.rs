@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
 use super::S3Store;
 use super::catalog::{Catalog, Entry};
 use super::error::BackupError;
+use super::file::format;
 use super::file::{Damage, ReadError, StreamFile};
 use super::lock::{self, LockKind, RepoLock};
 use super::store::{self, LocalStore, Store};
@@ -369,7 +370,7 @@ impl Repository {
             },
             ReadError::Store(s) => BackupError::Store(s),
         })?;
-        let (uuid, ctransid, parent) = partial::ident_text(&ident);
+        let (uuid, ctransid, parent) = format::ident_text(&ident);
         let recorded = e.parent_uuid.clone().zip(e.parent_ctransid);
         if uuid != e.uuid || ctransid != e.ctransid || parent != recorded {
             let of = |p: &Option<(String, u64)>| {
