@@ -17,7 +17,8 @@ use super::error::BackupError;
 use super::file::{FileWriter, StreamIdentity, WriterOptions};
 use super::lock::LockKind;
 use super::repository::{Repository, now_rfc3339};
-use super::{Progress, STREAMS_DIR, plan, store};
+use super::{STREAMS_DIR, plan, store};
+use crate::progress::Progress;
 
 /// How to import.
 #[derive(Debug, Clone, Default)]

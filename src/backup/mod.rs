@@ -39,6 +39,7 @@
 //! ([`partial`]), and never a listed stream that is not whole.
 
 pub mod catalog;
+pub mod entry;
 mod error;
 pub mod file;
 pub mod find;
@@ -62,9 +63,8 @@ pub mod store;
 mod treehash;
 mod verify;
 
-use std::path::Path;
-
-pub use catalog::{Catalog, Entry, Kind};
+pub use catalog::Catalog;
+pub use entry::{Entry, Kind};
 pub use error::BackupError;
 pub use file::{Damage, FileWriter, ReadError, StreamFile, StreamIdentity, WriterOptions};
 pub use forget::{ChainHeld, ForgetOptions, ForgetReport, Verdict};
@@ -79,6 +79,11 @@ pub use s3::S3Store;
 pub use store::{LocalStore, Store, StoreError};
 pub use verify::{Problem, VerifyReport};
 
+/// Progress reports from the backup room: the crate's one [`Progress`]
+/// interface (its backup methods), handed on to the sends and receives a
+/// backup runs.
+pub use crate::progress::{NoProgress, Progress};
+
 /// The repository format this code writes (the `version` in `config`).
 pub const REPO_VERSION: u32 = 1;
 /// The key of the repository's configuration.
@@ -87,54 +92,3 @@ pub const CONFIG_KEY: &str = "config";
 pub const STREAMS_DIR: &str = "streams/";
 /// The environment variable `--repo` falls back to.
 pub const REPO_ENV: &str = "BTRSEND_REPOSITORY";
-
-/// What a backup reports while it works (every method does nothing by
-/// default). Methods take `&self`: the send's data counter is called from
-/// the sender.
-pub trait Progress: Sync {
-    /// Something the user should know (a stale lock taken over, a leftover
-    /// file removed).
-    fn notice(&self, _msg: &str) {}
-    /// Before the first snapshot is stored, when [`Progress::wants_total`]
-    /// says so: how many snapshots the run stores and the size of all
-    /// their raw streams, from exact estimates (`send --estimate`: a
-    /// metadata pass over each snapshot, no file data read).
-    fn plan(&self, _snapshots: usize, _stream_bytes: u64) {}
-    /// Something the user must hear even from cron, where notices are not
-    /// shown (a full stream nobody planned for, a hold record that cannot
-    /// be read).
-    fn warning(&self, _msg: &str) {}
-    /// The snapshot about to be stored gets a full stream, and why.
-    fn full(&self, _path: &str, _why: plan::FullReason) {}
-    /// A snapshot starts being stored; `stream_total` is its raw stream's
-    /// estimated size in bytes (0 when not computed).
-    fn start(&self, _path: &str, _kind: Kind, _stream_total: u64) {}
-    /// `bytes` more file data were sent.
-    fn data(&self, _bytes: u64) {}
-    /// `bytes` more of the raw stream were stored.
-    fn stream(&self, _bytes: u64) {}
-    /// The stream of the snapshot being stored continues the partial file
-    /// an interrupted run left: `stream_bytes` of its raw stream
-    /// (`stored_bytes` in the file) are kept, the rest is sent now.
-    fn resumed(&self, _path: &str, _stream_bytes: u64, _stored_bytes: u64) {}
-    /// A snapshot was stored.
-    fn stored(&self, _entry: &Entry) {}
-    /// `subvol` has not changed since its newest snapshot `snapshot`: no
-    /// snapshot is taken (`--snapshot`).
-    fn unchanged(&self, _subvol: &Path, _snapshot: &Path) {}
-    /// A snapshot was already stored.
-    fn skipped(&self, _path: &str, _entry: &Entry) {}
-    /// A snapshot could not be stored (the run goes on with the others).
-    fn failed(&self, _path: &str, _err: &BackupError) {}
-    /// Whether to estimate every snapshot's stream first (a pass over its
-    /// metadata) for [`Progress::plan`].
-    fn wants_total(&self) -> bool {
-        false
-    }
-}
-
-/// A [`Progress`] that reports nothing.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct NoProgress;
-
-impl Progress for NoProgress {}

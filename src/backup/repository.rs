@@ -23,7 +23,8 @@ use super::file::format;
 use super::file::{Damage, ReadError, StreamFile};
 use super::lock::{self, LockKind, RepoLock};
 use super::store::{self, LocalStore, Store};
-use super::{CONFIG_KEY, Progress, REPO_ENV, REPO_VERSION, STREAMS_DIR, find, partial};
+use super::{CONFIG_KEY, REPO_ENV, REPO_VERSION, STREAMS_DIR, find, partial};
+use crate::progress::Progress;
 
 /// The repository's `config` object.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -15,9 +15,10 @@ use stream_format::Command;
 use super::catalog::Entry;
 use super::error::BackupError;
 use super::file::{self, Damage, ReadError, StreamFile};
+use super::frames;
 use super::lock::LockKind;
 use super::repository::Repository;
-use super::{Progress, frames};
+use crate::progress::Progress;
 use crate::receive::{self, ReceiveOptions};
 
 /// Where a restore goes.
@@ -197,14 +198,15 @@ impl receive::BlockSource for ChainReader<'_, '_> {
 /// [`frames::read_ahead`] holds): with 4 MiB frames, 8 MiB.
 const RESTORE_QUEUE: usize = 2;
 
-/// A receive's progress, passed on, with the names of the subvolumes it
-/// made (for [`receive::discard`]).
+/// The restore's sink as its receive sees it: the receive's reports passed
+/// on (those a receive makes), and the names of the subvolumes it made
+/// (for [`receive::discard`]).
 struct Made<'p> {
-    inner: &'p dyn receive::Progress,
+    inner: &'p dyn Progress,
     names: std::sync::Mutex<Vec<Vec<u8>>>,
 }
 
-impl receive::Progress for Made<'_> {
+impl Progress for Made<'_> {
     fn subvol_start(&self, name: &[u8], incremental: bool) {
         if let Ok(mut n) = self.names.lock() {
             n.push(name.to_vec());
@@ -266,10 +268,9 @@ impl Repository {
         spec: &str,
         target: RestoreTarget<'_>,
         wait: Duration,
-        progress: &mut dyn receive::Progress,
-        watch: &dyn Progress,
+        progress: &dyn Progress,
     ) -> Result<Entry, BackupError> {
-        let _lock = self.lock(LockKind::Shared, wait, watch)?;
+        let _lock = self.lock(LockKind::Shared, wait, progress)?;
         let cat = self.catalog()?;
         let entry = self.find(&cat, spec)?;
         let chain = cat.chain(entry.id).map_err(|missing| BackupError::Catalog {
@@ -291,8 +292,8 @@ impl Repository {
             1
         };
         let raw: u64 = files.iter().map(|f| f.trailer.stream_bytes).sum();
-        watch.plan(1, raw.saturating_mul(passes));
-        watch.start(&entry.path, entry.kind, raw);
+        progress.plan(1, raw.saturating_mul(passes));
+        progress.start(&entry.path, entry.kind, raw);
         let store = &*self.store;
         let damage = |d: Damage| BackupError::Damage {
             repo: self.store.name().to_owned(),
@@ -318,7 +319,7 @@ impl Repository {
             // raw bytes against theirs (frames intact under a forged
             // stream hash are found only so), nothing written.
             frames::read_ahead(store, &files, decompress, |ahead| {
-                let mut check = ChainReader::new(ahead, &files, &found, watch);
+                let mut check = ChainReader::new(ahead, &files, &found, progress);
                 while let Some(b) = receive::BlockSource::next_block(&mut check) {
                     let (buf, _) = b?;
                     check.ahead.recycle(buf);
@@ -337,7 +338,7 @@ impl Repository {
             decompress.hash = false;
         }
         frames::read_ahead(store, &files, decompress, |ahead| {
-            let mut input = ChainReader::new(ahead, &files, &found, watch);
+            let mut input = ChainReader::new(ahead, &files, &found, progress);
             match target {
                 RestoreTarget::Writer(w) => {
                     io::copy(&mut input, w)
@@ -355,7 +356,7 @@ impl Repository {
                     let mut opts = ReceiveOptions::new();
                     opts.checkpoint_interval = 0;
                     let mut made = Made {
-                        inner: &*progress,
+                        inner: progress,
                         names: std::sync::Mutex::new(Vec::new()),
                     };
                     let res = receive::receive_blocks(input, RESTORE_QUEUE, dir, &opts, &mut made);

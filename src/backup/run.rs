@@ -31,10 +31,11 @@ use super::file::{FileWriter, StreamIdentity, WriterOptions};
 use super::lock::LockKind;
 use super::repository::{Repository, now_rfc3339};
 use super::treehash::TreeHasher;
-use super::{Progress, STREAMS_DIR, plan, store};
+use super::{STREAMS_DIR, plan, store};
 use crate::fs::subvol::Subvolume;
+use crate::progress::Progress;
+use crate::send::SendOptions;
 use crate::send::mounted::Request;
-use crate::send::{self, SendOptions};
 
 /// What to back up and how.
 #[derive(Debug, Clone)]
@@ -178,15 +179,6 @@ pub struct RunReport {
     /// Source snapshots that could not be taken or deleted (the subvolume
     /// or snapshot, why).
     pub snapshot_failed: Vec<(PathBuf, BackupError)>,
-}
-
-/// Adapts [`Progress`] to the sender's.
-struct SendBridge<'a>(&'a dyn Progress);
-
-impl send::Progress for SendBridge<'_> {
-    fn data(&self, bytes: u64) {
-        self.0.data(bytes);
-    }
 }
 
 /// The stream being stored, counted for [`Progress::stream`].
@@ -490,7 +482,6 @@ impl Repository {
             .with_level(opts.level)
             .with_frame_bytes(opts.frame_bytes);
         let sopts = SendOptions::new(1);
-        let bridge = SendBridge(progress);
         // By id: unambiguous on devices and in a mount alike.
         let subvol = format!("id:{}", sel.subvol.id().get());
         let parent_spec = parent.as_ref().map(|(_, p)| format!("id:{}", p.id().get()));
@@ -513,7 +504,7 @@ impl Repository {
                     progress,
                 };
                 let (counted, _stats) = source
-                    .send(&req, counted, sopts, &bridge)
+                    .send(&req, counted, sopts, progress)
                     .map_err(send_err)?;
                 break counted.inner;
             };
@@ -558,7 +549,7 @@ impl Repository {
                 }),
                 progress,
             };
-            match source.send(&req, out, sopts, &bridge) {
+            match source.send(&req, out, sopts, progress) {
                 Ok((out, _stats)) => break out.inner.inner,
                 Err(_) if differs.get() => {
                     // Another stream than the partial file's: start over.

@@ -17,7 +17,8 @@ use super::file::{self, Damage, StreamFile};
 use super::lock::LockKind;
 use super::repository::Repository;
 use super::store::{self, LocalStore, Store, StoreError};
-use super::{Progress, frames, partial};
+use super::{frames, partial};
+use crate::progress::Progress;
 
 /// How often a lock-free `verify` checks again when a writer replaced the
 /// catalog while it was checking.

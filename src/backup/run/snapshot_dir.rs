@@ -13,7 +13,8 @@ use std::collections::BTreeSet;
 use crate::backup::catalog::Catalog;
 use crate::backup::error::BackupError;
 use crate::backup::repository::Repository;
-use crate::backup::{Progress, holds, snapshots};
+use crate::backup::{holds, snapshots};
+use crate::progress::Progress;
 
 use super::select::{Found, stream_uuid};
 use super::{RunReport, SnapshotOptions};

@@ -8,11 +8,11 @@
 
 use std::io::{self, Write};
 
-use crate::backup::Progress;
 use crate::backup::partial;
 use crate::backup::repository::Repository;
 use crate::backup::store;
 use crate::backup::treehash::TreeHasher;
+use crate::progress::Progress;
 
 /// A writer that takes the first `left` bytes written to it (the part of
 /// the stream a partial file holds) without passing them on, hashing them:
