@@ -314,7 +314,7 @@ impl Repository {
     /// (`None`: stored already), for the progress of the whole run. A
     /// snapshot's parent is the one [`Repository::pick_parent`] picks now,
     /// or the previous snapshot of its origin stored by this run, and the
-    /// same rules ([`plan::full_due`]) make it full.
+    /// same rules ([`plan::continues`], [`plan::full_due`]) make it full.
     fn estimate(
         &self,
         cat: &Catalog,
@@ -323,10 +323,8 @@ impl Repository {
         opts: &RunOptions,
     ) -> Result<Vec<Option<u64>>, BackupError> {
         let present = self.stream_sizes()?;
-        // Per origin: the last snapshot planned in this run, the depth of
-        // its chain and the time of the chain's full stream.
-        let mut planned: BTreeMap<String, (usize, usize, Option<jiff::Timestamp>)> =
-            BTreeMap::new();
+        // Per origin: the last snapshot planned in this run and its chain.
+        let mut planned: BTreeMap<String, (usize, plan::Chain)> = BTreeMap::new();
         let mut out = Vec::with_capacity(selected.len());
         for (i, sel) in selected.iter().enumerate() {
             if cat
@@ -338,30 +336,26 @@ impl Repository {
             }
             let origin = origin_of(&sel.subvol);
             let time = otime_ts(&sel.subvol);
-            let (parent, depth, full_time) = match planned.get(&origin) {
-                Some(&(j, depth, full_time)) => {
-                    match plan::full_due(depth, full_time, time, opts.full_policy()) {
-                        Some(_) => (None, 0, None),
-                        None => (selected.get(j).map(|p| p.subvol.clone()), depth, full_time),
-                    }
+            let (parent, chain) = match planned.get(&origin) {
+                Some(&(j, chain)) if plan::continues(chain, time, opts.full_policy()) => {
+                    (selected.get(j).map(|p| p.subvol.clone()), Some(chain))
                 }
+                Some(_) => (None, None),
                 None => {
                     let pick = self.pick_parent(cat, src, sel, opts, &present);
                     match pick.parent {
                         Some((e, p)) => (
                             Some(p),
-                            cat.depth(e.id).unwrap_or(usize::MAX),
-                            full_time_of(cat, e.id),
+                            Some(plan::Chain {
+                                depth: cat.depth(e.id).unwrap_or(usize::MAX),
+                                full_time: full_time_of(cat, e.id),
+                            }),
                         ),
-                        None => (None, 0, None),
+                        None => (None, None),
                     }
                 }
             };
-            let (depth, full_time) = if parent.is_some() {
-                (depth.saturating_add(1), full_time)
-            } else {
-                (1, Some(time))
-            };
+            let chain = plan::Chain::after(chain.filter(|_| parent.is_some()), time);
             let subvol = format!("id:{}", sel.subvol.id().get());
             let parent_spec = parent.as_ref().map(|p| format!("id:{}", p.id().get()));
             let req = Request {
@@ -375,7 +369,7 @@ impl Repository {
                 .and_then(|s| s.estimate(&req, SendOptions::new(1)).ok())
                 .map_or(0, |st| st.stream_bytes);
             out.push(Some(bytes));
-            planned.insert(origin, (i, depth, full_time));
+            planned.insert(origin, (i, chain));
         }
         Ok(out)
     }

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use crate::backup::catalog::Catalog;
 use crate::backup::error::BackupError;
-use crate::backup::plan::glob_match;
+use crate::backup::plan::{self, glob_match};
 use crate::fs::subvol::{Subvolume, list_subvolumes};
 use crate::send::SendError;
 use crate::send::mounted::Source;
@@ -284,15 +284,15 @@ fn select_found(
             }
         }
     }
-    // By creation (otransid): a snapshot taken when nothing changed
-    // has the ctransid of the one before, and is new all the same.
-    let newest_stored = snaps
+    let seen: Vec<(u64, bool)> = snaps
         .iter()
-        .filter(|(_, s)| cat.find(&stream_uuid(s), s.root.ctransid.get()).is_some())
-        .map(|(_, s)| s.root.otransid.get())
-        .max();
-    for (top, s) in snaps {
-        if newest_stored.is_none_or(|n| s.root.otransid.get() > n) {
+        .map(|(_, s)| {
+            let stored = cat.find(&stream_uuid(s), s.root.ctransid.get()).is_some();
+            (s.root.otransid.get(), stored)
+        })
+        .collect();
+    for ((top, s), new) in snaps.into_iter().zip(plan::newer_than_stored(&seen)) {
+        if new {
             src.push(fs, &s, top);
         }
     }
