@@ -18,18 +18,33 @@
 //! REPO/tmp/…                        unfinished uploads (partial stream files; S3: markers of multipart uploads)
 //! ```
 //!
+//! The repository, apart from the operations on it:
+//!
+//! * `repository`: [`Repository`]: making, opening, locking, the catalog,
+//!   finding an entry, removing leftovers; [`BackupError`] in `error`;
 //! * [`store`]: where objects live (a directory; an S3 bucket in `s3`,
-//!   with the `s3` feature);
-//! * [`mod@file`]: the stream-file format — zstd frames cut at command
-//!   boundaries, BLAKE3 per frame, a trailer in a skippable frame;
-//! * [`catalog`]: the list of stored streams, replaced atomically;
-//! * [`lock`]: exclusive for `run`, shared for the readers;
+//!   with the `s3` feature, whose async code stays there);
+//! * [`mod@file`]: the stream file: its [`format`](file::format) (frames,
+//!   trailer, and the frame codec, where an encoding of stored bytes such
+//!   as encryption plugs in), its writer and its reader; `frames` reads
+//!   frames ahead on several threads;
+//! * [`catalog`]: the list of stored streams ([`entry`]), replaced
+//!   atomically; [`find`]: an entry by what the user typed;
+//! * [`lock`]: exclusive for `run`, shared for the readers.
+//!
+//! One module per operation, each built on the above: `run`, `verify`,
+//! `restore`, `import` and [`forget`]. What they decide without I/O is in
+//! pure, tested modules:
+//!
+//! * [`plan`]: which snapshots a run stores and which stream each is
+//!   stored as;
 //! * [`retention`]: which stored streams `backup forget` keeps;
-//! * [`forget`]: `backup forget`, which applies it;
-//! * [`partial`]: continuing the stream file an interrupted run left;
-//! * [`plan`]: which stream a run stores each snapshot as;
 //! * [`snapshots`] and [`holds`]: the source snapshots `run --snapshot`
-//!   takes and prunes, and what other repositories still need of them.
+//!   takes and prunes, and what other repositories still need of them;
+//! * [`partial`]: continuing the stream file an interrupted run left.
+//!
+//! Every operation reports through the crate's one
+//! [`Progress`] and never prints.
 //!
 //! A stream file becomes part of the repository only when its upload is
 //! complete and durable and the catalog that lists it is stored: a run

@@ -63,7 +63,7 @@ pub struct RunOptions {
 }
 
 /// `backup run --snapshot SUBVOL --snapshot-dir DIR [--keep-snapshots N]`
-/// (see [`snapshots`]).
+/// (see [`snapshots`](super::snapshots)).
 #[derive(Debug, Clone)]
 pub struct SnapshotOptions {
     /// The subvolumes to snapshot (paths in a mounted btrfs).
@@ -217,7 +217,7 @@ impl Repository {
     /// (see [`RunOptions::full_every`]). One snapshot's failure does not
     /// stop the others. With [`RunOptions::snapshots`], first take a
     /// read-only snapshot of each subvolume, and afterwards prune the old
-    /// ones (see [`snapshots`]).
+    /// ones (see [`snapshots`](super::snapshots)).
     ///
     /// # Errors
     ///

@@ -8,9 +8,9 @@
 //!
 //! Every place that turns a frame's raw bytes (a run of whole send-stream
 //! commands) into its stored bytes, or back, goes through the codec section
-//! below ([`FrameEncoder`], [`FrameDecoder`], [`decode_frame`],
-//! [`decode_frame_start`], and for a file without a trailer
-//! [`frame_raw_len`] and [`frame_stored_len`]): today an ordinary zstd frame
+//! below (`FrameEncoder`, `FrameDecoder`, `decode_frame`,
+//! `decode_frame_start`, and for a file without a trailer `frame_raw_len`
+//! and `frame_stored_len`): today an ordinary zstd frame
 //! with its content size and checksum, so `zstd -dc FILE` restores the raw
 //! stream. A codec that changes the stored bytes (encryption, say) plugs in
 //! here and nowhere else: it encodes after compression and decodes before
@@ -44,7 +44,7 @@ pub const TRAILER_VERSION: u32 = 1;
 /// gigabytes): 64 MiB, room for about 300 000 frames.
 pub(crate) const MAX_TRAILER_JSON: u64 = 64 << 20;
 
-/// Largest [`WriterOptions::frame_bytes`] honoured (a frame is cut after
+/// Largest [`WriterOptions::frame_bytes`](super::WriterOptions::frame_bytes) honoured (a frame is cut after
 /// the command that crosses it, so readers can bound what they allocate).
 pub const MAX_FRAME_BYTES: usize = 256 << 20;
 

@@ -22,7 +22,7 @@
 //!   and the BLAKE3 of its stored (compressed) bytes, so a damaged frame is
 //!   found before it is decompressed.
 //!
-//! The file is three modules: [`format`] (what the bytes are: the frame
+//! The file is three modules: [`format`](mod@format) (what the bytes are: the frame
 //! table, the trailer, and the frame codec, the one place where stored
 //! bytes are encoded and decoded), the writer ([`FileWriter`]) and the
 //! reader ([`StreamFile`], [`RawReader`]).
