@@ -259,6 +259,9 @@ impl Repository {
     /// resume checkpoints: an interrupted restore leaves its partial
     /// subvolume (delete it and restore again).
     ///
+    /// `progress` hears the restore (the lock's notices, the plan, each
+    /// stream's bytes) and, for a directory, its receive.
+    ///
     /// # Errors
     ///
     /// [`BackupError::NoSuchSnapshot`], [`BackupError::Damage`], receive

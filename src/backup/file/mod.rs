@@ -25,7 +25,8 @@
 //! The file is three modules: [`format`](mod@format) (what the bytes are: the frame
 //! table, the trailer, and the frame codec, the one place where stored
 //! bytes are encoded and decoded), the writer ([`FileWriter`]) and the
-//! reader ([`StreamFile`], [`RawReader`]).
+//! reader ([`StreamFile`], [`RawReader`]). Only `format` knows how stored
+//! bytes encode raw ones; the writer and the reader must go through it.
 
 pub mod format;
 mod reader;

@@ -1,3 +1,6 @@
+//! Tests of the stream file: round trips through the writer and the
+//! reader, and damage of every kind found where it is.
+
 use std::io::{self, Read, Write};
 
 use super::*;

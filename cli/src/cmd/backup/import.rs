@@ -1,4 +1,7 @@
 //! `btrsend backup import`: existing send-stream files stored as entries.
+//!
+//! Parsing and the exit status only: what a file holds is checked by the
+//! core, never here.
 
 use std::path::PathBuf;
 

@@ -1,4 +1,7 @@
 //! `btrsend backup list`: the catalog's entries as a table or JSON.
+//!
+//! It reads the newest catalog and takes no lock: a list never waits for a
+//! run, and never writes.
 
 use std::io::Write;
 use std::time::Duration;

@@ -1,6 +1,9 @@
 //! `btrsend backup restore`: a chain into a directory or to standard
 //! output, with a bar, the receiver's notes, and what an interruption
 //! would leave.
+//!
+//! It refuses to write binary streams to a terminal; checking and
+//! receiving are the core's.
 
 use std::io::IsTerminal;
 use std::path::PathBuf;

@@ -1,5 +1,9 @@
 //! `btrsend backup run`: its options, the run, and its summary (a JSON
 //! line, or one line on a terminal) and exit status.
+//!
+//! Rendering while the run goes is [`crate::progress::backup`]'s and the
+//! mapping of errors to exit statuses [`crate::exit`]'s; this module only
+//! chooses among them.
 
 use std::path::PathBuf;
 

@@ -1,5 +1,7 @@
 //! `btrsend backup verify`: its report on standard error (or as JSON), and
 //! exit status 12 for damage.
+//!
+//! It renders what the core found; it never checks anything itself.
 
 use std::io::Write;
 
