@@ -18,6 +18,9 @@ use std::io::{self, Write};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use btrsend::backup::BackupError;
+use serde_json::json;
+
 /// The exit status table, as `--help` and the man pages print it.
 pub const EXIT_STATUS: &str = "\
   0    success
@@ -95,7 +98,7 @@ impl Exit {
                 return w.code;
             }
             if let Some(b) = cause.downcast_ref::<btrsend::backup::BackupError>() {
-                return crate::cmd::backup::exit_of(b);
+                return exit_of(b);
             }
         }
         Exit::Failure
@@ -127,6 +130,47 @@ impl From<Exit> for ExitCode {
     fn from(e: Exit) -> ExitCode {
         ExitCode::from(e.code())
     }
+}
+
+/// The exit code for a backup error.
+pub fn exit_of(e: &BackupError) -> Exit {
+    if e.is_repo_missing() {
+        Exit::RepoMissing
+    } else if e.is_lock_held() {
+        Exit::LockHeld
+    } else {
+        Exit::Failure
+    }
+}
+
+/// With `--json`: print the error as JSON on stderr and exit quietly.
+pub fn json_error(json: bool, e: anyhow::Error) -> anyhow::Error {
+    if !json {
+        return e;
+    }
+    let code = Exit::from_error(&e);
+    let line = json!({"message_type": "error", "message": crate::text::error_text(&e), "exit_code": code.code()});
+    eprintln!("{line}");
+    anyhow::Error::new(ExitWith::quiet(code))
+}
+
+/// The exit for a `backup run` or `import` that stored `ok` and failed
+/// `failed` snapshots (or files): 0, 1 when none was stored, else 3.
+pub fn stored_or_failed(ok: usize, failed: usize, what: &str) -> anyhow::Result<()> {
+    match (ok, failed) {
+        (_, 0) => Ok(()),
+        (0, n) => Err(anyhow::Error::new(ExitWith::quiet(Exit::Failure))
+            .context(format!("{n} {what} failed"))),
+        (_, n) => Err(anyhow::Error::new(ExitWith::quiet(Exit::Partial))
+            .context(format!("{n} {what} failed, {ok} stored"))),
+    }
+}
+
+/// With `--json`: the error line for one snapshot (or file) that could not
+/// be stored, on standard error; the run goes on.
+pub fn json_snapshot_error(path: &str, err: &(dyn std::error::Error + 'static)) {
+    let v = json!({"message_type": "error", "snapshot": path, "message": crate::text::error_text_of(err)});
+    eprintln!("{v}");
 }
 
 /// An error that carries its exit code; `quiet` when what went wrong has

@@ -13,6 +13,11 @@
 //!
 //! Notes and non-fatal errors the core reports are printed above the bar
 //! (or as plain lines) in every mode but `-q`'s, which keeps only errors.
+//!
+//! The backup commands render the same trait's backup reports in
+//! [`backup`] (JSON lines, one bar over the whole operation).
+
+pub mod backup;
 
 use std::io::{IsTerminal, Write};
 use std::sync::Mutex;

@@ -16,7 +16,8 @@ use jiff::tz::TimeZone;
 use serde::Serialize;
 
 use super::retention::{self, Candidate, Policy, RetentionError};
-use super::{BackupError, Catalog, Entry, LockKind, Progress, Repository};
+use super::{BackupError, Catalog, Entry, LockKind, Repository};
+use crate::progress::Progress;
 
 /// How `forget` runs.
 #[derive(Debug, Clone)]

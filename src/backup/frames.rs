@@ -19,16 +19,9 @@ use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 
 use stream_format::{CommandKind, DecodeError, Next, ReaderOptions, StreamReader};
 
-use super::file::{Damage, ReadError, StreamFile};
+use super::file::StreamFile;
+use super::file::format::{Damage, FrameDecoder, MAX_FRAME_RAW, ReadError};
 use super::store::Store;
-
-/// Frames decompressed at most (a larger raw length in a trailer is damage):
-/// writers cut frames at [`WriterOptions::frame_bytes`] plus one command
-/// (`frame_bytes` is at most [`MAX_FRAME_BYTES`]).
-///
-/// [`WriterOptions::frame_bytes`]: super::file::WriterOptions::frame_bytes
-/// [`MAX_FRAME_BYTES`]: super::file::MAX_FRAME_BYTES
-pub const MAX_FRAME_RAW: u64 = 1 << 30;
 
 /// The 17-byte stream header (`btrfs-stream\0` and the version).
 const STREAM_HEADER_SIZE: usize = stream_format::STREAM_HEADER_SIZE;
@@ -307,19 +300,14 @@ fn worker(
 /// A worker's reused state.
 struct Worker {
     stored: Vec<u8>,
-    dctx: Option<zstd::bulk::Decompressor<'static>>,
+    dctx: FrameDecoder,
     attrs: Vec<stream_format::RawAttr>,
 }
 
 impl Worker {
     fn new(work: Work) -> Worker {
-        let mut dctx = zstd::bulk::Decompressor::new().ok();
-        if work.hash
-            && let Some(d) = dctx.as_mut()
-        {
-            // See [`Work::decompress`]; should zstd refuse, it checks.
-            let _ = d.set_parameter(zstd::zstd_safe::DParameter::ForceIgnoreChecksum(true));
-        }
+        // See [`Work::decompress`].
+        let dctx = FrameDecoder::new(work.hash);
         Worker {
             stored: Vec::new(),
             dctx,
@@ -390,15 +378,10 @@ impl Worker {
             magic.copy_from_slice(stream_format::STREAM_MAGIC);
             version[..4].copy_from_slice(&file.trailer.proto.to_le_bytes());
         }
-        let dctx = match self.dctx.as_mut() {
-            Some(d) => d,
-            None => {
-                return Err(bad(String::from("cannot start a zstd decompressor")).into());
-            }
-        };
-        let n = dctx
-            .decompress_to_buffer(&self.stored, &mut buf[start..])
-            .map_err(|e| bad(format!("does not decompress: {e}")))?;
+        let n = self
+            .dctx
+            .decode_into(&self.stored, &mut buf[start..])
+            .map_err(bad)?;
         if n != raw_len {
             return Err(bad(format!(
                 "decompresses to {n} bytes, the trailer says {raw_len}"

@@ -83,15 +83,10 @@ use std::io::Cursor;
 use serde::{Deserialize, Serialize};
 use stream_format::{Command, DecodeError, ReaderOptions, StreamReader};
 
-use super::file::{Continued, FrameInfo};
-use super::frames::MAX_FRAME_RAW;
+use super::file::format::{self, FRAME_HEADER_MAX, FrameInfo, Ident, MAX_FRAME_RAW, hyphenated};
 use super::store::{Store, TMP_DIR};
 use super::treehash::{BLOCK, HashState, TreeHasher};
 use crate::resume::{Shape, Token};
-
-/// Largest zstd frame header (magic, descriptor, window, dictionary id,
-/// content size).
-const FRAME_HEADER_MAX: u64 = 18;
 
 /// The snapshot (stream UUID, ctransid) whose stream file a `tmp/` key is
 /// the unfinished upload of, from its name
@@ -105,6 +100,30 @@ pub(crate) fn snapshot_of(key: &str) -> Option<(String, u64)> {
     let rest = base.get(36..)?.strip_prefix('-')?;
     let (ctransid, _) = rest.split_once('-')?;
     Some((uuid.to_ascii_lowercase(), ctransid.parse().ok()?))
+}
+
+/// What a stream file's writer continues from: the frames an interrupted
+/// writer left whole (see this module), and the state of
+/// the raw stream after them.
+#[derive(Debug, Clone)]
+pub(crate) struct Continued {
+    /// The frames kept, in file order.
+    pub(crate) frames: Vec<FrameInfo>,
+    /// Their stored length (where the next frame starts in the file).
+    pub(crate) stored_bytes: u64,
+    /// Their raw length (where the rest of the stream starts).
+    pub(crate) raw_bytes: u64,
+    /// Commands they hold.
+    pub(crate) commands: u64,
+    /// The shape chain of those commands.
+    pub(crate) shape: Shape,
+    /// The stream's protocol version (from its header).
+    pub(crate) proto: u32,
+    /// The snapshot the stream is of (from its first command).
+    pub(crate) ident: Ident,
+    /// The BLAKE3 of their raw bytes so far (the whole stream's hash goes
+    /// on from it).
+    pub(crate) hasher: TreeHasher,
 }
 
 /// What a partial stream file holds: its whole frames, the state after
@@ -132,54 +151,10 @@ pub(crate) struct Scan {
     pub(crate) file: Option<String>,
 }
 
-fn hyphenated(u: &[u8; 16]) -> String {
-    uuid::Uuid::from_bytes(*u).hyphenated().to_string()
-}
-
-/// A stream's snapshot: uuid and ctransid, and its parent's.
-pub(crate) type Ident = ([u8; 16], u64, Option<([u8; 16], u64)>);
-
 /// The snapshot a stream's first frame (its raw bytes, stream header
 /// first) is of; `None` when it does not start with SUBVOL or SNAPSHOT.
 pub(crate) fn ident_of(frame0: &[u8]) -> Option<Ident> {
     decode(true, 0, frame0).ok()?.ident
-}
-
-/// The snapshot a stream is of, from its first bytes (the stream header
-/// and the first command: SUBVOL or SNAPSHOT).
-///
-/// # Errors
-///
-/// What is wrong, as text.
-pub(crate) fn ident_of_prefix(raw: &[u8]) -> Result<Ident, String> {
-    let mut reader =
-        StreamReader::with_options(Cursor::new(raw), ReaderOptions::new().with_max_version(3));
-    match reader.next_command() {
-        Ok(Some((_, Command::Subvol { uuid, ctransid, .. }))) => Ok((uuid, ctransid, None)),
-        Ok(Some((
-            _,
-            Command::Snapshot {
-                uuid,
-                ctransid,
-                clone_uuid,
-                clone_ctransid,
-                ..
-            },
-        ))) => Ok((uuid, ctransid, Some((clone_uuid, clone_ctransid)))),
-        Ok(_) => Err(String::from(
-            "the stream does not start with SUBVOL or SNAPSHOT",
-        )),
-        Err(e) => Err(format!("its first command does not decode: {e}")),
-    }
-}
-
-/// An [`Ident`] as the catalog writes it: hyphenated UUIDs.
-pub(crate) fn ident_text(id: &Ident) -> (String, u64, Option<(String, u64)>) {
-    (
-        hyphenated(&id.0),
-        id.1,
-        id.2.map(|(u, c)| (hyphenated(&u), c)),
-    )
 }
 
 /// The state a continuation needs at the end of a frame, as a store that
@@ -412,22 +387,22 @@ pub(crate) fn scan(store: &dyn Store, key: &str, size: u64) -> Result<Scan, Stri
         store
             .get_into(key, at..at + hlen, &mut head)
             .map_err(|e| e.to_string())?;
-        let raw_len = match zstd::zstd_safe::get_frame_content_size(&head) {
-            Ok(Some(n)) if n > 0 && n <= MAX_FRAME_RAW => n,
+        let raw_len = match format::frame_raw_len(&head) {
+            Some(n) if n > 0 && n <= MAX_FRAME_RAW => n,
             _ => break torn("has no whole zstd frame header with a content size"),
         };
-        // OK to convert: at most MAX_FRAME_RAW (1 GiB).
-        let bound = zstd::zstd_safe::compress_bound(usize::try_from(raw_len).unwrap_or(0)) as u64;
+        let bound = format::frame_stored_bound(raw_len);
         let window = (bound + 64).min(size - at);
         store
             .get_into(key, at..at + window, &mut buf)
             .map_err(|e| e.to_string())?;
-        let len = match zstd::zstd_safe::find_frame_compressed_size(&buf) {
-            Ok(l) if l > 0 => l,
+        let len = match format::frame_stored_len(&buf) {
+            Some(l) if l > 0 => l,
             _ => break torn("is cut short"),
         };
         let data = &buf[..len];
-        let raw = match zstd::bulk::decompress(data, usize::try_from(raw_len).unwrap_or(0)) {
+        // OK to convert: at most MAX_FRAME_RAW (1 GiB).
+        let raw = match format::decode_frame(data, usize::try_from(raw_len).unwrap_or(0)) {
             Ok(r) if r.len() as u64 == raw_len => r,
             Ok(r) => {
                 break torn(&format!(
@@ -599,7 +574,7 @@ mod tests {
         let f = StreamFile::open(store, "streams/done", size).unwrap();
         let mut out = Vec::new();
         f.raw_reader(store).read_to_end(&mut out).unwrap();
-        assert!(crate::backup::check_frames_parallel(
+        assert!(crate::backup::verify::check_frames_parallel(
             store,
             &f,
             &crate::backup::NoProgress

@@ -1,11 +1,17 @@
-//! Planning a run: which stream each snapshot is stored as (incremental
-//! from which parent, or full and why), and whether a subvolume changed
-//! since its newest snapshot.
+//! Planning a run: which snapshots it stores, which stream each is stored
+//! as (incremental from which parent, or full and why), and whether a
+//! subvolume changed since its newest snapshot.
 //!
 //! Pure functions over what the run found (catalog entries, the source's
 //! snapshots, times), with no I/O, so that [`Repository::run`](super::Repository::run) and its
 //! progress estimate decide alike and the rules can be tested on made-up
 //! chains, as [`retention`](super::retention) is.
+//!
+//! # Which snapshots ([`glob_match`], [`newer_than_stored`])
+//!
+//! With `--device`, a SNAPSHOT argument may be a shell-style glob of
+//! subvolume paths. Of a `--snapshot` directory, a run stores the
+//! snapshots of each subvolume created after the newest of them stored.
 //!
 //! # Full or incremental ([`choose`])
 //!
@@ -31,6 +37,11 @@
 //!   night, not the D+1-th. A full stream whose time cannot be read counts
 //!   as old: a new full stream is always a correct choice, and ends the
 //!   chain whose time is unknown.
+//!
+//! Within one run, a snapshot whose origin has an earlier snapshot in the
+//! same run goes on from that one's planned chain ([`Chain`],
+//! [`continues`]), so the run's progress estimate plans what the run then
+//! stores.
 //!
 //! A chain ends only with a new full stream, and `backup forget` keeps every
 //! ancestor of a kept entry: without a bound on a chain's age nothing older
@@ -175,6 +186,56 @@ pub fn choose<Id: Clone + Ord>(
     }
 }
 
+/// A chain as a run plans it: how many streams it holds and the time of
+/// its full stream (`None`: unreadable).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Chain {
+    /// Streams in the chain, its full stream included.
+    pub depth: usize,
+    /// The time of its full stream.
+    pub full_time: Option<Timestamp>,
+}
+
+impl Chain {
+    /// The chain a snapshot of time `time` ends when it is stored
+    /// incremental onto `parent`'s chain, or full (`None`: it starts a new
+    /// chain of one, whose full stream is itself).
+    pub fn after(parent: Option<Chain>, time: Timestamp) -> Chain {
+        match parent {
+            Some(c) => Chain {
+                depth: c.depth.saturating_add(1),
+                full_time: c.full_time,
+            },
+            None => Chain {
+                depth: 1,
+                full_time: Some(time),
+            },
+        }
+    }
+}
+
+/// Whether the next snapshot of an origin, of time `time`, is planned
+/// incremental from the snapshot before it in the same run, whose stream
+/// ends `chain` ([`full_due`] says no new full stream is due).
+pub fn continues(chain: Chain, time: Timestamp, policy: FullPolicy) -> bool {
+    full_due(chain.depth, chain.full_time, time, policy).is_none()
+}
+
+/// Which snapshots of a subvolume in a `--snapshot` directory a run
+/// stores, given each one's otransid and whether it is stored: those
+/// created after the newest of them stored, or all when none is. By
+/// creation (otransid), not ctransid: a snapshot taken when nothing
+/// changed has the ctransid of the one before, and is new all the same.
+/// An older one never stored stays unstored: its chain would branch off
+/// behind the newest.
+pub fn newer_than_stored(snaps: &[(u64, bool)]) -> Vec<bool> {
+    let newest = snaps.iter().filter(|s| s.1).map(|s| s.0).max();
+    snaps
+        .iter()
+        .map(|&(otransid, _)| newest.is_none_or(|n| otransid > n))
+        .collect()
+}
+
 /// A subvolume or snapshot as [`unchanged_since`] compares them (`btrfs
 /// subvolume show`, or `BTRFS_IOC_GET_SUBVOL_INFO`, after a sync).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -203,6 +264,59 @@ pub struct Transids {
 /// first (the root item's generation is written at commit).
 pub fn unchanged_since(subvol: Transids, snapshot: Transids) -> bool {
     subvol.ctransid == snapshot.ctransid && subvol.generation <= snapshot.otransid
+}
+
+/// Shell-style match of `pat` against `text`: `*` and `?` do not match
+/// `/`; `[abc]`, `[a-z]` and `[!a]` are classes; `\` quotes.
+pub fn glob_match(pat: &str, text: &str) -> bool {
+    fn class(p: &[char], c: char) -> Option<(bool, usize)> {
+        // Returns (matched, chars consumed incl. brackets).
+        let mut i = 1;
+        let neg = matches!(p.get(i), Some('!' | '^'));
+        if neg {
+            i += 1;
+        }
+        let mut hit = false;
+        let start = i;
+        while let Some(&ch) = p.get(i) {
+            if ch == ']' && i > start {
+                return Some((hit != neg, i + 1));
+            }
+            if p.get(i + 1) == Some(&'-') && p.get(i + 2).is_some_and(|&e| e != ']') {
+                let hi = p[i + 2];
+                if ch <= c && c <= hi {
+                    hit = true;
+                }
+                i += 3;
+            } else {
+                if ch == c {
+                    hit = true;
+                }
+                i += 1;
+            }
+        }
+        None
+    }
+    fn go(p: &[char], t: &[char]) -> bool {
+        match p.first() {
+            None => t.is_empty(),
+            Some('*') => (0..=t.len())
+                .take_while(|&k| k == 0 || t[k - 1] != '/')
+                .any(|k| go(&p[1..], &t[k..])),
+            Some('?') => t.first().is_some_and(|&c| c != '/') && go(&p[1..], &t[1..]),
+            Some('[') => match (t.first(), class(p, t.first().copied().unwrap_or('\0'))) {
+                (Some(&c), Some((true, n))) if c != '/' => go(&p[n..], &t[1..]),
+                (_, Some(_)) => false,
+                (Some(&c), None) => c == '[' && go(&p[1..], &t[1..]),
+                (None, None) => false,
+            },
+            Some('\\') if p.len() > 1 => t.first() == Some(&p[1]) && go(&p[2..], &t[1..]),
+            Some(&c) => t.first() == Some(&c) && go(&p[1..], &t[1..]),
+        }
+    }
+    let p: Vec<char> = pat.chars().collect();
+    let t: Vec<char> = text.chars().collect();
+    go(&p, &t)
 }
 
 #[cfg(test)]
@@ -440,5 +554,90 @@ mod tests {
             },
             snap
         ));
+    }
+
+    #[test]
+    fn globs_match_as_the_shell_does() {
+        assert!(glob_match("snaps/home.*", "snaps/home.2026-11-20"));
+        assert!(!glob_match("snaps/home.*", "snaps/home.x/nested"));
+        assert!(!glob_match("snaps/*", "snaps"));
+        assert!(glob_match("snaps/?", "snaps/a"));
+        assert!(!glob_match("snaps/?", "snaps/ab"));
+        assert!(glob_match("s[a-c]x", "sbx"));
+        assert!(!glob_match("s[!a-c]x", "sbx"));
+        assert!(glob_match("s[!a-c]x", "sdx"));
+        assert!(glob_match(r"a\*", "a*"));
+        assert!(!glob_match(r"a\*", "ab"));
+        assert!(glob_match("*", "x"));
+        assert!(glob_match("a*b*c", "aXbYc"));
+    }
+
+    #[test]
+    fn a_chain_grows_by_one_and_keeps_its_full_streams_time() {
+        let full = t("2026-01-01T03:00:00Z");
+        let now = t("2026-01-05T03:00:00Z");
+        // A full stream starts a chain of one whose full stream is itself.
+        assert_eq!(
+            Chain::after(None, now),
+            Chain {
+                depth: 1,
+                full_time: Some(now)
+            }
+        );
+        let c = Chain {
+            depth: 4,
+            full_time: Some(full),
+        };
+        assert_eq!(
+            Chain::after(Some(c), now),
+            Chain {
+                depth: 5,
+                full_time: Some(full)
+            }
+        );
+        // A broken chain (depth unknown: usize::MAX) does not wrap.
+        let broken = Chain {
+            depth: usize::MAX,
+            full_time: None,
+        };
+        assert_eq!(Chain::after(Some(broken), now).depth, usize::MAX);
+    }
+
+    #[test]
+    fn a_run_continues_its_own_chain_until_a_full_is_due() {
+        let p = FullPolicy {
+            every: 3,
+            every_days: 30,
+        };
+        let full = t("2026-01-01T03:00:00Z");
+        // Planned in this run: a full stream, then one incremental (2).
+        let two = Chain::after(Some(Chain::after(None, full)), full);
+        assert_eq!(two.depth, 2);
+        assert!(continues(two, t("2026-01-02T03:00:00Z"), p));
+        // The third would make a chain of 3 = --full-every: full.
+        let three = Chain::after(Some(two), full);
+        assert!(!continues(three, t("2026-01-03T03:00:00Z"), p));
+        // 30 days after the chain's full stream: full, whatever the depth.
+        assert!(!continues(two, t("2026-01-31T03:00:00Z"), p));
+        // No policy: always continued.
+        assert!(continues(three, t("2027-01-01T00:00:00Z"), NEVER));
+    }
+
+    #[test]
+    fn only_snapshots_newer_than_the_newest_stored_are_new() {
+        // Nothing stored: every snapshot is new.
+        assert_eq!(newer_than_stored(&[(10, false), (20, false)]), [true, true]);
+        // 20 is stored: 30 and 40 are new, 10 (older, never stored) and 20
+        // itself are not.
+        assert_eq!(
+            newer_than_stored(&[(10, false), (20, true), (30, false), (40, false)]),
+            [false, false, true, true]
+        );
+        // The newest stored counts, in any order given.
+        assert_eq!(
+            newer_than_stored(&[(50, true), (30, false), (20, true), (60, false)]),
+            [false, false, false, true]
+        );
+        assert!(newer_than_stored(&[]).is_empty());
     }
 }

@@ -6,7 +6,6 @@ pub mod backup;
 pub mod completions;
 pub mod debug;
 pub mod dump;
-pub mod forget;
 pub mod list;
 pub mod manifest;
 pub mod receive;

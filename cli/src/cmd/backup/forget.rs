@@ -8,8 +8,8 @@ use btrsend::backup::{ForgetOptions, Repository};
 use clap::Args;
 use serde_json::json;
 
-use super::backup::{LockArg, RepoArg, json_error};
-use crate::exit::UsageError;
+use super::{LockArg, RepoArg};
+use crate::exit::{UsageError, json_error};
 use crate::text::printable;
 
 /// Arguments of `btrsend backup forget`.

@@ -1,0 +1,191 @@
+//! `btrsend backup`: the subcommands of the backup repository (core
+//! `btrsend::backup`), one module each (init is here, it is one call);
+//! this module holds what they share: the `--repo` and `--retry-lock`
+//! options, and the dispatch.
+//!
+//! Exit statuses and JSON error lines are not made here but in
+//! [`crate::exit`]; progress is rendered by [`crate::progress::backup`].
+
+mod forget;
+mod import;
+mod list;
+mod restore;
+mod run;
+mod verify;
+
+use std::io::Write;
+use std::time::Duration;
+
+use btrsend::backup::{self, Repository};
+use clap::{Args, Subcommand};
+
+use crate::text::printable;
+
+/// Arguments of `btrsend backup`.
+#[derive(Debug, Args)]
+#[command(after_long_help = BACKUP_HELP)]
+pub struct BackupArgs {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: BackupCommand,
+}
+
+const BACKUP_HELP: &str = "\
+A repository is a directory, or s3://BUCKET[/PREFIX] in an S3-compatible
+object store (AWS, MinIO, Ceph RGW, Garage...). --repo falls back to the
+environment variable BTRSEND_REPOSITORY.
+
+S3 settings are found as the AWS tools find them. Credentials:
+AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN), else
+the profile AWS_PROFILE (default: default) in ~/.aws/credentials
+(AWS_SHARED_CREDENTIALS_FILE) or ~/.aws/config (AWS_CONFIG_FILE); web
+identity and container credentials when their AWS_* variables are set;
+the instance metadata service only with BTRSEND_S3_INSTANCE_METADATA=1.
+Profiles with role_arn, credential_process or sso_* are not supported.
+Region: AWS_REGION, AWS_DEFAULT_REGION or the profile's region (default
+us-east-1). Endpoint: AWS_ENDPOINT_URL (an http:// endpoint is allowed)
+or the profile's endpoint_url (default: AWS). A request that cannot
+connect, is cut or gets a 5xx answer is retried for 120 seconds, so a
+network blip of a minute passes; BTRSEND_S3_RETRY_TIMEOUT sets how long
+(e.g. 30s, 5m; at most 10m; 0: no retry). Every upload carries its
+x-amz-checksum-sha256, as buckets with Object Lock require. A missing
+bucket or a server unreachable after the retries is exit status 10; no
+credentials, or a key or secret the server refuses, is 1.
+
+Each stored stream is a zstd file whose frames hold the raw btrfs send
+stream: `zstd -dc FILE | btrfs receive DIR` restores it without btrsend
+(full stream first, then each incremental of the chain, as `btrsend
+backup list` shows them). The layout is described in btrsend-repository(5).
+
+Nightly, from cron or the systemd units in contrib/: `backup run` (with
+--snapshot to take and prune the source snapshots too), then `backup
+forget`; silent on success. The crontab lines are in the EXAMPLES of
+btrsend-backup(1) and in the README.
+
+Exit status:
+  0    success
+  1    error
+  2    usage error
+  3    some snapshots were stored and some failed, or a source snapshot
+       could not be taken or deleted
+  10   repository missing or unreachable
+  11   the repository's lock is held (see --retry-lock)
+  12   verify found damage
+  130  interrupted";
+
+/// The repository option every subcommand takes.
+#[derive(Debug, Args)]
+pub struct RepoArg {
+    /// The repository directory (default: the environment variable
+    /// BTRSEND_REPOSITORY).
+    #[arg(long = "repo", value_name = "REPO")]
+    pub repo: Option<String>,
+}
+
+impl RepoArg {
+    pub(crate) fn spec(&self) -> anyhow::Result<String> {
+        match &self.repo {
+            Some(r) => Ok(r.clone()),
+            None => match std::env::var(backup::REPO_ENV) {
+                Ok(r) if !r.is_empty() => Ok(r),
+                // A missing option: a usage error (exit 2).
+                _ => Err(anyhow::Error::new(crate::exit::UsageError(format!(
+                    "no repository given: use --repo REPO or set {}",
+                    backup::REPO_ENV
+                )))),
+            },
+        }
+    }
+}
+
+/// Waiting for a held lock.
+#[derive(Debug, Args)]
+pub struct LockArg {
+    /// Wait up to DURATION for a lock another btrsend holds (e.g. 30s, 10m,
+    /// 1h; default 0: fail at once with exit status 11).
+    #[arg(long = "retry-lock", value_name = "DURATION", value_parser = parse_duration, default_value = "0")]
+    pub retry_lock: Duration,
+}
+
+/// `30`, `30s`, `10m`, `2h`.
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (num, mult) = match s.char_indices().last() {
+        Some((i, 's')) => (&s[..i], 1),
+        Some((i, 'm')) => (&s[..i], 60),
+        Some((i, 'h')) => (&s[..i], 3600),
+        _ => (s, 1),
+    };
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("{s}: not a duration (e.g. 30s, 10m, 2h)"))?;
+    Ok(Duration::from_secs(n.saturating_mul(mult)))
+}
+
+/// The subcommands of `btrsend backup`.
+#[derive(Debug, Subcommand)]
+pub enum BackupCommand {
+    /// Make a new, empty repository.
+    Init(InitArgs),
+    /// Store snapshots: each one not yet stored, incremental when a
+    /// parent is stored and still on the source.
+    Run(run::RunArgs),
+    /// List the stored streams.
+    List(list::ListArgs),
+    /// Check the repository: the catalog, every file and chain, and with
+    /// --read-data every byte.
+    Verify(verify::VerifyArgs),
+    /// Restore a stored snapshot: its whole chain, into a directory or to
+    /// standard output.
+    Restore(restore::RestoreArgs),
+    /// Store existing send-stream files (raw or zstd) as repository
+    /// entries.
+    Import(import::ImportArgs),
+    /// Delete old entries by a retention policy (restic's --keep-*
+    /// options), never one a kept entry's chain needs.
+    Forget(forget::ForgetArgs),
+}
+
+/// Arguments of `btrsend backup init`.
+#[derive(Debug, Args)]
+pub struct InitArgs {
+    #[command(flatten)]
+    repo: RepoArg,
+}
+
+/// Run `btrsend backup`.
+pub fn run(args: &BackupArgs) -> anyhow::Result<()> {
+    match &args.command {
+        BackupCommand::Init(a) => {
+            let spec = a.repo.spec()?;
+            let repo = Repository::init(&spec).map_err(anyhow::Error::new)?;
+            writeln!(
+                crate::exit::stdout(),
+                "made the empty repository {}",
+                printable(repo.store().name())
+            )?;
+            Ok(())
+        }
+        BackupCommand::Run(a) => run::run(a),
+        BackupCommand::List(a) => list::run(a),
+        BackupCommand::Verify(a) => verify::run(a),
+        BackupCommand::Restore(a) => restore::run(a),
+        BackupCommand::Import(a) => import::run(a),
+        BackupCommand::Forget(a) => forget::run(a),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_duration;
+    use std::time::Duration;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("30"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("10m"), Ok(Duration::from_secs(600)));
+        assert_eq!(parse_duration("2h"), Ok(Duration::from_secs(7200)));
+        assert!(parse_duration("x").is_err());
+    }
+}

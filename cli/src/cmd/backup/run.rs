@@ -1,0 +1,244 @@
+//! `btrsend backup run`: its options, the run, and its summary (a JSON
+//! line, or one line on a terminal) and exit status.
+//!
+//! Rendering while the run goes is [`crate::progress::backup`]'s and the
+//! mapping of errors to exit statuses [`crate::exit`]'s; this module only
+//! chooses among them.
+
+use std::path::PathBuf;
+
+use btrsend::backup::{self, Repository, RunOptions, SnapshotOptions};
+use clap::Args;
+use serde_json::json;
+
+use super::{LockArg, RepoArg};
+use crate::exit::{Exit, ExitWith, exit_of, json_error, stored_or_failed};
+use crate::progress::backup::BackupReporter;
+use crate::text::iec;
+
+/// Arguments of `btrsend backup run`.
+#[derive(Debug, Args)]
+#[command(after_long_help = RUN_HELP)]
+pub struct RunArgs {
+    #[command(flatten)]
+    repo: RepoArg,
+    /// A device or image file of the filesystem (repeat for multi-device
+    /// filesystems). Without it, each SNAPSHOT is the path of a read-only
+    /// snapshot in a mounted btrfs.
+    #[arg(
+        short = 'd',
+        long = "device",
+        value_name = "DEV",
+        conflicts_with = "snapshot"
+    )]
+    devices: Vec<PathBuf>,
+    /// Read a filesystem some of whose devices are missing from the
+    /// remaining copies (RAID1, RAID10, DUP on the others; RAID5/6 from
+    /// parity), as `mount -o degraded` does. Without it, a device the
+    /// filesystem lists that is not given is an error naming its devid and
+    /// uuid.
+    #[arg(long)]
+    degraded: bool,
+    /// First take a read-only snapshot DIR/NAME.YYYY-MM-DDTHHMMSSZ (UTC) of
+    /// the subvolume SUBVOL, a path in a mounted btrfs (as `btrfs subvolume
+    /// snapshot -r` does; needs root), unless SUBVOL has not changed since
+    /// its newest one, then store every snapshot of SUBVOL in DIR newer
+    /// than the newest one stored (repeat for several subvolumes).
+    #[arg(long = "snapshot", value_name = "SUBVOL", requires = "snapshot_dir")]
+    snapshot: Vec<PathBuf>,
+    /// Where --snapshot puts its snapshots: a directory on the same btrfs
+    /// (DIR).
+    #[arg(long = "snapshot-dir", value_name = "DIR", requires = "snapshot")]
+    snapshot_dir: Option<PathBuf>,
+    /// After storing, delete the snapshots --snapshot took beyond the
+    /// newest N (per subvolume); the newest stored one (the next
+    /// incremental's parent), newer ones not stored yet and those another
+    /// repository's hold names (DIR/.btrsend-holds) always stay, and a
+    /// snapshot btrsend did not name is never deleted.
+    #[arg(long = "keep-snapshots", value_name = "N", requires = "snapshot")]
+    keep_snapshots: Option<usize>,
+    /// Make every N-th stream of a chain a full one (default 0: no limit by
+    /// count; see --full-every-days).
+    #[arg(long = "full-every", value_name = "N", default_value_t = 0)]
+    full_every: u32,
+    /// Make a new full stream once the chain's full stream is D days older
+    /// than the snapshot (entry times: the snapshots' creation times;
+    /// within 12 hours, for a nightly job's drift). A chain ends only with
+    /// a full stream and `backup forget` keeps every ancestor of a kept
+    /// entry, so this is what lets retention free space: default 30, about
+    /// one full stream per month --keep-monthly keeps; 0: never.
+    #[arg(long = "full-every-days", value_name = "D", default_value_t = backup::plan::DEFAULT_FULL_EVERY_DAYS)]
+    full_every_days: u32,
+    /// The zstd level of the stored streams (1-19, default 3).
+    #[arg(long = "compression-level", value_name = "L", default_value_t = 3,
+          value_parser = clap::value_parser!(i32).range(1..=19))]
+    level: i32,
+    /// Print JSON Lines on standard output (message_type status, stored,
+    /// then summary; a subvolume not snapshotted because it is unchanged
+    /// is a status line with unchanged: true and newest_snapshot, counted
+    /// in the summary's unchanged) and errors as JSON on standard error. A stream that
+    /// continues an interrupted run's adds a status line with
+    /// resumed_from_bytes (raw stream kept) and resumed_stored_bytes; every
+    /// stored line has resumed_from_bytes and sent_bytes (the rest), and a
+    /// full one full_reason: first, full_every, full_every_days,
+    /// parent_gone (the parent's snapshot was deleted from the source) or
+    /// chain_damaged. Warnings are status lines with a warning.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    lock: LockArg,
+    /// Raw bytes per zstd frame (for tests).
+    #[arg(long = "frame-bytes", hide = true, value_name = "N")]
+    frame_bytes: Option<usize>,
+    /// The snapshots: with --device, paths from the top level as `btrsend
+    /// list` prints them (a shell-style glob such as 'snaps/home.*' selects
+    /// several) or id:N; without, paths of read-only snapshots in a mounted
+    /// btrfs.
+    #[arg(value_name = "SNAPSHOT", required_unless_present = "snapshot")]
+    snapshots: Vec<String>,
+}
+
+const RUN_HELP: &str = "\
+Every selected snapshot not yet stored (same UUID and ctransid) is stored,
+oldest first: as an incremental stream from the newest stored snapshot of
+the same origin subvolume (the subvolume it was taken of) whose chain is
+intact and which is still on the source, else as a full stream. A stream
+becomes visible in the repository only once it is complete and durable:
+a run that is killed leaves nothing half-written, and the next run
+completes the work. In a directory repository it continues the stream
+where the interrupted run stopped: the partial stream file in REPO/tmp/
+(kept when a run is killed or fails) is checked frame by frame, cut back
+to its last intact frame, and the rest of the stream is sent and appended,
+if it is of the same snapshot and parent (else it is removed, with a
+notice, and the stream sent again; see btrsend-repository(5)). In S3 the
+parts of an unfinished upload cannot be read back: the run continues the
+upload from what its marker in REPO/tmp/ recorded as the parts were stored.
+Silent on success unless standard error is a
+terminal or --json is given. On a terminal a progress bar covers the whole
+run: its total is the exact size of every stream the run stores (estimated
+first from the snapshots' metadata, as `btrsend send --estimate` does), so
+its ETA is the run's; it names the snapshot being stored and how many
+there are ([2/5]).
+
+With --snapshot the job takes its own snapshots (one cron line does
+everything; needs root):
+  btrsend backup run --repo /backup/home --snapshot /mnt/pool/home \
+      --snapshot-dir /mnt/pool/snaps --keep-snapshots 7
+
+Full streams: a chain ends only with a new full stream, and `backup forget`
+keeps every ancestor of a kept entry, so without new full streams forget
+frees nothing. A run stores a full stream when the chain's full one is 30
+days older than the snapshot (--full-every-days; --full-every N also
+counts streams), when the origin has none stored yet, or when the stored
+snapshot its incremental stream needs was deleted from the source: then it
+warns on standard error, cron or not.
+
+Snapshot names: when DIR/NAME.TIME exists (two runs in one second), the
+snapshot is named NAME.TIME_1, NAME.TIME_2, ... A subvolume that has not
+changed since the newest snapshot btrsend took of it in DIR gets none (its
+generation and ctransid, after a sync, are the snapshot's): the run stores
+nothing new, and --json says unchanged.
+
+Several repositories may store from one DIR (a local one and an S3 one):
+each run records in DIR/.btrsend-holds/ID (ID: the repository's id, in
+REPO/config) the snapshot its next incremental stream needs, and
+--keep-snapshots of any of them never deletes a snapshot such a hold
+names. Delete a repository's hold file to release what it holds (for a
+repository no longer used: pruning warns about holds not updated for 30
+days). A hold file that cannot be read is ignored with a warning.
+
+A source snapshot that cannot be taken or deleted makes the exit status 3;
+the other snapshots are stored all the same.";
+
+/// Run `btrsend backup run`.
+pub fn run(a: &RunArgs) -> anyhow::Result<()> {
+    let go = || -> anyhow::Result<()> {
+        let repo = Repository::open(&a.repo.spec()?)?;
+        let mut opts = RunOptions::new()
+            .with_devices(a.devices.clone())
+            .with_degraded(a.degraded)
+            .with_full_every(a.full_every)
+            .with_full_every_days(a.full_every_days)
+            .with_level(a.level)
+            .with_wait_lock(a.lock.retry_lock);
+        if let Some(n) = a.frame_bytes {
+            opts = opts.with_frame_bytes(n.max(1));
+        }
+        if let Some(dir) = &a.snapshot_dir {
+            opts = opts.with_snapshots(SnapshotOptions {
+                subvols: a.snapshot.clone(),
+                dir: dir.clone(),
+                keep: a.keep_snapshots,
+            });
+        }
+        let progress = BackupReporter::new(a.json, "computing the streams' sizes");
+        let start = jiff::Timestamp::now();
+        let clock = std::time::Instant::now();
+        let report = repo.run(&a.snapshots, &opts, &progress);
+        progress.finish();
+        let report = report?;
+        let elapsed = clock.elapsed();
+        let stream_bytes: u64 = report.stored.iter().map(|e| e.stream_bytes).sum();
+        let stored_bytes: u64 = report.stored.iter().map(|e| e.stored_bytes).sum();
+        let sent_bytes = stream_bytes.saturating_sub(progress.kept());
+        if a.json {
+            // The repository's size after the run: what its catalog's
+            // entries store (null when the catalog cannot be read again).
+            let repository_bytes = repo
+                .list()
+                .ok()
+                .map(|es| es.iter().map(|e| e.stored_bytes).sum::<u64>());
+            progress.line(json!({
+                "message_type": "summary",
+                "start": start.to_string(),
+                "end": jiff::Timestamp::now().to_string(),
+                "duration_seconds": elapsed.as_secs_f64(),
+                "stored": report.stored.len(),
+                "already_stored": report.skipped.len(),
+                "failed": report.failed.len(),
+                "snapshots_taken": report.taken.len(),
+                "unchanged": report.unchanged.len(),
+                "snapshots_deleted": report.pruned.len(),
+                "snapshot_failures": report.snapshot_failed.len(),
+                "stream_bytes": stream_bytes,
+                "sent_bytes": sent_bytes,
+                "stored_bytes": stored_bytes,
+                "repository_bytes": repository_bytes,
+            }));
+        } else if progress.has_bar() {
+            // On a terminal (never in cron): one line saying what was done.
+            let mut line = format!(
+                "btrsend: stored {} of {} snapshots: {} of stream sent, {} stored, in {}",
+                report.stored.len(),
+                report.stored.len() + report.skipped.len() + report.failed.len(),
+                iec(sent_bytes),
+                iec(stored_bytes),
+                indicatif::HumanDuration(elapsed)
+            );
+            if !report.skipped.is_empty() {
+                line.push_str(&format!("; {} stored before", report.skipped.len()));
+            }
+            if !report.failed.is_empty() {
+                line.push_str(&format!("; {} failed", report.failed.len()));
+            }
+            eprintln!("{line}");
+        }
+        if !report.snapshot_failed.is_empty()
+            && (report.failed.is_empty() || !report.stored.is_empty())
+        {
+            // A source snapshot not taken or not deleted: the others
+            // proceeded.
+            let n = report.snapshot_failed.len() + report.failed.len();
+            return Err(anyhow::Error::new(ExitWith::quiet(Exit::Partial))
+                .context(format!("{n} failed, {} stored", report.stored.len())));
+        }
+        if report.failed.len() == 1 && report.stored.is_empty() {
+            // One snapshot, one error: its exit code.
+            if let Some((_, e)) = report.failed.first() {
+                return Err(anyhow::Error::new(ExitWith::quiet(exit_of(e))));
+            }
+        }
+        stored_or_failed(report.stored.len(), report.failed.len(), "snapshots")
+    };
+    go().map_err(|e| json_error(a.json, e))
+}

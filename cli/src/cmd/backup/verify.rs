@@ -1,0 +1,102 @@
+//! `btrsend backup verify`: its report on standard error (or as JSON), and
+//! exit status 12 for damage.
+//!
+//! It renders what the core found; it never checks anything itself.
+
+use std::io::Write;
+
+use btrsend::backup::Repository;
+use clap::Args;
+
+use super::{LockArg, RepoArg};
+use crate::exit::{Exit, ExitWith};
+use crate::progress::backup::BackupReporter;
+use crate::text::{iec, printable};
+
+/// Arguments of `btrsend backup verify`.
+#[derive(Debug, Args)]
+pub struct VerifyArgs {
+    #[command(flatten)]
+    repo: RepoArg,
+    /// Also read every stored byte: every frame's BLAKE3, every command's
+    /// CRC, every stream's BLAKE3 (under the shared lock, so that no
+    /// forget deletes what is being read; without --read-data verify takes
+    /// no lock and never waits for a run).
+    #[arg(long = "read-data")]
+    read_data: bool,
+    /// Print the report as JSON.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    lock: LockArg,
+}
+
+/// Run `btrsend backup verify`.
+pub fn run(a: &VerifyArgs) -> anyhow::Result<()> {
+    let repo = Repository::open(&a.repo.spec()?)?;
+    let start = jiff::Timestamp::now();
+    let clock = std::time::Instant::now();
+    // A bar only for the long form (every byte read).
+    let progress = BackupReporter::bar(a.read_data && !a.json, "");
+    let rep = repo.verify(a.read_data, a.lock.retry_lock, &progress);
+    progress.finish();
+    let rep = rep?;
+    if a.json {
+        let mut v = serde_json::to_value(&rep)?;
+        if let Some(o) = v.as_object_mut() {
+            o.insert("start".into(), start.to_string().into());
+            o.insert("end".into(), jiff::Timestamp::now().to_string().into());
+            o.insert(
+                "duration_seconds".into(),
+                clock.elapsed().as_secs_f64().into(),
+            );
+            o.insert("read_data".into(), a.read_data.into());
+        }
+        writeln!(
+            crate::exit::stdout(),
+            "{}",
+            serde_json::to_string_pretty(&v)?
+        )?;
+    } else {
+        for n in &rep.notices {
+            eprintln!("btrsend: notice: {}", printable(n));
+        }
+        for p in &rep.problems {
+            eprintln!("btrsend: damage: {}", printable(&p.message));
+        }
+        for (id, path) in &rep.unrestorable {
+            eprintln!("btrsend: unrestorable: entry {id} ({})", printable(path));
+        }
+    }
+    if rep.problems.is_empty() {
+        if !a.json {
+            let what = if a.read_data {
+                format!(
+                    "the catalog, every chain and every byte ({} read)",
+                    iec(rep.bytes_read)
+                )
+            } else {
+                String::from(
+                    "the catalog, every chain, and each stream file's size, trailer and first command (--read-data reads every byte)",
+                )
+            };
+            writeln!(
+                crate::exit::stdout(),
+                "verified {} stored snapshot{} in {}: {what}; no damage found",
+                rep.entries,
+                if rep.entries == 1 { "" } else { "s" },
+                printable(repo.store().name())
+            )?;
+        }
+        Ok(())
+    } else {
+        let msg = format!(
+            "verify found damage in {}: {} problems, {} of {} stored snapshots cannot be restored",
+            repo.store().name(),
+            rep.problems.len(),
+            rep.unrestorable.len(),
+            rep.entries
+        );
+        Err(anyhow::Error::new(ExitWith::new(Exit::Damage, msg)))
+    }
+}

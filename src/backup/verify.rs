@@ -1,0 +1,321 @@
+//! `backup verify`: check the catalog, every stream file's presence, size,
+//! trailer and first command, every chain, and with `--read-data` every
+//! stored byte; and the structural check `forget` needs before it deletes.
+//!
+//! Damage is a finding, reported, not an error; verify never changes the
+//! repository (leftovers of interrupted runs are noted, not removed).
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use serde::Serialize;
+use stream_format::{ReaderOptions, StreamReader};
+
+use super::catalog::{Catalog, Entry};
+use super::error::BackupError;
+use super::file::{self, Damage, StreamFile};
+use super::lock::LockKind;
+use super::repository::Repository;
+use super::store::{self, LocalStore, Store, StoreError};
+use super::{frames, partial};
+use crate::progress::Progress;
+
+/// How often a lock-free `verify` checks again when a writer replaced the
+/// catalog while it was checking.
+const VERIFY_TRIES: u32 = 3;
+
+/// Whether every frame of `f` is sound: its stored bytes match their
+/// BLAKE3, it decompresses to its recorded length, and its commands decode
+/// (CRC included) — frames are cut at command boundaries, so each decodes
+/// alone behind the stream header — and the whole raw stream matches its
+/// BLAKE3, length and command count. Frames are read, hashed, decompressed
+/// and decoded on [`frames::workers`] threads, ahead of this one, which
+/// hashes the raw stream in order. `false` tells nothing about where: the
+/// caller reads the file again in order for that.
+pub(crate) fn check_frames_parallel(
+    store: &dyn Store,
+    f: &StreamFile,
+    progress: &dyn Progress,
+) -> bool {
+    let work = frames::Work {
+        hash: true,
+        decompress: true,
+        decode: true,
+    };
+    frames::read_ahead(store, std::slice::from_ref(f), work, |ahead| {
+        let mut hasher = blake3::Hasher::new();
+        let (mut total, mut commands, mut ended) = (0u64, 0u64, false);
+        while let Some(r) = ahead.next() {
+            let Ok(fr) = r else { return false };
+            // Only the last frame may end the stream.
+            if ended {
+                return false;
+            }
+            hasher.update(fr.raw());
+            total += fr.raw().len() as u64;
+            progress.stream(fr.raw().len() as u64);
+            commands += fr.commands;
+            ended = fr.ended;
+            ahead.recycle(fr.into_buf());
+        }
+        ended
+            && commands == f.trailer.commands
+            && total == f.trailer.stream_bytes
+            && hasher.finalize().to_hex().as_str() == f.trailer.stream_blake3
+    })
+}
+
+/// One problem `verify` found.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Problem {
+    /// The entry it concerns, if one.
+    pub entry: Option<u64>,
+    /// The file it concerns, if one.
+    pub file: Option<String>,
+    /// What is wrong (names file, frame and byte offset where they apply).
+    pub message: String,
+}
+
+/// What `verify` found.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct VerifyReport {
+    /// Entries checked.
+    pub entries: usize,
+    /// Stored bytes read (with `--read-data`).
+    pub bytes_read: u64,
+    /// Damage: empty when the repository is sound.
+    pub problems: Vec<Problem>,
+    /// Entries that cannot be restored because of it: (id, path).
+    pub unrestorable: Vec<(u64, String)>,
+    /// Harmless findings (leftover files of an interrupted run).
+    pub notices: Vec<String>,
+}
+
+impl Repository {
+    /// Check the catalog, the presence and size of every stream file, every
+    /// chain, every trailer, and with `read_data` every frame's hash and
+    /// every command (CRC included) and every stream's hash.
+    ///
+    /// # Errors
+    ///
+    /// Lock and store errors (damage is in the report, not an error).
+    ///
+    /// Without `read_data` it takes no lock (it never waits for a `run`):
+    /// it reads the newest catalog generation, and when it finds damage it
+    /// loads the newest generation again; if a writer stored a new one in
+    /// the meantime (a `forget` deleting files the older one named), it
+    /// checks again, so a concurrent writer is never reported as damage.
+    /// With `read_data` it holds the shared lock, waiting up to `wait`.
+    pub fn verify(
+        &self,
+        read_data: bool,
+        wait: Duration,
+        progress: &dyn Progress,
+    ) -> Result<VerifyReport, BackupError> {
+        if read_data {
+            let _lock = self.lock(LockKind::Shared, wait, progress)?;
+            return self.verify_once(true, progress);
+        }
+        let mut tries = 0;
+        loop {
+            let before = Catalog::newest(&*self.store).ok();
+            let rep = self.verify_once(false, progress)?;
+            if rep.problems.is_empty() || tries >= VERIFY_TRIES {
+                return Ok(rep);
+            }
+            if Catalog::newest(&*self.store).ok() == before {
+                return Ok(rep);
+            }
+            tries += 1;
+        }
+    }
+
+    fn verify_once(
+        &self,
+        read_data: bool,
+        progress: &dyn Progress,
+    ) -> Result<VerifyReport, BackupError> {
+        let mut rep = VerifyReport::default();
+        let cat = match self.catalog() {
+            Ok(c) => c,
+            Err(
+                e @ (BackupError::Catalog { .. } | BackupError::Store(StoreError::Other { .. })),
+            ) => {
+                rep.problems.push(Problem {
+                    entry: None,
+                    file: None,
+                    message: e.to_string(),
+                });
+                return Ok(rep);
+            }
+            Err(e) => return Err(e),
+        };
+        rep.entries = cat.entries.len();
+        if let Some(w) = self.store.local().and_then(LocalStore::readable_by_others) {
+            rep.notices.push(w);
+        }
+        let present = self.stream_sizes()?;
+        let named: BTreeSet<&str> = cat.entries.iter().map(|e| e.file.as_str()).collect();
+        for k in present.keys() {
+            if !named.contains(k.as_str()) {
+                rep.notices.push(format!(
+                    "{k}: a stream file no catalog entry names (left by an interrupted run; the next run removes it)"
+                ));
+            }
+        }
+        let resumable = self.store.continues_uploads();
+        for o in self.store.list(&format!("{}/", store::TMP_DIR))? {
+            let what = match partial::snapshot_of(&o.key) {
+                Some((u, c)) if resumable && cat.find(&u, c).is_none() => {
+                    "the partial stream file of an interrupted run (the next run that stores its snapshot continues it)"
+                }
+                _ => "an unfinished upload (left by an interrupted run; the next run removes it)",
+            };
+            rep.notices.push(format!("{}: {what}", o.key));
+        }
+        if read_data {
+            let raw = cat.entries.iter().map(|e| e.stream_bytes).sum();
+            progress.plan(cat.entries.len(), raw);
+        }
+        let mut bad: BTreeSet<u64> = BTreeSet::new();
+        for e in &cat.entries {
+            if read_data {
+                progress.start(&e.path, e.kind, e.stream_bytes);
+            }
+            let problem = |message: String| Problem {
+                entry: Some(e.id),
+                file: Some(e.file.clone()),
+                message,
+            };
+            match present.get(&e.file) {
+                None => {
+                    rep.problems
+                        .push(problem(format!("{}: the stream file is missing", e.file)));
+                    bad.insert(e.id);
+                    continue;
+                }
+                Some(&size) if size != e.stored_bytes => {
+                    rep.problems.push(problem(
+                        Damage::Size {
+                            file: e.file.clone(),
+                            found: size,
+                            expected: e.stored_bytes,
+                        }
+                        .to_string(),
+                    ));
+                    bad.insert(e.id);
+                    continue;
+                }
+                Some(_) => {}
+            }
+            match self.check_entry(e, read_data, progress) {
+                Ok(n) => rep.bytes_read += n,
+                Err(msg) => {
+                    rep.problems.push(problem(msg));
+                    bad.insert(e.id);
+                }
+            }
+        }
+        // A checked catalog has each parent before its children: one pass
+        // in order finds every entry whose chain holds a damaged one.
+        let mut broken: BTreeSet<u64> = BTreeSet::new();
+        for e in &cat.entries {
+            let parent_broken = e.parent_id.is_some_and(|p| broken.contains(&p));
+            if bad.contains(&e.id) || parent_broken {
+                broken.insert(e.id);
+                rep.unrestorable.push((e.id, e.path.clone()));
+            }
+        }
+        Ok(rep)
+    }
+
+    /// Check one entry's file; returns the bytes read.
+    fn check_entry(
+        &self,
+        e: &Entry,
+        read_data: bool,
+        progress: &dyn Progress,
+    ) -> Result<u64, String> {
+        let f = self.open_file(e).map_err(|err| err.to_string())?;
+        self.check_ident(e, &f).map_err(|err| err.to_string())?;
+        if !read_data {
+            return Ok(0);
+        }
+        if check_frames_parallel(&*self.store, &f, progress) {
+            return Ok(f.size);
+        }
+        // Damage: read it again in order, for a message that names the
+        // file, the frame and the byte offset in the stream.
+        let mut reader = StreamReader::with_options(
+            f.raw_reader(&*self.store),
+            ReaderOptions::new().with_max_version(3),
+        );
+        let mut commands = 0u64;
+        loop {
+            match reader.next_raw() {
+                Ok(Some(_)) => commands += 1,
+                Ok(None) => break,
+                Err(err) => {
+                    // Damage found by the raw reader (hash) or the decoder
+                    // (CRC, truncation).
+                    let inner = match &err {
+                        stream_format::DecodeError::Io { error, .. } => {
+                            file::damage_of(error).map(ToString::to_string)
+                        }
+                        _ => None,
+                    };
+                    return Err(match inner {
+                        Some(d) => d,
+                        None => format!("{}: the raw stream does not decode: {err}", e.file),
+                    });
+                }
+            }
+        }
+        if reader.streams() != 1 || commands != f.trailer.commands {
+            return Err(format!(
+                "{}: the raw stream has {commands} commands in {} streams, the trailer says {} in 1",
+                e.file,
+                reader.streams(),
+                f.trailer.commands
+            ));
+        }
+        Ok(f.size)
+    }
+
+    /// The structural check `forget` needs before it deletes anything:
+    /// every entry's stream file present with its size, its trailer and
+    /// its first command agreeing with the entry and its parent entry.
+    /// Reads each file's trailer and the start of its first frame.
+    ///
+    /// # Errors
+    ///
+    /// [`BackupError::Invalid`] naming the first entry that does not
+    /// agree; store errors.
+    pub(super) fn check_structure(&self, cat: &Catalog) -> Result<(), BackupError> {
+        let present = self.stream_sizes()?;
+        for e in &cat.entries {
+            let problem = match present.get(&e.file) {
+                None => Some(format!("{}: the stream file is missing", e.file)),
+                Some(&size) if size != e.stored_bytes => Some(format!(
+                    "{}: {size} bytes, the catalog says {}",
+                    e.file, e.stored_bytes
+                )),
+                Some(_) => match self.open_file(e).and_then(|f| self.check_ident(e, &f)) {
+                    Ok(()) => None,
+                    Err(BackupError::Store(s)) if !matches!(s, StoreError::Other { .. }) => {
+                        return Err(BackupError::Store(s));
+                    }
+                    Err(err) => Some(err.to_string()),
+                },
+            };
+            if let Some(p) = problem {
+                return Err(BackupError::Invalid(format!(
+                    "{}: not deleting anything: entry {} does not agree with its stream file ({p}); run `btrsend backup verify` for every problem",
+                    self.store.name(),
+                    e.id
+                )));
+            }
+        }
+        Ok(())
+    }
+}
