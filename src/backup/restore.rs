@@ -171,7 +171,7 @@ impl Read for ChainReader<'_, '_> {
 /// The frames themselves are the receiver's input blocks (no copy): each
 /// stream's hash is checked as [`Read`] does it, before its last frame is
 /// given out.
-impl receive::BlockSource for ChainReader<'_, '_> {
+impl receive::StreamBlocks for ChainReader<'_, '_> {
     fn next_block(&mut self) -> Option<io::Result<(Vec<u8>, usize)>> {
         if self.done {
             return None;
@@ -323,7 +323,7 @@ impl Repository {
             // stream hash are found only so), nothing written.
             frames::read_ahead(store, &files, decompress, |ahead| {
                 let mut check = ChainReader::new(ahead, &files, &found, progress);
-                while let Some(b) = receive::BlockSource::next_block(&mut check) {
+                while let Some(b) = receive::StreamBlocks::next_block(&mut check) {
                     let (buf, _) = b?;
                     check.ahead.recycle(buf);
                 }

@@ -140,11 +140,11 @@ pub(super) fn with_read_ahead<T>(input: impl Read + Send, f: impl FnOnce(Blocks)
 /// Where [`receive_blocks`](super::receive_blocks) gets its input: buffers
 /// of the stream, in order, made by the caller (e.g. decompressed), so that
 /// they need not be copied into blocks of a reader thread.
-pub trait BlockSource {
+pub trait StreamBlocks {
     /// The next buffer and how many of its first bytes are input; `None`
     /// at the end of the input. An error ends the input.
     fn next_block(&mut self) -> Option<io::Result<(Vec<u8>, usize)>>;
-    /// A buffer [`BlockSource::next_block`] gave, decoded, for reuse.
+    /// A buffer [`StreamBlocks::next_block`] gave, decoded, for reuse.
     fn give_back(&mut self, buf: Vec<u8>) {
         drop(buf);
     }
@@ -154,7 +154,7 @@ pub trait BlockSource {
 /// `input` in order, the decoded ones given back first; stops at the end,
 /// after an error (sent), or when the decoder hangs up.
 pub(super) fn send_blocks(
-    mut input: impl BlockSource,
+    mut input: impl StreamBlocks,
     full: &std::sync::mpsc::SyncSender<io::Result<Block>>,
     empty: &std::sync::mpsc::Receiver<Vec<u8>>,
 ) {
@@ -197,7 +197,7 @@ pub(super) fn reader_options() -> ReaderOptions {
 }
 
 /// Where [`decode_and_apply_from`] gets its commands.
-pub(super) trait Source {
+pub(super) trait CommandSource {
     /// Read the next stream header if one is due: the stream's number and
     /// its continuation record when it is a continuation stream.
     fn begin(&mut self) -> Result<Option<(u32, Vec<u8>)>, DecodeError>;
@@ -214,7 +214,7 @@ pub(super) trait Source {
 /// Every command read whole.
 pub(super) struct Whole<R>(StreamReader<R>);
 
-/// See [`Source::begin`].
+/// See [`CommandSource::begin`].
 pub(super) fn begin<R: Read>(
     r: &mut StreamReader<R>,
 ) -> Result<Option<(u32, Vec<u8>)>, DecodeError> {
@@ -227,7 +227,7 @@ pub(super) fn begin<R: Read>(
         .map(|c| (r.streams().saturating_sub(1), c.to_vec())))
 }
 
-impl<R: Read> Source for Whole<R> {
+impl<R: Read> CommandSource for Whole<R> {
     fn begin(&mut self) -> Result<Option<(u32, Vec<u8>)>, DecodeError> {
         begin(&mut self.0)
     }
@@ -262,7 +262,7 @@ pub(super) const SKIM_MIN: u32 = 8192;
 /// bytes and the attributes before it.
 pub(super) const SKIM_PREFIX: usize = 4096 + 64;
 
-impl Source for Skim {
+impl CommandSource for Skim {
     fn begin(&mut self) -> Result<Option<(u32, Vec<u8>)>, DecodeError> {
         begin(&mut self.reader)
     }
@@ -302,7 +302,7 @@ pub(super) fn read_payload(input: &std::fs::File, info: &CommandInfo) -> io::Res
 /// and apply them; `input` is the input file when `reader` skims.
 pub(super) fn decode_and_apply_from(
     rx: &mut Receiver<'_>,
-    reader: &mut dyn Source,
+    reader: &mut dyn CommandSource,
     input: Option<&std::sync::Arc<std::fs::File>>,
     opts: &ReceiveOptions,
 ) -> Result<Summary, ReceiveError> {

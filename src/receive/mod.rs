@@ -52,7 +52,7 @@ use std::path::{Path, PathBuf};
 use stream_format::StreamReader;
 
 pub use apply::{RESUME_DIR, Receiver, ResumeTokenError, resume_token};
-pub use driver::BlockSource;
+pub use driver::StreamBlocks;
 use driver::{
     Blocks, FILE_READ, Skim, decode_and_apply, decode_and_apply_from, reader_options, send_blocks,
     with_read_ahead,
@@ -266,7 +266,7 @@ pub fn receive_file(
 ///
 /// As [`receive`].
 pub fn receive_blocks(
-    input: impl BlockSource + Send,
+    input: impl StreamBlocks + Send,
     queue: usize,
     dir: &Path,
     opts: &ReceiveOptions,

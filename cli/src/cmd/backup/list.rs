@@ -14,7 +14,7 @@ use crate::text::{iec, local_time, printable};
 
 /// Arguments of `btrsend backup list`.
 #[derive(Debug, Args)]
-pub struct ListArgs {
+pub struct BackupListArgs {
     #[command(flatten)]
     repo: RepoArg,
     /// Print a JSON array, one object per stored stream (id, path, uuid,
@@ -32,7 +32,7 @@ pub struct ListArgs {
 }
 
 /// Run `btrsend backup list`.
-pub fn run(a: &ListArgs) -> anyhow::Result<()> {
+pub fn run(a: &BackupListArgs) -> anyhow::Result<()> {
     let repo = Repository::open(&a.repo.spec()?)?;
     let entries = repo.list()?;
     let mut out = crate::exit::stdout();

@@ -131,7 +131,7 @@ pub enum BackupCommand {
     /// parent is stored and still on the source.
     Run(run::RunArgs),
     /// List the stored streams.
-    List(list::ListArgs),
+    List(list::BackupListArgs),
     /// Check the repository: the catalog, every file and chain, and with
     /// --read-data every byte.
     Verify(verify::VerifyArgs),
