@@ -32,6 +32,7 @@ mod decode;
 pub mod dump;
 mod encode;
 mod error;
+mod timespec;
 pub mod verbose;
 
 pub use attr::{Attr, AttrType};

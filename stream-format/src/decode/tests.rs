@@ -1,3 +1,5 @@
+use std::borrow::Cow;
+
 use super::*;
 
 const END: [u8; 10] = [0, 0, 0, 0, 0x15, 0, 0x50, 0x6c, 0xc9, 0x9d];
