@@ -54,6 +54,7 @@
 //! ([`partial`]), and never a listed stream that is not whole.
 
 pub mod catalog;
+pub mod crypt;
 pub mod entry;
 mod error;
 pub mod file;
