@@ -1,5 +1,18 @@
-//! Encrypted, authenticated repositories (format 2).
+//! Encrypted, authenticated repositories (format 2): the keys
+//! ([`keys`]), stream objects as age files ([`agefile`]) and small sealed
+//! objects ([`seal`]).
 //!
-//! (Design and threat model: see `btrsend-repository(5)`.)
+//! Design and threat model: btrsend-repository(5).
 
 pub mod agefile;
+pub mod keys;
+pub mod seal;
+
+/// Fill `buf` from the system's random source.
+///
+/// # Errors
+///
+/// The source failed.
+pub(crate) fn random(buf: &mut [u8]) -> Result<(), String> {
+    getrandom::fill(buf).map_err(|e| format!("the system's random source failed: {e}"))
+}
