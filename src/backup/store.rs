@@ -136,6 +136,11 @@ pub trait Upload: Send {
     ) -> Result<(), StoreError> {
         self.write(data)
     }
+    /// The size of the object once `plain` bytes in all were written and
+    /// it is complete: `plain` itself, but for an encrypted object.
+    fn stored_size(&self, plain: u64) -> u64 {
+        plain
+    }
 }
 
 /// What an unfinished upload recorded for a continuation
@@ -239,6 +244,16 @@ pub trait Store: Send + Sync + fmt::Debug {
     /// I/O or network errors (the key then stays, for the next try).
     fn discard_unfinished(&self, key: &str) -> Result<(), StoreError> {
         self.delete(key)
+    }
+    /// The length of what reading `key` (`stored` bytes long) gives: the
+    /// stored size, but for an encrypted object, whose plaintext is read.
+    ///
+    /// # Errors
+    ///
+    /// The object cannot be read or is not what its length says (an
+    /// encrypted object whose header does not open).
+    fn plain_len(&self, _key: &str, stored: u64) -> Result<u64, StoreError> {
+        Ok(stored)
     }
     /// Check that the repository's root exists and can be reached.
     ///

@@ -104,7 +104,11 @@ impl WriteKey {
 
     /// Whether two keys are the same key.
     pub fn same(&self, other: &WriteKey) -> bool {
-        self.0.iter().zip(other.0.iter()).fold(0u8, |a, (x, y)| a | (x ^ y)) == 0
+        self.0
+            .iter()
+            .zip(other.0.iter())
+            .fold(0u8, |a, (x, y)| a | (x ^ y))
+            == 0
     }
 }
 
@@ -258,8 +262,7 @@ impl Keys {
     /// What age refused, as text.
     pub fn recipients_object(&self) -> Result<Vec<u8>, String> {
         let json = Zeroizing::new(
-            serde_json::to_vec(&self.record(KEY_FORMAT, false, None))
-                .map_err(|e| e.to_string())?,
+            serde_json::to_vec(&self.record(KEY_FORMAT, false, None)).map_err(|e| e.to_string())?,
         );
         let enc = age::Encryptor::with_recipients(
             self.recipients.iter().map(|r| r as &dyn age::Recipient),
@@ -310,8 +313,9 @@ impl Keys {
     ///
     /// JSON encoding failed.
     pub fn write_key_file(&self, location: &str) -> Result<Zeroizing<Vec<u8>>, String> {
-        let mut v = serde_json::to_vec_pretty(&self.record(WRITE_KEY_FORMAT, false, Some(location)))
-            .map_err(|e| e.to_string())?;
+        let mut v =
+            serde_json::to_vec_pretty(&self.record(WRITE_KEY_FORMAT, false, Some(location)))
+                .map_err(|e| e.to_string())?;
         v.push(b'\n');
         Ok(Zeroizing::new(v))
     }
@@ -367,10 +371,12 @@ pub fn parse_identities(text: &str) -> Result<Vec<age::x25519::Identity>, String
         if line.is_empty() || line.starts_with('#') {
             continue;
         }
-        out.push(
-            age::x25519::Identity::from_str(line)
-                .map_err(|_| format!("line {}: not an age X25519 identity (AGE-SECRET-KEY-1…)", i + 1))?,
-        );
+        out.push(age::x25519::Identity::from_str(line).map_err(|_| {
+            format!(
+                "line {}: not an age X25519 identity (AGE-SECRET-KEY-1…)",
+                i + 1
+            )
+        })?);
     }
     if out.is_empty() {
         return Err(String::from("it holds no identity"));
@@ -440,7 +446,10 @@ mod tests {
         assert_eq!(parse_recipients(&text).unwrap().len(), 1);
         assert!(parse_recipients("age1nope").unwrap_err().contains("line 1"));
         let secret = id.to_string().expose_secret().to_owned();
-        assert_eq!(parse_identities(&format!("# c\n{secret}\n")).unwrap().len(), 1);
+        assert_eq!(
+            parse_identities(&format!("# c\n{secret}\n")).unwrap().len(),
+            1
+        );
         let Err(e) = parse_identities("AGE-SECRET-KEY-1SECRETBUTBROKEN") else {
             panic!("a broken identity parsed")
         };

@@ -7,6 +7,7 @@
 pub mod agefile;
 pub mod keys;
 pub mod seal;
+pub mod store;
 
 /// Fill `buf` from the system's random source.
 ///

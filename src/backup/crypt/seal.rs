@@ -119,12 +119,19 @@ mod tests {
         for i in MAGIC.len()..s.len() {
             let mut b = s.clone();
             b[i] ^= 0x10;
-            assert_eq!(k.open("repo", "catalog/2", &b), Err(SealError::Forged), "{i}");
+            assert_eq!(
+                k.open("repo", "catalog/2", &b),
+                Err(SealError::Forged),
+                "{i}"
+            );
         }
         for n in 0..s.len() {
             assert!(k.open("repo", "catalog/2", &s[..n]).is_err(), "{n}");
         }
-        assert_eq!(k.open("repo", "catalog/2", b"{}"), Err(SealError::Malformed));
+        assert_eq!(
+            k.open("repo", "catalog/2", b"{}"),
+            Err(SealError::Malformed)
+        );
         // Two seals of the same bytes differ (random nonces).
         assert_ne!(s, k.seal("repo", "catalog/2", b"{\"x\":1}").unwrap());
     }

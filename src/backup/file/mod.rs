@@ -41,4 +41,4 @@ pub(crate) use reader::{into_read_error, io_damage};
 pub use writer::{FileWriter, StreamIdentity, WriterOptions};
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

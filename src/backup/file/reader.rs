@@ -17,20 +17,22 @@ use crate::backup::store::Store;
 pub struct StreamFile {
     /// The key of the file.
     pub key: String,
-    /// Its size.
+    /// Its size (of the plaintext, for an encrypted object).
     pub size: u64,
     /// Its trailer.
     pub trailer: Trailer,
 }
 
 impl StreamFile {
-    /// Read the trailer of `key` (`size` bytes long) and check that the
-    /// frame table covers the file up to the trailer.
+    /// Read the trailer of `key` (`stored` bytes long in the store; an
+    /// encrypted object's plaintext is read) and check that the frame
+    /// table covers the file up to the trailer.
     ///
     /// # Errors
     ///
     /// [`Damage::Trailer`]; store errors.
-    pub fn open(store: &dyn Store, key: &str, size: u64) -> Result<StreamFile, ReadError> {
+    pub fn open(store: &dyn Store, key: &str, stored: u64) -> Result<StreamFile, ReadError> {
+        let size = store.plain_len(key, stored)?;
         let bad = |what: String| {
             ReadError::Damage(Damage::Trailer {
                 file: key.to_owned(),

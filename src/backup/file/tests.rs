@@ -8,7 +8,7 @@ use crate::backup::store::{LocalStore, Store};
 
 /// A small valid stream: header, SUBVOL-ish commands (content does not
 /// matter to the framing), END.
-fn stream(cmds: usize) -> Vec<u8> {
+pub(crate) fn stream(cmds: usize) -> Vec<u8> {
     let mut w = stream_format::StreamWriter::new(Vec::new(), 1).unwrap();
     w.write(&stream_format::Command::Subvol {
         path: std::borrow::Cow::Borrowed(b"s"),
@@ -29,7 +29,7 @@ fn stream(cmds: usize) -> Vec<u8> {
     w.into_inner()
 }
 
-fn id() -> StreamIdentity {
+pub(crate) fn id() -> StreamIdentity {
     StreamIdentity {
         uuid: "01010101-0101-0101-0101-010101010101".into(),
         ctransid: 7,

@@ -606,9 +606,10 @@ impl FileWriter {
             frames: std::mem::take(&mut sink.frames),
         };
         let bytes = encode_trailer(&trailer)?;
+        let size = sink.upload.stored_size(sink.offset + bytes.len() as u64);
         sink.upload.write(&bytes)?;
         sink.upload.complete()?;
-        Ok((trailer, sink.offset + bytes.len() as u64))
+        Ok((trailer, size))
     }
 }
 
