@@ -64,6 +64,8 @@ pub enum Exit {
     LockHeld,
     /// 12: verify found damage.
     Damage,
+    /// 13: a secret of an encrypted repository is missing or wrong.
+    Key,
     /// 141 (128 + SIGPIPE): standard output's reader went away.
     BrokenPipe,
 }
@@ -121,6 +123,7 @@ impl Exit {
             Exit::RepoMissing => 10,
             Exit::LockHeld => 11,
             Exit::Damage => 12,
+            Exit::Key => 13,
             Exit::BrokenPipe => 141,
         }
     }
@@ -138,6 +141,8 @@ pub fn exit_of(e: &BackupError) -> Exit {
         Exit::RepoMissing
     } else if e.is_lock_held() {
         Exit::LockHeld
+    } else if e.is_key() {
+        Exit::Key
     } else {
         Exit::Failure
     }

@@ -110,6 +110,15 @@ pub enum BackupError {
     /// Anything else the caller asked for that cannot be done.
     #[error("{0}")]
     Invalid(String),
+    /// A secret of an encrypted repository is missing or wrong (or keys
+    /// are given for an unencrypted one).
+    #[error("{repo}: {what}")]
+    Key {
+        /// The repository.
+        repo: String,
+        /// What is missing or wrong, and what supplies it.
+        what: String,
+    },
 }
 
 impl BackupError {
@@ -125,5 +134,10 @@ impl BackupError {
     /// Whether the lock was held (exit code 11).
     pub fn is_lock_held(&self) -> bool {
         matches!(self, BackupError::LockHeld { .. })
+    }
+
+    /// Whether a secret was missing or wrong (exit code 13).
+    pub fn is_key(&self) -> bool {
+        matches!(self, BackupError::Key { .. })
     }
 }

@@ -18,6 +18,12 @@ use serde::{Deserialize, Serialize};
 #[cfg(feature = "s3")]
 use super::S3Store;
 use super::catalog::{Catalog, Entry};
+use super::crypt::{
+    self,
+    keys::Keys,
+    repo::{Encryption, Secrets},
+    store::CryptStore,
+};
 use super::error::BackupError;
 use super::file::format;
 use super::file::{Damage, ReadError, StreamFile};
@@ -37,6 +43,12 @@ pub struct Config {
     pub id: String,
     /// When it was made (RFC 3339).
     pub created: String,
+    /// How it is encrypted (format 2): `passphrase` or `recipients`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub encryption: Option<String>,
+    /// The MAC of the fields above under the write key (format 2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mac: Option<String>,
 }
 
 /// An opened repository.
@@ -93,6 +105,20 @@ impl Repository {
     ///
     /// As [`Repository::init`].
     pub fn init_in(store: Arc<dyn Store>) -> Result<Repository, BackupError> {
+        Self::init_encrypted(store, &Encryption::None).map(|(r, _)| r)
+    }
+
+    /// [`Repository::init_in`], encrypted as `enc` says: returns the
+    /// repository and, when encrypted, its keys (recipients mode: what
+    /// the write-key file holds).
+    ///
+    /// # Errors
+    ///
+    /// As [`Repository::init`].
+    pub fn init_encrypted(
+        store: Arc<dyn Store>,
+        enc: &Encryption,
+    ) -> Result<(Repository, Option<Keys>), BackupError> {
         if let Some(root) = store.local_root() {
             // A stored stream holds every file of a snapshot: a directory
             // this makes is the owner's alone, whatever the umask (one
@@ -128,11 +154,17 @@ impl Repository {
         } else {
             store.check_reachable()?;
         }
-        let config = Config {
+        let mut config = Config {
             format: String::from("btrsend-repository"),
             version: REPO_VERSION,
             id: format!("{:016x}{:016x}", store::random_u64(), store::random_u64()),
             created: now_rfc3339(),
+            encryption: None,
+            mac: None,
+        };
+        let keys = match enc {
+            Encryption::None => None,
+            enc => Some(crypt::repo::init(&*store, &mut config, enc)?),
         };
         let bytes = serde_json::to_vec_pretty(&config).unwrap_or_default();
         if !store.put_if_absent(CONFIG_KEY, &bytes)? {
@@ -141,11 +173,18 @@ impl Repository {
                 store.name()
             )));
         }
+        let store: Arc<dyn Store> = match &keys {
+            Some(k) => {
+                crypt::repo::store_key_objects(&*store, k, enc)?;
+                Arc::new(CryptStore::new(store, k.clone()))
+            }
+            None => store,
+        };
         Catalog::empty().commit(&*store)?;
         if let Some(local) = store.local() {
             let _ = local.open_lock(lock::LOCK_FILE, true);
         }
-        Ok(Repository { store, config })
+        Ok((Repository { store, config }, keys))
     }
 
     /// Open the repository at `spec`.
@@ -164,6 +203,17 @@ impl Repository {
     ///
     /// As [`Repository::open`].
     pub fn open_in(store: Arc<dyn Store>) -> Result<Repository, BackupError> {
+        Self::open_with(store, &Secrets::default())
+    }
+
+    /// [`Repository::open_in`] with the secrets an encrypted repository
+    /// needs (none for an unencrypted one, which refuses any).
+    ///
+    /// # Errors
+    ///
+    /// As [`Repository::open`]; [`BackupError::Key`] for a missing or
+    /// wrong secret.
+    pub fn open_with(store: Arc<dyn Store>, secrets: &Secrets) -> Result<Repository, BackupError> {
         store.check_reachable()?;
         let bytes = match store.get(CONFIG_KEY, None) {
             Ok(b) => b,
@@ -181,14 +231,23 @@ impl Repository {
             repo: store.name().to_owned(),
             what: format!("config: unreadable JSON: {e}"),
         })?;
-        if config.format != "btrsend-repository" || config.version != REPO_VERSION {
+        if config.format != "btrsend-repository"
+            || (config.version != REPO_VERSION && config.version != crypt::repo::VERSION)
+        {
             return Err(BackupError::Invalid(format!(
-                "{}: config: format {} version {} (this btrsend reads btrsend-repository version {REPO_VERSION})",
+                "{}: config: format {} version {} (this btrsend reads btrsend-repository versions {REPO_VERSION} and {})",
                 store.name(),
                 config.format,
-                config.version
+                config.version,
+                crypt::repo::VERSION
             )));
         }
+        let store = if config.version == REPO_VERSION {
+            crypt::repo::check_plain(&*store, secrets)?;
+            store
+        } else {
+            crypt::repo::open(store, &config, secrets)?
+        };
         Ok(Repository { store, config })
     }
 

@@ -10,7 +10,7 @@
 //! the chunk's index (11 bytes, big-endian) and a last-chunk flag.
 //!
 //! The `age` crate writes and checks the header: it wraps the file key for
-//! each recipient and computes the header's MAC; [`Binding`] sees the file
+//! each recipient and computes the header's MAC; a recipient of ours (`Binding`) sees the file
 //! key as a recipient (age's extension point) and adds one stanza of ours.
 //! The payload is sealed and opened here, with RustCrypto's
 //! `chacha20poly1305` and `hkdf`, because a stream object must be written

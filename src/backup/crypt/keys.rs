@@ -24,7 +24,8 @@
 //!   never in the repository: the write key, the recipients and the
 //!   repository's id and location.
 //!
-//! All three hold one JSON object ([`KeyRecord`]).
+//! All three hold one JSON object (`KeyRecord`: format, version,
+//! repository, write_key, recipients, identity, location, created).
 
 use std::str::FromStr;
 

@@ -6,6 +6,7 @@
 
 pub mod agefile;
 pub mod keys;
+pub mod repo;
 pub mod seal;
 pub mod store;
 
