@@ -213,7 +213,10 @@ impl Repository {
     ///
     /// As [`Repository::open`]; [`BackupError::Key`] for a missing or
     /// wrong secret.
-    pub fn open_with(store: Arc<dyn Store>, secrets: &Secrets) -> Result<Repository, BackupError> {
+    pub fn open_with(
+        store: Arc<dyn Store>,
+        secrets: &Secrets<'_>,
+    ) -> Result<Repository, BackupError> {
         store.check_reachable()?;
         let bytes = match store.get(CONFIG_KEY, None) {
             Ok(b) => b,
@@ -243,12 +246,26 @@ impl Repository {
             )));
         }
         let store = if config.version == REPO_VERSION {
-            crypt::repo::check_plain(&*store, secrets)?;
+            crypt::repo::check_plain(&*store, &config, secrets)?;
             store
         } else {
             crypt::repo::open(store, &config, secrets)?
         };
         Ok(Repository { store, config })
+    }
+
+    /// Refuse, before any work, an operation that reads stream contents
+    /// when the keys at hand cannot (a write key alone).
+    pub(super) fn need_contents(&self, what: &str) -> Result<(), BackupError> {
+        if self.store.write_only() {
+            return Err(BackupError::Key {
+                repo: self.store.name().to_owned(),
+                what: format!(
+                    "{what} reads the stored streams, which the write key alone cannot: give an identity of one of the repository's recipients (--identity FILE or BTRSEND_IDENTITY_FILE)"
+                ),
+            });
+        }
+        Ok(())
     }
 
     /// The store.

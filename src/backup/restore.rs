@@ -273,6 +273,7 @@ impl Repository {
         wait: Duration,
         progress: &dyn Progress,
     ) -> Result<Entry, BackupError> {
+        self.need_contents("restore")?;
         let _lock = self.lock(LockKind::Shared, wait, progress)?;
         let cat = self.catalog()?;
         let entry = self.find(&cat, spec)?;

@@ -255,6 +255,12 @@ pub trait Store: Send + Sync + fmt::Debug {
     fn plain_len(&self, _key: &str, stored: u64) -> Result<u64, StoreError> {
         Ok(stored)
     }
+    /// Whether stream contents cannot be read with the keys at hand (an
+    /// encrypted repository opened with its write key alone, whose
+    /// catalogs are authenticated by that key).
+    fn write_only(&self) -> bool {
+        false
+    }
     /// Check that the repository's root exists and can be reached.
     ///
     /// # Errors

@@ -67,7 +67,7 @@ impl Env {
     }
 
     fn init(&self) {
-        ok(&self.backup(&["init", "--repo", self.repo()]));
+        ok(&self.backup(&["init", "--repo", self.repo(), "--encryption", "none"]));
     }
 
     /// `backup run` of the fixture's snapshots with small frames (several
@@ -644,7 +644,7 @@ fn exit_codes_case(env: Env) {
         stderr(&o)
     );
     env.init();
-    let o = env.backup(&["init", "--repo", env.repo()]);
+    let o = env.backup(&["init", "--repo", env.repo(), "--encryption", "none"]);
     assert_eq!(o.status.code(), Some(1));
     assert!(
         stderr(&o).contains("exists there already"),
@@ -849,7 +849,7 @@ fn kill_9_case(env: Env) {
     };
     // How long an uninterrupted run takes: the kills are spread over it.
     let probe = env.be.repo("probe");
-    ok(&env.backup(&["init", "--repo", &probe.spec]));
+    ok(&env.backup(&["init", "--repo", &probe.spec, "--encryption", "none"]));
     let t = std::time::Instant::now();
     ok(&env
         .cmd()
@@ -867,7 +867,7 @@ fn kill_9_case(env: Env) {
         );
         let r = env.be.repo(&format!("repo{tries}"));
         let (repo, repo_s) = (r.files, r.spec);
-        ok(&env.backup(&["init", "--repo", &repo_s]));
+        ok(&env.backup(&["init", "--repo", &repo_s, "--encryption", "none"]));
         // Half the runs start on a repository holding s1 already.
         if tries % 2 == 0 {
             let img2 = img.clone();

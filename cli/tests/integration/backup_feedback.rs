@@ -44,8 +44,17 @@ impl Stored {
             img,
             repo,
         };
-        let said = ok(&backup(&["init", "--repo", s.repo()]));
-        assert_eq!(said, format!("made the empty repository {}\n", s.repo()));
+        let said = ok(&backup(&[
+            "init",
+            "--repo",
+            s.repo(),
+            "--encryption",
+            "none",
+        ]));
+        assert_eq!(
+            said,
+            format!("made the empty repository {} (unencrypted)\n", s.repo())
+        );
         ok(&backup(&[
             "run",
             "--repo",
@@ -286,7 +295,7 @@ fn run_json_summary_has_times_totals_and_the_repository_size() {
     let img = unpack(dir.path(), FIX, "dev1.img");
     let repo = dir.path().join("repo");
     let repo = repo.to_str().unwrap();
-    ok(&backup(&["init", "--repo", repo]));
+    ok(&backup(&["init", "--repo", repo, "--encryption", "none"]));
     let out = ok(&backup(&[
         "run",
         "--repo",
@@ -380,7 +389,7 @@ fn a_full_repository_disk_names_the_file_and_the_byte() {
     });
     let repo = small.join("repo");
     let repo = repo.to_str().unwrap();
-    ok(&backup(&["init", "--repo", repo]));
+    ok(&backup(&["init", "--repo", repo, "--encryption", "none"]));
     let img = live.image().to_str().unwrap();
     let o = backup(&[
         "run",
@@ -494,7 +503,7 @@ fn an_interrupted_receive_or_restore_says_how_to_go_on() {
     // A restore interrupted (SIGINT) in the middle says what it left.
     let repo = scratch.join("repo");
     let repo = repo.to_str().unwrap();
-    ok(&backup(&["init", "--repo", repo]));
+    ok(&backup(&["init", "--repo", repo, "--encryption", "none"]));
     ok(&backup(&[
         "run",
         "--repo",
@@ -566,7 +575,13 @@ fn the_readme_crontab_lines_run_under_crons_environment() {
     // Changed since its snapshot: the job that takes snapshots takes one.
     fs::write(mnt.join("home/changed"), "after the snapshot\n").unwrap();
     let repo = live.scratch_dir().join("repo");
-    ok(&backup(&["init", "--repo", repo.to_str().unwrap()]));
+    ok(&backup(&[
+        "init",
+        "--repo",
+        repo.to_str().unwrap(),
+        "--encryption",
+        "none",
+    ]));
     let home = live.scratch_dir().join("home");
     fs::create_dir(&home).unwrap();
     for line in lines {

@@ -130,7 +130,7 @@ fn keeps_case(kind: Kind, test: &str) {
     };
     let r = be.repo("repo");
     let repo = r.spec.as_str();
-    ok(&["backup", "init", "--repo", repo]);
+    ok(&["backup", "init", "--repo", repo, "--encryption", "none"]);
     let inc = common::fixture_dir("014-incremental");
     let clones = common::fixture_dir("015-clone-sources");
     // Origin "imported": s1 (full) <- s2, then s3 as a new full stream.
@@ -275,7 +275,7 @@ fn killed_case(kind: Kind, test: &str) {
     };
     let b = be.repo("base");
     let (base, base_s) = (&b.files, b.spec.as_str());
-    ok(&["backup", "init", "--repo", base_s]);
+    ok(&["backup", "init", "--repo", base_s, "--encryption", "none"]);
     let inc = common::fixture_dir("014-incremental");
     let clones = common::fixture_dir("015-clone-sources");
     let files = [
@@ -400,7 +400,7 @@ fn four_hundred_nights_of_import_and_forget() {
     let work = tempfile::tempdir().unwrap();
     let repo = work.path().join("repo");
     let repo = repo.to_str().unwrap();
-    ok(&["backup", "init", "--repo", repo]);
+    ok(&["backup", "init", "--repo", repo, "--encryption", "none"]);
     let policy = [
         "--keep-daily",
         "7",

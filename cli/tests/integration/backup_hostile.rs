@@ -90,7 +90,7 @@ impl Site {
         fs::write(s.victim().join("passwd"), b"root:x:0:0::/root:/bin/sh\n").unwrap();
         fs::create_dir(s.to()).unwrap();
         fs::write(s.to().join("canary"), b"was here before\n").unwrap();
-        s.ok(&["init", "--repo", s.repo_str()]);
+        s.ok(&["init", "--repo", s.repo_str(), "--encryption", "none"]);
         if !snaps.is_empty() {
             s.store(snaps);
         }

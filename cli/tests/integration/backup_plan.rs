@@ -111,7 +111,7 @@ fn full_every_days_ends_a_chain_that_forget_then_frees() {
     let work = tempfile::tempdir().unwrap();
     let repo = work.path().join("repo");
     let repo = repo.to_str().unwrap();
-    ok(&["backup", "init", "--repo", repo]);
+    ok(&["backup", "init", "--repo", repo, "--encryption", "none"]);
     let origin = subvolume_show(&sub, "UUID");
     // The old chain, by the kernel: old1 (full) <- old2.
     let mut prev: Option<PathBuf> = None;
@@ -251,8 +251,8 @@ fn two_repositories_sharing_a_snapshot_dir_keep_their_parents() {
     let a = work.path().join("a");
     let b = work.path().join("b");
     let (a, b) = (a.to_str().unwrap(), b.to_str().unwrap());
-    ok(&["backup", "init", "--repo", a]);
-    ok(&["backup", "init", "--repo", b]);
+    ok(&["backup", "init", "--repo", a, "--encryption", "none"]);
+    ok(&["backup", "init", "--repo", b, "--encryption", "none"]);
     let hold_b = snaps.join(".btrsend-holds").join(repo_id(b));
     let keep = ["--keep-snapshots", "1"];
     let kinds = |lines: &[Value]| -> Vec<String> {
@@ -369,7 +369,7 @@ fn hostile_hold_records_are_ignored_loudly() {
     let work = tempfile::tempdir().unwrap();
     let repo = work.path().join("repo");
     let repo = repo.to_str().unwrap();
-    ok(&["backup", "init", "--repo", repo]);
+    ok(&["backup", "init", "--repo", repo, "--encryption", "none"]);
     change(&sub, 0);
     run_json(repo, &sub, &snaps, &["--keep-snapshots", "0"]);
     let holds = snaps.join(".btrsend-holds");
@@ -431,7 +431,7 @@ fn snapshot_names_never_clash_and_unchanged_subvolumes_get_none() {
     let work = tempfile::tempdir().unwrap();
     let repo = work.path().join("repo");
     let repo = repo.to_str().unwrap();
-    ok(&["backup", "init", "--repo", repo]);
+    ok(&["backup", "init", "--repo", repo, "--encryption", "none"]);
     let now = jiff::Timestamp::now();
     for s in 0..20 {
         let t = now.checked_add(jiff::SignedDuration::from_secs(s)).unwrap();

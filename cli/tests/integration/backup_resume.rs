@@ -285,7 +285,10 @@ fn backup_run_continues_the_stream_an_interrupted_run_left() {
     let (src, [s1, s2, s3]) = make_source(&mut rng);
     let tmp = tempfile::tempdir().unwrap();
     let repo = tmp.path().join("repo");
-    sh(btrsend().args(["backup", "init", "--repo"]).arg(&repo));
+    sh(btrsend()
+        .args(["backup", "init", "--repo"])
+        .arg(&repo)
+        .args(["--encryption", "none"]));
     let estimate = |snap: &Path, parent: Option<&Path>| {
         let mut c = btrsend();
         c.args(["send", "--estimate"]);
@@ -572,7 +575,10 @@ fn backup_run_continues_an_interrupted_s3_upload() {
     let settled: Option<&dyn Fn() -> bool> = Some(&settled);
     let mut rng = Rng::new(1416);
     let (src, [s1, s2, _]) = make_source(&mut rng);
-    sh(cmd().args(["backup", "init", "--repo"]).arg(&spec));
+    sh(cmd()
+        .args(["backup", "init", "--repo"])
+        .arg(&spec)
+        .args(["--encryption", "none"]));
     let estimate = |snap: &Path| {
         let o = sh(btrsend().args(["send", "--estimate"]).arg(snap));
         String::from_utf8(o.stdout)

@@ -127,7 +127,14 @@ fn issue_29_s3_credentials_come_from_the_aws_profile_files() {
         format!("# made by aws configure\n[default]\naws_access_key_id = {id}\naws_secret_access_key = {secret}\n"),
     )
     .unwrap();
-    ok(&run(t.no_keys().args(["backup", "init", "--repo", &repo])));
+    ok(&run(t.no_keys().args([
+        "backup",
+        "init",
+        "--repo",
+        &repo,
+        "--encryption",
+        "none",
+    ])));
     assert!(t.files("a").join("config").is_file());
 
     // AWS_PROFILE in files named by AWS_SHARED_CREDENTIALS_FILE and
@@ -203,7 +210,14 @@ fn issue_29_s3_without_credentials_says_what_to_set_at_once() {
             "AWS_ENDPOINT_URL",
             format!("http://127.0.0.1:{}", proxy.port()),
         )
-        .args(["backup", "init", "--repo", &S3::repo("a")]));
+        .args([
+            "backup",
+            "init",
+            "--repo",
+            &S3::repo("a"),
+            "--encryption",
+            "none",
+        ]));
     let err = one_line_error(
         &out,
         1,
@@ -230,9 +244,14 @@ fn issue_29_s3_wrong_key_wrong_secret_and_missing_bucket_are_one_clear_line() {
     };
     let (id, secret) = S3Server::keys();
     let repo = S3::repo("a");
-    ok(&run(t
-        .keyed(&t.endpoint())
-        .args(["backup", "init", "--repo", &repo])));
+    ok(&run(t.keyed(&t.endpoint()).args([
+        "backup",
+        "init",
+        "--repo",
+        &repo,
+        "--encryption",
+        "none",
+    ])));
 
     // A key id the server does not know: exit 1, not "unreachable" (10).
     let out = run(t
@@ -266,11 +285,12 @@ fn issue_29_s3_wrong_key_wrong_secret_and_missing_bucket_are_one_clear_line() {
 
     // A bucket that does not exist: the repository is missing (exit 10),
     // for init as for list.
-    for sub in ["init", "list"] {
-        let out =
-            run(t
-                .keyed(&t.endpoint())
-                .args(["backup", sub, "--repo", "s3://no-such-bucket/a"]));
+    for sub in [&["init", "--encryption", "none"][..], &["list"]] {
+        let out = run(t
+            .keyed(&t.endpoint())
+            .arg("backup")
+            .args(sub)
+            .args(["--repo", "s3://no-such-bucket/a"]));
         let err = one_line_error(&out, 10, "btrsend: error: s3://no-such-bucket/a: ");
         assert!(
             err.contains("bucket \"no-such-bucket\" does not exist: create it first"),
@@ -295,9 +315,14 @@ fn issue_29_s3_requests_are_retried_through_a_network_blip() {
     let repo = S3::repo("a");
     let proxy = Proxy::start(t.server.port());
     let via_proxy = format!("http://127.0.0.1:{}", proxy.port());
-    ok(&run(t
-        .keyed(&via_proxy)
-        .args(["backup", "init", "--repo", &repo])));
+    ok(&run(t.keyed(&via_proxy).args([
+        "backup",
+        "init",
+        "--repo",
+        &repo,
+        "--encryption",
+        "none",
+    ])));
 
     // The network goes away for 3 seconds when the first part of the first
     // stream is sent (every connection dropped, new ones refused): the run
@@ -377,9 +402,14 @@ fn issue_29_s3_every_upload_carries_its_sha256_checksum() {
     let repo = S3::repo("a");
     let proxy = Proxy::start(t.server.port());
     let via_proxy = format!("http://127.0.0.1:{}", proxy.port());
-    ok(&run(t
-        .keyed(&via_proxy)
-        .args(["backup", "init", "--repo", &repo])));
+    ok(&run(t.keyed(&via_proxy).args([
+        "backup",
+        "init",
+        "--repo",
+        &repo,
+        "--encryption",
+        "none",
+    ])));
     ok(&run(t.keyed(&via_proxy).args([
         "backup",
         "run",

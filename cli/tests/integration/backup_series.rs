@@ -110,7 +110,7 @@ fn series_case(kind: Kind, test: &str, seed: u64) {
     sh(Command::new("sync").arg("-f").arg(mnt));
 
     let img = live.image().to_str().unwrap().to_owned();
-    ok(&["init", "--repo", &repo.spec]);
+    ok(&["init", "--repo", &repo.spec, "--encryption", "none"]);
     let run = |glob: &str| -> serde_json::Value {
         let out = ok(&[
             "run",

@@ -61,7 +61,7 @@ fn thirty_nights_of_snapshot_store_forget_and_prune() {
     let work = tempfile::tempdir().unwrap();
     let repo = work.path().join("repo");
     let repo = repo.to_str().unwrap();
-    ok(&["backup", "init", "--repo", repo]);
+    ok(&["backup", "init", "--repo", repo, "--encryption", "none"]);
     let mut manifests = std::collections::BTreeMap::new();
     let mut taken: Vec<String> = Vec::new();
     for night in 0..NIGHTS {
@@ -216,7 +216,7 @@ fn snapshots_not_taken_not_stored_or_not_ours_are_handled() {
     let _unmount = Unmount(&repo_mnt);
     let repo = repo_mnt.join("repo");
     let repo = repo.to_str().unwrap();
-    ok(&["backup", "init", "--repo", repo]);
+    ok(&["backup", "init", "--repo", repo, "--encryption", "none"]);
     let base = [
         "backup",
         "run",

@@ -86,7 +86,7 @@ fn closed_pipe_in_backup_and_receive() {
     let inc = common::unpack(tmp.path(), "014-incremental", "s1--s2.inc.v1.stream");
     let repo = tmp.path().join("repo");
     let repo = repo.to_str().unwrap();
-    run_ok(&["backup", "init", "--repo", repo]);
+    run_ok(&["backup", "init", "--repo", repo, "--encryption", "none"]);
     run_ok(&[
         "backup",
         "import",

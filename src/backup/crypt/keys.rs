@@ -33,6 +33,8 @@ use age::secrecy::{ExposeSecret, SecretString};
 use serde::{Deserialize, Serialize};
 use zeroize::Zeroizing;
 
+pub use age::x25519::{Identity, Recipient};
+
 use super::agefile::BindKey;
 use super::seal::SealKey;
 

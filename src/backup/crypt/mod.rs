@@ -18,3 +18,6 @@ pub mod store;
 pub(crate) fn random(buf: &mut [u8]) -> Result<(), String> {
     getrandom::fill(buf).map_err(|e| format!("the system's random source failed: {e}"))
 }
+
+/// A passphrase (zeroized when dropped), as the key functions take it.
+pub use age::secrecy::SecretString;

@@ -2,6 +2,7 @@
 //! encryption fields and MAC, the key objects, and the secrets a host
 //! brings ([`Secrets`]) turned into the [`Keys`] of a [`CryptStore`].
 
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use age::secrecy::SecretString;
@@ -48,20 +49,56 @@ impl Encryption {
 
 /// The secrets a host brings to open a repository.
 #[derive(Default)]
-pub struct Secrets {
+pub struct Secrets<'a> {
     /// A passphrase (passphrase mode).
     pub passphrase: Option<SecretString>,
+    /// Asked for the passphrase when the repository needs one and none was
+    /// given (a prompt on a terminal).
+    pub ask_passphrase: Option<&'a dyn Fn() -> Result<SecretString, String>>,
     /// Identities (recipients mode: reading).
     pub identities: Vec<age::x25519::Identity>,
     /// The keys of a write-key file (recipients mode: writing).
     pub write_key: Option<Keys>,
+    /// Where `init` keeps write-key files, each named by its repository's
+    /// id ([`write_key_path`]): looked up when no write key is given.
+    pub write_key_dir: Option<PathBuf>,
 }
 
-impl Secrets {
+impl Secrets<'_> {
     /// Whether any secret was given.
     pub fn any(&self) -> bool {
         self.passphrase.is_some() || !self.identities.is_empty() || self.write_key.is_some()
     }
+}
+
+/// Where `init` puts the write-key file of repository `id` in `dir`.
+pub fn write_key_path(dir: &Path, id: &str) -> PathBuf {
+    dir.join(format!("{id}.json"))
+}
+
+/// The repository's location as write-key files record it: a local
+/// directory's absolute path, else the name the user gave.
+pub fn location_of(store: &dyn Store) -> String {
+    match store.local_root() {
+        Some(root) => std::fs::canonicalize(root)
+            .unwrap_or_else(|_| root.to_owned())
+            .display()
+            .to_string(),
+        None => store.name().to_owned(),
+    }
+}
+
+/// The write-key files in `dir` (those that do not parse are skipped:
+/// the directory is the user's own).
+fn write_keys_in(dir: &Path) -> Vec<(Keys, String)> {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    rd.filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".json"))
+        .filter_map(|e| std::fs::read(e.path()).ok())
+        .filter_map(|b| Keys::from_write_key_file(&b).ok())
+        .collect()
 }
 
 fn key_error(store: &dyn Store, what: String) -> BackupError {
@@ -163,7 +200,11 @@ pub(crate) fn store_key_objects(
 /// # Errors
 ///
 /// [`BackupError::Key`].
-pub(crate) fn check_plain(store: &dyn Store, secrets: &Secrets) -> Result<(), BackupError> {
+pub(crate) fn check_plain(
+    store: &dyn Store,
+    config: &Config,
+    secrets: &Secrets,
+) -> Result<(), BackupError> {
     if secrets.any() {
         return Err(key_error(
             store,
@@ -171,6 +212,21 @@ pub(crate) fn check_plain(store: &dyn Store, secrets: &Secrets) -> Result<(), Ba
                 "this repository is not encrypted (format 1), but a passphrase, identity or write key was given: refusing (if it was made encrypted, its config was replaced)",
             ),
         ));
+    }
+    if let Some(dir) = &secrets.write_key_dir {
+        let here = location_of(store);
+        if let Some((_, loc)) = write_keys_in(dir)
+            .into_iter()
+            .find(|(k, loc)| k.repo == config.id || *loc == here)
+        {
+            return Err(key_error(
+                store,
+                format!(
+                    "this repository is not encrypted (format 1), but this host has a write key for it ({} names {loc}): refusing (its config was replaced?)",
+                    dir.display()
+                ),
+            ));
+        }
     }
     Ok(())
 }
@@ -189,13 +245,21 @@ pub(crate) fn open(
     let s = &*store;
     let keys = match config.encryption.as_deref() {
         Some("passphrase") => {
-            let Some(pass) = &secrets.passphrase else {
-                return Err(key_error(
-                    s,
-                    String::from(
-                        "the repository is encrypted with a passphrase: give it with --password-file FILE, --password-command CMD, BTRSEND_PASSWORD_FILE or BTRSEND_PASSWORD (or type it at the prompt on a terminal)",
-                    ),
-                ));
+            let asked;
+            let pass = match (&secrets.passphrase, secrets.ask_passphrase) {
+                (Some(p), _) => p,
+                (None, Some(ask)) => {
+                    asked = ask().map_err(|e| key_error(s, e))?;
+                    &asked
+                }
+                (None, None) => {
+                    return Err(key_error(
+                        s,
+                        String::from(
+                            "the repository is encrypted with a passphrase: give it with --password-file FILE, --password-command CMD, BTRSEND_PASSWORD_FILE or BTRSEND_PASSWORD (or type it at the prompt on a terminal)",
+                        ),
+                    ));
+                }
             };
             let mut found = None;
             let mut why = Vec::new();
@@ -244,7 +308,22 @@ pub(crate) fn open(
                     ),
                 ));
             }
-            match (from_identity, &secrets.write_key) {
+            let looked_up = match (&secrets.write_key, &secrets.write_key_dir) {
+                (None, Some(dir)) => {
+                    let path = write_key_path(dir, &config.id);
+                    match std::fs::read(&path) {
+                        Ok(b) => Some(
+                            Keys::from_write_key_file(&b)
+                                .map(|(k, _)| k)
+                                .map_err(|e| key_error(s, format!("{}: {e}", path.display())))?,
+                        ),
+                        Err(_) => None,
+                    }
+                }
+                _ => None,
+            };
+            let write_key = secrets.write_key.as_ref().or(looked_up.as_ref());
+            match (from_identity, write_key) {
                 (Some(k), Some(w)) if !k.write.same(&w.write) => {
                     return Err(key_error(
                         s,

@@ -317,6 +317,10 @@ impl Store for CryptStore {
         self.inner.discard_unfinished(key)
     }
 
+    fn write_only(&self) -> bool {
+        self.keys.identities.is_empty()
+    }
+
     fn check_reachable(&self) -> Result<(), StoreError> {
         self.inner.check_reachable()
     }

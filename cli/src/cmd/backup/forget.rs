@@ -3,8 +3,8 @@
 
 use std::io::{IsTerminal, Write};
 
+use btrsend::backup::ForgetOptions;
 use btrsend::backup::retention::{Keep, Policy, Within};
-use btrsend::backup::{ForgetOptions, Repository};
 use clap::Args;
 use serde_json::json;
 
@@ -136,7 +136,7 @@ pub fn run(a: &ForgetArgs) -> anyhow::Result<()> {
         ))
         .into());
     }
-    let repo = Repository::open(&a.repo.spec()?)?;
+    let repo = a.repo.open()?;
     let opts = ForgetOptions::new()
         .with_dry_run(a.dry_run)
         .with_wait_lock(a.lock.retry_lock);

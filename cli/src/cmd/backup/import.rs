@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 
 use anyhow::Context;
-use btrsend::backup::{ImportOptions, Repository};
+use btrsend::backup::ImportOptions;
 use clap::Args;
 
 use super::{LockArg, RepoArg};
@@ -37,7 +37,7 @@ pub struct ImportArgs {
 
 /// Run `btrsend backup import`.
 pub fn run(a: &ImportArgs) -> anyhow::Result<()> {
-    let repo = Repository::open(&a.repo.spec()?)?;
+    let repo = a.repo.open()?;
     let time = a
         .time
         .as_deref()

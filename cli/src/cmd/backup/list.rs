@@ -6,7 +6,6 @@
 use std::io::Write;
 use std::time::Duration;
 
-use btrsend::backup::Repository;
 use clap::Args;
 
 use super::{RepoArg, parse_duration};
@@ -33,7 +32,7 @@ pub struct BackupListArgs {
 
 /// Run `btrsend backup list`.
 pub fn run(a: &BackupListArgs) -> anyhow::Result<()> {
-    let repo = Repository::open(&a.repo.spec()?)?;
+    let repo = a.repo.open()?;
     let entries = repo.list()?;
     let mut out = crate::exit::stdout();
     if a.json {

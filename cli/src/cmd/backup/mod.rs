@@ -8,18 +8,17 @@
 
 mod forget;
 mod import;
+mod init;
 mod list;
 mod restore;
 mod run;
+mod secrets;
 mod verify;
 
-use std::io::Write;
 use std::time::Duration;
 
 use btrsend::backup::{self, Repository};
 use clap::{Args, Subcommand};
-
-use crate::text::printable;
 
 /// Arguments of `btrsend backup`.
 #[derive(Debug, Args)]
@@ -75,14 +74,39 @@ Exit status:
 
 /// The repository option every subcommand takes.
 #[derive(Debug, Args)]
-pub struct RepoArg {
+pub struct RepoSpec {
     /// The repository directory (default: the environment variable
     /// BTRSEND_REPOSITORY).
     #[arg(long = "repo", value_name = "REPO")]
     pub repo: Option<String>,
 }
 
+/// The repository and the secrets that open it, which every subcommand
+/// but init takes.
+#[derive(Debug, Args)]
+pub struct RepoArg {
+    #[command(flatten)]
+    spec: RepoSpec,
+    #[command(flatten)]
+    keys: secrets::KeyArgs,
+}
+
 impl RepoArg {
+    pub(crate) fn spec(&self) -> anyhow::Result<String> {
+        self.spec.spec()
+    }
+
+    /// Open the repository with the secrets given.
+    pub(crate) fn open(&self) -> anyhow::Result<Repository> {
+        let spec = self.spec()?;
+        let name = crate::text::printable(&spec);
+        let ask = move || secrets::prompt(&format!("Passphrase of {name}"), false);
+        let secrets = self.keys.secrets(&ask)?;
+        Ok(Repository::open_with(backup::store_for(&spec)?, &secrets)?)
+    }
+}
+
+impl RepoSpec {
     pub(crate) fn spec(&self) -> anyhow::Result<String> {
         match &self.repo {
             Some(r) => Ok(r.clone()),
@@ -125,8 +149,9 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
 /// The subcommands of `btrsend backup`.
 #[derive(Debug, Subcommand)]
 pub enum BackupCommand {
-    /// Make a new, empty repository.
-    Init(InitArgs),
+    /// Make a new, empty repository: encrypted with a passphrase, for age
+    /// recipients, or not at all.
+    Init(init::InitArgs),
     /// Store snapshots: each one not yet stored, incremental when a
     /// parent is stored and still on the source.
     Run(run::RunArgs),
@@ -146,26 +171,10 @@ pub enum BackupCommand {
     Forget(forget::ForgetArgs),
 }
 
-/// Arguments of `btrsend backup init`.
-#[derive(Debug, Args)]
-pub struct InitArgs {
-    #[command(flatten)]
-    repo: RepoArg,
-}
-
 /// Run `btrsend backup`.
 pub fn run(args: &BackupArgs) -> anyhow::Result<()> {
     match &args.command {
-        BackupCommand::Init(a) => {
-            let spec = a.repo.spec()?;
-            let repo = Repository::init(&spec).map_err(anyhow::Error::new)?;
-            writeln!(
-                crate::exit::stdout(),
-                "made the empty repository {}",
-                printable(repo.store().name())
-            )?;
-            Ok(())
-        }
+        BackupCommand::Init(a) => init::run(a),
         BackupCommand::Run(a) => run::run(a),
         BackupCommand::List(a) => list::run(a),
         BackupCommand::Verify(a) => verify::run(a),

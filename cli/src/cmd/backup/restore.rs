@@ -8,7 +8,7 @@
 use std::io::IsTerminal;
 use std::path::PathBuf;
 
-use btrsend::backup::{Entry, Kind, Repository, RestoreTarget};
+use btrsend::backup::{Entry, Kind, RestoreTarget};
 use btrsend::progress::Progress;
 use clap::Args;
 
@@ -106,7 +106,7 @@ impl Progress for RestoreProgress<'_> {
 
 /// Run `btrsend backup restore`.
 pub fn run(a: &RestoreArgs) -> anyhow::Result<()> {
-    let repo = Repository::open(&a.repo.spec()?)?;
+    let repo = a.repo.open()?;
     let progress = RestoreProgress {
         dir: a.to.as_deref(),
         bar: BackupReporter::bar(true, ""),

@@ -7,7 +7,7 @@
 
 use std::path::PathBuf;
 
-use btrsend::backup::{self, Repository, RunOptions, SnapshotOptions};
+use btrsend::backup::{self, RunOptions, SnapshotOptions};
 use clap::Args;
 use serde_json::json;
 
@@ -153,7 +153,7 @@ the other snapshots are stored all the same.";
 /// Run `btrsend backup run`.
 pub fn run(a: &RunArgs) -> anyhow::Result<()> {
     let go = || -> anyhow::Result<()> {
-        let repo = Repository::open(&a.repo.spec()?)?;
+        let repo = a.repo.open()?;
         let mut opts = RunOptions::new()
             .with_devices(a.devices.clone())
             .with_degraded(a.degraded)

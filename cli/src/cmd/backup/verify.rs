@@ -5,7 +5,6 @@
 
 use std::io::Write;
 
-use btrsend::backup::Repository;
 use clap::Args;
 
 use super::{LockArg, RepoArg};
@@ -33,7 +32,7 @@ pub struct VerifyArgs {
 
 /// Run `btrsend backup verify`.
 pub fn run(a: &VerifyArgs) -> anyhow::Result<()> {
-    let repo = Repository::open(&a.repo.spec()?)?;
+    let repo = a.repo.open()?;
     let start = jiff::Timestamp::now();
     let clock = std::time::Instant::now();
     // A bar only for the long form (every byte read).

@@ -170,7 +170,10 @@ fn recipients_repository_writes_with_the_write_key_reads_with_an_identity() {
             &NoProgress,
         )
         .unwrap_err();
-    assert!(e.to_string().contains("needs an identity"), "{e}");
+    assert!(
+        e.is_key() && e.to_string().contains("write key alone cannot"),
+        "{e}"
+    );
     assert!(out.is_empty());
     // The identity reads.
     let reader = Secrets {
