@@ -83,14 +83,17 @@ const COMPLETIONS: Block = Block::Example(
 );
 
 const BACKUP_INIT: Block = Block::Example(
-    "Make a repository in a directory, one in an S3 bucket of a MinIO server \
-     (the standard AWS variables give the endpoint and the keys), and one in \
-     AWS S3 with the keys of the profile backup in ~/.aws/credentials (its \
-     region from ~/.aws/config):",
-    "btrsend backup init --repo /backup/home\n\
+    "Make a repository in a directory encrypted for an age key made on \
+     another machine (this host gets a write key that stores backups but \
+     cannot read them), one in an S3 bucket of a MinIO server encrypted with \
+     a passphrase kept in a file (the standard AWS variables give the \
+     endpoint and the keys), and an unencrypted one in AWS S3 with the keys \
+     of the profile backup in ~/.aws/credentials (its region from \
+     ~/.aws/config):",
+    "btrsend backup init --repo /backup/home --encryption recipients --recipient age1ql3z7hjy54pw3hyww5ayyfg7zqgvc7w3j2elw8zmrj2kg5sfn9aqmcac8p\n\
      AWS_ENDPOINT_URL=http://nas:9000 AWS_ACCESS_KEY_ID=backup AWS_SECRET_ACCESS_KEY=secret \\\n\
-     \x20   btrsend backup init --repo s3://backups/home\n\
-     AWS_PROFILE=backup btrsend backup init --repo s3://example-backups/home",
+     \x20   btrsend backup init --repo s3://backups/home --encryption passphrase --password-file /root/.backup-pass\n\
+     AWS_PROFILE=backup btrsend backup init --repo s3://example-backups/home --encryption none",
 );
 
 const BACKUP_CRON: Block = Block::Example(
@@ -120,9 +123,10 @@ const BACKUP_VERIFY: Block = Block::Example(
 );
 
 const BACKUP_RESTORE: Block = Block::Example(
-    "Restore a snapshot (its whole chain) into a directory, or into a btrfs \
-     through the stock receive:",
-    "btrsend backup restore --repo /backup/home snaps/home.2026-11-23 --to /srv/restore\n\
+    "Restore a snapshot (its whole chain) into a directory (from a repository \
+     encrypted for recipients, with an identity), or into a btrfs through the \
+     stock receive:",
+    "btrsend backup restore --repo /backup/home --identity ~/age-key.txt snaps/home.2026-11-23 --to /srv/restore\n\
      btrsend backup restore --repo /backup/home snaps/home.2026-11-23 --stdout | btrfs receive /mnt/pool/restored",
 );
 

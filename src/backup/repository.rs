@@ -56,6 +56,10 @@ pub struct Config {
 pub struct Repository {
     pub(super) store: Arc<dyn Store>,
     pub(super) config: Config,
+    /// The keys it was opened with (encrypted repositories).
+    pub(super) keys: Option<Keys>,
+    /// The key object the passphrase opened (passphrase mode).
+    pub(super) opened_by: Option<String>,
 }
 
 /// The store a repository spec names: `s3://BUCKET[/PREFIX]` or a
@@ -184,7 +188,15 @@ impl Repository {
         if let Some(local) = store.local() {
             let _ = local.open_lock(lock::LOCK_FILE, true);
         }
-        Ok((Repository { store, config }, keys))
+        Ok((
+            Repository {
+                store,
+                config,
+                keys: keys.clone(),
+                opened_by: None,
+            },
+            keys,
+        ))
     }
 
     /// Open the repository at `spec`.
@@ -245,13 +257,21 @@ impl Repository {
                 crypt::repo::VERSION
             )));
         }
-        let store = if config.version == REPO_VERSION {
+        let (store, keys) = if config.version == REPO_VERSION {
             crypt::repo::check_plain(&*store, &config, secrets)?;
-            store
+            (store, None)
         } else {
-            crypt::repo::open(store, &config, secrets)?
+            let (keys, by) = crypt::repo::open(&*store, &config, secrets)?;
+            let crypt: Arc<dyn Store> = Arc::new(CryptStore::new(store, keys.clone()));
+            (crypt, Some((keys, by)))
         };
-        Ok(Repository { store, config })
+        let (keys, opened_by) = keys.unzip();
+        Ok(Repository {
+            store,
+            config,
+            keys,
+            opened_by: opened_by.flatten(),
+        })
     }
 
     /// Refuse, before any work, an operation that reads stream contents

@@ -486,3 +486,103 @@ fn tamper_case(env: Env) {
     let l = env.backup(&["list", "--repo", env.repo()], &with_id);
     assert_ne!(l.status.code(), Some(0), "{}", stderr(&l));
 }
+
+both!(passphrases_are_added_removed_and_changed, key_case);
+fn key_case(env: Env) {
+    let pw = |n: &str, text: &str| {
+        let p = env.dir.path().join(n);
+        fs::write(&p, format!("{text}\n")).unwrap();
+        p.to_str().unwrap().to_owned()
+    };
+    let (one, two, three) = (
+        pw("one", "first one"),
+        pw("two", "second"),
+        pw("three", "third"),
+    );
+    let with = |p: &str| vec![("BTRSEND_PASSWORD_FILE", p.to_owned())];
+    let b = |args: &[&str], p: &str| {
+        let v = with(p);
+        let v: Vec<(&str, &str)> = v.iter().map(|(k, x)| (*k, x.as_str())).collect();
+        env.backup(args, &v)
+    };
+    ok(&b(
+        &["init", "--repo", env.repo(), "--encryption", "passphrase"],
+        &one,
+    ));
+    ok(&b(
+        &[
+            "run",
+            "--repo",
+            env.repo(),
+            "--device",
+            env.img.to_str().unwrap(),
+            "snaps/s*",
+        ],
+        &one,
+    ));
+    let keys = |p: &str| -> Vec<serde_json::Value> {
+        let out = ok(&b(&["key", "list", "--repo", env.repo(), "--json"], p));
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        v["keys"].as_array().unwrap().clone()
+    };
+    let first = keys(&one);
+    assert_eq!(first.len(), 1);
+    assert_eq!(first[0]["current"], true);
+    let first_name = first[0]["name"].as_str().unwrap().to_owned();
+    // The only key, opened by the passphrase given: not removable.
+    refused(
+        &b(&["key", "remove", "--repo", env.repo(), &first_name], &one),
+        1,
+        "key passwd",
+    );
+    // A second passphrase; the first removed with it.
+    ok(&b(
+        &[
+            "key",
+            "add",
+            "--repo",
+            env.repo(),
+            "--new-password-file",
+            &two,
+        ],
+        &one,
+    ));
+    assert_eq!(keys(&two).len(), 2);
+    ok(&b(
+        &["key", "remove", "--repo", env.repo(), &first_name],
+        &two,
+    ));
+    refused(
+        &b(&["list", "--repo", env.repo()], &one),
+        13,
+        "wrong passphrase",
+    );
+    let restore = |p: &str| {
+        let out = b(
+            &["restore", "--repo", env.repo(), "--stdout", "snaps/s3"],
+            p,
+        );
+        ok(&out);
+        assert!(out.stdout == kernel_chain(), "the old backups restore");
+    };
+    restore(&two);
+    // Changed: the old one opens nothing, the new one everything.
+    ok(&b(
+        &[
+            "key",
+            "passwd",
+            "--repo",
+            env.repo(),
+            "--new-password-file",
+            &three,
+        ],
+        &two,
+    ));
+    refused(
+        &b(&["list", "--repo", env.repo()], &two),
+        13,
+        "wrong passphrase",
+    );
+    assert_eq!(keys(&three).len(), 1);
+    restore(&three);
+}

@@ -575,15 +575,40 @@ fn the_readme_crontab_lines_run_under_crons_environment() {
     // Changed since its snapshot: the job that takes snapshots takes one.
     fs::write(mnt.join("home/changed"), "after the snapshot\n").unwrap();
     let repo = live.scratch_dir().join("repo");
-    ok(&backup(&[
-        "init",
-        "--repo",
-        repo.to_str().unwrap(),
-        "--encryption",
-        "none",
-    ]));
     let home = live.scratch_dir().join("home");
     fs::create_dir(&home).unwrap();
+    // The repository as the README makes it: encrypted for an age key made
+    // elsewhere; init leaves the write key under HOME, where the cron
+    // lines' run and forget find it.
+    let key = live.scratch_dir().join("age-key.txt");
+    let made = Command::new("age-keygen")
+        .arg("-o")
+        .arg(&key)
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "{}", text(&made.stderr));
+    let recipient = Command::new("age-keygen")
+        .arg("-y")
+        .arg(&key)
+        .output()
+        .unwrap();
+    let recipient = String::from_utf8(recipient.stdout).unwrap();
+    let init = readme
+        .lines()
+        .map(str::trim)
+        .find(|l| l.starts_with("btrsend backup init "))
+        .unwrap()
+        .replace("/backup/home", repo.to_str().unwrap())
+        .replace("AGE_PUBKEY", recipient.trim());
+    assert!(init.contains("--encryption recipients"), "{init}");
+    let o = Command::new("/bin/sh")
+        .arg("-c")
+        .arg(init.replacen("btrsend", env!("CARGO_BIN_EXE_btrsend"), 1))
+        .env("HOME", &home)
+        .env_remove("XDG_CONFIG_HOME")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{init}: {}", text(&o.stderr));
     for line in lines {
         assert!(
             line.starts_with("/usr/local/bin/btrsend "),
@@ -620,6 +645,8 @@ fn the_readme_crontab_lines_run_under_crons_environment() {
         "list",
         "--repo",
         repo.to_str().unwrap(),
+        "--identity",
+        key.to_str().unwrap(),
         "--json",
     ])))
     .unwrap();
@@ -627,4 +654,13 @@ fn the_readme_crontab_lines_run_under_crons_environment() {
         v.as_array().unwrap().len() >= 2,
         "the device's snapshot and the one the job took: {v}"
     );
+    // What the job stored restores with the identity, as the README says.
+    ok(&backup(&[
+        "verify",
+        "--read-data",
+        "--repo",
+        repo.to_str().unwrap(),
+        "--identity",
+        key.to_str().unwrap(),
+    ]));
 }

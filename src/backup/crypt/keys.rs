@@ -42,6 +42,12 @@ use super::seal::SealKey;
 #[derive(Clone)]
 pub struct WriteKey(Zeroizing<[u8; 32]>);
 
+impl std::fmt::Debug for WriteKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "WriteKey({})", self.fingerprint())
+    }
+}
+
 impl WriteKey {
     /// A new random key.
     ///
@@ -155,6 +161,18 @@ pub enum KeyError {
     /// It opens but is not a key of this format or repository.
     #[error("{0}")]
     Invalid(String),
+}
+
+impl std::fmt::Debug for Keys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the identities' secrets.
+        f.debug_struct("Keys")
+            .field("repo", &self.repo)
+            .field("write", &self.write)
+            .field("recipients", &self.recipients.len())
+            .field("identities", &self.identities.len())
+            .finish()
+    }
 }
 
 impl Keys {

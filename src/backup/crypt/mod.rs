@@ -5,6 +5,7 @@
 //! Design and threat model: btrsend-repository(5).
 
 pub mod agefile;
+pub mod keyring;
 pub mod keys;
 pub mod repo;
 pub mod seal;

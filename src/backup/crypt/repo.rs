@@ -1,14 +1,12 @@
 //! Making and opening an encrypted repository (format 2): the config's
 //! encryption fields and MAC, the key objects, and the secrets a host
-//! brings ([`Secrets`]) turned into the [`Keys`] of a [`CryptStore`].
+//! brings ([`Secrets`]) turned into the [`Keys`] of a [`CryptStore`](super::store::CryptStore).
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use age::secrecy::SecretString;
 
 use super::keys::{KeyError, Keys, WriteKey};
-use super::store::CryptStore;
 use crate::backup::BackupError;
 use crate::backup::repository::Config;
 use crate::backup::store::{Store, random_u64};
@@ -119,7 +117,7 @@ fn mac_fields(c: &Config) -> [&str; 4] {
 }
 
 /// A new random key object name.
-fn pass_key_name() -> String {
+pub(crate) fn pass_key_name() -> String {
     format!("{KEYS_DIR}pass-{:016x}.age", random_u64())
 }
 
@@ -238,11 +236,11 @@ pub(crate) fn check_plain(
 ///
 /// [`BackupError::Key`] for a missing or wrong secret; store errors.
 pub(crate) fn open(
-    store: Arc<dyn Store>,
+    s: &dyn Store,
     config: &Config,
     secrets: &Secrets,
-) -> Result<Arc<dyn Store>, BackupError> {
-    let s = &*store;
+) -> Result<(Keys, Option<String>), BackupError> {
+    let mut opened_by = None;
     let keys = match config.encryption.as_deref() {
         Some("passphrase") => {
             let asked;
@@ -271,6 +269,7 @@ pub(crate) fn open(
                 match Keys::from_passphrase_object(&bytes, pass, &config.id) {
                     Ok(k) => {
                         found = Some(k);
+                        opened_by = Some(o.key.clone());
                         break;
                     }
                     Err(KeyError::NotYours(_)) => {}
@@ -363,7 +362,7 @@ pub(crate) fn open(
             ),
         ));
     }
-    Ok(Arc::new(CryptStore::new(store, keys)))
+    Ok((keys, opened_by))
 }
 
 #[cfg(test)]

@@ -62,22 +62,21 @@ pub struct InitArgs {
 }
 
 const INIT_HELP: &str = "\
-Modes:
-  passphrase  Catalogs and stream files are encrypted and authenticated
-              under keys that the passphrase unlocks (age's scrypt; several
-              passphrases can be added with `btrsend backup key`). Every
-              command needs the passphrase.
-  recipients  Stream files are encrypted for age recipients (public keys
-              made by age-keygen); catalogs are sealed with a write key
-              that init writes to this host (--write-key). run and import
-              need only the write key, which reads snapshot names, times
-              and sizes but no file name or content; list, verify and
-              restore need an identity (--identity).
-  none        Plain zstd and JSON (repository format 1).
+passphrase: catalogs and stream files are encrypted and authenticated under
+keys that the passphrase unlocks (age's scrypt); more passphrases can be
+added with `btrsend backup key`. Every command needs the passphrase.
+
+recipients: stream files are encrypted for age recipients (public keys made
+by age-keygen); catalogs are sealed with a write key that init writes to
+this host (--write-key). run, import, list and forget need only the write
+key, which reads snapshot names, times and sizes but no file name or
+content; verify and restore need an identity of a recipient (--identity).
+
+none: plain zstd and JSON (repository format 1).
 
 A stream file of an encrypted repository is an age file: with an identity,
 `age -d -i KEY FILE | zstd -d | btrfs receive DIR` restores it without
-btrsend. See btrsend-repository(5) for what each key can do.";
+btrsend. See btrsend-repository(5) for what each key can and cannot do.";
 
 fn usage(what: String) -> anyhow::Error {
     anyhow::Error::new(UsageError(what))

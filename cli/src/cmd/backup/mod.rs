@@ -9,6 +9,7 @@
 mod forget;
 mod import;
 mod init;
+mod key;
 mod list;
 mod restore;
 mod run;
@@ -51,10 +52,22 @@ x-amz-checksum-sha256, as buckets with Object Lock require. A missing
 bucket or a server unreachable after the retries is exit status 10; no
 credentials, or a key or secret the server refuses, is 1.
 
+Encryption (init --encryption): passphrase (every command needs the
+passphrase: --password-file FILE, --password-command CMD,
+BTRSEND_PASSWORD_FILE, BTRSEND_PASSWORD, or a prompt on a terminal),
+recipients (age public keys: run and import need only the write key init
+wrote, --write-key FILE, BTRSEND_WRITE_KEY_FILE or the one under
+~/.config/btrsend/keys/; verify and restore need an identity, --identity
+FILE or BTRSEND_IDENTITY_FILE; the write key reads the catalog: names,
+times, sizes), or none.
+
 Each stored stream is a zstd file whose frames hold the raw btrfs send
-stream: `zstd -dc FILE | btrfs receive DIR` restores it without btrsend
-(full stream first, then each incremental of the chain, as `btrsend
-backup list` shows them). The layout is described in btrsend-repository(5).
+stream (in an encrypted repository, an age file of it): `zstd -dc FILE |
+btrfs receive DIR` (encrypted: `age -d -i KEY FILE | zstd -d | btrfs
+receive DIR`) restores it without btrsend (full stream first, then each
+incremental of the chain, as `btrsend backup list` shows them). The
+layout, the keys and what each can do are described in
+btrsend-repository(5).
 
 Nightly, from cron or the systemd units in contrib/: `backup run` (with
 --snapshot to take and prune the source snapshots too), then `backup
@@ -70,6 +83,7 @@ Exit status:
   10   repository missing or unreachable
   11   the repository's lock is held (see --retry-lock)
   12   verify found damage
+  13   a passphrase, identity or write key is missing or wrong
   130  interrupted";
 
 /// The repository option every subcommand takes.
@@ -169,6 +183,9 @@ pub enum BackupCommand {
     /// Delete old entries by a retention policy (restic's --keep-*
     /// options), never one a kept entry's chain needs.
     Forget(forget::ForgetArgs),
+    /// Manage an encrypted repository's passphrases: list, add, remove,
+    /// passwd.
+    Key(key::KeyCmdArgs),
 }
 
 /// Run `btrsend backup`.
@@ -181,6 +198,7 @@ pub fn run(args: &BackupArgs) -> anyhow::Result<()> {
         BackupCommand::Restore(a) => restore::run(a),
         BackupCommand::Import(a) => import::run(a),
         BackupCommand::Forget(a) => forget::run(a),
+        BackupCommand::Key(a) => key::run(a),
     }
 }
 

@@ -3,6 +3,7 @@
 //! in the repository's files; wrong and missing secrets refused.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::*;
