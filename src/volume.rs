@@ -199,6 +199,7 @@ impl Volume {
             chunk_tree_uuid: None,
             super_generation: newest.generation,
             mixed_groups: newest.chunk_rules().mixed_groups,
+            skinny_metadata: newest.has_incompat(ondisk::BTRFS_FEATURE_INCOMPAT_SKINNY_METADATA),
         };
         // The chunk tree is read once, before the cache exists: directly
         // through the bootstrap map.

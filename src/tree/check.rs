@@ -27,8 +27,17 @@
 //!   0; a reloc tree (`TREE_RELOC`) belongs to a subvolume tree (its key
 //!   offset); 439 or 239 (legacy) bytes; `generation`, `generation_v2` and
 //!   `last_snapshot` at most the superblock's generation + 1; `bytenr`
-//!   aligned to the sector size; `level` and `drop_level` below 8; no flags
-//!   but `RDONLY` and `DEAD`.
+//!   aligned to the sector size; `level` and `drop_level` below 8; no
+//!   `drop_progress` at `drop_level` 0; no flags but `RDONLY` and `DEAD`.
+//! * `INODE_REF` (`check_inode_ref`): records that fill the item, each
+//!   name 1 to 255 bytes.
+//! * `BLOCK_GROUP_ITEM` (`check_block_group_item`), `DEV_EXTENT`
+//!   (`check_dev_extent_item`), `EXTENT_ITEM`/`METADATA_ITEM`
+//!   (`check_extent_item`) and keyed back references
+//!   (`check_simple_keyed_refs`, `check_extent_data_ref`): see each
+//!   function. Whether block groups and dev extents agree with the chunks
+//!   is checked when a filesystem is opened, as the kernel does at mount
+//!   ([`crate::volume::mount_check`]).
 //! * `CHUNK_ITEM`, in whichever tree it appears (`check_leaf_chunk_item`):
 //!   the whole of [`ChunkInfo::parse`](crate::chunk_map::ChunkInfo::parse),
 //!   the item exactly as long as its stripes.
@@ -47,7 +56,10 @@ use zerocopy::FromBytes;
 use crate::chunk_map::{ChunkInfo, ChunkRules};
 use crate::csum::CsumType;
 use crate::error::{CorruptKind, Error, Location, Result};
-use crate::ondisk::{self, DirItem, FileExtentItem, FileExtentItemHeader, InodeItem, RootItem};
+use crate::ondisk::{
+    self, BlockGroupItem, DevExtent, DirItem, ExtentDataRef, ExtentItem, FileExtentItem,
+    FileExtentItemHeader, InodeItem, InodeRef, RootItem, SharedDataRef, TreeBlockInfo,
+};
 use crate::tree::key::Key;
 use crate::types::{Generation, Logical, TreeId, Uuid};
 
@@ -69,6 +81,8 @@ pub struct BlockCheck {
     pub super_generation: Generation,
     /// INCOMPAT_MIXED_GROUPS: chunk items may then hold data and metadata.
     pub mixed_groups: bool,
+    /// INCOMPAT_SKINNY_METADATA: tree blocks may then have METADATA_ITEMs.
+    pub skinny_metadata: bool,
 }
 
 /// What the referrer (parent pointer, root item, superblock) says a block is.
@@ -154,7 +168,7 @@ pub(crate) fn leaf_items<'a>(
     expect: &BlockExpect,
 ) -> Result<()> {
     let fstree = is_fstree(owner);
-    let mut prev: Option<Key> = None;
+    let mut prev: Option<(Key, &[u8])> = None;
     for (slot, key, data) in items {
         let bad = |kind| {
             Error::corrupt(
@@ -179,7 +193,7 @@ pub(crate) fn leaf_items<'a>(
         );
         if fstree
             && same_inode_kind
-            && let Some(p) = prev
+            && let Some((p, _)) = prev
             && p.objectid != key.objectid
         {
             return Err(field(
@@ -195,6 +209,16 @@ pub(crate) fn leaf_items<'a>(
             ondisk::BTRFS_INODE_ITEM_KEY => inode_item(&key, data, check, &bad)?,
             ondisk::BTRFS_EXTENT_DATA_KEY => file_extent(&key, data, check, &bad)?,
             ondisk::BTRFS_ROOT_ITEM_KEY => root_item(&key, data, check, &bad)?,
+            ondisk::BTRFS_INODE_REF_KEY => inode_ref(data, &bad)?,
+            ondisk::BTRFS_BLOCK_GROUP_ITEM_KEY => block_group(&key, data, &bad)?,
+            ondisk::BTRFS_DEV_EXTENT_KEY => dev_extent(&key, data, prev, check, &bad)?,
+            ondisk::BTRFS_EXTENT_ITEM_KEY | ondisk::BTRFS_METADATA_ITEM_KEY => {
+                extent_item(&key, data, prev.map(|(k, _)| k), check, &bad)?;
+            }
+            ondisk::BTRFS_TREE_BLOCK_REF_KEY
+            | ondisk::BTRFS_SHARED_BLOCK_REF_KEY
+            | ondisk::BTRFS_SHARED_DATA_REF_KEY
+            | ondisk::BTRFS_EXTENT_DATA_REF_KEY => keyed_ref(&key, data, check, &bad)?,
             ondisk::BTRFS_CHUNK_ITEM_KEY => {
                 let rules = ChunkRules {
                     sectorsize: check.sectorsize,
@@ -210,7 +234,7 @@ pub(crate) fn leaf_items<'a>(
             }
             _ => {}
         }
-        prev = Some(key);
+        prev = Some((key, data));
     }
     Ok(())
 }
@@ -453,6 +477,17 @@ fn root_item(
             return Err(field(name, level.into(), "must be below 8"));
         }
     }
+    // A snapshot drop saves its progress only at node levels, so a drop
+    // in progress at level 0 is a corrupt item (the kernel would trip on
+    // it when it resumes the drop).
+    let drop_objectid = root.drop_progress.objectid.get();
+    if drop_objectid != 0 && root.drop_level == 0 {
+        return Err(field(
+            "root drop_progress objectid",
+            drop_objectid,
+            "set while drop_level is 0: a drop resumes at a node level, 1 or higher",
+        ));
+    }
     let flags = root.flags.get();
     let known = ondisk::BTRFS_ROOT_SUBVOL_RDONLY | ondisk::BTRFS_ROOT_SUBVOL_DEAD;
     if flags & !known != 0 {
@@ -549,6 +584,421 @@ fn file_extent(
             fe.num_bytes.get(),
             "the extent ends past 2^64",
         ));
+    }
+    Ok(())
+}
+
+/// `INODE_REF` (`check_inode_ref`): one or more records, each a header and
+/// a name of 1 to 255 bytes, filling the item exactly.
+fn inode_ref(data: &[u8], bad: &dyn Fn(CorruptKind) -> Error) -> Result<()> {
+    let field = |field, value, why| bad(CorruptKind::BadField { field, value, why });
+    if data.len() <= size_of::<InodeRef>() {
+        return Err(field(
+            "inode ref item size",
+            len64(data.len()),
+            "must hold a 10-byte header and a name",
+        ));
+    }
+    let mut rest = data;
+    while !rest.is_empty() {
+        let (head, tail) = InodeRef::ref_from_prefix(rest).map_err(|_| {
+            bad(CorruptKind::Truncated {
+                what: "inode ref",
+                needed: len64(size_of::<InodeRef>()),
+                available: len64(rest.len()),
+            })
+        })?;
+        let name_len = usize::from(head.name_len.get());
+        if name_len == 0 || name_len > NAME_MAX {
+            return Err(field(
+                "inode ref name_len",
+                len64(name_len),
+                "must be 1 to 255",
+            ));
+        }
+        rest = tail.get(name_len..).ok_or_else(|| {
+            bad(CorruptKind::Truncated {
+                what: "inode ref name",
+                needed: len64(name_len),
+                available: len64(tail.len()),
+            })
+        })?;
+    }
+    Ok(())
+}
+
+/// `BLOCK_GROUP_ITEM` (`check_block_group_item`): a size, 24 bytes, the
+/// chunk tree's objectid, no more used than its size, at most one
+/// profile bit and one of the four types.
+fn block_group(key: &Key, data: &[u8], bad: &dyn Fn(CorruptKind) -> Error) -> Result<()> {
+    let field = |field, value, why| bad(CorruptKind::BadField { field, value, why });
+    if key.offset == 0 {
+        return Err(field(
+            "block group size (key offset)",
+            0,
+            "a block group is not empty",
+        ));
+    }
+    let bg = BlockGroupItem::ref_from_bytes(data).map_err(|_| {
+        bad(CorruptKind::BadSize {
+            what: "block group item",
+            found: len64(data.len()),
+            expected: len64(size_of::<BlockGroupItem>()),
+        })
+    })?;
+    if bg.chunk_objectid.get() != ondisk::BTRFS_FIRST_CHUNK_TREE_OBJECTID {
+        return Err(field(
+            "block group chunk_objectid",
+            bg.chunk_objectid.get(),
+            "must be 256 (FIRST_CHUNK_TREE)",
+        ));
+    }
+    if bg.used.get() > key.offset {
+        return Err(field(
+            "block group used",
+            bg.used.get(),
+            "more than the block group's size (key offset)",
+        ));
+    }
+    let flags = bg.flags.get();
+    if (flags & ondisk::BTRFS_BLOCK_GROUP_PROFILE_MASK).count_ones() > 1 {
+        return Err(field(
+            "block group flags",
+            flags,
+            "more than one profile bit",
+        ));
+    }
+    let data_meta = ondisk::BTRFS_BLOCK_GROUP_DATA | ondisk::BTRFS_BLOCK_GROUP_METADATA;
+    if !matches!(
+        flags & ondisk::BTRFS_BLOCK_GROUP_TYPE_MASK,
+        ondisk::BTRFS_BLOCK_GROUP_DATA
+            | ondisk::BTRFS_BLOCK_GROUP_METADATA
+            | ondisk::BTRFS_BLOCK_GROUP_SYSTEM
+    ) && flags & ondisk::BTRFS_BLOCK_GROUP_TYPE_MASK != data_meta
+    {
+        return Err(field(
+            "block group flags",
+            flags,
+            "the type must be DATA, METADATA, SYSTEM or DATA|METADATA",
+        ));
+    }
+    Ok(())
+}
+
+/// `DEV_EXTENT` (`check_dev_extent_item`): it belongs to the chunk tree,
+/// its offsets and length are sector-aligned, and it starts after the
+/// previous dev extent of its device ends.
+fn dev_extent(
+    key: &Key,
+    data: &[u8],
+    prev: Option<(Key, &[u8])>,
+    check: &BlockCheck,
+    bad: &dyn Fn(CorruptKind) -> Error,
+) -> Result<()> {
+    let field = |field, value, why| bad(CorruptKind::BadField { field, value, why });
+    let (de, _) = DevExtent::ref_from_prefix(data).map_err(|_| {
+        bad(CorruptKind::Truncated {
+            what: "dev extent",
+            needed: len64(size_of::<DevExtent>()),
+            available: len64(data.len()),
+        })
+    })?;
+    if de.chunk_tree.get() != ondisk::BTRFS_CHUNK_TREE_OBJECTID {
+        return Err(field(
+            "dev extent chunk_tree",
+            de.chunk_tree.get(),
+            "must be 3 (the chunk tree)",
+        ));
+    }
+    if de.chunk_objectid.get() != ondisk::BTRFS_FIRST_CHUNK_TREE_OBJECTID {
+        return Err(field(
+            "dev extent chunk_objectid",
+            de.chunk_objectid.get(),
+            "must be 256 (FIRST_CHUNK_TREE)",
+        ));
+    }
+    let sector = check.sectorsize;
+    for (what, value) in [
+        ("dev extent physical offset (key offset)", key.offset),
+        ("dev extent chunk_offset", de.chunk_offset.get()),
+        ("dev extent length", de.length.get()),
+    ] {
+        if !value.is_multiple_of(u64::from(sector.max(1))) {
+            return Err(bad(CorruptKind::Unaligned {
+                field: what,
+                value,
+                align: sector,
+            }));
+        }
+    }
+    if let Some((pk, pdata)) = prev
+        && pk.objectid == key.objectid
+        && pk.item_type == key.item_type
+        && let Ok((pde, _)) = DevExtent::ref_from_prefix(pdata)
+    {
+        let prev_end = pk.offset.saturating_add(pde.length.get());
+        if prev_end > key.offset {
+            return Err(bad(CorruptKind::Mismatch {
+                rule: "dev extents overlap",
+                detail: format!(
+                    "the previous dev extent of devid {} at physical {} with length {} ends at \
+                     {prev_end}, past this one's start",
+                    key.objectid,
+                    pk.offset,
+                    pde.length.get()
+                ),
+            }));
+        }
+    }
+    Ok(())
+}
+
+/// `btrfs_extent_inline_ref_size`: the bytes of an inline reference of
+/// type `ty`, its type byte included; `None` for an unknown type.
+fn inline_ref_size(ty: u8) -> Option<usize> {
+    // The type byte and the u64 offset, which an EXTENT_DATA_REF's 28
+    // bytes overlay and a SHARED_DATA_REF's 4-byte count follows.
+    const HEAD: usize = 9;
+    const DATA_REF: usize = 1 + size_of::<ExtentDataRef>();
+    const SHARED_DATA_REF: usize = HEAD + size_of::<SharedDataRef>();
+    match ty {
+        ondisk::BTRFS_TREE_BLOCK_REF_KEY
+        | ondisk::BTRFS_SHARED_BLOCK_REF_KEY
+        | ondisk::BTRFS_EXTENT_OWNER_REF_KEY => Some(HEAD),
+        ondisk::BTRFS_EXTENT_DATA_REF_KEY => Some(DATA_REF),
+        ondisk::BTRFS_SHARED_DATA_REF_KEY => Some(SHARED_DATA_REF),
+        _ => None,
+    }
+}
+
+/// `EXTENT_ITEM` and `METADATA_ITEM` (`check_extent_item`), the rules
+/// that bear on what clone detection reads: the key, the item's header
+/// (generation, flags), the tree block info, the inline references
+/// (each fits and is known, addresses aligned), no more inline
+/// references than `refs`, and no overlap with the previous extent. Not
+/// checked: the order of the inline references, which only writers rely
+/// on.
+fn extent_item(
+    key: &Key,
+    data: &[u8],
+    prev: Option<Key>,
+    check: &BlockCheck,
+    bad: &dyn Fn(CorruptKind) -> Error,
+) -> Result<()> {
+    let field = |field, value, why| bad(CorruptKind::BadField { field, value, why });
+    let sector = check.sectorsize;
+    let aligned = |field, value: u64| {
+        if value.is_multiple_of(u64::from(sector.max(1))) {
+            Ok(())
+        } else {
+            Err(bad(CorruptKind::Unaligned {
+                field,
+                value,
+                align: sector,
+            }))
+        }
+    };
+    let metadata_item = key.item_type == ondisk::BTRFS_METADATA_ITEM_KEY;
+    if metadata_item && !check.skinny_metadata {
+        return Err(field(
+            "extent key type",
+            key.item_type.into(),
+            "METADATA_ITEM without the skinny-metadata feature",
+        ));
+    }
+    aligned("extent bytenr (key objectid)", key.objectid)?;
+    if metadata_item && key.offset >= u64::from(ondisk::BTRFS_MAX_LEVEL) {
+        return Err(field(
+            "tree block level (key offset)",
+            key.offset,
+            "must be below 8",
+        ));
+    }
+    let (ei, mut rest) = ExtentItem::ref_from_prefix(data).map_err(|_| {
+        bad(CorruptKind::Truncated {
+            what: "extent item",
+            needed: len64(size_of::<ExtentItem>()),
+            available: len64(data.len()),
+        })
+    })?;
+    if ei.generation.get() > check.super_generation.get().saturating_add(1) {
+        return Err(bad(CorruptKind::TooNew {
+            what: "extent generation",
+            found: Generation(ei.generation.get()),
+            super_generation: check.super_generation,
+        }));
+    }
+    let flags = ei.flags.get();
+    let kind = flags & (ondisk::BTRFS_EXTENT_FLAG_DATA | ondisk::BTRFS_EXTENT_FLAG_TREE_BLOCK);
+    if kind.count_ones() != 1 {
+        return Err(field(
+            "extent flags",
+            flags,
+            "exactly one of DATA (0x1) and TREE_BLOCK (0x2) is set",
+        ));
+    }
+    let tree_block = kind == ondisk::BTRFS_EXTENT_FLAG_TREE_BLOCK;
+    if tree_block {
+        if !metadata_item && key.offset != u64::from(check.nodesize) {
+            return Err(field(
+                "tree block length (key offset)",
+                key.offset,
+                "must be the nodesize",
+            ));
+        }
+    } else {
+        if metadata_item {
+            return Err(field(
+                "extent key type",
+                key.item_type.into(),
+                "a data extent's item is an EXTENT_ITEM",
+            ));
+        }
+        aligned("data extent length (key offset)", key.offset)?;
+        if flags & ondisk::BTRFS_BLOCK_FLAG_FULL_BACKREF != 0 {
+            return Err(field(
+                "extent flags",
+                flags,
+                "FULL_BACKREF is for tree blocks only",
+            ));
+        }
+    }
+    if tree_block && !metadata_item {
+        let (info, tail) = TreeBlockInfo::ref_from_prefix(rest).map_err(|_| {
+            bad(CorruptKind::Truncated {
+                what: "tree block info",
+                needed: len64(size_of::<TreeBlockInfo>()),
+                available: len64(rest.len()),
+            })
+        })?;
+        if info.level >= ondisk::BTRFS_MAX_LEVEL {
+            return Err(field(
+                "tree block info level",
+                info.level.into(),
+                "must be below 8",
+            ));
+        }
+        rest = tail;
+    }
+    let mut inline_refs = 0u64;
+    while let Some(&ty) = rest.first() {
+        let size = inline_ref_size(ty)
+            .ok_or_else(|| field("inline ref type", ty.into(), "unknown inline ref type"))?;
+        let Some(payload) = rest.get(1..size) else {
+            return Err(bad(CorruptKind::Truncated {
+                what: "inline extent ref",
+                needed: len64(size),
+                available: len64(rest.len()),
+            }));
+        };
+        let (offset, tail) = zerocopy::little_endian::U64::read_from_prefix(payload)
+            .map(|(o, t)| (o.get(), t))
+            .unwrap_or_default();
+        match ty {
+            ondisk::BTRFS_TREE_BLOCK_REF_KEY => inline_refs = inline_refs.saturating_add(1),
+            ondisk::BTRFS_SHARED_BLOCK_REF_KEY => {
+                aligned("inline shared block ref parent", offset)?;
+                inline_refs = inline_refs.saturating_add(1);
+            }
+            ondisk::BTRFS_EXTENT_DATA_REF_KEY => {
+                if let Ok(dref) = ExtentDataRef::ref_from_bytes(payload) {
+                    aligned("inline data ref offset", dref.offset.get())?;
+                    inline_refs = inline_refs.saturating_add(dref.count.get().into());
+                }
+            }
+            ondisk::BTRFS_SHARED_DATA_REF_KEY => {
+                aligned("inline shared data ref parent", offset)?;
+                if let Ok(sref) = SharedDataRef::ref_from_bytes(tail) {
+                    inline_refs = inline_refs.saturating_add(sref.count.get().into());
+                }
+            }
+            _ => {}
+        }
+        rest = rest.get(size..).unwrap_or_default();
+    }
+    if inline_refs > ei.refs.get() {
+        return Err(bad(CorruptKind::Mismatch {
+            rule: "extent refs below its inline references",
+            detail: format!(
+                "refs {}, but the inline references count {inline_refs}",
+                ei.refs.get()
+            ),
+        }));
+    }
+    if let Some(p) = prev
+        && matches!(
+            p.item_type,
+            ondisk::BTRFS_EXTENT_ITEM_KEY | ondisk::BTRFS_METADATA_ITEM_KEY
+        )
+    {
+        let len = if p.item_type == ondisk::BTRFS_METADATA_ITEM_KEY {
+            u64::from(check.nodesize)
+        } else {
+            p.offset
+        };
+        let prev_end = p.objectid.saturating_add(len);
+        if prev_end > key.objectid {
+            return Err(bad(CorruptKind::Mismatch {
+                rule: "extents overlap",
+                detail: format!(
+                    "the previous extent {p} ends at {prev_end}, past this one's start"
+                ),
+            }));
+        }
+    }
+    Ok(())
+}
+
+/// Keyed back references (`check_simple_keyed_refs`,
+/// `check_extent_data_ref`): their size, an aligned extent address, and
+/// an aligned parent address or data ref offset.
+fn keyed_ref(
+    key: &Key,
+    data: &[u8],
+    check: &BlockCheck,
+    bad: &dyn Fn(CorruptKind) -> Error,
+) -> Result<()> {
+    let sector = check.sectorsize;
+    let aligned = |field, value: u64| {
+        if value.is_multiple_of(u64::from(sector.max(1))) {
+            Ok(())
+        } else {
+            Err(bad(CorruptKind::Unaligned {
+                field,
+                value,
+                align: sector,
+            }))
+        }
+    };
+    if key.item_type == ondisk::BTRFS_EXTENT_DATA_REF_KEY {
+        let refs = <[ExtentDataRef]>::ref_from_bytes(data).map_err(|_| {
+            bad(CorruptKind::BadField {
+                field: "extent data ref item size",
+                value: len64(data.len()),
+                why: "must be a multiple of 28",
+            })
+        })?;
+        aligned("extent bytenr (key objectid)", key.objectid)?;
+        for r in refs {
+            aligned("extent data ref offset", r.offset.get())?;
+        }
+        return Ok(());
+    }
+    let expected = if key.item_type == ondisk::BTRFS_SHARED_DATA_REF_KEY {
+        size_of::<SharedDataRef>()
+    } else {
+        0
+    };
+    if data.len() != expected {
+        return Err(bad(CorruptKind::BadSize {
+            what: "keyed back reference",
+            found: len64(data.len()),
+            expected: len64(expected),
+        }));
+    }
+    aligned("extent bytenr (key objectid)", key.objectid)?;
+    if key.item_type != ondisk::BTRFS_TREE_BLOCK_REF_KEY {
+        aligned("back reference parent (key offset)", key.offset)?;
     }
     Ok(())
 }
