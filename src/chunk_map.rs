@@ -241,6 +241,11 @@ impl ChunkInfo {
         }
         let flags = raw.chunk_type.get();
         let field = |field, value, why| corrupt(CorruptKind::BadField { field, value, why });
+        // First, as the kernel's btrfs_check_chunk_valid: a chunk without
+        // stripes maps nothing, whatever its other fields say.
+        if num_stripes == 0 {
+            return Err(field("num_stripes", 0, "a chunk has at least one stripe"));
+        }
         if flags & (ondisk::BTRFS_BLOCK_GROUP_REMAPPED | ondisk::BTRFS_BLOCK_GROUP_METADATA_REMAP)
             != 0
         {
