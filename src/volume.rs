@@ -29,6 +29,7 @@ use crate::types::{DevId, Logical, TreeId, Uuid, len64};
 use zerocopy::FromBytes;
 
 mod io;
+pub mod mount_check;
 
 use io::{Io, fits, unmapped};
 
