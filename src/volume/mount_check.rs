@@ -42,6 +42,16 @@ impl Volume {
     /// [`Error::Corrupt`] naming the first item, block or chunk the kernel
     /// would refuse, and why; read errors.
     pub fn check_mountable(&self) -> Result<()> {
+        match self.mount_checks() {
+            // Degraded, a block whose every copy lies on a missing device
+            // stops the checks, not the open: reads stay lazy, and the one
+            // that needs such a block fails naming the device.
+            Err(Error::MissingDevice { .. }) if self.read_options().degraded => Ok(()),
+            r => r,
+        }
+    }
+
+    fn mount_checks(&self) -> Result<()> {
         let sb = self.superblock();
         let extent = self.required_root(ondisk::BTRFS_EXTENT_TREE_OBJECTID)?;
         let dev = self.required_root(ondisk::BTRFS_DEV_TREE_OBJECTID)?;
