@@ -899,3 +899,32 @@ fn top_level_root_directory_is_checked() {
         ),
     );
 }
+
+#[test]
+fn extent_tree_root_level_is_checked() {
+    let Some(img) = image_001() else { return };
+    // The extent tree's root item says its root (one leaf) is a node of
+    // level 1, as btrfs-progs' fuzz image bko-155551 says of a node a
+    // leaf. Layout: the 160-byte inode, then generation, root_dirid,
+    // bytenr (at 176), byte_limit, bytes_used, last_snapshot, flags, refs
+    // (u32), drop_progress (17 bytes), drop_level, level (at 238).
+    let f = find_in(&img, TreeId::ROOT, |k, _| {
+        k.item_type == ondisk::BTRFS_ROOT_ITEM_KEY && k.objectid == 2
+    });
+    assert_eq!(f.data[238], 0, "001's extent tree is one leaf");
+    let bytenr = u64_at(&f.data, 176);
+    let tmp = tempfile::tempdir().unwrap();
+    let p = patched(&img, tmp.path(), &f, |b, at| b[at + 238] = 1);
+    assert_eq!(
+        our_open_error(&p),
+        format!(
+            "corrupt leaf at logical {bytenr} (tree 2): level mismatch: expected 1, found 0 (the \
+             same in all 2 copies)"
+        )
+    );
+    kernel_refuses_mount(
+        "extent_tree_root_level_is_checked",
+        &p,
+        &format!("level verify failed on logical {bytenr} mirror 1 wanted 1 found 0"),
+    );
+}
