@@ -241,6 +241,11 @@ impl ChunkInfo {
         }
         let flags = raw.chunk_type.get();
         let field = |field, value, why| corrupt(CorruptKind::BadField { field, value, why });
+        // First, as the kernel's btrfs_check_chunk_valid: a chunk without
+        // stripes maps nothing, whatever its other fields say.
+        if num_stripes == 0 {
+            return Err(field("num_stripes", 0, "a chunk has at least one stripe"));
+        }
         if flags & (ondisk::BTRFS_BLOCK_GROUP_REMAPPED | ondisk::BTRFS_BLOCK_GROUP_METADATA_REMAP)
             != 0
         {
@@ -372,6 +377,27 @@ impl ChunkInfo {
             sub_stripes: sub,
             stripes,
         })
+    }
+
+    /// The bytes each stripe takes on its device (the kernel's
+    /// `calc_stripe_length`, which dev extents must match): the length
+    /// over the data stripes, i.e. the stripes less parity, over the
+    /// copies.
+    pub fn stripe_size(&self) -> u64 {
+        let copies = match self.profile {
+            Profile::Dup | Profile::Raid1 | Profile::Raid10 => 2,
+            Profile::Raid1C3 => 3,
+            Profile::Raid1C4 => 4,
+            Profile::Single | Profile::Raid0 | Profile::Raid5 | Profile::Raid6 => 1,
+        };
+        let data = self
+            .stripes
+            .len()
+            .saturating_sub(self.profile.nparity())
+            .checked_div(copies)
+            .unwrap_or(0)
+            .max(1);
+        self.length.checked_div(len64(data)).unwrap_or(self.length)
     }
 
     /// One past the last logical address.

@@ -602,6 +602,16 @@ pub enum CorruptKind {
         /// The superblock's generation.
         super_generation: Generation,
     },
+    /// A rule tying an item to another one (the previous item, its
+    /// chunk, its block group, its device) that does not hold: `rule`
+    /// names it, `detail` gives both sides.
+    #[error("{rule}: {detail}")]
+    Mismatch {
+        /// The rule, one greppable phrase.
+        rule: &'static str,
+        /// The values on both sides.
+        detail: String,
+    },
     /// A reference chain that loops or is too deep.
     #[error("{what} loop at objectid {objectid}")]
     Loop {

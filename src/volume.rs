@@ -29,6 +29,7 @@ use crate::types::{DevId, Logical, TreeId, Uuid, len64};
 use zerocopy::FromBytes;
 
 mod io;
+pub mod mount_check;
 
 use io::{Io, fits, unmapped};
 
@@ -199,6 +200,7 @@ impl Volume {
             chunk_tree_uuid: None,
             super_generation: newest.generation,
             mixed_groups: newest.chunk_rules().mixed_groups,
+            skinny_metadata: newest.has_incompat(ondisk::BTRFS_FEATURE_INCOMPAT_SKINNY_METADATA),
         };
         // The chunk tree is read once, before the cache exists: directly
         // through the bootstrap map.

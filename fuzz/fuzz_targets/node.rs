@@ -47,6 +47,7 @@ fuzz_target!(|data: &[u8]| {
         chunk_tree_uuid: (flags & 4 != 0).then_some(chunk_uuid),
         super_generation: Generation(u64_at(head, 16)),
         mixed_groups: flags & 8 != 0,
+        skinny_metadata: flags & 16 != 0,
     };
     let tree = match head[3] % 6 {
         0 => 1,

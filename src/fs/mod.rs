@@ -42,33 +42,34 @@ pub struct Filesystem {
 }
 
 impl Filesystem {
-    /// Open the devices of a filesystem.
+    /// Open the devices of a filesystem and check what the kernel checks
+    /// when it mounts one ([`Volume::check_mountable`]).
     ///
     /// # Errors
     ///
-    /// As [`Volume::open`].
+    /// As [`Volume::open`] and [`Volume::check_mountable`].
     pub fn open<P: AsRef<Path>>(paths: &[P]) -> Result<Filesystem> {
-        Ok(Filesystem {
-            volume: Volume::open(paths)?,
-        })
+        Filesystem::open_with(paths, &crate::device::readahead::ReadOptions::default())
     }
 
-    /// Open the devices of a filesystem with these read options (e.g.
+    /// [`open`](Self::open) with these read options (e.g.
     /// [`ReadOptions::degraded`](crate::device::readahead::ReadOptions::degraded)).
     ///
     /// # Errors
     ///
-    /// As [`Volume::open`].
+    /// As [`open`](Self::open).
     pub fn open_with<P: AsRef<Path>>(
         paths: &[P],
         options: &crate::device::readahead::ReadOptions,
     ) -> Result<Filesystem> {
-        Ok(Filesystem {
-            volume: Volume::open_with(paths, options)?,
-        })
+        let volume = Volume::open_with(paths, options)?;
+        volume.check_mountable()?;
+        Ok(Filesystem { volume })
     }
 
-    /// Wrap an assembled volume.
+    /// Wrap an assembled volume, without the checks of
+    /// [`Volume::check_mountable`] (a mounted filesystem passed them when
+    /// the kernel mounted it).
     pub fn from_volume(volume: Volume) -> Filesystem {
         Filesystem { volume }
     }

@@ -34,8 +34,9 @@ pub enum ApplyErrorKind {
         record: PathBuf,
     },
     /// SUBVOL / SNAPSHOT: `DIR/<name>` exists already as a real subvolume
-    /// that an earlier receive left incomplete (writable, no received
-    /// UUID).
+    /// that is writable and has no received UUID, as an interrupted or
+    /// failed receive leaves it, with no resume point of this stream. It
+    /// may as well be the user's own: nothing says a receive made it.
     ExistsIncompleteSubvol {
         /// `DIR/<name>`.
         dir: PathBuf,
@@ -119,11 +120,15 @@ impl fmt::Display for ApplyErrorKind {
                 dir.display(),
                 record.display()
             ),
+            // A writable subvolume without received UUID is what an
+            // interrupted receive leaves, but also any subvolume the user
+            // made: deleting it is advised only if a receive made it.
             ApplyErrorKind::ExistsIncompleteSubvol { dir } => write!(
                 f,
-                "subvolume exists already and is incomplete (writable, no received UUID: an \
-                 earlier receive was interrupted or failed) and has no resume point for this \
-                 stream: to receive it again, delete it (btrfs subvolume delete {})",
+                "subvolume exists already, writable and without a received UUID (as an \
+                 interrupted or failed receive leaves it), and no resume point of this stream \
+                 is kept for it: if an earlier receive made it, delete it (btrfs subvolume \
+                 delete {}) and receive again; otherwise receive into another directory",
                 dir.display()
             ),
             ApplyErrorKind::RecordWrite(e) => write!(

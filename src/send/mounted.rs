@@ -78,6 +78,7 @@ use crate::device::readahead::ReadOptions;
 use crate::fs::Filesystem;
 use crate::fs::subvol::Subvolume;
 use crate::mount::{self, MountedFs};
+use crate::volume::Volume;
 
 use super::pipeline::Trail;
 use super::{Progress, SendError, SendOptions, SendStats};
@@ -146,11 +147,12 @@ impl Beside {
     /// [`SendError::Fs`] or, when mounted, [`SendError::OpenMounted`]: the
     /// filesystem cannot be read.
     pub fn open(self, read: &ReadOptions) -> Result<Source, SendError> {
-        let fs =
-            Filesystem::open_with(&self.devices, read).map_err(|source| match &self.mounted {
-                Some(m) => open_mounted_error(&m.fs, &self.devices, source),
-                None => source.into(),
-            })?;
+        let fs = match &self.mounted {
+            Some(m) => Volume::open_with(&self.devices, read)
+                .map(Filesystem::from_volume)
+                .map_err(|source| open_mounted_error(&m.fs, &self.devices, source))?,
+            None => Filesystem::open_with(&self.devices, read)?,
+        };
         Ok(Source {
             fs,
             devices: self.devices,
@@ -679,7 +681,11 @@ fn open_mounted(
         m.sync()?;
     }
     drop_cache(devices)?;
-    Filesystem::open_with(devices, read).map_err(|source| open_mounted_error(m, devices, source))
+    // The kernel checked at mount what `Filesystem::open` checks; checking
+    // it again while the filesystem changes would race with its writes.
+    Volume::open_with(devices, read)
+        .map(Filesystem::from_volume)
+        .map_err(|source| open_mounted_error(m, devices, source))
 }
 
 /// [`SendError::OpenMounted`]: the devices of mounted `m` cannot be read.

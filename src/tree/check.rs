@@ -27,8 +27,17 @@
 //!   0; a reloc tree (`TREE_RELOC`) belongs to a subvolume tree (its key
 //!   offset); 439 or 239 (legacy) bytes; `generation`, `generation_v2` and
 //!   `last_snapshot` at most the superblock's generation + 1; `bytenr`
-//!   aligned to the sector size; `level` and `drop_level` below 8; no flags
-//!   but `RDONLY` and `DEAD`.
+//!   aligned to the sector size; `level` and `drop_level` below 8; no
+//!   `drop_progress` at `drop_level` 0; no flags but `RDONLY` and `DEAD`.
+//! * `INODE_REF` (`check_inode_ref`): records that fill the item, each
+//!   name 1 to 255 bytes.
+//! * `BLOCK_GROUP_ITEM` (`check_block_group_item`), `DEV_EXTENT`
+//!   (`check_dev_extent_item`), `EXTENT_ITEM`/`METADATA_ITEM`
+//!   (`check_extent_item`) and keyed back references
+//!   (`check_simple_keyed_refs`, `check_extent_data_ref`): see each
+//!   function. Whether block groups and dev extents agree with the chunks
+//!   is checked when a filesystem is opened, as the kernel does at mount
+//!   ([`crate::volume::mount_check`]).
 //! * `CHUNK_ITEM`, in whichever tree it appears (`check_leaf_chunk_item`):
 //!   the whole of [`ChunkInfo::parse`](crate::chunk_map::ChunkInfo::parse),
 //!   the item exactly as long as its stripes.
@@ -44,10 +53,14 @@
 
 use zerocopy::FromBytes;
 
+mod alloc;
+
 use crate::chunk_map::{ChunkInfo, ChunkRules};
 use crate::csum::CsumType;
 use crate::error::{CorruptKind, Error, Location, Result};
-use crate::ondisk::{self, DirItem, FileExtentItem, FileExtentItemHeader, InodeItem, RootItem};
+use crate::ondisk::{
+    self, DirItem, FileExtentItem, FileExtentItemHeader, InodeItem, InodeRef, RootItem,
+};
 use crate::tree::key::Key;
 use crate::types::{Generation, Logical, TreeId, Uuid};
 
@@ -69,6 +82,8 @@ pub struct BlockCheck {
     pub super_generation: Generation,
     /// INCOMPAT_MIXED_GROUPS: chunk items may then hold data and metadata.
     pub mixed_groups: bool,
+    /// INCOMPAT_SKINNY_METADATA: tree blocks may then have METADATA_ITEMs.
+    pub skinny_metadata: bool,
 }
 
 /// What the referrer (parent pointer, root item, superblock) says a block is.
@@ -154,7 +169,7 @@ pub(crate) fn leaf_items<'a>(
     expect: &BlockExpect,
 ) -> Result<()> {
     let fstree = is_fstree(owner);
-    let mut prev: Option<Key> = None;
+    let mut prev: Option<(Key, &[u8])> = None;
     for (slot, key, data) in items {
         let bad = |kind| {
             Error::corrupt(
@@ -179,7 +194,7 @@ pub(crate) fn leaf_items<'a>(
         );
         if fstree
             && same_inode_kind
-            && let Some(p) = prev
+            && let Some((p, _)) = prev
             && p.objectid != key.objectid
         {
             return Err(field(
@@ -195,6 +210,16 @@ pub(crate) fn leaf_items<'a>(
             ondisk::BTRFS_INODE_ITEM_KEY => inode_item(&key, data, check, &bad)?,
             ondisk::BTRFS_EXTENT_DATA_KEY => file_extent(&key, data, check, &bad)?,
             ondisk::BTRFS_ROOT_ITEM_KEY => root_item(&key, data, check, &bad)?,
+            ondisk::BTRFS_INODE_REF_KEY => inode_ref(data, &bad)?,
+            ondisk::BTRFS_BLOCK_GROUP_ITEM_KEY => alloc::block_group(&key, data, &bad)?,
+            ondisk::BTRFS_DEV_EXTENT_KEY => alloc::dev_extent(&key, data, prev, check, &bad)?,
+            ondisk::BTRFS_EXTENT_ITEM_KEY | ondisk::BTRFS_METADATA_ITEM_KEY => {
+                alloc::extent_item(&key, data, prev.map(|(k, _)| k), check, &bad)?;
+            }
+            ondisk::BTRFS_TREE_BLOCK_REF_KEY
+            | ondisk::BTRFS_SHARED_BLOCK_REF_KEY
+            | ondisk::BTRFS_SHARED_DATA_REF_KEY
+            | ondisk::BTRFS_EXTENT_DATA_REF_KEY => alloc::keyed_ref(&key, data, check, &bad)?,
             ondisk::BTRFS_CHUNK_ITEM_KEY => {
                 let rules = ChunkRules {
                     sectorsize: check.sectorsize,
@@ -210,7 +235,7 @@ pub(crate) fn leaf_items<'a>(
             }
             _ => {}
         }
-        prev = Some(key);
+        prev = Some((key, data));
     }
     Ok(())
 }
@@ -453,6 +478,17 @@ fn root_item(
             return Err(field(name, level.into(), "must be below 8"));
         }
     }
+    // A snapshot drop saves its progress only at node levels, so a drop
+    // in progress at level 0 is a corrupt item (the kernel would trip on
+    // it when it resumes the drop).
+    let drop_objectid = root.drop_progress.objectid.get();
+    if drop_objectid != 0 && root.drop_level == 0 {
+        return Err(field(
+            "root drop_progress objectid",
+            drop_objectid,
+            "set while drop_level is 0: a drop resumes at a node level, 1 or higher",
+        ));
+    }
     let flags = root.flags.get();
     let known = ondisk::BTRFS_ROOT_SUBVOL_RDONLY | ondisk::BTRFS_ROOT_SUBVOL_DEAD;
     if flags & !known != 0 {
@@ -549,6 +585,45 @@ fn file_extent(
             fe.num_bytes.get(),
             "the extent ends past 2^64",
         ));
+    }
+    Ok(())
+}
+
+/// `INODE_REF` (`check_inode_ref`): one or more records, each a header and
+/// a name of 1 to 255 bytes, filling the item exactly.
+fn inode_ref(data: &[u8], bad: &dyn Fn(CorruptKind) -> Error) -> Result<()> {
+    let field = |field, value, why| bad(CorruptKind::BadField { field, value, why });
+    if data.len() <= size_of::<InodeRef>() {
+        return Err(field(
+            "inode ref item size",
+            len64(data.len()),
+            "must hold a 10-byte header and a name",
+        ));
+    }
+    let mut rest = data;
+    while !rest.is_empty() {
+        let (head, tail) = InodeRef::ref_from_prefix(rest).map_err(|_| {
+            bad(CorruptKind::Truncated {
+                what: "inode ref",
+                needed: len64(size_of::<InodeRef>()),
+                available: len64(rest.len()),
+            })
+        })?;
+        let name_len = usize::from(head.name_len.get());
+        if name_len == 0 || name_len > NAME_MAX {
+            return Err(field(
+                "inode ref name_len",
+                len64(name_len),
+                "must be 1 to 255",
+            ));
+        }
+        rest = tail.get(name_len..).ok_or_else(|| {
+            bad(CorruptKind::Truncated {
+                what: "inode ref name",
+                needed: len64(name_len),
+                available: len64(tail.len()),
+            })
+        })?;
     }
     Ok(())
 }

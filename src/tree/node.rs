@@ -527,6 +527,7 @@ mod tests {
             chunk_tree_uuid: Some(uuid(CHUNK_UUID)),
             super_generation: Generation(u64::MAX - 1),
             mixed_groups: false,
+            skinny_metadata: true,
         }
     }
 

@@ -263,14 +263,17 @@ fn an_interrupted_receive_leaves_no_received_uuid() {
     assert!(e.contains("left incomplete"), "{e}");
     let name = subvol_names(&b.mnt).pop().unwrap();
     assert_incomplete(&b.mnt.join(&name), "truncated");
-    // Received again: reported as incomplete, with what to do.
+    // Received again: reported as what it is, with what to do either way
+    // (the subvolume could be the user's own: deleting it is advised only
+    // if a receive made it).
     let e = btrsend_receive(&streams.join("full.v1.stream"), &b.mnt)
         .unwrap_err()
         .to_string();
     assert!(
-        e.contains("subvolume exists already and is incomplete (writable, no received UUID")
+        e.contains("subvolume exists already, writable and without a received UUID")
             && e.contains(&format!(
-                "btrfs subvolume delete {}",
+                "if an earlier receive made it, delete it (btrfs subvolume delete {}) and \
+                 receive again; otherwise receive into another directory",
                 b.mnt.join(&name).display()
             )),
         "{e}"
