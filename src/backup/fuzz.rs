@@ -144,3 +144,60 @@ pub fn checkpoint(data: &[u8]) {
     };
     let _ = super::partial::from_checkpoint(s, data.len() as u64, "streams/x.btrs.zst");
 }
+
+/// A fixed identity for the encrypted targets (published here: it guards
+/// nothing).
+const FUZZ_IDENTITY: &str =
+    "AGE-SECRET-KEY-1W65PN4FNQQ3RKNS5ACW2X8FQRYPRAC2JRCVTKUUHQ3VF9VHJ52WQ657RWP";
+
+fn fuzz_keys() -> Option<super::crypt::keys::Keys> {
+    use std::str::FromStr;
+    let id = age::x25519::Identity::from_str(FUZZ_IDENTITY).ok()?;
+    Some(super::crypt::keys::Keys {
+        repo: String::from("0123456789abcdef0123456789abcdef"),
+        write: super::crypt::keys::WriteKey::from_bytes([7; 32]),
+        recipients: vec![id.to_public()],
+        identities: vec![id],
+    })
+}
+
+/// A stream object of an encrypted repository as `verify --read-data`
+/// reads it (header, binding, chunks, then the stream file inside), and
+/// the same bytes as a payload opened chunk by chunk under a fixed key.
+pub fn crypt_object(data: &[u8]) {
+    use super::crypt::agefile;
+    const KEY: &str = "streams/x.btrs.zst";
+    let _ = agefile::header_len(data);
+    let pk = agefile::PayloadKey::from_bytes([9; 32]);
+    let mut out = Vec::new();
+    for last in [false, true] {
+        out.clear();
+        let _ = agefile::open_chunks(&pk, 0, data, last, &mut out);
+    }
+    let _ = agefile::plain_len(data.len() as u64);
+    let Some(keys) = fuzz_keys() else {
+        return;
+    };
+    let inner: std::sync::Arc<dyn Store> = std::sync::Arc::new(MemStore::with(KEY, data));
+    let store = super::crypt::store::CryptStore::new(inner, keys);
+    let Ok(f) = StreamFile::open(&store, KEY, data.len() as u64) else {
+        return;
+    };
+    for i in 0..f.trailer.frames.len() {
+        let _ = f.read_frame(&store, i);
+    }
+}
+
+/// The key files and sealed objects an encrypted repository reads: a
+/// write-key file, the recipients key object, a sealed catalog.
+pub fn crypt_keys(data: &[u8]) {
+    let _ = super::crypt::keys::Keys::from_write_key_file(data);
+    let Some(keys) = fuzz_keys() else {
+        return;
+    };
+    let _ = super::crypt::keys::Keys::from_recipients_object(data, &keys.identities, &keys.repo);
+    let _ = keys
+        .write
+        .seal_key()
+        .open(&keys.repo, "catalog/0000000000000001.json", data);
+}

@@ -60,6 +60,12 @@ impl WriteKey {
         Ok(WriteKey(k))
     }
 
+    /// A key from its bytes (for the fuzz targets).
+    #[doc(hidden)]
+    pub fn from_bytes(b: [u8; 32]) -> WriteKey {
+        WriteKey(Zeroizing::new(b))
+    }
+
     fn derive(&self, purpose: &str) -> [u8; 32] {
         blake3::derive_key(purpose, &*self.0)
     }
