@@ -168,7 +168,10 @@ impl Repository {
         };
         let keys = match enc {
             Encryption::None => None,
-            enc => Some(crypt::repo::init(&*store, &mut config, enc)?),
+            enc => {
+                crypt::no_core_dumps();
+                Some(crypt::repo::init(&*store, &mut config, enc)?)
+            }
         };
         let bytes = serde_json::to_vec_pretty(&config).unwrap_or_default();
         if !store.put_if_absent(CONFIG_KEY, &bytes)? {
@@ -262,6 +265,7 @@ impl Repository {
             (store, None)
         } else {
             let (keys, by) = crypt::repo::open(&*store, &config, secrets)?;
+            crypt::no_core_dumps();
             let crypt: Arc<dyn Store> = Arc::new(CryptStore::new(store, keys.clone()));
             (crypt, Some((keys, by)))
         };

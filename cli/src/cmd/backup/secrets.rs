@@ -205,8 +205,12 @@ impl KeyArgs {
             Some(p) => Some(read_write_key(&p)?),
             None => None,
         };
+        let passphrase = self.pass.passphrase()?;
+        if passphrase.is_some() || !identities.is_empty() || write_key.is_some() {
+            btrsend::backup::crypt::no_core_dumps();
+        }
         Ok(Secrets {
-            passphrase: self.pass.passphrase()?,
+            passphrase,
             ask_passphrase: Some(ask),
             identities,
             write_key,
