@@ -84,7 +84,7 @@ use serde::{Deserialize, Serialize};
 use stream_format::{Command, DecodeError, ReaderOptions, StreamReader};
 
 use super::file::format::{self, FRAME_HEADER_MAX, FrameInfo, Ident, MAX_FRAME_RAW, hyphenated};
-use super::store::{Store, TMP_DIR};
+use super::store::{Store, StoreError, TMP_DIR};
 use super::treehash::{BLOCK, HashState, TreeHasher};
 use crate::resume::{Shape, Token};
 
@@ -362,6 +362,13 @@ fn decode(first: bool, proto: u32, raw: &[u8]) -> Result<Decoded, String> {
     Ok(out)
 }
 
+/// Whether a read failed on what the partial file holds (an encrypted
+/// one's chunk that does not authenticate: torn or changed), not on the
+/// store: what comes before it can be kept.
+fn is_damage(e: &StoreError) -> bool {
+    matches!(e, StoreError::Other { op: "decrypt", .. })
+}
+
 /// Read the partial stream file `key` (`size` bytes) of `store` and work
 /// out what of it can be kept (see the module doc).
 ///
@@ -384,18 +391,22 @@ pub(crate) fn scan(store: &dyn Store, key: &str, size: u64) -> Result<Scan, Stri
         }
         let torn = |what: &str| Some(format!("frame {i} at byte offset {at} {what}"));
         let hlen = (size - at).min(FRAME_HEADER_MAX);
-        store
-            .get_into(key, at..at + hlen, &mut head)
-            .map_err(|e| e.to_string())?;
+        match store.get_into(key, at..at + hlen, &mut head) {
+            Ok(()) => {}
+            Err(e) if is_damage(&e) => break torn(&format!("cannot be read: {e}")),
+            Err(e) => return Err(e.to_string()),
+        }
         let raw_len = match format::frame_raw_len(&head) {
             Some(n) if n > 0 && n <= MAX_FRAME_RAW => n,
             _ => break torn("has no whole zstd frame header with a content size"),
         };
         let bound = format::frame_stored_bound(raw_len);
         let window = (bound + 64).min(size - at);
-        store
-            .get_into(key, at..at + window, &mut buf)
-            .map_err(|e| e.to_string())?;
+        match store.get_into(key, at..at + window, &mut buf) {
+            Ok(()) => {}
+            Err(e) if is_damage(&e) => break torn(&format!("cannot be read: {e}")),
+            Err(e) => return Err(e.to_string()),
+        }
         let len = match format::frame_stored_len(&buf) {
             Some(l) if l > 0 => l,
             _ => break torn("is cut short"),

@@ -234,6 +234,11 @@ pub trait Store: Send + Sync + fmt::Debug {
     fn recorded(&self, _tmp: &str) -> Result<Option<Recorded>, StoreError> {
         Ok(None)
     }
+    /// The key the unfinished upload `tmp` must complete as, when it is
+    /// fixed (an encrypted object is bound to its name); `None`: any.
+    fn completes_as(&self, _tmp: &str) -> Option<String> {
+        None
+    }
     /// Remove what an unfinished upload left in `tmp/` (`key`, as
     /// [`Store::list`] gives it): a temporary file; in S3 a marker, whose
     /// multipart upload is aborted first (its parts deleted). Needs the

@@ -50,7 +50,7 @@ pub(crate) struct HashState {
     pub(crate) tail: String,
 }
 
-fn hex(b: &[u8]) -> String {
+pub(crate) fn hex(b: &[u8]) -> String {
     use std::fmt::Write;
     let mut s = String::with_capacity(2 * b.len());
     for x in b {
@@ -59,7 +59,7 @@ fn hex(b: &[u8]) -> String {
     s
 }
 
-fn unhex(s: &str) -> Option<Vec<u8>> {
+pub(crate) fn unhex(s: &str) -> Option<Vec<u8>> {
     if !s.len().is_multiple_of(2) {
         return None;
     }

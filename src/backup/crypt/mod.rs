@@ -10,6 +10,7 @@ pub mod keys;
 pub mod repo;
 pub mod seal;
 pub mod store;
+pub mod unfinished;
 
 /// Fill `buf` from the system's random source.
 ///

@@ -145,7 +145,11 @@ impl Repository {
     pub(super) fn scan_partial(&self, key: &str, size: u64) -> Result<partial::Scan, String> {
         match self.store.recorded(key) {
             Ok(Some(r)) => partial::from_checkpoint(&r.state, r.stored_bytes, &r.key),
-            Ok(None) if self.store.local_root().is_some() => partial::scan(&*self.store, key, size),
+            Ok(None) if self.store.local_root().is_some() => {
+                let mut scan = partial::scan(&*self.store, key, size)?;
+                scan.file = self.store.completes_as(key);
+                Ok(scan)
+            }
             Ok(None) => Err(String::from("no part of its upload was recorded as stored")),
             Err(e) => Err(e.to_string()),
         }
