@@ -286,6 +286,47 @@ fn passphrase_case(env: Env) {
         out.stdout == kernel_chain(),
         "restore --stdout differs from the kernel's chain"
     );
+
+    // Without btrsend, as btrsend-repository(5) says: `age -d` of the key
+    // object asks for the passphrase (on a terminal: script(1) makes one)
+    // and prints the JSON whose "identity" opens the stream files.
+    let key = fs::read_dir(env.repo.files.join("keys"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.to_string_lossy().contains("pass-"))
+        .expect("a key object");
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "script -qec \"age -d '{}'\" /dev/null < '{pw_s}'",
+            key.display()
+        ))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let json = text
+        .find("{\"")
+        .and_then(|at| text[at..].lines().next())
+        .unwrap_or_else(|| panic!("age -d printed no key: {text} {}", stderr(&out)));
+    let key: serde_json::Value = serde_json::from_str(json.trim()).unwrap();
+    let id = env.dir.path().join("from-key.txt");
+    fs::write(&id, format!("{}\n", key["identity"].as_str().unwrap())).unwrap();
+    let list = list.as_array().unwrap();
+    let first = env.repo.files.join(list[0]["file"].as_str().unwrap());
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "age -d -i '{}' '{}' | zstd -dc",
+            id.display(),
+            first.display()
+        ))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        out.stdout == kernel_stream("s1.full.v1.stream.zst"),
+        "age -d | zstd -d of the full stream differs from the kernel's"
+    );
 }
 
 both!(recipients_repository, recipients_case);

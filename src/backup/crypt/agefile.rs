@@ -12,8 +12,8 @@
 //! The `age` crate writes and checks the header: it wraps the file key for
 //! each recipient and computes the header's MAC; a recipient of ours (`Binding`) sees the file
 //! key as a recipient (age's extension point) and adds one stanza of ours.
-//! The payload is sealed and opened here, with RustCrypto's
-//! `chacha20poly1305` and `hkdf`, because a stream object must be written
+//! The payload is sealed and opened here, with `ring`'s ChaCha20-Poly1305
+//! and RustCrypto's `hkdf`, because a stream object must be written
 //! in pieces that outlive the process: an interrupted upload is continued
 //! from the chunk where it stopped ([`PayloadWriter::resume`]), and frames
 //! are read at any offset. The `age` crate's own payload writer cannot
@@ -37,9 +37,8 @@ use std::collections::HashSet;
 
 use age::secrecy::ExposeSecret;
 use age_core::format::{FileKey, Stanza};
-use chacha20poly1305::aead::{AeadInPlace, KeyInit};
-use chacha20poly1305::{ChaCha20Poly1305, Key, Nonce};
 use hkdf::Hkdf;
+use ring::aead::{Aad, CHACHA20_POLY1305, LessSafeKey, Nonce, UnboundKey};
 use sha2::Sha256;
 use zeroize::{Zeroize, Zeroizing};
 
@@ -114,8 +113,12 @@ impl PayloadKey {
         PayloadKey(Zeroizing::new(b))
     }
 
-    fn cipher(&self) -> ChaCha20Poly1305 {
-        ChaCha20Poly1305::new(Key::from_slice(&self.0[..]))
+    /// The cipher; `None` cannot happen (ring refuses only a key of
+    /// another length than 32 bytes).
+    fn cipher(&self) -> Option<LessSafeKey> {
+        UnboundKey::new(&CHACHA20_POLY1305, &self.0[..])
+            .ok()
+            .map(LessSafeKey::new)
     }
 }
 
@@ -124,7 +127,7 @@ fn chunk_nonce(index: u64, last: bool) -> Nonce {
     let mut n = [0u8; 12];
     n[3..11].copy_from_slice(&index.to_be_bytes());
     n[11] = u8::from(last);
-    *Nonce::from_slice(&n)
+    Nonce::assume_unique_for_key(n)
 }
 
 /// A recipient that wraps nothing: it keeps the file key age drew and
@@ -366,34 +369,73 @@ pub fn open_chunks(
     last: bool,
     out: &mut Vec<u8>,
 ) -> Result<(), u64> {
-    let cipher = key.cipher();
-    let n = sealed.len().div_ceil(SEALED_CHUNK).max(1);
-    for (k, c) in sealed.chunks(SEALED_CHUNK).enumerate() {
+    let from = out.len();
+    out.extend_from_slice(sealed);
+    open_in_place(key, first, out, from, last, 0)
+}
+
+/// Open, in place, the chunks `buf[from..]` holds, the first of them chunk
+/// `first` (`last`: the final one is the payload's last chunk), keeping
+/// the plaintext from byte `skip` of the first chunk on: `buf[from..]`
+/// becomes that plaintext. Each chunk's plaintext is written where the one
+/// before ended (ring decrypts and shifts in one pass), so reading a frame
+/// copies nothing but the tail of its first chunk.
+///
+/// # Errors
+///
+/// The index of the chunk that does not authenticate (`buf[from..]` is
+/// then zeroed and cut off).
+pub fn open_in_place(
+    key: &PayloadKey,
+    first: u64,
+    buf: &mut Vec<u8>,
+    from: usize,
+    last: bool,
+    skip: usize,
+) -> Result<(), u64> {
+    let sealed = buf.len() - from;
+    if sealed == 0 {
+        return if last { Err(first) } else { Ok(()) };
+    }
+    let fail = |buf: &mut Vec<u8>, index: u64| {
+        buf[from..].zeroize();
+        buf.truncate(from);
+        Err(index)
+    };
+    let Some(cipher) = key.cipher() else {
+        return fail(buf, first);
+    };
+    let n = sealed.div_ceil(SEALED_CHUNK);
+    let mut w = from;
+    for k in 0..n {
         let index = first + k as u64;
         let is_last = last && k + 1 == n;
-        if c.len() < TAG || (!is_last && c.len() != SEALED_CHUNK) {
-            return Err(index);
+        let start = from + k * SEALED_CHUNK;
+        let end = (start + SEALED_CHUNK).min(buf.len());
+        if end - start < TAG || (!is_last && end - start != SEALED_CHUNK) {
+            return fail(buf, index);
         }
-        let (body, tag) = c.split_at(c.len() - TAG);
-        let start = out.len();
-        out.extend_from_slice(body);
-        if cipher
-            .decrypt_in_place_detached(
-                &chunk_nonce(index, is_last),
-                &[],
-                &mut out[start..],
-                tag.into(),
-            )
-            .is_err()
-        {
-            out[start..].zeroize();
-            out.truncate(start);
-            return Err(index);
+        let body_end = end - TAG;
+        let mut tag = [0u8; TAG];
+        tag.copy_from_slice(&buf[body_end..end]);
+        let opened = cipher.open_in_place_separate_tag(
+            chunk_nonce(index, is_last),
+            Aad::empty(),
+            tag.into(),
+            &mut buf[w..body_end],
+            start - w..,
+        );
+        if opened.is_err() {
+            return fail(buf, index);
         }
+        let body = body_end - start;
+        let drop = if k == 0 { skip.min(body) } else { 0 };
+        if drop > 0 {
+            buf.copy_within(w + drop..w + body, w);
+        }
+        w += body - drop;
     }
-    if sealed.is_empty() && last {
-        return Err(first);
-    }
+    buf.truncate(w);
     Ok(())
 }
 
@@ -455,7 +497,9 @@ impl PayloadWriter {
 
     /// Take `data`; append the chunks it completes, sealed, to `out`.
     pub fn write(&mut self, mut data: &[u8], out: &mut Vec<u8>) {
-        let cipher = self.key.cipher();
+        let Some(cipher) = self.key.cipher() else {
+            return;
+        };
         while !data.is_empty() {
             if self.buf.len() == CHUNK {
                 self.seal(&cipher, false, out);
@@ -468,18 +512,21 @@ impl PayloadWriter {
 
     /// Seal what is held as the last chunk into `out`.
     pub fn finish(mut self, out: &mut Vec<u8>) {
-        let cipher = self.key.cipher();
-        self.seal(&cipher, true, out);
+        if let Some(cipher) = self.key.cipher() {
+            self.seal(&cipher, true, out);
+        }
     }
 
-    fn seal(&mut self, cipher: &ChaCha20Poly1305, last: bool, out: &mut Vec<u8>) {
+    fn seal(&mut self, cipher: &LessSafeKey, last: bool, out: &mut Vec<u8>) {
         let start = out.len();
         out.extend_from_slice(&self.buf);
         // Sealing cannot fail for a chunk of at most 64 KiB.
-        if let Ok(tag) =
-            cipher.encrypt_in_place_detached(&chunk_nonce(self.next, last), &[], &mut out[start..])
-        {
-            out.extend_from_slice(&tag);
+        if let Ok(tag) = cipher.seal_in_place_separate_tag(
+            chunk_nonce(self.next, last),
+            Aad::empty(),
+            &mut out[start..],
+        ) {
+            out.extend_from_slice(tag.as_ref());
         }
         self.buf.clear();
         self.next += 1;

@@ -205,24 +205,29 @@ impl CryptStore {
         };
         let from = head.len + agefile::chunk_offset(first);
         let to = (head.len + agefile::chunk_offset(last + 1)).min(stored);
-        let sealed = self.inner.get(key, Some(from..to))?;
-        let mut opened = Vec::with_capacity((last - first + 1) as usize * agefile::CHUNK);
-        agefile::open_chunks(&head.key, first, &sealed, last + 1 == chunks, &mut opened).map_err(
-            |i| {
-                self.err(
-                    "decrypt",
-                    key,
-                    format!(
-                        "chunk {i} (bytes {}..{} of the object) does not authenticate: changed, cut short or reordered",
-                        head.len + agefile::chunk_offset(i),
-                        (head.len + agefile::chunk_offset(i + 1)).min(stored)
-                    ),
-                )
-            },
-        )?;
+        self.inner.get_into(key, from..to, out)?;
         let skip = (range.start - first * chunk) as usize;
+        agefile::open_in_place(&head.key, first, out, 0, last + 1 == chunks, skip).map_err(|i| {
+            self.err(
+                "decrypt",
+                key,
+                format!(
+                    "chunk {i} (bytes {}..{} of the object) does not authenticate: changed, cut short or reordered",
+                    head.len + agefile::chunk_offset(i),
+                    (head.len + agefile::chunk_offset(i + 1)).min(stored)
+                ),
+            )
+        })?;
         let n = (range.end - range.start) as usize;
-        out.extend_from_slice(&opened[skip..skip + n]);
+        if out.len() < n {
+            out.clear();
+            return Err(self.err(
+                "read",
+                key,
+                format!("the plaintext ends before byte {}", range.end),
+            ));
+        }
+        out.truncate(n);
         Ok(())
     }
 

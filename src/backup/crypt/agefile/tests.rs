@@ -245,3 +245,37 @@ fn the_age_command_agrees() {
     // the age crate, the chunks open here too.
     assert_eq!(age_crate_open(&id, &made.stdout).unwrap(), plain);
 }
+
+#[test]
+fn chunks_open_in_place_from_any_byte() {
+    let id = age::x25519::Identity::generate();
+    let plain = data(4 * CHUNK + 300);
+    let file = seal(&id, &plain, CHUNK);
+    let h = header_len(&file).unwrap();
+    let ids = [id.clone()];
+    let pk = open_header(&file, &Unwrap::Identities(&ids), &bind(), name(KEY)).unwrap();
+    let payload = &file[h..];
+    for (first, chunks, skip) in [
+        (0, 5, 0),
+        (0, 5, 1),
+        (1, 2, 7),
+        (2, 3, CHUNK - 1),
+        (4, 1, 299),
+    ] {
+        let last = first + chunks == 5;
+        let sealed = &payload[chunk_offset(first) as usize
+            ..(chunk_offset(first + chunks) as usize).min(payload.len())];
+        let mut buf = b"kept".to_vec();
+        buf.extend_from_slice(sealed);
+        open_in_place(&pk, first, &mut buf, 4, last, skip).unwrap();
+        let at = first as usize * CHUNK + skip;
+        let end = ((first + chunks) as usize * CHUNK).min(plain.len());
+        assert_eq!(&buf[..4], b"kept");
+        assert!(buf[4..] == plain[at..end], "{first} {chunks} {skip}");
+    }
+    // A chunk that does not open leaves nothing of the plaintext.
+    let mut buf = payload[..2 * SEALED_CHUNK].to_vec();
+    buf[SEALED_CHUNK + 9] ^= 1;
+    assert_eq!(open_in_place(&pk, 0, &mut buf, 0, false, 0), Err(1));
+    assert!(buf.is_empty());
+}
