@@ -12,6 +12,12 @@
 //!   the mtime of directories in which the restored chain creates orphans
 //!   without sending their UTIMES (`orphan_dirs_without_utimes`);
 //! * `verify --read-data` finds nothing.
+//!
+//! Both repositories are encrypted (issue 31): the directory for an age
+//! recipient made by `age-keygen` (the runs hold only the write key, the
+//! reads the identity), the S3 one with a passphrase. A file name, its
+//! contents and an xattr value planted in the first snapshot appear in no
+//! object of the repository, read raw or through `zstd -dc`.
 
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
@@ -29,6 +35,12 @@ const SNAPSHOTS: usize = 10;
 const POPULATE: usize = 200;
 /// Random operations between two snapshots.
 const OPS: usize = 100;
+/// What the first snapshot holds and no repository object may show.
+const CANARIES: [&str; 3] = [
+    "canary-name-7f3e",
+    "canary-content-91ab",
+    "canary-xattr-55c2",
+];
 
 /// Two tests from one body: `NAME::dir` and `NAME::s3`, with different
 /// seeds.
@@ -65,10 +77,48 @@ fn series_case(kind: Kind, test: &str, seed: u64) {
         return;
     };
     let repo = be.repo("repo");
+    // The keys: the write key goes under this HOME; reads take the
+    // identity (directory) or the passphrase (S3) from the environment.
+    let home = dir.path().join("home");
+    std::fs::create_dir(&home).unwrap();
+    let identity = dir.path().join("identity.txt");
+    let mut init = vec!["init", "--repo", &repo.spec, "--encryption"];
+    let recipient;
+    let mut env: Vec<(&str, String)> = vec![("BTRSEND_SCRYPT_LOG_N", String::from("10"))];
+    let mut reader_env = Vec::new();
+    match kind {
+        Kind::Dir => {
+            let out = Command::new("age-keygen").arg("-o").arg(&identity).output();
+            let out = out.expect("age-keygen (apt-get install age)");
+            assert!(out.status.success());
+            let r = Command::new("age-keygen").arg("-y").arg(&identity).output();
+            recipient = String::from_utf8(r.unwrap().stdout)
+                .unwrap()
+                .trim()
+                .to_owned();
+            init.extend(["recipients", "--recipient", &recipient]);
+            reader_env.push((
+                "BTRSEND_IDENTITY_FILE",
+                identity.to_str().unwrap().to_owned(),
+            ));
+        }
+        Kind::S3 => {
+            init.push("passphrase");
+            env.push(("BTRSEND_PASSWORD", String::from("series passphrase")));
+        }
+    }
     let backup = |args: &[&str]| -> Output {
         let mut c = common::btrsend();
         be.apply(&mut c)
-            .arg("backup")
+            .env("HOME", &home)
+            .env_remove("XDG_CONFIG_HOME")
+            .env_remove("BTRSEND_IDENTITY_FILE")
+            .envs(env.iter().map(|(k, v)| (k, v)));
+        // The nightly job holds no identity.
+        if args.first() != Some(&"run") {
+            c.envs(reader_env.iter().map(|(k, v)| (k, v)));
+        }
+        c.arg("backup")
             .args(args)
             .stdin(Stdio::null())
             .output()
@@ -92,6 +142,11 @@ fn series_case(kind: Kind, test: &str, seed: u64) {
     sh(Command::new("btrfs")
         .args(["-q", "subvolume", "create"])
         .arg(&vol));
+    let canary = vol.join(CANARIES[0]);
+    std::fs::write(&canary, CANARIES[1].repeat(5000)).unwrap();
+    sh(Command::new("setfattr")
+        .args(["-n", "user.c", "-v", CANARIES[2]])
+        .arg(&canary));
     let mut w = Workload::new(&vol, seed);
     for i in 0..SNAPSHOTS {
         let step = if i == 0 {
@@ -110,7 +165,7 @@ fn series_case(kind: Kind, test: &str, seed: u64) {
     sh(Command::new("sync").arg("-f").arg(mnt));
 
     let img = live.image().to_str().unwrap().to_owned();
-    ok(&["init", "--repo", &repo.spec, "--encryption", "none"]);
+    ok(&init);
     let run = |glob: &str| -> serde_json::Value {
         let out = ok(&[
             "run",
@@ -164,6 +219,7 @@ fn series_case(kind: Kind, test: &str, seed: u64) {
         ]
     );
     ok(&["verify", "--read-data", "--repo", &repo.spec]);
+    no_canary(&repo.files);
 
     let tmpfs = Tmpfs::new(1 << 30).unwrap();
     let opts = Options::default();
@@ -218,6 +274,36 @@ fn series_case(kind: Kind, test: &str, seed: u64) {
             exempt.len(),
             chain.len()
         );
+    }
+}
+
+/// No object under `files` (a repository's, or an S3 server's files of
+/// it) shows a canary, raw or through `zstd -dc`; the first snapshot
+/// holds them all.
+fn no_canary(files: &Path) {
+    let mut objects = Vec::new();
+    let mut dirs = vec![files.to_path_buf()];
+    while let Some(d) = dirs.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                dirs.push(p);
+            } else if p.is_file() {
+                let z = Command::new("zstd").arg("-dcq").arg(&p).output().unwrap();
+                objects.push((p.clone(), std::fs::read(&p).unwrap()));
+                objects.push((p, z.stdout));
+            }
+        }
+    }
+    assert!(objects.len() > 20, "{}", objects.len());
+    for (p, bytes) in &objects {
+        for c in CANARIES {
+            assert!(
+                !bytes.windows(c.len()).any(|w| w == c.as_bytes()),
+                "{c} appears in {}",
+                p.display()
+            );
+        }
     }
 }
 
