@@ -113,7 +113,9 @@ if it is of the same snapshot and parent (else it is removed, with a
 notice, and the stream sent again; see btrsend-repository(5)). In S3 the
 parts of an unfinished upload cannot be read back: the run continues the
 upload from what its marker in REPO/tmp/ recorded as the parts were stored.
-Silent on success unless standard error is a
+An encrypted repository is continued the same way, with the write key
+alone (the upload's payload key is kept sealed beside it until it is
+complete). Silent on success unless standard error is a
 terminal or --json is given. On a terminal a progress bar covers the whole
 run: its total is the exact size of every stream the run stores (estimated
 first from the snapshots' metadata, as `btrsend send --estimate` does), so
