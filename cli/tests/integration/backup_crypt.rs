@@ -6,7 +6,7 @@
 //! no object of the repository; keys made by the real `age-keygen`.
 
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Output};
 
 use crate::common::{btrsend, fixture_dir, stderr, unpack};
@@ -102,45 +102,12 @@ impl Env {
 
     /// A new age identity from `age-keygen`: (identity file, recipient).
     fn keygen(&self, name: &str) -> (PathBuf, String) {
-        let f = self.dir.path().join(name);
-        let out = Command::new("age-keygen")
-            .arg("-o")
-            .arg(&f)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let r = Command::new("age-keygen")
-            .arg("-y")
-            .arg(&f)
-            .output()
-            .unwrap();
-        assert!(r.status.success());
-        (f, String::from_utf8(r.stdout).unwrap().trim().to_owned())
+        crate::common::keygen(self.dir.path(), name)
     }
 
     /// Every object of the repository, raw and as `zstd -dc` makes it.
     fn objects(&self) -> Vec<(PathBuf, Vec<u8>)> {
-        let mut out = Vec::new();
-        walk(&self.repo.files, &mut out);
-        out
-    }
-}
-
-fn walk(dir: &Path, out: &mut Vec<(PathBuf, Vec<u8>)>) {
-    for e in fs::read_dir(dir).unwrap() {
-        let p = e.unwrap().path();
-        if p.is_dir() {
-            walk(&p, out);
-        } else if p.is_file() {
-            let raw = fs::read(&p).unwrap();
-            let z = Command::new("zstd").arg("-dcq").arg(&p).output().unwrap();
-            out.push((p.clone(), raw));
-            out.push((p.with_extension("zstd-dc"), z.stdout));
-        }
+        crate::common::objects(&self.repo.files)
     }
 }
 
@@ -184,15 +151,7 @@ fn no_canary(env: &Env) {
     }
     let objects = env.objects();
     assert!(objects.len() > 6, "{}", objects.len());
-    for (p, bytes) in &objects {
-        for c in CANARIES {
-            assert!(
-                !bytes.windows(c.len()).any(|w| w == c.as_bytes()),
-                "{c} appears in {}",
-                p.display()
-            );
-        }
-    }
+    crate::common::assert_absent(&objects, &CANARIES);
 }
 
 /// Two tests from one body: `NAME::dir` and `NAME::s3`.

@@ -33,7 +33,7 @@ use btrsend::testing::{self, LiveBtrfs};
 use serde_json::Value;
 
 use crate::common::btrsend;
-use crate::common::{sh, write_random};
+use crate::common::{keygen, sh, write_random};
 
 const MIB: u64 = 1 << 20;
 /// The default frame size of a stream file.
@@ -281,6 +281,46 @@ fn check_restore(repo: &Path, src: &LiveBtrfs, to: &Path, snap: &str, chain: &[&
     }
 }
 
+/// `backup restore --stdout ARGS… SNAP` of the chain `chain` into the
+/// kernel's `btrfs receive`, whose trees must have the kernel mount's
+/// manifests.
+fn check_received(
+    repo: &Path,
+    src: &LiveBtrfs,
+    scratch: &Path,
+    snap: &str,
+    args: &[&str],
+    chain: &[&str],
+) {
+    let stream = scratch.join("chain.stream");
+    let out = btrsend()
+        .args(["backup", "restore", "--stdout"])
+        .args(args)
+        .arg("--repo")
+        .arg(repo)
+        .arg(snap)
+        .stdout(std::fs::File::create(&stream).unwrap())
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    src.receive("recv", &[&stream]).unwrap();
+    let opts = Options { holes: false };
+    for s in chain {
+        let want = src.manifest(&format!("snaps/{s}"), opts).unwrap();
+        let got = src.manifest(&format!("recv/{s}"), opts).unwrap();
+        assert!(
+            manifest::diff(&want, &got, 20).is_none(),
+            "btrfs receive {s}: {}",
+            manifest::diff(&want, &got, 20).unwrap_or_default()
+        );
+    }
+}
+
 #[test]
 fn backup_run_continues_the_stream_an_interrupted_run_left() {
     let test = "backup_run_continues_the_stream_an_interrupted_run_left";
@@ -445,31 +485,7 @@ fn backup_run_continues_the_stream_an_interrupted_run_left() {
     let to = src.path().join("restored");
     check_restore(&repo, &src, &to, &uuid2, &["s1", "s2"]);
     check_restore(&repo, &src, &to.join("3"), &uuid3, &["s3"]);
-    let stream = tmp.path().join("chain.stream");
-    let out = btrsend()
-        .args(["backup", "restore", "--stdout", "--repo"])
-        .arg(&repo)
-        .arg(&uuid2)
-        .stdout(std::fs::File::create(&stream).unwrap())
-        .stderr(Stdio::piped())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    src.receive("recv", &[&stream]).unwrap();
-    let opts = Options { holes: false };
-    for s in ["s1", "s2"] {
-        let want = src.manifest(&format!("snaps/{s}"), opts).unwrap();
-        let got = src.manifest(&format!("recv/{s}"), opts).unwrap();
-        assert!(
-            manifest::diff(&want, &got, 20).is_none(),
-            "btrfs receive {s}: {}",
-            manifest::diff(&want, &got, 20).unwrap_or_default()
-        );
-    }
+    check_received(&repo, &src, tmp.path(), &uuid2, &[], &["s1", "s2"]);
     eprintln!(
         "{test}: 20 kills; largest stream re-sent after a kill: {max_resent} bytes ({:.1} MiB)\n{}",
         max_resent as f64 / MIB as f64,
@@ -792,25 +808,6 @@ fn s3_case(test: &str, encryption: &str) {
     );
 }
 
-/// An age identity made by `age-keygen` in `dir`: its file and recipient.
-fn keygen(dir: &Path) -> (PathBuf, String) {
-    let f = dir.join("identity.txt");
-    let out = Command::new("age-keygen").arg("-o").arg(&f).output();
-    let out = out.expect("age-keygen (apt-get install age)");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let r = Command::new("age-keygen")
-        .arg("-y")
-        .arg(&f)
-        .output()
-        .unwrap();
-    assert!(r.status.success());
-    (f, String::from_utf8(r.stdout).unwrap().trim().to_owned())
-}
-
 /// The same in an encrypted directory repository (issue 31), in recipients
 /// mode, the runs holding only the public recipient and the write key:
 /// `backup run` killed at 18 points of s1's full stream and 2 of s2's
@@ -832,7 +829,7 @@ fn backup_run_continues_an_encrypted_upload() {
     let (src, [s1, s2, _]) = make_source(&mut rng, 200 * MIB);
     let tmp = tempfile::tempdir().unwrap();
     let repo = tmp.path().join("repo");
-    let (identity, recipient) = keygen(tmp.path());
+    let (identity, recipient) = keygen(tmp.path(), "identity.txt");
     let write_key = tmp.path().join("write-key.json");
     sh(btrsend()
         .args(["backup", "init", "--repo"])
@@ -952,31 +949,14 @@ fn backup_run_continues_an_encrypted_upload() {
     let sent = sh(btrsend().arg("send").arg(&s1));
     assert!(restored.stdout == sent.stdout, "s1 as sent");
     drop((restored, sent));
-    let stream = tmp.path().join("chain.stream");
-    let out = btrsend()
-        .args(["backup", "restore", "--stdout", "--identity", id, "--repo"])
-        .arg(&repo)
-        .arg(stored2["uuid"].as_str().unwrap())
-        .stdout(std::fs::File::create(&stream).unwrap())
-        .stderr(Stdio::piped())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    check_received(
+        &repo,
+        &src,
+        tmp.path(),
+        stored2["uuid"].as_str().unwrap(),
+        &["--identity", id],
+        &["s1", "s2"],
     );
-    src.receive("recv", &[&stream]).unwrap();
-    let opts = Options { holes: false };
-    for s in ["s1", "s2"] {
-        let want = src.manifest(&format!("snaps/{s}"), opts).unwrap();
-        let got = src.manifest(&format!("recv/{s}"), opts).unwrap();
-        assert!(
-            manifest::diff(&want, &got, 20).is_none(),
-            "btrfs receive {s}: {}",
-            manifest::diff(&want, &got, 20).unwrap_or_default()
-        );
-    }
     eprintln!(
         "{test}: 20 kills; largest stream re-sent after a kill: {max_resent} bytes ({:.1} MiB)\n{}",
         max_resent as f64 / MIB as f64,

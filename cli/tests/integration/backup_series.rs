@@ -81,6 +81,7 @@ fn series_case(kind: Kind, test: &str, seed: u64) {
     // identity (directory) or the passphrase (S3) from the environment.
     let home = dir.path().join("home");
     std::fs::create_dir(&home).unwrap();
+    // (Made by `keygen` below, for the directory.)
     let identity = dir.path().join("identity.txt");
     let mut init = vec!["init", "--repo", &repo.spec, "--encryption"];
     let recipient;
@@ -88,14 +89,7 @@ fn series_case(kind: Kind, test: &str, seed: u64) {
     let mut reader_env = Vec::new();
     match kind {
         Kind::Dir => {
-            let out = Command::new("age-keygen").arg("-o").arg(&identity).output();
-            let out = out.expect("age-keygen (apt-get install age)");
-            assert!(out.status.success());
-            let r = Command::new("age-keygen").arg("-y").arg(&identity).output();
-            recipient = String::from_utf8(r.unwrap().stdout)
-                .unwrap()
-                .trim()
-                .to_owned();
+            recipient = common::keygen(dir.path(), "identity.txt").1;
             init.extend(["recipients", "--recipient", &recipient]);
             reader_env.push((
                 "BTRSEND_IDENTITY_FILE",
@@ -281,30 +275,9 @@ fn series_case(kind: Kind, test: &str, seed: u64) {
 /// it) shows a canary, raw or through `zstd -dc`; the first snapshot
 /// holds them all.
 fn no_canary(files: &Path) {
-    let mut objects = Vec::new();
-    let mut dirs = vec![files.to_path_buf()];
-    while let Some(d) = dirs.pop() {
-        for e in std::fs::read_dir(&d).unwrap() {
-            let p = e.unwrap().path();
-            if p.is_dir() {
-                dirs.push(p);
-            } else if p.is_file() {
-                let z = Command::new("zstd").arg("-dcq").arg(&p).output().unwrap();
-                objects.push((p.clone(), std::fs::read(&p).unwrap()));
-                objects.push((p, z.stdout));
-            }
-        }
-    }
+    let objects = common::objects(files);
     assert!(objects.len() > 20, "{}", objects.len());
-    for (p, bytes) in &objects {
-        for c in CANARIES {
-            assert!(
-                !bytes.windows(c.len()).any(|w| w == c.as_bytes()),
-                "{c} appears in {}",
-                p.display()
-            );
-        }
-    }
+    common::assert_absent(&objects, &CANARIES);
 }
 
 /// Delete the subvolumes `btrfs receive` made in `dir`, then `dir`.

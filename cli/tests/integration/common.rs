@@ -276,3 +276,60 @@ pub fn corrupt(fs: &btrsend::fs::Filesystem, logical: u64, copy: usize) {
     let f = fs::OpenOptions::new().write(true).open(dev).unwrap();
     f.write_all_at(&[0xa5; 4096], loc.physical.get()).unwrap();
 }
+
+/// A new age identity from the real `age-keygen`, in `dir/name`: the
+/// file and its recipient.
+pub fn keygen(dir: &Path, name: &str) -> (PathBuf, String) {
+    let f = dir.join(name);
+    let out = std::process::Command::new("age-keygen")
+        .arg("-o")
+        .arg(&f)
+        .output()
+        .expect("age-keygen (apt-get install age)");
+    assert!(out.status.success(), "{}", stderr(&out));
+    let r = std::process::Command::new("age-keygen")
+        .arg("-y")
+        .arg(&f)
+        .output()
+        .unwrap();
+    assert!(r.status.success(), "{}", stderr(&r));
+    (f, String::from_utf8(r.stdout).unwrap().trim().to_owned())
+}
+
+/// Every file below `dir` (a repository's objects), raw and as `zstd
+/// -dc` makes it (empty when it is no zstd file).
+pub fn objects(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut dirs = vec![dir.to_path_buf()];
+    while let Some(d) = dirs.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                dirs.push(p);
+            } else if p.is_file() {
+                let z = std::process::Command::new("zstd")
+                    .arg("-dcq")
+                    .arg(&p)
+                    .output()
+                    .unwrap();
+                out.push((p.clone(), std::fs::read(&p).unwrap()));
+                out.push((p.with_extension("zstd-dc"), z.stdout));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// None of `canaries` appears in any of `objects`.
+pub fn assert_absent(objects: &[(PathBuf, Vec<u8>)], canaries: &[&str]) {
+    for (p, bytes) in objects {
+        for c in canaries {
+            assert!(
+                !bytes.windows(c.len()).any(|w| w == c.as_bytes()),
+                "{c} appears in {}",
+                p.display()
+            );
+        }
+    }
+}
