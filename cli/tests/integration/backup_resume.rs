@@ -260,6 +260,22 @@ fn kill_at(repo: &Path, snap: &Path, points: &[u64], extra: &[&str], log: &mut V
     max_resent
 }
 
+/// The exact length of `snap`'s stream (incremental from `parent`), as
+/// `send --estimate` gives it.
+fn estimate(snap: &Path, parent: Option<&Path>) -> u64 {
+    let mut c = btrsend();
+    c.args(["send", "--estimate"]);
+    if let Some(p) = parent {
+        c.arg("-p").arg(p);
+    }
+    let o = sh(c.arg(snap));
+    String::from_utf8(o.stdout)
+        .unwrap()
+        .trim()
+        .parse::<u64>()
+        .unwrap()
+}
+
 /// `backup restore --to DIR SNAP` and the manifests of its chain.
 fn check_restore(repo: &Path, src: &LiveBtrfs, to: &Path, snap: &str, chain: &[&str]) {
     std::fs::create_dir_all(to).unwrap();
@@ -335,19 +351,6 @@ fn backup_run_continues_the_stream_an_interrupted_run_left() {
         .args(["backup", "init", "--repo"])
         .arg(&repo)
         .args(["--encryption", "none"]));
-    let estimate = |snap: &Path, parent: Option<&Path>| {
-        let mut c = btrsend();
-        c.args(["send", "--estimate"]);
-        if let Some(p) = parent {
-            c.arg("-p").arg(p);
-        }
-        let o = sh(c.arg(snap));
-        String::from_utf8(o.stdout)
-            .unwrap()
-            .trim()
-            .parse::<u64>()
-            .unwrap()
-    };
     let len1 = estimate(&s1, None);
     let len2 = estimate(&s2, Some(&s1));
     assert!(len1 > 250 * MIB && len2 > 80 * MIB, "{len1} {len2}");
@@ -619,15 +622,7 @@ fn s3_case(test: &str, encryption: &str) {
         .args(["backup", "init", "--repo"])
         .arg(&spec)
         .args(["--encryption", encryption]));
-    let estimate = |snap: &Path| {
-        let o = sh(btrsend().args(["send", "--estimate"]).arg(snap));
-        String::from_utf8(o.stdout)
-            .unwrap()
-            .trim()
-            .parse::<u64>()
-            .unwrap()
-    };
-    let len1 = estimate(&s1);
+    let len1 = estimate(&s1, None);
     assert!(len1 > 250 * MIB, "{len1}");
     let mut log = Vec::new();
     let mut max_resent = 0;
@@ -839,19 +834,6 @@ fn backup_run_continues_an_encrypted_upload() {
         .arg(&write_key));
     let wk = write_key.to_str().unwrap();
     let host = ["--write-key", wk];
-    let estimate = |snap: &Path, parent: Option<&Path>| {
-        let mut c = btrsend();
-        c.args(["send", "--estimate"]);
-        if let Some(p) = parent {
-            c.arg("-p").arg(p);
-        }
-        let o = sh(c.arg(snap));
-        String::from_utf8(o.stdout)
-            .unwrap()
-            .trim()
-            .parse::<u64>()
-            .unwrap()
-    };
     let len1 = estimate(&s1, None);
     let len2 = estimate(&s2, Some(&s1));
     assert!(len1 > 190 * MIB && len2 > 80 * MIB, "{len1} {len2}");
