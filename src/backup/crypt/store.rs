@@ -320,8 +320,9 @@ impl CryptStore {
                         .map_err(|e| self.err("encrypt", key, e))?;
                 let record = Unfinished::new(key, &header, &pk);
                 if self.reads_back() {
-                    // The record goes first: a partial file never exists
-                    // without it.
+                    // Before the header: a partial file without its
+                    // record holds nothing (one that a kill left between
+                    // the two is empty, and the next writer removes it).
                     let at = unfinished::record_key(key);
                     let sealed = record
                         .seal(&self.seal, &self.keys.repo)
