@@ -15,6 +15,7 @@ pub mod backup;
 pub mod manifest;
 pub mod mount;
 pub mod progress;
+pub mod rate;
 pub mod receive;
 pub mod resume;
 pub mod send;

@@ -12,12 +12,14 @@
 //! directory flushed; an S3 object appears when its PUT (conditional:
 //! `If-None-Match: *`) or its multipart upload completes.
 
+mod limited;
 mod local;
 
 use std::fmt;
 use std::ops::Range;
 use std::path::Path;
 
+pub use limited::LimitedStore;
 pub use local::LocalStore;
 
 /// Why a store operation failed.

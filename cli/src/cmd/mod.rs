@@ -10,3 +10,8 @@ pub mod list;
 pub mod manifest;
 pub mod receive;
 pub mod send;
+
+/// `--limit-rate RATE` (see [`btrsend::rate::parse_rate`]).
+pub(crate) fn parse_rate(s: &str) -> Result<u64, String> {
+    btrsend::rate::parse_rate(s)
+}

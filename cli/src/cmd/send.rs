@@ -111,6 +111,12 @@ pub struct SendArgs {
     /// (see MEMORY below).
     #[arg(long = "cache-size", value_name = "MIB", value_parser = clap::value_parser!(u32).range(16..), value_hint = ValueHint::Other)]
     pub cache_size: Option<u32>,
+    /// Write the stream at most RATE bytes per second on average (K, M, G:
+    /// times 1024, 1024², 1024³, as curl reads them; e.g. 10M), so that a
+    /// send over a network leaves room on the link. Bursts after a pause
+    /// are at most a tenth of a second's worth.
+    #[arg(long = "limit-rate", value_name = "RATE", value_parser = crate::cmd::parse_rate)]
+    pub limit_rate: Option<u64>,
     /// Print only errors: no warnings, no progress (unless --progress is
     /// given too), as `btrfs send -q`.
     #[arg(short = 'q', long, conflicts_with = "verbose")]
@@ -352,9 +358,19 @@ pub fn run(args: &SendArgs) -> anyhow::Result<()> {
         None => None,
     };
     let mut stdout = crate::exit::stdout();
-    let inner: &mut dyn Write = match &mut file {
+    let unlimited: &mut dyn Write = match &mut file {
         Some(f) => f,
         None => &mut stdout,
+    };
+    let mut limited = args.limit_rate.map(|rate| {
+        btrsend::rate::Limited::new(
+            &mut *unlimited,
+            std::sync::Arc::new(btrsend::rate::RateLimit::new(rate)),
+        )
+    });
+    let inner: &mut dyn Write = match &mut limited {
+        Some(l) => l,
+        None => unlimited,
     };
     let mut counted = Counted {
         inner,

@@ -23,6 +23,7 @@ mod completions;
 mod degraded;
 mod dump;
 mod errors;
+mod limit_rate;
 mod list;
 mod man;
 mod manifest_devices;

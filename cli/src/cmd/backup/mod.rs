@@ -112,11 +112,22 @@ impl RepoArg {
 
     /// Open the repository with the secrets given.
     pub(crate) fn open(&self) -> anyhow::Result<Repository> {
+        self.open_limited(None)
+    }
+
+    /// [`RepoArg::open`], its reads and writes at most `rate` bytes per
+    /// second (`--limit-rate`).
+    pub(crate) fn open_limited(&self, rate: Option<u64>) -> anyhow::Result<Repository> {
         let spec = self.spec()?;
         let name = crate::text::printable(&spec);
         let ask = move || secrets::prompt(&format!("Passphrase of {name}"), false);
         let secrets = self.keys.secrets(&ask)?;
-        Ok(Repository::open_with(backup::store_for(&spec)?, &secrets)?)
+        let mut store = backup::store_for(&spec)?;
+        if let Some(rate) = rate {
+            let limit = std::sync::Arc::new(btrsend::rate::RateLimit::new(rate));
+            store = std::sync::Arc::new(backup::store::LimitedStore::new(store, limit));
+        }
+        Ok(Repository::open_with(store, &secrets)?)
     }
 }
 

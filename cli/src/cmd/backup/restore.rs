@@ -40,6 +40,11 @@ pub struct RestoreArgs {
     /// every stream's hash is checked before the first byte is written.
     #[arg(long)]
     stdout: bool,
+    /// Read from the repository at most RATE bytes per second on average
+    /// (stored bytes; K, M, G: times 1024, 1024², 1024³; e.g. 10M). With
+    /// --stdout the chain is read twice, so it takes twice as long.
+    #[arg(long = "limit-rate", value_name = "RATE", value_parser = crate::cmd::parse_rate)]
+    limit_rate: Option<u64>,
     #[command(flatten)]
     lock: LockArg,
     /// The stored snapshot: its id, its uuid, its path, `latest` (the
@@ -106,7 +111,7 @@ impl Progress for RestoreProgress<'_> {
 
 /// Run `btrsend backup restore`.
 pub fn run(a: &RestoreArgs) -> anyhow::Result<()> {
-    let repo = a.repo.open()?;
+    let repo = a.repo.open_limited(a.limit_rate)?;
     let progress = RestoreProgress {
         dir: a.to.as_deref(),
         bar: BackupReporter::bar(true, ""),

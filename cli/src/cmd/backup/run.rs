@@ -73,6 +73,13 @@ pub struct RunArgs {
     #[arg(long = "compression-level", value_name = "L", default_value_t = 3,
           value_parser = clap::value_parser!(i32).range(1..=19))]
     level: i32,
+    /// Write to the repository at most RATE bytes per second on average
+    /// (stored bytes; K, M, G: times 1024, 1024², 1024³; e.g. 10M), so
+    /// that a nightly job leaves room on an uplink. The progress bar's ETA
+    /// follows the limit. S3 parts leave whole, at the link's speed, at
+    /// the rate on average.
+    #[arg(long = "limit-rate", value_name = "RATE", value_parser = crate::cmd::parse_rate)]
+    limit_rate: Option<u64>,
     /// Print JSON Lines on standard output (message_type status, stored,
     /// then summary; a subvolume not snapshotted because it is unchanged
     /// is a status line with unchanged: true and newest_snapshot, counted
@@ -155,7 +162,7 @@ the other snapshots are stored all the same.";
 /// Run `btrsend backup run`.
 pub fn run(a: &RunArgs) -> anyhow::Result<()> {
     let go = || -> anyhow::Result<()> {
-        let repo = a.repo.open()?;
+        let repo = a.repo.open_limited(a.limit_rate)?;
         let mut opts = RunOptions::new()
             .with_devices(a.devices.clone())
             .with_degraded(a.degraded)
