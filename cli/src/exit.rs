@@ -10,6 +10,7 @@
 //! | 10 | `backup`: the repository is missing or unreachable |
 //! | 11 | `backup`: the repository's lock is held |
 //! | 12 | `backup verify`: damage found |
+//! | 14 | `backup status`: a backup is stale (older than `--max-age`, or none) or its chain unhealthy |
 //! | 130 | interrupted by SIGINT (Ctrl-C); 143 by SIGTERM |
 //! | 141 | standard output's reader went away (a closed pipe), in every subcommand (`receive` and `backup run` finish their work first) |
 
@@ -32,6 +33,9 @@ pub const EXIT_STATUS: &str = "\
   10   backup: the repository is missing or unreachable
   11   backup: the repository's lock is held (--retry-lock waits)
   12   backup verify: damage found
+  13   backup: a passphrase, identity or write key is missing or wrong
+  14   backup status: an origin's newest backup is older than --max-age
+       (or the repository holds none), or its chain does not resolve
   130  interrupted (SIGINT, Ctrl-C); 143 terminated (SIGTERM). Nothing
        half-written is left: send -f FILE removes its temporary file
   141  standard output was closed by its reader (a broken pipe, e.g. `| head`),
@@ -66,6 +70,8 @@ pub enum Exit {
     Damage,
     /// 13: a secret of an encrypted repository is missing or wrong.
     Key,
+    /// 14: `backup status` found a stale or unhealthy backup.
+    Stale,
     /// 141 (128 + SIGPIPE): standard output's reader went away.
     BrokenPipe,
 }
@@ -124,6 +130,7 @@ impl Exit {
             Exit::LockHeld => 11,
             Exit::Damage => 12,
             Exit::Key => 13,
+            Exit::Stale => 14,
             Exit::BrokenPipe => 141,
         }
     }

@@ -142,6 +142,14 @@ const BACKUP_FORGET: Block = Block::Example(
      btrsend backup forget --repo /backup/home --keep-daily 7 --keep-weekly 4 --keep-monthly 12",
 );
 
+const BACKUP_STATUS: Block = Block::Example(
+    "Alert when a backup is older than a day and a bit (exit status 14, one \
+     line per stale origin on standard error, nothing otherwise), and leave \
+     metrics for node_exporter's textfile collector:",
+    "0 9 * * * /usr/local/bin/btrsend backup status --repo /backup/home --max-age 26h\n\
+     btrsend backup status --repo /backup/home --max-age 26h --metrics-file /var/lib/prometheus/node-exporter/btrsend-status.prom",
+);
+
 /// The extra sections of the page named `page` (`btrsend`, `btrsend-send`, …).
 pub fn extra_sections(page: &str) -> Vec<Section> {
     let examples = match page {
@@ -160,6 +168,7 @@ pub fn extra_sections(page: &str) -> Vec<Section> {
         "btrsend-backup-restore" => vec![BACKUP_RESTORE],
         "btrsend-backup-import" => vec![BACKUP_IMPORT],
         "btrsend-backup-forget" => vec![BACKUP_FORGET, BACKUP_NIGHTLY],
+        "btrsend-backup-status" => vec![BACKUP_STATUS],
         _ => Vec::new(),
     };
     let mut see_also: Vec<&str> = [

@@ -33,7 +33,7 @@
 //! * [`lock`]: exclusive for `run`, shared for the readers.
 //!
 //! One module per operation, each built on the above: `run`, `verify`,
-//! `restore`, `import` and [`forget`]. What they decide without I/O is in
+//! `restore`, `import`, [`forget`] and [`status`]. What they decide without I/O is in
 //! pure, tested modules:
 //!
 //! * [`plan`]: which snapshots a run stores and which stream each is
@@ -75,6 +75,7 @@ mod run;
 #[cfg(feature = "s3")]
 pub mod s3;
 pub mod snapshots;
+pub mod status;
 pub mod store;
 mod treehash;
 mod verify;
@@ -92,6 +93,7 @@ pub use restore::RestoreTarget;
 pub use run::{RunOptions, RunReport, SnapshotOptions};
 #[cfg(feature = "s3")]
 pub use s3::S3Store;
+pub use status::{OriginStatus, StatusReport};
 pub use store::{LocalStore, Store, StoreError};
 pub use verify::{Problem, VerifyReport};
 

@@ -18,6 +18,7 @@ mod backup_resume;
 mod backup_s3;
 mod backup_series;
 mod backup_snapshot;
+mod backup_status;
 mod common;
 mod completions;
 mod degraded;

@@ -8,7 +8,8 @@ use btrsend::backup::retention::{Keep, Policy, Within};
 use clap::Args;
 use serde_json::json;
 
-use super::{LockArg, RepoArg};
+use super::metrics::Metrics;
+use super::{LockArg, MetricsArg, RepoArg};
 use crate::exit::{UsageError, json_error};
 use crate::text::printable;
 
@@ -17,7 +18,7 @@ use crate::text::printable;
 #[command(after_long_help = FORGET_HELP)]
 pub struct ForgetArgs {
     #[command(flatten)]
-    repo: RepoArg,
+    pub(super) repo: RepoArg,
     /// Keep the N newest entries (-1: all).
     #[arg(
         long = "keep-last",
@@ -87,6 +88,8 @@ pub struct ForgetArgs {
     json: bool,
     #[command(flatten)]
     lock: LockArg,
+    #[command(flatten)]
+    pub(super) metrics: MetricsArg,
 }
 
 const FORGET_HELP: &str = "\
@@ -128,7 +131,7 @@ impl ForgetArgs {
 }
 
 /// Run `btrsend backup forget`.
-pub fn run(a: &ForgetArgs) -> anyhow::Result<()> {
+pub fn run(a: &ForgetArgs, m: &mut Metrics) -> anyhow::Result<()> {
     let policy = a.policy();
     if policy.is_empty() {
         return Err(UsageError(String::from(
@@ -143,6 +146,19 @@ pub fn run(a: &ForgetArgs) -> anyhow::Result<()> {
     let report = repo
         .forget(&policy, &opts, &btrsend::backup::NoProgress)
         .map_err(|e| json_error(a.json, e.into()))?;
+    let mut deleted: std::collections::BTreeMap<&str, u64> = Default::default();
+    for v in &report.verdicts {
+        *deleted.entry(v.entry.origin.as_str()).or_default() += u64::from(!v.keep && !a.dry_run);
+    }
+    for (origin, n) in deleted {
+        m.int(
+            "btrsend_snapshots_deleted",
+            "Snapshots of the origin forget deleted (0 in a dry run).",
+            Some(origin),
+            n,
+        );
+    }
+    m.catalog(&repo);
     let mut out = crate::exit::stdout();
     if a.json {
         let rows: Vec<_> = report

@@ -1,7 +1,8 @@
 //! `btrsend backup`: the subcommands of the backup repository (core
 //! `btrsend::backup`), one module each (init is here, it is one call);
-//! this module holds what they share: the `--repo` and `--retry-lock`
-//! options, and the dispatch.
+//! this module holds what they share: the `--repo`, `--retry-lock` and
+//! `--metrics-file` options, and the dispatch (which writes the metrics
+//! file, module `metrics`, whatever the command's outcome).
 //!
 //! Exit statuses and JSON error lines are not made here but in
 //! [`crate::exit`]; progress is rendered by [`crate::progress::backup`].
@@ -11,11 +12,14 @@ mod import;
 mod init;
 mod key;
 mod list;
+mod metrics;
 mod restore;
 mod run;
 mod secrets;
+mod status;
 mod verify;
 
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use btrsend::backup::{self, Repository};
@@ -84,6 +88,8 @@ Exit status:
   11   the repository's lock is held (see --retry-lock)
   12   verify found damage
   13   a passphrase, identity or write key is missing or wrong
+  14   status: a backup is older than --max-age (or there is none), or
+       its chain does not resolve
   130  interrupted";
 
 /// The repository option every subcommand takes.
@@ -147,6 +153,39 @@ impl RepoSpec {
     }
 }
 
+/// `--metrics-file`, on the commands a monitoring system watches.
+#[derive(Debug, Args)]
+pub struct MetricsArg {
+    /// Write what the command did to FILE for Prometheus (node_exporter's
+    /// textfile collector).
+    ///
+    /// FILE, in the Prometheus text format, is e.g.
+    /// /var/lib/prometheus/node-exporter/btrsend-run.prom (one file per
+    /// command and repository); it is replaced atomically, on success and
+    /// on failure alike. Labels: job (empty), destination (REPO as given),
+    /// command, and origin where a value is per origin. Every command
+    /// writes btrsend_last_attempt_timestamp_seconds,
+    /// btrsend_last_attempt_exit_status, btrsend_duration_seconds and
+    /// btrsend_last_success_timestamp_seconds (after a failure, the one
+    /// FILE held), and from the catalog btrsend_repository_size_bytes and,
+    /// per origin, btrsend_snapshots_kept, btrsend_snapshots_kept_bytes and
+    /// btrsend_newest_snapshot_timestamp_seconds. run adds btrsend_sent_bytes
+    /// and per origin btrsend_streams_stored and btrsend_stored_bytes;
+    /// forget per origin btrsend_snapshots_deleted; verify
+    /// btrsend_verify_problems, btrsend_verify_unrestorable_snapshots and
+    /// btrsend_verify_read_bytes; status per origin
+    /// btrsend_newest_snapshot_age_seconds, btrsend_chain_healthy (1 or
+    /// 0) and with --max-age btrsend_stale (1 or 0).
+    #[arg(long = "metrics-file", value_name = "FILE")]
+    pub metrics_file: Option<PathBuf>,
+}
+
+impl MetricsArg {
+    fn file(&self) -> Option<&Path> {
+        self.metrics_file.as_deref()
+    }
+}
+
 /// Waiting for a held lock.
 #[derive(Debug, Args)]
 pub struct LockArg {
@@ -194,6 +233,10 @@ pub enum BackupCommand {
     /// Delete old entries by a retention policy (restic's --keep-*
     /// options), never one a kept entry's chain needs.
     Forget(forget::ForgetArgs),
+    /// Per origin, the newest stored snapshot, its age and its chain's
+    /// health, from the catalog alone; exit status 14 when one is older
+    /// than --max-age.
+    Status(status::StatusArgs),
     /// Manage an encrypted repository's passphrases: list, add, remove,
     /// passwd.
     Key(key::KeyCmdArgs),
@@ -203,13 +246,30 @@ pub enum BackupCommand {
 pub fn run(args: &BackupArgs) -> anyhow::Result<()> {
     match &args.command {
         BackupCommand::Init(a) => init::run(a),
-        BackupCommand::Run(a) => run::run(a),
+        BackupCommand::Run(a) => {
+            metrics::with_metrics(a.metrics.file(), "run", a.repo.spec().ok(), |m| {
+                run::run(a, m)
+            })
+        }
         BackupCommand::List(a) => list::run(a),
-        BackupCommand::Verify(a) => verify::run(a),
+        BackupCommand::Verify(a) => {
+            metrics::with_metrics(a.metrics.file(), "verify", a.repo.spec().ok(), |m| {
+                verify::run(a, m)
+            })
+        }
         BackupCommand::Restore(a) => restore::run(a),
         BackupCommand::Import(a) => import::run(a),
-        BackupCommand::Forget(a) => forget::run(a),
+        BackupCommand::Forget(a) => {
+            metrics::with_metrics(a.metrics.file(), "forget", a.repo.spec().ok(), |m| {
+                forget::run(a, m)
+            })
+        }
         BackupCommand::Key(a) => key::run(a),
+        BackupCommand::Status(a) => {
+            metrics::with_metrics(a.metrics.file(), "status", a.repo.spec().ok(), |m| {
+                status::run(a, m)
+            })
+        }
     }
 }
 

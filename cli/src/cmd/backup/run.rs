@@ -11,7 +11,8 @@ use btrsend::backup::{self, RunOptions, SnapshotOptions};
 use clap::Args;
 use serde_json::json;
 
-use super::{LockArg, RepoArg};
+use super::metrics::Metrics;
+use super::{LockArg, MetricsArg, RepoArg};
 use crate::exit::{Exit, ExitWith, exit_of, json_error, stored_or_failed};
 use crate::progress::backup::BackupReporter;
 use crate::text::iec;
@@ -21,7 +22,7 @@ use crate::text::iec;
 #[command(after_long_help = RUN_HELP)]
 pub struct RunArgs {
     #[command(flatten)]
-    repo: RepoArg,
+    pub(super) repo: RepoArg,
     /// A device or image file of the filesystem (repeat for multi-device
     /// filesystems). Without it, each SNAPSHOT is the path of a read-only
     /// snapshot in a mounted btrfs.
@@ -94,6 +95,8 @@ pub struct RunArgs {
     json: bool,
     #[command(flatten)]
     lock: LockArg,
+    #[command(flatten)]
+    pub(super) metrics: MetricsArg,
     /// Raw bytes per zstd frame (for tests).
     #[arg(long = "frame-bytes", hide = true, value_name = "N")]
     frame_bytes: Option<usize>,
@@ -160,8 +163,8 @@ A source snapshot that cannot be taken or deleted makes the exit status 3;
 the other snapshots are stored all the same.";
 
 /// Run `btrsend backup run`.
-pub fn run(a: &RunArgs) -> anyhow::Result<()> {
-    let go = || -> anyhow::Result<()> {
+pub fn run(a: &RunArgs, m: &mut Metrics) -> anyhow::Result<()> {
+    let go = |m: &mut Metrics| -> anyhow::Result<()> {
         let repo = a.repo.open_limited(a.limit_rate)?;
         let mut opts = RunOptions::new()
             .with_devices(a.devices.clone())
@@ -190,6 +193,33 @@ pub fn run(a: &RunArgs) -> anyhow::Result<()> {
         let stream_bytes: u64 = report.stored.iter().map(|e| e.stream_bytes).sum();
         let stored_bytes: u64 = report.stored.iter().map(|e| e.stored_bytes).sum();
         let sent_bytes = stream_bytes.saturating_sub(progress.kept());
+        m.int(
+            "btrsend_sent_bytes",
+            "Bytes of raw send stream the run sent (not counting what it continued).",
+            None,
+            sent_bytes,
+        );
+        let mut per_origin: std::collections::BTreeMap<&str, (u64, u64)> = Default::default();
+        for e in &report.stored {
+            let o = per_origin.entry(e.origin.as_str()).or_default();
+            o.0 += 1;
+            o.1 += e.stored_bytes;
+        }
+        for (origin, (n, bytes)) in per_origin {
+            m.int(
+                "btrsend_streams_stored",
+                "Streams the run stored for the origin.",
+                Some(origin),
+                n,
+            );
+            m.int(
+                "btrsend_stored_bytes",
+                "Bytes of stream files the run stored for the origin.",
+                Some(origin),
+                bytes,
+            );
+        }
+        m.catalog(&repo);
         if a.json {
             // The repository's size after the run: what its catalog's
             // entries store (null when the catalog cannot be read again).
@@ -249,5 +279,5 @@ pub fn run(a: &RunArgs) -> anyhow::Result<()> {
         }
         stored_or_failed(report.stored.len(), report.failed.len(), "snapshots")
     };
-    go().map_err(|e| json_error(a.json, e))
+    go(m).map_err(|e| json_error(a.json, e))
 }

@@ -7,7 +7,8 @@ use std::io::Write;
 
 use clap::Args;
 
-use super::{LockArg, RepoArg};
+use super::metrics::Metrics;
+use super::{LockArg, MetricsArg, RepoArg};
 use crate::exit::{Exit, ExitWith};
 use crate::progress::backup::BackupReporter;
 use crate::text::{iec, printable};
@@ -16,7 +17,7 @@ use crate::text::{iec, printable};
 #[derive(Debug, Args)]
 pub struct VerifyArgs {
     #[command(flatten)]
-    repo: RepoArg,
+    pub(super) repo: RepoArg,
     /// Also read every stored byte: every frame's BLAKE3, every command's
     /// CRC, every stream's BLAKE3 (under the shared lock, so that no
     /// forget deletes what is being read; without --read-data verify takes
@@ -28,10 +29,12 @@ pub struct VerifyArgs {
     json: bool,
     #[command(flatten)]
     lock: LockArg,
+    #[command(flatten)]
+    pub(super) metrics: MetricsArg,
 }
 
 /// Run `btrsend backup verify`.
-pub fn run(a: &VerifyArgs) -> anyhow::Result<()> {
+pub fn run(a: &VerifyArgs, m: &mut Metrics) -> anyhow::Result<()> {
     let repo = a.repo.open()?;
     let start = jiff::Timestamp::now();
     let clock = std::time::Instant::now();
@@ -40,6 +43,25 @@ pub fn run(a: &VerifyArgs) -> anyhow::Result<()> {
     let rep = repo.verify(a.read_data, a.lock.retry_lock, &progress);
     progress.finish();
     let rep = rep?;
+    m.int(
+        "btrsend_verify_problems",
+        "Problems verify found (0: no damage).",
+        None,
+        rep.problems.len() as u64,
+    );
+    m.int(
+        "btrsend_verify_unrestorable_snapshots",
+        "Stored snapshots the damage verify found makes unrestorable.",
+        None,
+        rep.unrestorable.len() as u64,
+    );
+    m.int(
+        "btrsend_verify_read_bytes",
+        "Stored bytes verify read (with --read-data).",
+        None,
+        rep.bytes_read,
+    );
+    m.catalog(&repo);
     if a.json {
         let mut v = serde_json::to_value(&rep)?;
         if let Some(o) = v.as_object_mut() {
