@@ -371,17 +371,21 @@ for fam in text_string_to_metric_families(open(sys.argv[1], encoding="utf-8").re
 /// The samples of a metrics file as the Prometheus client library parses
 /// it, or `None` (said loudly) when it is not installed.
 fn parse_metrics(test: &str, file: &Path) -> Option<Vec<(String, Value, f64)>> {
-    let probe = std::process::Command::new("python3")
-        .args(["-c", "import prometheus_client.parser"])
-        .output();
-    if !probe.is_ok_and(|o| o.status.success()) {
+    // The first python3 that has it: the one on PATH (which may be a
+    // pyenv of its own), else the system's, where apt installs it.
+    let Some(python) = ["python3", "/usr/bin/python3"].into_iter().find(|p| {
+        std::process::Command::new(p)
+            .args(["-c", "import prometheus_client.parser"])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    }) else {
         btrsend::testing::skip_or_fail(
             test,
             "needs python3 with prometheus_client (apt-get install python3-prometheus-client)",
         );
         return None;
-    }
-    let o = std::process::Command::new("python3")
+    };
+    let o = std::process::Command::new(python)
         .args(["-c", PARSE])
         .arg(file)
         .output()
@@ -588,7 +592,11 @@ fn run_forget_verify_metrics_files() {
     assert_eq!(sample(&s, "btrsend_last_attempt_exit_status", &verify), 0.0);
     let success = sample(&s, "btrsend_last_success_timestamp_seconds", &verify);
 
-    // forget: keep the last one; the chain keeps both.
+    // forget: keep the last one; the chain keeps both. (Its own file: a
+    // file holds one command's series, and verify's failure below keeps
+    // the success time its file held.)
+    let forget_prom = r.dir.path().join("forget.prom");
+    let fm = forget_prom.to_str().unwrap();
     code(
         &r.backup(&[
             "forget",
@@ -597,11 +605,11 @@ fn run_forget_verify_metrics_files() {
             "--keep-last",
             "1",
             "--metrics-file",
-            m,
+            fm,
         ]),
         0,
     );
-    let s = parse_metrics(TEST, &prom).unwrap();
+    let s = parse_metrics(TEST, &forget_prom).unwrap();
     let forget = [("command", "forget"), ("origin", origin.as_str())];
     assert_eq!(sample(&s, "btrsend_snapshots_deleted", &forget), 0.0);
     assert_eq!(sample(&s, "btrsend_snapshots_kept", &forget), 2.0);
