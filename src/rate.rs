@@ -76,6 +76,17 @@ impl RateLimit {
         }
     }
 
+    /// Wait until `n` more bytes may go, taken piece by piece as a writer
+    /// of them would (for bytes that went, or go, in one call).
+    pub fn take_all(&self, n: usize) {
+        let mut left = n;
+        while left > 0 {
+            let piece = left.min(PIECE);
+            self.take(piece);
+            left -= piece;
+        }
+    }
+
     /// Take `data` piece by piece, calling `each` on every piece once it
     /// may go.
     ///

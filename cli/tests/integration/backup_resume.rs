@@ -297,24 +297,12 @@ fn check_restore(repo: &Path, src: &LiveBtrfs, to: &Path, snap: &str, chain: &[&
     }
 }
 
-/// `backup restore --stdout ARGS… SNAP` of the chain `chain` into the
-/// kernel's `btrfs receive`, whose trees must have the kernel mount's
-/// manifests.
-fn check_received(
-    repo: &Path,
-    src: &LiveBtrfs,
-    scratch: &Path,
-    snap: &str,
-    args: &[&str],
-    chain: &[&str],
-) {
+/// What `restore` (a `backup restore --stdout …` command) writes, into
+/// the kernel's `btrfs receive`, whose trees of the chain `chain` must
+/// have the kernel mount's manifests.
+fn check_received(mut restore: Command, src: &LiveBtrfs, scratch: &Path, chain: &[&str]) {
     let stream = scratch.join("chain.stream");
-    let out = btrsend()
-        .args(["backup", "restore", "--stdout"])
-        .args(args)
-        .arg("--repo")
-        .arg(repo)
-        .arg(snap)
+    let out = restore
         .stdout(std::fs::File::create(&stream).unwrap())
         .stderr(Stdio::piped())
         .output()
@@ -335,6 +323,17 @@ fn check_received(
             manifest::diff(&want, &got, 20).unwrap_or_default()
         );
     }
+}
+
+/// `btrsend backup restore --stdout ARGS… --repo REPO SNAP`.
+fn restore_stdout(repo: &Path, args: &[&str], snap: &str) -> Command {
+    let mut c = btrsend();
+    c.args(["backup", "restore", "--stdout"])
+        .args(args)
+        .arg("--repo")
+        .arg(repo)
+        .arg(snap);
+    c
 }
 
 #[test]
@@ -488,7 +487,12 @@ fn backup_run_continues_the_stream_an_interrupted_run_left() {
     let to = src.path().join("restored");
     check_restore(&repo, &src, &to, &uuid2, &["s1", "s2"]);
     check_restore(&repo, &src, &to.join("3"), &uuid3, &["s3"]);
-    check_received(&repo, &src, tmp.path(), &uuid2, &[], &["s1", "s2"]);
+    check_received(
+        restore_stdout(&repo, &[], &uuid2),
+        &src,
+        tmp.path(),
+        &["s1", "s2"],
+    );
     eprintln!(
         "{test}: 20 kills; largest stream re-sent after a kill: {max_resent} bytes ({:.1} MiB)\n{}",
         max_resent as f64 / MIB as f64,
@@ -772,30 +776,12 @@ fn s3_case(test: &str, encryption: &str) {
             manifest::diff(&want, &got, 20).unwrap_or_default()
         );
     }
-    let stream = tmp.path().join("chain.stream");
-    let out = cmd()
+    let mut restore = cmd();
+    restore
         .args(["backup", "restore", "--stdout", "--repo"])
         .arg(&spec)
-        .arg(uuid2)
-        .stdout(std::fs::File::create(&stream).unwrap())
-        .stderr(Stdio::piped())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    src.receive("recv", &[&stream]).unwrap();
-    for s in ["s1", "s2"] {
-        let want = src.manifest(&format!("snaps/{s}"), opts).unwrap();
-        let got = src.manifest(&format!("recv/{s}"), opts).unwrap();
-        assert!(
-            manifest::diff(&want, &got, 20).is_none(),
-            "btrfs receive {s}: {}",
-            manifest::diff(&want, &got, 20).unwrap_or_default()
-        );
-    }
+        .arg(uuid2);
+    check_received(restore, &src, tmp.path(), &["s1", "s2"]);
     eprintln!(
         "{test}: 11 kills; largest stream re-sent after a kill: {max_resent} bytes ({:.1} MiB)\n{}",
         max_resent as f64 / MIB as f64,
@@ -932,11 +918,13 @@ fn backup_run_continues_an_encrypted_upload() {
     assert!(restored.stdout == sent.stdout, "s1 as sent");
     drop((restored, sent));
     check_received(
-        &repo,
+        restore_stdout(
+            &repo,
+            &["--identity", id],
+            stored2["uuid"].as_str().unwrap(),
+        ),
         &src,
         tmp.path(),
-        stored2["uuid"].as_str().unwrap(),
-        &["--identity", id],
         &["s1", "s2"],
     );
     eprintln!(
