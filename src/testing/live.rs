@@ -33,6 +33,25 @@ pub struct LiveBtrfs {
     dir: tempfile::TempDir,
 }
 
+/// Say loudly when the host's disk under the temporary directory has less
+/// room than this image may take: a sparse image that cannot grow turns into
+/// I/O errors and a read-only filesystem inside the test, far from the cause.
+fn warn_if_disk_is_short(dir: &Path, size: u64) {
+    let Ok(st) = rustix::fs::statvfs(dir) else {
+        return;
+    };
+    let free = st.f_bavail.saturating_mul(st.f_frsize);
+    if free < size.saturating_add(1 << 30) {
+        eprintln!(
+            "\n*** disk nearly full: {} MiB free under {}, and this scratch btrfs may grow \
+             to {} MiB; I/O errors or a read-only filesystem in this test come from that ***\n",
+            free >> 20,
+            dir.display(),
+            size >> 20
+        );
+    }
+}
+
 impl LiveBtrfs {
     /// `mkfs.btrfs -q` defaults on a 4 GiB sparse image, mounted with `-o loop`.
     ///
@@ -52,6 +71,7 @@ impl LiveBtrfs {
     /// mkfs or mount failed (what is already set up is cleaned up).
     pub fn with_options(size: u64, mkfs_args: &[&str], mount_opts: &str) -> Result<Self> {
         let dir = super::temp_dir("btrsend-live.")?;
+        warn_if_disk_is_short(dir.path(), size);
         let image = dir.path().join("fs.img");
         let mnt = dir.path().join("mnt");
         let mut fs = LiveBtrfs {

@@ -313,6 +313,8 @@ fn check_received(mut restore: Command, src: &LiveBtrfs, scratch: &Path, chain: 
         String::from_utf8_lossy(&out.stderr)
     );
     src.receive("recv", &[&stream]).unwrap();
+    // Hundreds of MiB: gone before the next step writes more.
+    std::fs::remove_file(&stream).unwrap();
     let opts = Options { holes: false };
     for s in chain {
         let want = src.manifest(&format!("snaps/{s}"), opts).unwrap();
