@@ -101,7 +101,7 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::fs::{self, File};
 use std::io::{self, Write};
-use std::os::unix::ffi::OsStrExt;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
@@ -299,6 +299,115 @@ pub fn write_manifest(root: &Path, opts: Options, out: &mut dyn Write) -> Result
             }
         }
     }
+    write_entries(entries, out)
+}
+
+/// What a manifest records of one path, wherever it was read from (the
+/// kernel's mount here; a backup index elsewhere).
+#[derive(Debug, Clone, Default)]
+pub struct Described {
+    /// Relative path, raw bytes; empty for the root.
+    pub rel: Vec<u8>,
+    /// The type as the format names it (`file`, `dir`, …; `subvol` gets no
+    /// further fields).
+    pub kind: &'static str,
+    /// `mode & 0o7777`.
+    pub mode: u32,
+    /// Owner.
+    pub uid: u32,
+    /// Group.
+    pub gid: u32,
+    /// Size (recorded for files and symlinks only).
+    pub size: u64,
+    /// `st_mtime` and `st_mtime_nsec`.
+    pub mtime: (i64, i64),
+    /// A symlink's target.
+    pub target: Option<Vec<u8>>,
+    /// A device's major and minor numbers.
+    pub rdev: Option<(u32, u32)>,
+    /// Which inode a non-directory with several links is (any key unique
+    /// per inode).
+    pub link_key: Option<(u64, u64)>,
+    /// A regular file's content hash ([`content_hash`]).
+    pub b3: Option<String>,
+    /// A regular file's data ranges (with [`Options::holes`]).
+    pub data: Option<Vec<(u64, u64)>>,
+    /// Extended attributes, sorted by name.
+    pub xattrs: Vec<(Vec<u8>, Vec<u8>)>,
+}
+
+impl Described {
+    fn into_entry(self) -> Entry {
+        if self.kind == "subvol" {
+            return Entry {
+                rel: self.rel,
+                head: "subvol".to_owned(),
+                tail: String::new(),
+                link_key: None,
+            };
+        }
+        let mut head = String::with_capacity(96);
+        // Writing to a String cannot fail.
+        let _ = write!(
+            head,
+            "{} mode={:04o} uid={} gid={}",
+            self.kind, self.mode, self.uid, self.gid
+        );
+        if self.kind == "file" || self.kind == "symlink" {
+            let _ = write!(head, " size={}", self.size);
+        }
+        let _ = write!(head, " mtime={}.{:09}", self.mtime.0, self.mtime.1);
+        if let Some(target) = &self.target {
+            head.push_str(" target=");
+            escape_into(&mut head, target, false);
+        }
+        if let Some((major, minor)) = self.rdev {
+            let _ = write!(head, " rdev={major}:{minor}");
+        }
+        let mut tail = String::new();
+        if let Some(b3) = &self.b3 {
+            let _ = write!(tail, " b3={b3}");
+        }
+        if let Some(ranges) = &self.data {
+            tail.push_str(" data=");
+            if ranges.is_empty() {
+                tail.push('-');
+            }
+            for (i, (off, len)) in ranges.iter().enumerate() {
+                if i > 0 {
+                    tail.push(',');
+                }
+                let _ = write!(tail, "{off}+{len}");
+            }
+        }
+        for (name, value) in &self.xattrs {
+            tail.push_str(" xattr:");
+            escape_into(&mut tail, name, true);
+            tail.push('=');
+            escape_into(&mut tail, value, false);
+        }
+        Entry {
+            rel: self.rel,
+            head,
+            tail,
+            link_key: self.link_key,
+        }
+    }
+}
+
+/// Write the manifest of the paths `described` (in any order).
+///
+/// # Errors
+///
+/// A write error.
+pub fn write_described(described: Vec<Described>, out: &mut dyn Write) -> Result<()> {
+    write_entries(
+        described.into_iter().map(Described::into_entry).collect(),
+        out,
+    )
+}
+
+fn write_entries(mut entries: Vec<Entry>, out: &mut dyn Write) -> Result<()> {
     entries.sort_unstable_by(|a, b| a.rel.cmp(&b.rel));
 
     // Name each hard-link group after its first member in sorted order.
@@ -354,69 +463,38 @@ fn describe(path: &Path, rel: Vec<u8>, meta: &fs::Metadata, opts: Options) -> Re
             path: path.to_path_buf(),
         });
     };
-    let mut head = String::with_capacity(96);
-    // Writing to a String cannot fail.
-    let _ = write!(
-        head,
-        "{kind} mode={:04o} uid={} gid={}",
-        meta.mode() & 0o7777,
-        meta.uid(),
-        meta.gid()
-    );
-    if ft.is_file() || ft.is_symlink() {
-        let _ = write!(head, " size={}", meta.size());
-    }
-    let _ = write!(head, " mtime={}.{:09}", meta.mtime(), meta.mtime_nsec());
+    let mut d = Described {
+        rel,
+        kind,
+        mode: meta.mode() & 0o7777,
+        uid: meta.uid(),
+        gid: meta.gid(),
+        size: meta.size(),
+        mtime: (meta.mtime(), meta.mtime_nsec()),
+        link_key: (!ft.is_dir() && meta.nlink() > 1).then(|| (meta.dev(), meta.ino())),
+        ..Described::default()
+    };
     if ft.is_symlink() {
         let target = fs::read_link(path).map_err(io_err("readlink", path))?;
-        head.push_str(" target=");
-        escape_into(&mut head, target.as_os_str().as_bytes(), false);
+        d.target = Some(target.into_os_string().into_vec());
     }
     if ft.is_char_device() || ft.is_block_device() {
         let rdev = meta.rdev();
-        let _ = write!(
-            head,
-            " rdev={}:{}",
-            rustix::fs::major(rdev),
-            rustix::fs::minor(rdev)
-        );
+        d.rdev = Some((rustix::fs::major(rdev), rustix::fs::minor(rdev)));
     }
-    let link_key = (!ft.is_dir() && meta.nlink() > 1).then(|| (meta.dev(), meta.ino()));
-
-    let mut tail = String::new();
     if ft.is_file() {
         let file = File::open(path).map_err(io_err("open", path))?;
         let size = meta.size();
         let ranges = data_ranges(&file, size, path)?;
-        let b3 = content_hash(size, ranges.iter().copied(), |off, buf| {
+        d.b3 = Some(content_hash(size, ranges.iter().copied(), |off, buf| {
             file.read_exact_at(buf, off).map_err(io_err("read", path))
-        })?;
-        let _ = write!(tail, " b3={b3}");
+        })?);
         if opts.holes {
-            tail.push_str(" data=");
-            if ranges.is_empty() {
-                tail.push('-');
-            }
-            for (i, (off, len)) in ranges.iter().enumerate() {
-                if i > 0 {
-                    tail.push(',');
-                }
-                let _ = write!(tail, "{off}+{len}");
-            }
+            d.data = Some(ranges);
         }
     }
-    for (name, value) in xattrs(path)? {
-        tail.push_str(" xattr:");
-        escape_into(&mut tail, &name, true);
-        tail.push('=');
-        escape_into(&mut tail, &value, false);
-    }
-    Ok(Entry {
-        rel,
-        head,
-        tail,
-        link_key,
-    })
+    d.xattrs = xattrs(path)?;
+    Ok(d.into_entry())
 }
 
 /// The file's data ranges `(offset, length)` from SEEK_DATA/SEEK_HOLE (the

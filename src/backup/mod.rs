@@ -65,6 +65,7 @@ mod frames;
 pub mod fuzz;
 pub mod holds;
 mod import;
+pub mod index;
 pub mod lock;
 pub mod partial;
 pub mod plan;

@@ -1,0 +1,781 @@
+//! Applying a stream to an index: a receive whose target is the index.
+//!
+//! Commands follow the semantics the receiver gives them (btrfs-progs
+//! `cmds/receive.c` on the `*at` calls), checked the same way: every path
+//! passes [`check_path`], names are resolved entry by entry from the root,
+//! creating over an existing name, removing a missing one, a directory loop
+//! or a non-empty `RMDIR` are errors naming the command. A stream that can
+//! be received is indexed; one that cannot is refused, never half-guessed.
+
+use std::ops::ControlFlow;
+
+use std::io::Read;
+
+use stream_format::{Attr, Command, CommandInfo, StreamReader};
+
+use super::IndexError;
+use super::model::{
+    Encoding, Extent, FileType, Inode, ROOT_INO, decode_dirent, dirent_key, dirent_prefix,
+    extent_key, extent_offset, extent_prefix, inode_key, xattr_key, xattr_prefix,
+};
+use super::tree::{PageId, Pages, Tree};
+use crate::receive::target::check_path;
+
+/// Changed nodes kept in memory before they are written out as pages: a
+/// bound on the memory an indexing takes whatever the tree's size (about
+/// 16 KiB a node).
+const DIRTY_NODES: usize = 4096;
+
+/// `fallocate(2)` flags a stream may carry.
+const FALLOC_FL_KEEP_SIZE: u32 = 1;
+const FALLOC_FL_PUNCH_HOLE: u32 = 2;
+
+/// The state of a snapshot's index: its tree and what the tree's records
+/// refer to. The repository stores one per indexed snapshot.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct IndexRoot {
+    /// The tree's root page (`None`: no records, never for a finished index).
+    pub tree: Option<PageId>,
+    /// The next inode number to hand out.
+    pub next_ino: u64,
+    /// The streams extents point into, by the extents' `source` number:
+    /// names the caller gives (the repository: stream objects).
+    pub sources: Vec<String>,
+}
+
+/// The index of a snapshot some CLONE command reads from, found by the
+/// snapshot's UUID (the parent's too, for a `SNAPSHOT` command).
+pub trait Snapshots {
+    /// The index of the snapshot `uuid`, if there is one.
+    fn index_of(&self, uuid: &[u8; 16]) -> Option<IndexRoot>;
+}
+
+/// A receive into an index (see the module docs).
+pub struct Indexer<'p, 's> {
+    tree: Tree<'p, 's>,
+    root: IndexRoot,
+    /// The source number of the stream being applied.
+    source: u32,
+    /// The name of the stream being applied (its `sources` entry).
+    source_name: String,
+    /// The snapshot's UUID, once its SUBVOL or SNAPSHOT came.
+    uuid: Option<[u8; 16]>,
+    ended: bool,
+}
+
+/// Where a command is, for messages.
+struct At<'a> {
+    info: &'a CommandInfo,
+    path: &'a [u8],
+}
+
+impl At<'_> {
+    fn err(&self, reason: impl Into<String>) -> IndexError {
+        IndexError::Apply {
+            command: self.info.to_string(),
+            path: crate::manifest::escape(self.path),
+            reason: reason.into(),
+        }
+    }
+}
+
+impl<'p, 's> Indexer<'p, 's> {
+    /// An indexer of the stream named `source`, writing pages to `pages`.
+    pub fn new(pages: &'p Pages<'s>, source: &str) -> Indexer<'p, 's> {
+        Indexer {
+            tree: Tree::open(pages, None),
+            root: IndexRoot {
+                tree: None,
+                next_ino: ROOT_INO + 1,
+                sources: Vec::new(),
+            },
+            source: 0,
+            source_name: source.to_owned(),
+            uuid: None,
+            ended: false,
+        }
+    }
+
+    /// The snapshot's UUID (from its SUBVOL or SNAPSHOT command).
+    pub fn uuid(&self) -> Option<[u8; 16]> {
+        self.uuid
+    }
+
+    /// Whether the stream's END came.
+    pub fn ended(&self) -> bool {
+        self.ended
+    }
+
+    /// Write out the index: its root, once the stream ended.
+    ///
+    /// # Errors
+    ///
+    /// The stream did not end, or a page cannot be written.
+    pub fn finish(mut self) -> Result<IndexRoot, IndexError> {
+        if !self.ended {
+            return Err(IndexError::Apply {
+                command: "the end of the stream".into(),
+                path: String::new(),
+                reason: "the stream ended without its END command".into(),
+            });
+        }
+        self.root.tree = self.tree.flush()?;
+        Ok(self.root)
+    }
+
+    /// Apply one command; `data_offset` is where its DATA attribute's bytes
+    /// start in the raw stream (for WRITE and ENCODED_WRITE).
+    ///
+    /// # Errors
+    ///
+    /// The command cannot be applied (see the module docs), or a page
+    /// cannot be read or written.
+    pub fn apply(
+        &mut self,
+        info: &CommandInfo,
+        cmd: &Command<'_>,
+        data_offset: u64,
+        snapshots: &dyn Snapshots,
+    ) -> Result<(), IndexError> {
+        let at = At {
+            info,
+            path: cmd.path().unwrap_or_default(),
+        };
+        if let Some(p) = cmd.path()
+            && !matches!(cmd, Command::Subvol { .. } | Command::Snapshot { .. })
+        {
+            check_path(p).map_err(|e| at.err(e.to_string()))?;
+        }
+        if self.ended {
+            return Err(at.err("a command after END (one stream is indexed at a time)"));
+        }
+        let started = self.uuid.is_some();
+        match cmd {
+            Command::Subvol { .. } | Command::Snapshot { .. } if started => {
+                return Err(at.err("a second subvolume in one stream"));
+            }
+            Command::Subvol { uuid, .. } => {
+                self.uuid = Some(*uuid);
+                self.root.sources.push(self.source_name.clone());
+                let mut r = Inode::new(FileType::Dir, 0o755);
+                r.parent = ROOT_INO;
+                self.put_inode(ROOT_INO, &r)?;
+            }
+            Command::Snapshot {
+                uuid, clone_uuid, ..
+            } => {
+                let parent = snapshots
+                    .index_of(clone_uuid)
+                    .ok_or_else(|| at.err("the parent snapshot has no index"))?;
+                self.tree = Tree::open(self.tree.pages(), parent.tree);
+                self.root = parent;
+                self.uuid = Some(*uuid);
+                self.source = self.source_of(&self.source_name.clone());
+            }
+            _ if !started => return Err(at.err("a command before SUBVOL or SNAPSHOT")),
+            Command::Mkfile { path, .. } => {
+                self.create(&at, path, Inode::new(FileType::File, 0o600))?
+            }
+            Command::Mkdir { path, .. } => {
+                self.create(&at, path, Inode::new(FileType::Dir, 0o700))?
+            }
+            Command::Mknod {
+                path, rdev, mode, ..
+            } => {
+                let kind = FileType::from_mode(*mode)
+                    .filter(|k| {
+                        matches!(
+                            k,
+                            FileType::Chr | FileType::Blk | FileType::Fifo | FileType::Sock
+                        )
+                    })
+                    .ok_or_else(|| at.err(format!("MKNOD of mode {mode:o}")))?;
+                let mut i = Inode::new(kind, (*mode & 0o7777) as u32);
+                i.rdev = *rdev;
+                self.create(&at, path, i)?;
+            }
+            Command::Mkfifo { path, .. } => {
+                self.create(&at, path, Inode::new(FileType::Fifo, 0o600))?
+            }
+            Command::Mksock { path, .. } => {
+                self.create(&at, path, Inode::new(FileType::Sock, 0o600))?
+            }
+            Command::Symlink {
+                path, path_link, ..
+            } => {
+                let mut i = Inode::new(FileType::Symlink, 0o777);
+                i.target = path_link.to_vec();
+                i.size = path_link.len() as u64;
+                self.create(&at, path, i)?;
+            }
+            Command::Rename { path, path_to } => self.rename(&at, path, path_to)?,
+            Command::Link { path, path_link } => {
+                let ino = self.resolve(&at, path_link)?;
+                let mut i = self.inode(ino)?;
+                if i.kind == FileType::Dir {
+                    return Err(at.err("LINK to a directory"));
+                }
+                let (dir, name) = self.parent_of(&at, path)?;
+                self.add_entry(&at, dir, name, ino)?;
+                i.nlink = i
+                    .nlink
+                    .checked_add(1)
+                    .ok_or_else(|| at.err("too many links"))?;
+                self.put_inode(ino, &i)?;
+            }
+            Command::Unlink { path } => {
+                let (dir, name) = self.parent_of(&at, path)?;
+                let ino = self
+                    .entry(dir, name)?
+                    .ok_or_else(|| at.err("no such file"))?;
+                if self.inode(ino)?.kind == FileType::Dir {
+                    return Err(at.err("UNLINK of a directory"));
+                }
+                self.remove_entry(dir, name)?;
+                self.drop_link(ino)?;
+            }
+            Command::Rmdir { path } => {
+                let (dir, name) = self.parent_of(&at, path)?;
+                let ino = self
+                    .entry(dir, name)?
+                    .ok_or_else(|| at.err("no such directory"))?;
+                if self.inode(ino)?.kind != FileType::Dir {
+                    return Err(at.err("RMDIR of a non-directory"));
+                }
+                if self.tree.prefixed_any(&dirent_prefix(ino))? {
+                    return Err(at.err("RMDIR of a directory that is not empty"));
+                }
+                self.remove_entry(dir, name)?;
+                self.delete_inode(ino)?;
+            }
+            Command::SetXattr { path, name, data } => {
+                let ino = self.resolve(&at, path)?;
+                if name.is_empty() || name.len() > 255 || name.contains(&0) {
+                    return Err(at.err("a bad xattr name"));
+                }
+                self.tree.insert(&xattr_key(ino, name), data)?;
+            }
+            Command::RemoveXattr { path, name } => {
+                let ino = self.resolve(&at, path)?;
+                if self.tree.remove(&xattr_key(ino, name))?.is_none() {
+                    return Err(at.err("REMOVE_XATTR of an xattr the file does not have"));
+                }
+            }
+            Command::Write { path, offset, data } => {
+                let ino = self.file(&at, path)?;
+                let len = data.len() as u64;
+                let extent = Extent {
+                    len,
+                    source: self.source,
+                    stream_offset: data_offset,
+                    encoding: Encoding::Plain,
+                };
+                self.write(&at, ino, *offset, len, Some(extent))?;
+            }
+            Command::EncodedWrite {
+                path,
+                offset,
+                unencoded_file_len,
+                unencoded_len,
+                unencoded_offset,
+                compression,
+                encryption,
+                data,
+            } => {
+                let ino = self.file(&at, path)?;
+                crate::receive::encoded::check(
+                    compression.unwrap_or(0),
+                    encryption.unwrap_or(0),
+                    *unencoded_len,
+                    *unencoded_offset,
+                    *unencoded_file_len,
+                )
+                .map_err(|e| at.err(e.to_string()))?;
+                let encoding = match compression.unwrap_or(0) {
+                    // Uncompressed: the file's bytes are the data's from
+                    // `unencoded_offset` (which must hold them all).
+                    0 => {
+                        if unencoded_offset
+                            .checked_add(*unencoded_file_len)
+                            .is_none_or(|e| e > data.len() as u64)
+                        {
+                            return Err(at.err("ENCODED_WRITE data shorter than its range"));
+                        }
+                        None
+                    }
+                    c => Some(Encoding::Encoded {
+                        compression: c,
+                        encoded_len: data.len() as u64,
+                        unencoded_len: *unencoded_len,
+                        unencoded_offset: *unencoded_offset,
+                    }),
+                };
+                let extent = Extent {
+                    len: *unencoded_file_len,
+                    source: self.source,
+                    stream_offset: match encoding {
+                        None => data_offset + unencoded_offset,
+                        Some(_) => data_offset,
+                    },
+                    encoding: encoding.unwrap_or(Encoding::Plain),
+                };
+                self.write(&at, ino, *offset, *unencoded_file_len, Some(extent))?;
+            }
+            Command::Clone {
+                offset,
+                len,
+                path,
+                clone_uuid,
+                clone_path,
+                clone_offset,
+                ..
+            } => {
+                check_path(clone_path).map_err(|e| at.err(e.to_string()))?;
+                let ino = self.file(&at, path)?;
+                let pieces = if Some(*clone_uuid) == self.uuid {
+                    let src = self.file(&at, clone_path)?;
+                    extents_in(&self.tree, src, *clone_offset, *len)?
+                } else {
+                    let other = snapshots
+                        .index_of(clone_uuid)
+                        .ok_or_else(|| at.err("the clone source has no index"))?;
+                    let t = Tree::open(self.tree.pages(), other.tree);
+                    let src = resolve_in(&t, clone_path).map_err(|e| match e {
+                        IndexError::NotFound { .. } => at.err("the clone source has no such file"),
+                        e => e,
+                    })?;
+                    let mut pieces = extents_in(&t, src, *clone_offset, *len)?;
+                    for (_, e) in &mut pieces {
+                        let name = other.sources.get(e.source as usize).ok_or_else(|| {
+                            at.err("the clone source's index names no such stream")
+                        })?;
+                        e.source = self.source_of(name);
+                    }
+                    pieces
+                };
+                self.write(&at, ino, *offset, *len, None)?;
+                for (off, e) in pieces {
+                    // Offsets relative to the source range.
+                    self.tree
+                        .insert(&extent_key(ino, offset + off), &e.encode())?;
+                }
+            }
+            Command::Truncate { path, size } => {
+                let ino = self.file(&at, path)?;
+                let mut i = self.inode(ino)?;
+                if *size < i.size {
+                    punch(&mut self.tree, ino, *size, u64::MAX)?;
+                }
+                i.size = *size;
+                self.put_inode(ino, &i)?;
+            }
+            Command::Chmod { path, mode } => {
+                let ino = self.resolve(&at, path)?;
+                let mut i = self.inode(ino)?;
+                i.mode = (*mode & 0o7777) as u32;
+                self.put_inode(ino, &i)?;
+            }
+            Command::Chown { path, uid, gid } => {
+                let ino = self.resolve(&at, path)?;
+                let mut i = self.inode(ino)?;
+                i.uid = u32::try_from(*uid).map_err(|_| at.err("uid out of range"))?;
+                i.gid = u32::try_from(*gid).map_err(|_| at.err("gid out of range"))?;
+                self.put_inode(ino, &i)?;
+            }
+            Command::Utimes { path, mtime, .. } => {
+                let ino = self.resolve(&at, path)?;
+                let mut i = self.inode(ino)?;
+                if mtime.nsec >= 1_000_000_000 {
+                    return Err(at.err("nanoseconds out of range"));
+                }
+                i.mtime = (mtime.sec as i64, mtime.nsec);
+                self.put_inode(ino, &i)?;
+            }
+            Command::Fallocate {
+                path,
+                mode,
+                offset,
+                size,
+            } => {
+                let ino = self.file(&at, path)?;
+                let end = offset
+                    .checked_add(*size)
+                    .ok_or_else(|| at.err("range past 2^64"))?;
+                match *mode {
+                    0 => {
+                        let mut i = self.inode(ino)?;
+                        i.size = i.size.max(end);
+                        self.put_inode(ino, &i)?;
+                    }
+                    FALLOC_FL_KEEP_SIZE => {}
+                    m if m == FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE => {
+                        punch(&mut self.tree, ino, *offset, end)?;
+                    }
+                    m => return Err(at.err(format!("FALLOCATE mode {m:#x}"))),
+                }
+            }
+            Command::Fileattr { path, attr } => {
+                let ino = self.resolve(&at, path)?;
+                let mut i = self.inode(ino)?;
+                i.flags = *attr;
+                self.put_inode(ino, &i)?;
+            }
+            Command::UpdateExtent { .. } => {
+                return Err(at.err("a stream without file data (--no-data) cannot be indexed"));
+            }
+            Command::End => self.ended = true,
+            // Verity and commands this crate does not know change nothing a
+            // listing shows (the receiver ignores unknown commands too).
+            Command::EnableVerity { .. } | Command::Unknown { .. } => {}
+        }
+        self.tree.flush_if_over(DIRTY_NODES)
+    }
+
+    /// The number of the stream `name` in the source list (added if new).
+    fn source_of(&mut self, name: &str) -> u32 {
+        match self.root.sources.iter().position(|s| s == name) {
+            Some(i) => i as u32,
+            None => {
+                self.root.sources.push(name.to_owned());
+                (self.root.sources.len() - 1) as u32
+            }
+        }
+    }
+
+    fn inode(&self, ino: u64) -> Result<Inode, IndexError> {
+        let k = inode_key(ino);
+        let v = self.tree.get(&k)?.ok_or_else(|| IndexError::Record {
+            what: "inode",
+            key: k.clone(),
+            reason: "missing",
+        })?;
+        Inode::decode(&k, &v)
+    }
+
+    fn put_inode(&mut self, ino: u64, i: &Inode) -> Result<(), IndexError> {
+        self.tree.insert(&inode_key(ino), &i.encode())
+    }
+
+    fn entry(&self, dir: u64, name: &[u8]) -> Result<Option<u64>, IndexError> {
+        let k = dirent_key(dir, name);
+        self.tree
+            .get(&k)?
+            .map(|v| decode_dirent(&k, &v))
+            .transpose()
+    }
+
+    fn resolve(&self, at: &At<'_>, path: &[u8]) -> Result<u64, IndexError> {
+        resolve_in(&self.tree, path).map_err(|e| match e {
+            IndexError::NotFound { .. } => at.err("no such file or directory"),
+            e => e,
+        })
+    }
+
+    /// The inode of `path`, which must be a regular file.
+    fn file(&self, at: &At<'_>, path: &[u8]) -> Result<u64, IndexError> {
+        let ino = self.resolve(at, path)?;
+        if self.inode(ino)?.kind != FileType::File {
+            return Err(at.err("not a regular file"));
+        }
+        Ok(ino)
+    }
+
+    /// The directory holding `path`'s last component, and that name.
+    fn parent_of<'n>(&self, at: &At<'_>, path: &'n [u8]) -> Result<(u64, &'n [u8]), IndexError> {
+        if path.is_empty() {
+            return Err(at.err("the subvolume root cannot be the target of this command"));
+        }
+        let (dir, name) = match path.iter().rposition(|&b| b == b'/') {
+            Some(i) => (self.resolve(at, &path[..i])?, &path[i + 1..]),
+            None => (ROOT_INO, path),
+        };
+        if self.inode(dir)?.kind != FileType::Dir {
+            return Err(at.err("a path component is not a directory"));
+        }
+        Ok((dir, name))
+    }
+
+    fn add_entry(
+        &mut self,
+        at: &At<'_>,
+        dir: u64,
+        name: &[u8],
+        ino: u64,
+    ) -> Result<(), IndexError> {
+        if self.entry(dir, name)?.is_some() {
+            return Err(at.err("the name exists already"));
+        }
+        self.tree
+            .insert(&dirent_key(dir, name), &ino.to_le_bytes())?;
+        let mut d = self.inode(dir)?;
+        d.size += 2 * name.len() as u64;
+        self.put_inode(dir, &d)
+    }
+
+    fn remove_entry(&mut self, dir: u64, name: &[u8]) -> Result<(), IndexError> {
+        self.tree.remove(&dirent_key(dir, name))?;
+        let mut d = self.inode(dir)?;
+        d.size = d.size.saturating_sub(2 * name.len() as u64);
+        self.put_inode(dir, &d)
+    }
+
+    fn create(&mut self, at: &At<'_>, path: &[u8], mut inode: Inode) -> Result<(), IndexError> {
+        let (dir, name) = self.parent_of(at, path)?;
+        let ino = self.root.next_ino;
+        self.root.next_ino = ino
+            .checked_add(1)
+            .ok_or_else(|| at.err("out of inode numbers"))?;
+        if inode.kind == FileType::Dir {
+            inode.parent = dir;
+        }
+        self.add_entry(at, dir, name, ino)?;
+        self.put_inode(ino, &inode)
+    }
+
+    fn drop_link(&mut self, ino: u64) -> Result<(), IndexError> {
+        let mut i = self.inode(ino)?;
+        i.nlink = i.nlink.saturating_sub(1);
+        if i.nlink == 0 {
+            self.delete_inode(ino)
+        } else {
+            self.put_inode(ino, &i)
+        }
+    }
+
+    fn delete_inode(&mut self, ino: u64) -> Result<(), IndexError> {
+        for prefix in [xattr_prefix(ino), extent_prefix(ino)] {
+            for (k, _) in self.tree.prefixed(&prefix)? {
+                self.tree.remove(&k)?;
+            }
+        }
+        self.tree.remove(&inode_key(ino))?;
+        Ok(())
+    }
+
+    fn rename(&mut self, at: &At<'_>, from: &[u8], to: &[u8]) -> Result<(), IndexError> {
+        let (fdir, fname) = self.parent_of(at, from)?;
+        let ino = self
+            .entry(fdir, fname)?
+            .ok_or_else(|| at.err("no such file or directory"))?;
+        let (tdir, tname) = self.parent_of(at, to)?;
+        let mut moved = self.inode(ino)?;
+        if let Some(existing) = self.entry(tdir, tname)? {
+            if existing == ino {
+                // rename(2) of two names of one inode does nothing.
+                return Ok(());
+            }
+            let old = self.inode(existing)?;
+            match (moved.kind == FileType::Dir, old.kind == FileType::Dir) {
+                (true, true) => {
+                    if self.tree.prefixed_any(&dirent_prefix(existing))? {
+                        return Err(at.err("RENAME over a directory that is not empty"));
+                    }
+                    self.remove_entry(tdir, tname)?;
+                    self.delete_inode(existing)?;
+                }
+                (false, false) => {
+                    self.remove_entry(tdir, tname)?;
+                    self.drop_link(existing)?;
+                }
+                _ => return Err(at.err("RENAME between a directory and a non-directory")),
+            }
+        }
+        if moved.kind == FileType::Dir {
+            // No directory may move below itself.
+            let mut d = tdir;
+            loop {
+                if d == ino {
+                    return Err(at.err("RENAME of a directory below itself"));
+                }
+                if d == ROOT_INO {
+                    break;
+                }
+                d = self.inode(d)?.parent;
+            }
+        }
+        self.remove_entry(fdir, fname)?;
+        self.add_entry(at, tdir, tname, ino)?;
+        if moved.kind == FileType::Dir {
+            moved = self.inode(ino)?;
+            moved.parent = tdir;
+            self.put_inode(ino, &moved)?;
+        }
+        Ok(())
+    }
+
+    /// Make `[offset, offset + len)` of `ino` hold `extent` (`None`: leave
+    /// it a hole, for a CLONE to fill), growing the file to cover it.
+    fn write(
+        &mut self,
+        at: &At<'_>,
+        ino: u64,
+        offset: u64,
+        len: u64,
+        extent: Option<Extent>,
+    ) -> Result<(), IndexError> {
+        let end = offset
+            .checked_add(len)
+            .ok_or_else(|| at.err("range past 2^64"))?;
+        if len == 0 {
+            return Ok(());
+        }
+        punch(&mut self.tree, ino, offset, end)?;
+        if let Some(e) = extent {
+            self.tree.insert(&extent_key(ino, offset), &e.encode())?;
+        }
+        let mut i = self.inode(ino)?;
+        if end > i.size {
+            i.size = end;
+            self.put_inode(ino, &i)?;
+        }
+        Ok(())
+    }
+}
+
+/// Index the first stream of `input` (named `source` in the index's source
+/// list), starting from its parent's index for an incremental stream: the
+/// snapshot's UUID and its index.
+///
+/// # Errors
+///
+/// The stream does not decode or cannot be applied, or a page cannot be
+/// read or written.
+pub fn index_stream(
+    pages: &Pages<'_>,
+    input: impl Read,
+    source: &str,
+    snapshots: &dyn Snapshots,
+) -> Result<([u8; 16], IndexRoot), IndexError> {
+    /// A command's header: length, number, CRC.
+    const COMMAND_HEADER: u64 = 10;
+    let mut reader = StreamReader::new(input);
+    let mut ix = Indexer::new(pages, source);
+    while let Some((info, raw)) = reader.next_raw()? {
+        let data_offset = raw.find(Attr::Data).map_or(0, |a| {
+            info.offset + COMMAND_HEADER + a.value_offset() as u64
+        });
+        let cmd = Command::from_raw(&raw, &info)?;
+        ix.apply(&info, &cmd, data_offset, snapshots)?;
+        if ix.ended() {
+            break;
+        }
+    }
+    // OK: finish refuses a stream without END, which comes after SUBVOL.
+    let uuid = ix.uuid().unwrap_or_default();
+    Ok((uuid, ix.finish()?))
+}
+
+impl Tree<'_, '_> {
+    /// Whether any key starts with `prefix`.
+    pub(crate) fn prefixed_any(&self, prefix: &[u8]) -> Result<bool, IndexError> {
+        let mut any = false;
+        self.scan(prefix, &mut |k, _| {
+            any = k.starts_with(prefix);
+            Ok(ControlFlow::Break(()))
+        })?;
+        Ok(any)
+    }
+}
+
+/// The inode of `path` in `tree`.
+pub(crate) fn resolve_in(tree: &Tree<'_, '_>, path: &[u8]) -> Result<u64, IndexError> {
+    let mut ino = ROOT_INO;
+    if path.is_empty() {
+        return Ok(ino);
+    }
+    for name in path.split(|&b| b == b'/') {
+        let k = dirent_key(ino, name);
+        ino = match tree.get(&k)? {
+            Some(v) => decode_dirent(&k, &v)?,
+            None => {
+                return Err(IndexError::NotFound {
+                    path: crate::manifest::escape(path),
+                });
+            }
+        };
+    }
+    Ok(ino)
+}
+
+/// The extents of `ino` that hold data in `[offset, offset + len)`, cut to
+/// that range, each with its start relative to `offset`.
+pub(crate) fn extents_in(
+    tree: &Tree<'_, '_>,
+    ino: u64,
+    offset: u64,
+    len: u64,
+) -> Result<Vec<(u64, Extent)>, IndexError> {
+    let end = offset.saturating_add(len);
+    let mut out = Vec::new();
+    overlapping(tree, ino, offset, end, &mut |start, e| {
+        let s = start.max(offset);
+        let cut = e.skip(s - start);
+        let keep = (start + e.len).min(end) - s;
+        out.push((s - offset, Extent { len: keep, ..cut }));
+    })?;
+    Ok(out)
+}
+
+/// Call `f` with every extent of `ino` overlapping `[from, to)` (its start
+/// and record), in order.
+pub(crate) fn overlapping(
+    tree: &Tree<'_, '_>,
+    ino: u64,
+    from: u64,
+    to: u64,
+    f: &mut dyn FnMut(u64, Extent),
+) -> Result<(), IndexError> {
+    let prefix = extent_prefix(ino);
+    // The extent starting at or before `from` may reach into the range.
+    if let Some((k, v)) = tree.floor(&extent_key(ino, from))?
+        && k.starts_with(&prefix)
+        && let Some(start) = extent_offset(&k)
+        && start < from
+    {
+        let e = Extent::decode(&k, &v)?;
+        if start.saturating_add(e.len) > from {
+            f(start, e);
+        }
+    }
+    let mut err = None;
+    tree.scan(&extent_key(ino, from), &mut |k, v| {
+        let Some(start) = extent_offset(k).filter(|_| k.starts_with(&prefix)) else {
+            return Ok(ControlFlow::Break(()));
+        };
+        if start >= to {
+            return Ok(ControlFlow::Break(()));
+        }
+        match Extent::decode(k, v) {
+            Ok(e) => f(start, e),
+            Err(e) => {
+                err = Some(e);
+                return Ok(ControlFlow::Break(()));
+            }
+        }
+        Ok(ControlFlow::Continue(()))
+    })?;
+    err.map_or(Ok(()), Err)
+}
+
+/// Remove `ino`'s data in `[from, to)`, cutting the extents that straddle
+/// either end.
+fn punch(tree: &mut Tree<'_, '_>, ino: u64, from: u64, to: u64) -> Result<(), IndexError> {
+    let mut hit = Vec::new();
+    overlapping(tree, ino, from, to, &mut |start, e| hit.push((start, e)))?;
+    for (start, e) in hit {
+        tree.remove(&extent_key(ino, start))?;
+        let end = start.saturating_add(e.len);
+        if start < from {
+            let left = Extent {
+                len: from - start,
+                ..e
+            };
+            tree.insert(&extent_key(ino, start), &left.encode())?;
+        }
+        if end > to {
+            let right = e.skip(to - start);
+            tree.insert(&extent_key(ino, to), &right.encode())?;
+        }
+    }
+    Ok(())
+}

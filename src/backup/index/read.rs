@@ -1,0 +1,310 @@
+//! Reading a snapshot's index: paths, attributes, directory listings, and
+//! file data read from the streams the extents point into.
+
+use std::ops::ControlFlow;
+
+use super::IndexError;
+use super::apply::{IndexRoot, overlapping, resolve_in};
+use super::model::{
+    Encoding, FileType, Inode, ROOT_INO, decode_dirent, dirent_prefix, inode_key, name_of,
+    xattr_prefix,
+};
+use super::tree::{Pages, Record, Scan, Tree};
+use crate::manifest::{self, Described};
+
+/// Deepest directory nesting a walk follows: a damaged index whose
+/// entries form a loop ends here, with an error.
+const MAX_DEPTH: usize = 2048;
+
+/// A walk's callback: each path, its inode number and inode.
+pub type Walk<'f> = dyn FnMut(&[u8], u64, &Inode) -> Result<(), IndexError> + 'f;
+
+/// A listing's callback: each entry's name and inode number.
+pub type Entries<'f> = dyn FnMut(&[u8], u64) -> Result<Scan, IndexError> + 'f;
+
+/// Where file data is read from: the raw bytes of a stream by its name in
+/// the index's source list.
+pub trait DataSource {
+    /// Fill `buf` with the bytes of stream `source` at `offset`.
+    ///
+    /// # Errors
+    ///
+    /// The stream cannot be read there (missing, damaged, too short).
+    fn read(&self, source: &str, offset: u64, buf: &mut [u8]) -> Result<(), IndexError>;
+}
+
+/// A stored snapshot's index, open for reading.
+pub struct Snapshot<'p, 's> {
+    tree: Tree<'p, 's>,
+    root: IndexRoot,
+}
+
+impl<'p, 's> Snapshot<'p, 's> {
+    /// The snapshot whose index is `root`.
+    pub fn open(pages: &'p Pages<'s>, root: IndexRoot) -> Snapshot<'p, 's> {
+        Snapshot {
+            tree: Tree::open(pages, root.tree),
+            root,
+        }
+    }
+
+    /// The inode of `path` (relative to the snapshot's root, `/`-separated;
+    /// empty: the root).
+    ///
+    /// # Errors
+    ///
+    /// [`IndexError::NotFound`], or a damaged index.
+    pub fn lookup(&self, path: &[u8]) -> Result<u64, IndexError> {
+        resolve_in(&self.tree, path)
+    }
+
+    /// Inode `ino`.
+    ///
+    /// # Errors
+    ///
+    /// It is missing, or its record is damaged.
+    pub fn inode(&self, ino: u64) -> Result<Inode, IndexError> {
+        let k = inode_key(ino);
+        let v = self.tree.get(&k)?.ok_or_else(|| IndexError::Record {
+            what: "inode",
+            key: k.clone(),
+            reason: "missing (an entry names it)",
+        })?;
+        Inode::decode(&k, &v)
+    }
+
+    /// Call `f` with the name and inode number of each entry of directory
+    /// `dir`, in name order, until it breaks.
+    ///
+    /// # Errors
+    ///
+    /// A damaged index, or the first error of `f`.
+    pub fn children(&self, dir: u64, f: &mut Entries<'_>) -> Result<(), IndexError> {
+        let prefix = dirent_prefix(dir);
+        self.tree.scan(&prefix, &mut |k, v| {
+            if !k.starts_with(&prefix) {
+                return Ok(ControlFlow::Break(()));
+            }
+            f(name_of(k), decode_dirent(k, v)?)
+        })
+    }
+
+    /// The xattrs of `ino`, by name.
+    ///
+    /// # Errors
+    ///
+    /// A damaged index.
+    pub fn xattrs(&self, ino: u64) -> Result<Vec<Record>, IndexError> {
+        let prefix = xattr_prefix(ino);
+        Ok(self
+            .tree
+            .prefixed(&prefix)?
+            .into_iter()
+            .map(|(k, v)| (name_of(&k).to_vec(), v))
+            .collect())
+    }
+
+    /// The ranges of `ino` that hold data (the rest reads as zeros), merged,
+    /// within `size`.
+    ///
+    /// # Errors
+    ///
+    /// A damaged index.
+    pub fn data_ranges(&self, ino: u64, size: u64) -> Result<Vec<(u64, u64)>, IndexError> {
+        let mut out: Vec<(u64, u64)> = Vec::new();
+        overlapping(&self.tree, ino, 0, size, &mut |start, e| {
+            let end = start.saturating_add(e.len).min(size);
+            match out.last_mut() {
+                Some((s, l)) if *s + *l == start => *l = end - *s,
+                _ => out.push((start, end - start)),
+            }
+        })?;
+        Ok(out)
+    }
+
+    /// Read `buf.len()` bytes of file `ino` at `offset` (holes and the part
+    /// past its data read as zeros); the bytes read, short at the end of
+    /// the file.
+    ///
+    /// # Errors
+    ///
+    /// A damaged index, or data that cannot be read from its stream.
+    pub fn read(
+        &self,
+        ino: u64,
+        inode: &Inode,
+        offset: u64,
+        buf: &mut [u8],
+        data: &dyn DataSource,
+    ) -> Result<usize, IndexError> {
+        let end = offset.saturating_add(buf.len() as u64).min(inode.size);
+        if offset >= end {
+            return Ok(0);
+        }
+        let n = (end - offset) as usize;
+        let buf = &mut buf[..n];
+        buf.fill(0);
+        let mut pieces = Vec::new();
+        overlapping(&self.tree, ino, offset, end, &mut |start, e| {
+            pieces.push((start, e));
+        })?;
+        for (start, e) in pieces {
+            let s = start.max(offset);
+            let t = start.saturating_add(e.len).min(end);
+            let into = &mut buf[(s - offset) as usize..(t - offset) as usize];
+            let source = self
+                .root
+                .sources
+                .get(e.source as usize)
+                .ok_or(IndexError::Record {
+                    what: "extent",
+                    key: super::model::extent_key(ino, start),
+                    reason: "names a stream the index does not list",
+                })?;
+            match e.encoding {
+                Encoding::Plain => data.read(source, e.stream_offset + (s - start), into)?,
+                Encoding::Encoded {
+                    compression,
+                    encoded_len,
+                    unencoded_len,
+                    unencoded_offset,
+                } => {
+                    let len = usize::try_from(encoded_len)
+                        .ok()
+                        .filter(|&l| l <= 16 << 20)
+                        .ok_or(IndexError::Record {
+                            what: "extent",
+                            key: super::model::extent_key(ino, start),
+                            reason: "encoded length out of range",
+                        })?;
+                    let mut blob = vec![0u8; len];
+                    data.read(source, e.stream_offset, &mut blob)?;
+                    let out = crate::receive::encoded::decode(
+                        compression,
+                        0,
+                        &blob,
+                        unencoded_len,
+                        unencoded_offset + (s - start),
+                        t - s,
+                    )
+                    .map_err(|err| IndexError::Data {
+                        path: format!("inode {ino}"),
+                        reason: err.to_string(),
+                    })?;
+                    into.copy_from_slice(&out);
+                }
+            }
+        }
+        Ok(n)
+    }
+
+    /// Call `f` with every path below the root (not the root itself),
+    /// depth first, each directory's entries in name order.
+    ///
+    /// # Errors
+    ///
+    /// A damaged index, or the first error of `f`.
+    pub fn walk(&self, f: &mut Walk<'_>) -> Result<(), IndexError> {
+        let mut path = Vec::new();
+        self.walk_dir(ROOT_INO, &mut path, 0, f)
+    }
+
+    fn walk_dir(
+        &self,
+        dir: u64,
+        path: &mut Vec<u8>,
+        depth: usize,
+        f: &mut Walk<'_>,
+    ) -> Result<(), IndexError> {
+        if depth > MAX_DEPTH {
+            return Err(IndexError::Record {
+                what: "directory",
+                key: inode_key(dir),
+                reason: "nested deeper than any path can be (a loop)",
+            });
+        }
+        self.children(dir, &mut |name, ino| {
+            let inode = self.inode(ino)?;
+            let len = path.len();
+            if !path.is_empty() {
+                path.push(b'/');
+            }
+            path.extend_from_slice(name);
+            f(path, ino, &inode)?;
+            if inode.kind == FileType::Dir {
+                self.walk_dir(ino, path, depth + 1, f)?;
+            }
+            path.truncate(len);
+            Ok(ControlFlow::Continue(()))
+        })
+    }
+
+    /// What a manifest records of `path` (inode `ino`), its content hash
+    /// read through `data`.
+    ///
+    /// # Errors
+    ///
+    /// A damaged index, or data that cannot be read.
+    pub fn describe(
+        &self,
+        path: &[u8],
+        ino: u64,
+        inode: &Inode,
+        opts: manifest::Options,
+        data: &dyn DataSource,
+    ) -> Result<Described, IndexError> {
+        let mut d = Described {
+            rel: path.to_vec(),
+            kind: inode.kind.manifest_name(),
+            mode: inode.mode,
+            uid: inode.uid,
+            gid: inode.gid,
+            size: inode.size,
+            mtime: (inode.mtime.0, i64::from(inode.mtime.1)),
+            link_key: (inode.kind != FileType::Dir && inode.nlink > 1).then_some((0, ino)),
+            xattrs: self.xattrs(ino)?,
+            ..Described::default()
+        };
+        match inode.kind {
+            FileType::Symlink => d.target = Some(inode.target.clone()),
+            FileType::Chr | FileType::Blk => {
+                d.rdev = Some((rustix::fs::major(inode.rdev), rustix::fs::minor(inode.rdev)));
+            }
+            FileType::File => {
+                let ranges = self.data_ranges(ino, inode.size)?;
+                d.b3 = Some(manifest::content_hash(
+                    inode.size,
+                    ranges.iter().copied(),
+                    |off, buf| self.read(ino, inode, off, buf, data).map(|_| ()),
+                )?);
+                if opts.holes {
+                    d.data = Some(ranges);
+                }
+            }
+            _ => {}
+        }
+        Ok(d)
+    }
+
+    /// The manifest of the whole snapshot (the format of
+    /// [`crate::manifest`]), file contents read through `data`.
+    ///
+    /// # Errors
+    ///
+    /// A damaged index, or data that cannot be read.
+    pub fn manifest(
+        &self,
+        opts: manifest::Options,
+        data: &dyn DataSource,
+    ) -> Result<String, IndexError> {
+        let root = self.inode(ROOT_INO)?;
+        let mut all = vec![self.describe(b"", ROOT_INO, &root, opts, data)?];
+        self.walk(&mut |path, ino, inode| {
+            all.push(self.describe(path, ino, inode, opts, data)?);
+            Ok(())
+        })?;
+        let mut out = Vec::new();
+        manifest::write_described(all, &mut out).map_err(|e| IndexError::Store(e.to_string()))?;
+        Ok(String::from_utf8_lossy(&out).into_owned())
+    }
+}

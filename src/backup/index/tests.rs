@@ -1,0 +1,401 @@
+//! The tree against a `BTreeMap`, and indexes of the kernel's streams
+//! against the kernel's manifests of the snapshots they were sent from.
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap};
+use std::io::Read;
+
+use super::tree::{PageId, PageStore, Pages, Tree};
+use super::{DataSource, IndexError, IndexRoot, Snapshot, Snapshots, index_stream};
+use crate::manifest::{self, Options};
+use crate::testing::FixtureMeta;
+
+/// Pages in memory.
+#[derive(Default)]
+struct Mem(RefCell<HashMap<PageId, Vec<u8>>>);
+
+impl PageStore for Mem {
+    fn get(&self, id: &PageId) -> Result<Vec<u8>, IndexError> {
+        self.0
+            .borrow()
+            .get(id)
+            .cloned()
+            .ok_or(IndexError::MissingPage { id: *id })
+    }
+    fn put(&self, id: &PageId, bytes: &[u8]) -> Result<(), IndexError> {
+        self.0.borrow_mut().insert(*id, bytes.to_vec());
+        Ok(())
+    }
+}
+
+/// A small deterministic generator (xorshift).
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
+#[test]
+fn tree_agrees_with_a_btreemap_through_inserts_removes_and_flushes() {
+    let mem = Mem::default();
+    let pages = Pages::new(&mem, [7; 32]);
+    let mut tree = Tree::open(&pages, None);
+    let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut roots = Vec::new();
+    for step in 0..60_000u64 {
+        let k = format!("k{:06}", rng.below(20_000)).into_bytes();
+        match rng.below(10) {
+            0..=5 => {
+                let v = vec![b'v'; rng.below(300) as usize];
+                tree.insert(&k, &v).unwrap();
+                model.insert(k, v);
+            }
+            6..=8 => assert_eq!(tree.remove(&k).unwrap(), model.remove(&k)),
+            _ => assert_eq!(tree.get(&k).unwrap(), model.get(&k).cloned()),
+        }
+        if step % 7_919 == 0 {
+            let root = tree.flush().unwrap();
+            roots.push((root, model.clone()));
+        }
+    }
+    let root = tree.flush().unwrap();
+    roots.push((root, model.clone()));
+    // Every flushed version is still whole: pages are never overwritten.
+    for (root, want) in roots {
+        let t = Tree::open(&pages, root);
+        let mut got = Vec::new();
+        t.scan(b"", &mut |k, v| {
+            got.push((k.to_vec(), v.to_vec()));
+            Ok(std::ops::ControlFlow::Continue(()))
+        })
+        .unwrap();
+        assert_eq!(got, want.into_iter().collect::<Vec<_>>());
+    }
+    // floor: the last key at or before.
+    let t = Tree::open(&pages, root);
+    for probe in ["k000000", "k010000x", "k2", "a"] {
+        let want = model
+            .range(..=probe.as_bytes().to_vec())
+            .next_back()
+            .map(|(k, v)| (k.clone(), v.clone()));
+        assert_eq!(t.floor(probe.as_bytes()).unwrap(), want, "{probe}");
+    }
+    assert!(mem.0.borrow().len() > 100, "the tree spans many pages");
+}
+
+#[test]
+fn a_damaged_or_missing_page_is_an_error_not_an_answer() {
+    let mem = Mem::default();
+    let pages = Pages::new(&mem, [1; 32]);
+    let mut tree = Tree::open(&pages, None);
+    for i in 0..5_000u32 {
+        tree.insert(&i.to_be_bytes(), b"value").unwrap();
+    }
+    let root = tree.flush().unwrap().unwrap();
+    let leaf = {
+        let store = mem.0.borrow();
+        *store.keys().find(|id| **id != root).unwrap()
+    };
+    // A flipped byte: the page no longer matches its name.
+    mem.0.borrow_mut().get_mut(&leaf).unwrap()[3] ^= 1;
+    let fresh = Pages::new(&mem, [1; 32]);
+    let t = Tree::open(&fresh, Some(root));
+    let mut seen = 0;
+    let r = t.scan(b"", &mut |_, _| {
+        seen += 1;
+        Ok(std::ops::ControlFlow::Continue(()))
+    });
+    assert!(
+        matches!(r, Err(IndexError::Page { id, .. }) if id == leaf),
+        "{r:?}"
+    );
+    // Missing.
+    mem.0.borrow_mut().remove(&leaf);
+    let fresh = Pages::new(&mem, [1; 32]);
+    let t = Tree::open(&fresh, Some(root));
+    let r = t.scan(b"", &mut |_, _| Ok(std::ops::ControlFlow::Continue(())));
+    assert!(matches!(r, Err(IndexError::MissingPage { .. })), "{r:?}");
+    // A page under another key is not taken either.
+    let other = Pages::new(&mem, [2; 32]);
+    let t = Tree::open(&other, Some(root));
+    assert!(matches!(t.get(b"x"), Err(IndexError::Page { .. })));
+}
+
+/// Raw streams in memory, by source name.
+#[derive(Default)]
+struct Streams(HashMap<String, Vec<u8>>);
+
+impl DataSource for Streams {
+    fn read(&self, source: &str, offset: u64, buf: &mut [u8]) -> Result<(), IndexError> {
+        let s = self.0.get(source).ok_or(IndexError::Store(source.into()))?;
+        let start = offset as usize;
+        buf.copy_from_slice(
+            s.get(start..start + buf.len())
+                .ok_or(IndexError::Store("past the end".into()))?,
+        );
+        Ok(())
+    }
+}
+
+/// Indexes by snapshot UUID.
+#[derive(Default)]
+struct Known(RefCell<HashMap<[u8; 16], IndexRoot>>);
+
+impl Snapshots for Known {
+    fn index_of(&self, uuid: &[u8; 16]) -> Option<IndexRoot> {
+        self.0.borrow().get(uuid).cloned()
+    }
+}
+
+fn read_zst(path: &std::path::Path) -> Vec<u8> {
+    let mut out = Vec::new();
+    zstd::Decoder::new(std::fs::File::open(path).unwrap())
+        .unwrap()
+        .read_to_end(&mut out)
+        .unwrap();
+    out
+}
+
+/// Index `stream` (a fixture file) and check the result against the
+/// kernel's manifest of `snapshot`.
+fn index_and_check(
+    fx: &FixtureMeta,
+    pages: &Pages<'_>,
+    streams: &mut Streams,
+    known: &Known,
+    stream: &std::path::Path,
+    snapshot: &str,
+) {
+    let name = stream.file_name().unwrap().to_string_lossy().into_owned();
+    let raw = read_zst(stream);
+    let (uuid, root) = index_stream(pages, &raw[..], &name, known)
+        .unwrap_or_else(|e| panic!("{}: {name}: {e}", fx.name()));
+    streams.0.insert(name.clone(), raw);
+    known.0.borrow_mut().insert(uuid, root.clone());
+    let got = Snapshot::open(pages, root)
+        .manifest(Options { holes: false }, streams)
+        .unwrap_or_else(|e| panic!("{}: {name}: {e}", fx.name()));
+    let want = manifest::strip_holes(&fx.manifest(snapshot).unwrap());
+    // A nested subvolume is not in its parent's stream.
+    let want: String = want
+        .lines()
+        .filter(|l| !l.ends_with(" subvol"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    if let Some(d) = manifest::diff(&want, &got, 20) {
+        panic!("{}: {name} indexed is not {snapshot}:\n{d}", fx.name());
+    }
+}
+
+#[test]
+fn indexes_of_the_kernels_full_streams_equal_the_kernels_manifests() {
+    for fx in FixtureMeta::all().unwrap() {
+        for version in ["v1", "v2c"] {
+            let mem = Mem::default();
+            let pages = Pages::new(&mem, [0; 32]);
+            let mut streams = Streams::default();
+            let known = Known::default();
+            for snap in &fx.snapshots {
+                let path = fx.full_stream(snap, version);
+                if path.is_file() {
+                    index_and_check(&fx, &pages, &mut streams, &known, &path, snap);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn indexes_built_along_the_kernels_incremental_chains_equal_its_manifests() {
+    for fx in FixtureMeta::all().unwrap() {
+        for version in ["v1", "v2c"] {
+            let mem = Mem::default();
+            let pages = Pages::new(&mem, [0; 32]);
+            let mut streams = Streams::default();
+            let known = Known::default();
+            // Every snapshot first as a full stream (so each pair's parent
+            // has an index), then each pair on top of its parent's.
+            for snap in &fx.snapshots {
+                let path = fx.full_stream(snap, version);
+                if path.is_file() {
+                    index_and_check(&fx, &pages, &mut streams, &known, &path, snap);
+                }
+            }
+            for pair in &fx.pairs {
+                let path = fx.inc_stream(pair, version);
+                if path.is_file() {
+                    index_and_check(&fx, &pages, &mut streams, &known, &path, &pair.child);
+                }
+            }
+            // Streams with clone sources (`clonesend NAME SNAP ...`).
+            for (key, value) in &fx.other {
+                if key != "clonesend" {
+                    continue;
+                }
+                let mut words = value.split_whitespace();
+                let (Some(name), Some(snap)) = (words.next(), words.next()) else {
+                    continue;
+                };
+                let path = fx.dir.join(format!("{name}.{version}.stream.zst"));
+                if path.is_file() {
+                    index_and_check(&fx, &pages, &mut streams, &known, &path, snap);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn removing_every_key_of_a_prefix_leaves_none() {
+    let mem = Mem::default();
+    let pages = Pages::new(&mem, [3; 32]);
+    let mut tree = Tree::open(&pages, None);
+    let key = |d: u64, f: u64| {
+        let mut k = vec![2];
+        k.extend_from_slice(&d.to_be_bytes());
+        k.extend_from_slice(format!("file-{f:05}-with-a-longish-name").as_bytes());
+        k
+    };
+    for d in 0..100 {
+        for f in 0..100 {
+            tree.insert(&key(d, f), &[0; 8]).unwrap();
+        }
+    }
+    tree.flush().unwrap();
+    for f in 0..100 {
+        assert!(tree.remove(&key(50, f)).unwrap().is_some());
+    }
+    let mut prefix = vec![2];
+    prefix.extend_from_slice(&50u64.to_be_bytes());
+    let left = tree.prefixed(&prefix).unwrap();
+    assert!(left.is_empty(), "{:?}", left.first());
+}
+
+/// A stream of `cmds` after a SUBVOL, ended (`finish` writes END).
+fn stream_of(cmds: &[stream_format::Command<'static>]) -> Vec<u8> {
+    use std::borrow::Cow;
+    use stream_format::{Command, StreamWriter};
+    let mut w = StreamWriter::new(Vec::new(), 1).unwrap();
+    w.write(&Command::Subvol {
+        path: Cow::Borrowed(b"s"),
+        uuid: [9; 16],
+        ctransid: 1,
+    })
+    .unwrap();
+    for c in cmds {
+        w.write(c).unwrap();
+    }
+    w.finish().unwrap()
+}
+
+#[test]
+fn hostile_streams_are_refused_with_the_command_named() {
+    use std::borrow::Cow::Borrowed as B;
+    use stream_format::Command as C;
+    let mkdir = |p: &'static [u8]| C::Mkdir {
+        path: B(p),
+        ino: 300,
+    };
+    let mkfile = |p: &'static [u8]| C::Mkfile {
+        path: B(p),
+        ino: 301,
+    };
+    let cases: Vec<(Vec<C<'static>>, &str)> = vec![
+        (vec![mkdir(b"../x")], "'..' component refused"),
+        (vec![mkdir(b"/x")], "absolute path refused"),
+        (vec![mkdir(b"a"), mkdir(b"a")], "the name exists already"),
+        (vec![mkfile(b"f"), mkdir(b"f/x")], "not a directory"),
+        (
+            vec![mkdir(b"a"), mkfile(b"a/f"), C::Rmdir { path: B(b"a") }],
+            "not empty",
+        ),
+        (
+            vec![
+                mkdir(b"a"),
+                mkdir(b"a/b"),
+                C::Rename {
+                    path: B(b"a"),
+                    path_to: B(b"a/b/c"),
+                },
+            ],
+            "below itself",
+        ),
+        (
+            vec![C::Unlink {
+                path: B(b"nothing"),
+            }],
+            "no such file",
+        ),
+        (
+            vec![
+                mkdir(b"d"),
+                C::Link {
+                    path: B(b"l"),
+                    path_link: B(b"d"),
+                },
+            ],
+            "LINK to a directory",
+        ),
+        (
+            vec![
+                mkfile(b"f"),
+                C::Clone {
+                    offset: 0,
+                    len: 4096,
+                    path: B(b"f"),
+                    clone_uuid: [5; 16],
+                    clone_ctransid: 1,
+                    clone_path: B(b"g"),
+                    clone_offset: 0,
+                },
+            ],
+            "the clone source has no index",
+        ),
+        (
+            vec![
+                mkdir(b"d"),
+                C::Write {
+                    path: B(b"d"),
+                    offset: 0,
+                    data: B(b"x"),
+                },
+            ],
+            "not a regular file",
+        ),
+        (
+            vec![
+                mkfile(b"f"),
+                C::RemoveXattr {
+                    path: B(b"f"),
+                    name: B(b"user.x"),
+                },
+            ],
+            "does not have",
+        ),
+    ];
+    for (cmds, want) in cases {
+        let mem = Mem::default();
+        let pages = Pages::new(&mem, [0; 32]);
+        let raw = stream_of(&cmds);
+        let err = index_stream(&pages, &raw[..], "s", &Known::default()).unwrap_err();
+        let msg = err.to_string();
+        assert!(
+            matches!(err, IndexError::Apply { .. }) && msg.contains(want),
+            "{cmds:?}: {msg}"
+        );
+        assert!(msg.contains("at stream offset"), "{msg}");
+    }
+    // A stream that stops before END is not an index.
+    let mut raw = stream_of(&[mkdir(b"a")]);
+    raw.truncate(raw.len() - 10);
+    let mem = Mem::default();
+    let pages = Pages::new(&mem, [0; 32]);
+    let r = index_stream(&pages, &raw[..], "s", &Known::default());
+    assert!(r.is_err(), "{r:?}");
+}
