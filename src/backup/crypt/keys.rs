@@ -75,6 +75,12 @@ impl WriteKey {
         SealKey::new(self.derive("btrsend 2026-11-28 repository object seal"))
     }
 
+    /// The key that names index pages (so equal pages of two
+    /// repositories, or a guessed page, show nothing).
+    pub fn derive_index_key(&self) -> [u8; 32] {
+        self.derive("btrsend 2026-11-28 index page names")
+    }
+
     /// The key of the stream objects' binding stanzas.
     pub fn bind_key(&self) -> BindKey {
         BindKey::new(self.derive("btrsend 2026-11-28 stream object binding"))

@@ -69,8 +69,10 @@ fn is_stream(key: &str) -> bool {
     key.starts_with(STREAMS_DIR)
 }
 
+/// Objects sealed whole under the write key: catalogs, and the browsing
+/// index (pages and roots: file names and attributes are user data).
 fn is_catalog(key: &str) -> bool {
-    key.starts_with(CATALOG_DIR)
+    key.starts_with(CATALOG_DIR) || key.starts_with(crate::backup::index::repo::INDEX_DIR)
 }
 
 impl CryptStore {

@@ -27,6 +27,7 @@
 pub mod apply;
 pub mod model;
 pub mod read;
+pub mod repo;
 pub mod tree;
 
 #[cfg(test)]

@@ -196,6 +196,11 @@ impl Inode {
         }
     }
 
+    /// A device's major and minor numbers.
+    pub fn rdev_parts(&self) -> (u32, u32) {
+        (rustix::fs::major(self.rdev), rustix::fs::minor(self.rdev))
+    }
+
     /// Its record.
     pub fn encode(&self) -> Vec<u8> {
         let mut v = Vec::with_capacity(INODE_FIXED + self.target.len());

@@ -7,6 +7,7 @@
 //! Exit statuses and JSON error lines are not made here but in
 //! [`crate::exit`]; progress is rendered by [`crate::progress::backup`].
 
+mod browse;
 mod forget;
 mod import;
 mod init;
@@ -240,6 +241,15 @@ pub enum BackupCommand {
     /// Manage an encrypted repository's passphrases: list, add, remove,
     /// passwd.
     Key(key::KeyCmdArgs),
+    /// Build the browsing index of every stored snapshot that has none
+    /// (what ls and dump read).
+    Index(browse::IndexArgs),
+    /// List the files of a stored snapshot from its index, without
+    /// restoring it.
+    Ls(browse::LsArgs),
+    /// Write one file of a stored snapshot to standard output, reading
+    /// only the stream frames that hold its data.
+    Dump(browse::DumpArgs),
 }
 
 /// Run `btrsend backup`.
@@ -265,6 +275,9 @@ pub fn run(args: &BackupArgs) -> anyhow::Result<()> {
             })
         }
         BackupCommand::Key(a) => key::run(a),
+        BackupCommand::Index(a) => browse::index(a),
+        BackupCommand::Ls(a) => browse::ls(a),
+        BackupCommand::Dump(a) => browse::dump(a),
         BackupCommand::Status(a) => {
             metrics::with_metrics(a.metrics.file(), "status", a.repo.spec().ok(), |m| {
                 status::run(a, m)

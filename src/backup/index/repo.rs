@@ -1,0 +1,361 @@
+//! Indexes in a repository: pages and roots as objects, the streams as
+//! the data source, and `backup index`, which builds what is missing.
+//!
+//! ```text
+//! REPO/index/pHEX                   a page (zstd of its bytes), HEX its 64-digit name
+//! REPO/index/rNAME.json             the root of the index of the stream streams/NAME.btrs.zst
+//! ```
+//!
+//! In an encrypted repository both are sealed as catalogs are (under the
+//! write key, bound to their object key), and page names are keyed by a
+//! key derived from the write key, so neither contents nor equal pages
+//! show to the storage.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::io::Read;
+use std::rc::Rc;
+
+use super::IndexError;
+use super::apply::{IndexRoot, Snapshots, index_stream};
+use super::read::{DataSource, Snapshot};
+use super::tree::{PageId, PageStore, Pages};
+use crate::backup::catalog::Catalog;
+use crate::backup::entry::Entry;
+use crate::backup::file::StreamFile;
+use crate::backup::lock::LockKind;
+use crate::backup::store::{Store, check_key};
+use crate::backup::{BackupError, Repository, STREAMS_DIR};
+use crate::progress::Progress;
+
+/// Where index objects live.
+pub const INDEX_DIR: &str = "index/";
+
+/// The largest page a store may hand back once decompressed (pages are
+/// at most a few times [`MAX_PAGE`](super::tree)'s 16 KiB; an entry alone
+/// may be 64 KiB of xattr).
+const MAX_PAGE_BYTES: usize = 1 << 20;
+
+/// Decompressed frames kept while reading file data.
+const FRAME_CACHE: usize = 4;
+
+fn hex(b: &[u8]) -> String {
+    super::hex(b)
+}
+
+/// The key of page `id`.
+pub fn page_key(id: &PageId) -> String {
+    format!("{INDEX_DIR}p{}", hex(id))
+}
+
+/// The key of the root of the index of the stream `file`
+/// (`streams/NAME.btrs.zst`).
+pub fn root_key(file: &str) -> Option<String> {
+    let name = file.strip_prefix(STREAMS_DIR)?.strip_suffix(".btrs.zst")?;
+    Some(format!("{INDEX_DIR}r{name}.json"))
+}
+
+/// A repository's store as a page store.
+struct StorePages<'r> {
+    store: &'r dyn Store,
+}
+
+impl PageStore for StorePages<'_> {
+    fn get(&self, id: &PageId) -> Result<Vec<u8>, IndexError> {
+        let key = page_key(id);
+        let packed = match self.store.get(&key, None) {
+            Ok(b) => b,
+            Err(e) if e.is_not_found() => return Err(IndexError::MissingPage { id: *id }),
+            Err(e) => return Err(IndexError::Store(e.to_string())),
+        };
+        let mut out = Vec::new();
+        zstd::Decoder::new(&packed[..])
+            .and_then(|d| d.take(MAX_PAGE_BYTES as u64 + 1).read_to_end(&mut out))
+            .map_err(|e| IndexError::Page {
+                id: *id,
+                reason: format!("does not decompress: {e}"),
+            })?;
+        if out.len() > MAX_PAGE_BYTES {
+            return Err(IndexError::Page {
+                id: *id,
+                reason: "larger than any page".into(),
+            });
+        }
+        Ok(out)
+    }
+
+    fn put(&self, id: &PageId, bytes: &[u8]) -> Result<(), IndexError> {
+        let packed =
+            zstd::bulk::compress(bytes, 3).map_err(|e| IndexError::Store(e.to_string()))?;
+        self.store
+            .put_if_absent(&page_key(id), &packed)
+            .map(|_| ())
+            .map_err(|e| IndexError::Store(e.to_string()))
+    }
+}
+
+/// A decompressed frame: its file, its number, its raw bytes.
+type CachedFrame = (String, usize, Rc<Vec<u8>>);
+
+/// The raw streams of a repository, read frame by frame.
+pub struct RepoData<'r> {
+    repo: &'r Repository,
+    cat: &'r Catalog,
+    /// Stream files opened so far, with the raw offset each frame starts at.
+    files: RefCell<HashMap<String, (StreamFile, Vec<u64>)>>,
+    /// Recently decompressed frames: (file, frame, bytes).
+    frames: RefCell<Vec<CachedFrame>>,
+    /// Stored bytes read so far.
+    read: RefCell<u64>,
+}
+
+impl<'r> RepoData<'r> {
+    fn new(repo: &'r Repository, cat: &'r Catalog) -> RepoData<'r> {
+        RepoData {
+            repo,
+            cat,
+            files: RefCell::new(HashMap::new()),
+            frames: RefCell::new(Vec::new()),
+            read: RefCell::new(0),
+        }
+    }
+
+    /// Stored bytes read from stream objects so far.
+    pub fn bytes_read(&self) -> u64 {
+        *self.read.borrow()
+    }
+
+    fn frame(&self, file: &StreamFile, i: usize) -> Result<Rc<Vec<u8>>, IndexError> {
+        if let Some((_, _, b)) = self
+            .frames
+            .borrow()
+            .iter()
+            .find(|(k, n, _)| *k == file.key && *n == i)
+        {
+            return Ok(Rc::clone(b));
+        }
+        let bad = |e: String| IndexError::Data {
+            path: file.key.clone(),
+            reason: e,
+        };
+        let stored = file
+            .read_frame(&**self.repo.store(), i)
+            .map_err(|e| bad(e.to_string()))?;
+        *self.read.borrow_mut() += stored.len() as u64;
+        let raw = Rc::new(
+            file.decompress(i, &stored)
+                .map_err(|e| bad(e.to_string()))?,
+        );
+        let mut frames = self.frames.borrow_mut();
+        if frames.len() >= FRAME_CACHE {
+            frames.remove(0);
+        }
+        frames.push((file.key.clone(), i, Rc::clone(&raw)));
+        Ok(raw)
+    }
+}
+
+impl DataSource for RepoData<'_> {
+    fn read(&self, source: &str, offset: u64, buf: &mut [u8]) -> Result<(), IndexError> {
+        let bad = |reason: String| IndexError::Data {
+            path: source.to_owned(),
+            reason,
+        };
+        if !self.files.borrow().contains_key(source) {
+            let e = self
+                .cat
+                .entries
+                .iter()
+                .find(|e| e.file == source)
+                .ok_or_else(|| bad("no entry of the catalog has this stream".into()))?;
+            let f = self.repo.open_file(e).map_err(|e| bad(e.to_string()))?;
+            let mut starts = Vec::with_capacity(f.trailer.frames.len());
+            let mut at = 0u64;
+            for fr in &f.trailer.frames {
+                starts.push(at);
+                at = at.saturating_add(fr.raw_len);
+            }
+            self.files
+                .borrow_mut()
+                .insert(source.to_owned(), (f, starts));
+        }
+        let files = self.files.borrow();
+        // OK: inserted above.
+        let (file, starts) = &files[source];
+        let mut pos = offset;
+        let mut done = 0usize;
+        while done < buf.len() {
+            let i = starts.partition_point(|&s| s <= pos).saturating_sub(1);
+            let raw = self.frame(file, i)?;
+            let within = usize::try_from(pos - starts[i]).unwrap_or(usize::MAX);
+            let have = raw
+                .get(within..)
+                .filter(|r| !r.is_empty())
+                .ok_or_else(|| bad(format!("no data at raw offset {pos}")))?;
+            let n = have.len().min(buf.len() - done);
+            buf[done..done + n].copy_from_slice(&have[..n]);
+            done += n;
+            pos += n as u64;
+        }
+        Ok(())
+    }
+}
+
+/// What `backup index` did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct IndexReport {
+    /// Entries indexed now.
+    pub built: Vec<u64>,
+    /// Entries that had an index already.
+    pub present: usize,
+}
+
+/// The indexes of the catalog's entries, for CLONE sources and parents.
+struct CatalogIndexes<'a> {
+    repo: &'a Repository,
+    cat: &'a Catalog,
+}
+
+impl Snapshots for CatalogIndexes<'_> {
+    fn index_of(&self, uuid: &[u8; 16]) -> Option<IndexRoot> {
+        let want = crate::backup::file::format::hyphenated(uuid);
+        let e = self.cat.entries.iter().rev().find(|e| e.uuid == want)?;
+        self.repo.index_root(self.cat, e).ok()
+    }
+}
+
+impl Repository {
+    /// The name key of index pages: secret in an encrypted repository.
+    fn page_name_key(&self) -> [u8; 32] {
+        match &self.keys {
+            Some(k) => k.write.derive_index_key(),
+            None => [0; 32],
+        }
+    }
+
+    /// The root of `e`'s index, checked against the catalog: every source
+    /// it names is a stream of one of the catalog's entries.
+    ///
+    /// # Errors
+    ///
+    /// It is missing ([`BackupError::Store`] not found) or damaged.
+    pub fn index_root(&self, cat: &Catalog, e: &Entry) -> Result<IndexRoot, BackupError> {
+        let key = root_key(&e.file).ok_or_else(|| BackupError::Catalog {
+            repo: self.store.name().to_owned(),
+            what: format!("entry {} has no stream file name to index", e.id),
+        })?;
+        let bytes = self.store.get(&key, None)?;
+        let bad = |what: String| BackupError::Catalog {
+            repo: self.store.name().to_owned(),
+            what: format!("index of entry {} ({key}): {what}", e.id),
+        };
+        let root: IndexRoot =
+            serde_json::from_slice(&bytes).map_err(|err| bad(format!("unreadable: {err}")))?;
+        for s in &root.sources {
+            check_key(s).map_err(bad)?;
+            if !cat.entries.iter().any(|x| x.file == *s) {
+                return Err(bad(format!(
+                    "names the stream {}, which no entry lists",
+                    crate::backup::store::quoted(s)
+                )));
+            }
+        }
+        if root.tree.is_none() {
+            return Err(bad("an empty tree".into()));
+        }
+        Ok(root)
+    }
+
+    /// Build the index of every entry that has none (parents first).
+    ///
+    /// # Errors
+    ///
+    /// The lock, the catalog, a stream that cannot be read or indexed, a
+    /// store error.
+    pub fn build_indexes(
+        &self,
+        wait: std::time::Duration,
+        progress: &dyn Progress,
+    ) -> Result<IndexReport, BackupError> {
+        self.need_contents("indexing")?;
+        let _lock = self.lock(LockKind::Exclusive, wait, progress)?;
+        let cat = self.catalog()?;
+        let present: std::collections::BTreeSet<String> = self
+            .store
+            .list(INDEX_DIR)?
+            .into_iter()
+            .map(|o| o.key)
+            .collect();
+        let mut report = IndexReport::default();
+        let mut order: Vec<&Entry> = cat.entries.iter().collect();
+        order.sort_by_key(|e| e.id);
+        let todo: Vec<&Entry> = order
+            .into_iter()
+            .filter(|e| root_key(&e.file).is_some_and(|k| !present.contains(&k)))
+            .collect();
+        report.present = cat.entries.len() - todo.len();
+        progress.plan(todo.len(), todo.iter().map(|e| e.stream_bytes).sum());
+        let store = StorePages {
+            store: &**self.store(),
+        };
+        let pages = Pages::new(&store, self.page_name_key());
+        let known = CatalogIndexes {
+            repo: self,
+            cat: &cat,
+        };
+        for e in todo {
+            let f = self.open_file(e)?;
+            let mut raw = f.raw_reader(&**self.store());
+            let fail = |err: IndexError| BackupError::Catalog {
+                repo: self.store.name().to_owned(),
+                what: format!("cannot index entry {} ({}): {err}", e.id, e.path),
+            };
+            let (_, root) = index_stream(&pages, &mut raw, &e.file, &known).map_err(fail)?;
+            // The stream's own hash is checked at its end: read to there,
+            // so a damaged stream is never indexed.
+            std::io::copy(&mut raw, &mut std::io::sink()).map_err(|err| BackupError::Io {
+                what: format!("reading {}", e.file),
+                error: err,
+            })?;
+            let json =
+                serde_json::to_vec(&root).map_err(|err| BackupError::Invalid(err.to_string()))?;
+            // OK to unwrap: `todo` holds only entries with a root key.
+            let key = root_key(&e.file).unwrap_or_default();
+            self.store.put_if_absent(&key, &json)?;
+            progress.data(e.stream_bytes);
+            report.built.push(e.id);
+        }
+        Ok(report)
+    }
+
+    /// Open the index of `e` for reading, with the streams as its data.
+    ///
+    /// # Errors
+    ///
+    /// The index is missing or damaged.
+    pub fn with_index<T>(
+        &self,
+        cat: &Catalog,
+        e: &Entry,
+        f: impl FnOnce(&Snapshot<'_, '_>, &RepoData<'_>) -> Result<T, BackupError>,
+    ) -> Result<T, BackupError> {
+        let root = match self.index_root(cat, e) {
+            Err(BackupError::Store(s)) if s.is_not_found() => {
+                return Err(BackupError::Invalid(format!(
+                    "{}: entry {} ({}) has no index yet: build it with `btrsend backup index`",
+                    self.store.name(),
+                    e.id,
+                    e.path
+                )));
+            }
+            r => r?,
+        };
+        let store = StorePages {
+            store: &**self.store(),
+        };
+        let pages = Pages::new(&store, self.page_name_key());
+        let snap = Snapshot::open(&pages, root);
+        let data = RepoData::new(self, cat);
+        f(&snap, &data)
+    }
+}
