@@ -9,6 +9,7 @@
 //! regenerates `man/`.
 
 mod backup;
+mod backup_config;
 mod backup_crypt;
 mod backup_feedback;
 mod backup_forget;
