@@ -6,7 +6,7 @@
 //! | 0 | success |
 //! | 1 | the operation failed: bad input, an I/O error, a corrupt stream or filesystem |
 //! | 2 | usage error: a bad command line, options that conflict (clap's code for its own errors), or `backup forget` with an empty policy |
-//! | 3 | `backup run`/`import`: some snapshots were stored and some failed |
+//! | 3 | `backup run`/`import`: some snapshots were stored and some failed; with `--config`, some jobs or destinations failed and others did not |
 //! | 10 | `backup`: the repository is missing or unreachable |
 //! | 11 | `backup`: the repository's lock is held |
 //! | 12 | `backup verify`: damage found |
@@ -29,7 +29,8 @@ pub const EXIT_STATUS: &str = "\
        filesystem); the error is printed once, as `btrsend: error: ...`
   2    usage error: a bad command line or options that conflict (e.g.
        --proto 1 --compressed-data), or backup forget with an empty policy
-  3    backup run/import: some snapshots were stored and some failed
+  3    backup run/import: some snapshots were stored and some failed;
+       with --config, some jobs or destinations failed and others did not
   10   backup: the repository is missing or unreachable
   11   backup: the repository's lock is held (--retry-lock waits)
   12   backup verify: damage found

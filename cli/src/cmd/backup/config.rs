@@ -753,6 +753,15 @@ repo = "/backup/dev"
     }
 
     #[test]
+    fn the_contrib_example_parses() {
+        let text = include_str!("../../../../contrib/btrsend.toml");
+        let c = parse(text).unwrap();
+        let jobs = c.jobs(&[]).unwrap();
+        assert_eq!(jobs.len(), 1);
+        assert_eq!(jobs[0].1.destination.len(), 2);
+    }
+
+    #[test]
     fn errors_name_line_and_key() {
         let e = parse(
             "[job.a]\nsnapshots = [\"x\"]\n[[job.a.destination]]\nrepo = \"/r\"\nkeep_daly = 7\n",

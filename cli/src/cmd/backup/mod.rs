@@ -78,7 +78,9 @@ btrsend-repository(5).
 
 Nightly, from cron or the systemd units in contrib/: `backup run` (with
 --snapshot to take and prune the source snapshots too), then `backup
-forget`; silent on success. The crontab lines are in the EXAMPLES of
+forget`; silent on success. With a config file (--config FILE, default
+/etc/btrsend/btrsend.toml; see btrsend-backup-config(1)) one `backup run`
+and one `backup forget` do every job and destination it names. The crontab lines are in the EXAMPLES of
 btrsend-backup(1) and in the README.
 
 Exit status:
@@ -86,7 +88,8 @@ Exit status:
   1    error
   2    usage error
   3    some snapshots were stored and some failed, or a source snapshot
-       could not be taken or deleted
+       could not be taken or deleted; with --config, some jobs or
+       destinations failed and others did not
   10   repository missing or unreachable
   11   the repository's lock is held (see --retry-lock)
   12   verify found damage
@@ -198,8 +201,11 @@ pub struct MetricsArg {
     /// FILE, in the Prometheus text format, is e.g.
     /// /var/lib/prometheus/node-exporter/btrsend-run.prom (one file per
     /// command and repository); it is replaced atomically, on success and
-    /// on failure alike. Labels: job (empty), destination (REPO as given),
-    /// command, and origin where a value is per origin. Every command
+    /// on failure alike. Labels: job (the config file's job, empty
+    /// without --config), destination (REPO as given), command, and origin
+    /// where a value is per origin. With --config FILE one file holds
+    /// every job and destination (default: the file's [COMMAND]
+    /// metrics_file). Every command
     /// writes btrsend_last_attempt_timestamp_seconds,
     /// btrsend_last_attempt_exit_status, btrsend_duration_seconds and
     /// btrsend_last_success_timestamp_seconds (after a failure, the one
