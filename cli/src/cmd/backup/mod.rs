@@ -204,8 +204,8 @@ pub struct MetricsArg {
     /// on failure alike. Labels: job (the config file's job, empty
     /// without --config), destination (REPO as given), command, and origin
     /// where a value is per origin. With --config FILE one file holds
-    /// every job and destination (default: the file's [COMMAND]
-    /// metrics_file). Every command
+    /// every job and destination (default: metrics_file in the file's
+    /// table named after the command, e.g. run). Every command
     /// writes btrsend_last_attempt_timestamp_seconds,
     /// btrsend_last_attempt_exit_status, btrsend_duration_seconds and
     /// btrsend_last_success_timestamp_seconds (after a failure, the one
