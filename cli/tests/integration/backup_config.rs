@@ -700,3 +700,77 @@ fn write_key_and_identity_keys() {
         13,
     );
 }
+
+/// Wait for the next second: snapshot names carry the time to the second.
+fn next_second() {
+    let now = jiff::Timestamp::now();
+    let ns = 1_000_000_000 - i64::from(now.subsec_nanosecond());
+    std::thread::sleep(std::time::Duration::from_nanos(ns as u64 + 1_000_000));
+}
+
+/// The job's snapshot, snapshot_dir and keep_snapshots keys on a
+/// loop-mounted btrfs (root): two nights, each taking a read-only snapshot
+/// (as `btrfs subvolume show` says), storing it, and keeping the newest
+/// one alone; the stored chain restores to the manifest of the kernel
+/// mount's snapshot.
+#[test]
+fn snapshot_keys_on_a_live_btrfs() {
+    const TEST: &str = "snapshot_keys_on_a_live_btrfs";
+    if !btrsend::testing::require_live(TEST) {
+        return;
+    }
+    let live = btrsend::testing::LiveBtrfs::with_options(1 << 30, &[], "").expect("scratch btrfs");
+    let mnt = live.path();
+    let sub = mnt.join("home");
+    crate::common::sh(
+        Command::new("btrfs")
+            .args(["-q", "subvolume", "create"])
+            .arg(&sub),
+    );
+    let snaps = mnt.join("snaps");
+    fs::create_dir(&snaps).unwrap();
+    let env = Env::new(Kind::Dir, TEST).unwrap();
+    let repo = env.path("repo");
+    env.init(&repo, &[]);
+    env.write_config(&format!(
+        "[job.live]\nsnapshot = \"{}\"\nsnapshot_dir = \"{}\"\nkeep_snapshots = 1\n[[job.live.destination]]\nrepo = \"{repo}\"\n",
+        sub.display(),
+        snaps.display()
+    ));
+    for night in 0..2 {
+        crate::backup_forget::change(&sub, night);
+        next_second();
+        code(&env.with_config("run", &[]), 0);
+    }
+    let left: Vec<PathBuf> = fs::read_dir(&snaps)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| !p.ends_with(btrsend::backup::holds::HOLDS_DIR))
+        .collect();
+    assert_eq!(left.len(), 1, "{left:?}");
+    let snap = &left[0];
+    assert_eq!(crate::common::subvolume_show(snap, "Flags"), "readonly");
+    let list = env.list(&repo, &[]);
+    assert_eq!(list.len(), 2);
+    let name = snap.file_name().unwrap().to_str().unwrap();
+    assert_eq!(list[1]["path"], format!("snaps/{name}"));
+    assert_eq!(list[1]["kind"], "incremental");
+    let to = env.dir.path().join("restored");
+    fs::create_dir(&to).unwrap();
+    code(
+        &env.backup(&[
+            "restore",
+            "--repo",
+            &repo,
+            &format!("snaps/{name}"),
+            "--to",
+            to.to_str().unwrap(),
+        ]),
+        0,
+    );
+    let opts = btrsend::manifest::Options::default();
+    assert_eq!(
+        btrsend::manifest::manifest(&to.join(name), opts).unwrap(),
+        btrsend::manifest::manifest(snap, opts).unwrap()
+    );
+}
