@@ -393,6 +393,25 @@ full_every = 1
     assert_eq!(docs[2]["message_type"], "jobs_summary");
     assert_eq!(docs[2]["exit_code"], 14);
     code(&env.with_config("status", &["--max-age", "1000000h"]), 0);
+    // The metrics file: each destination its own exit status and labels.
+    let prom = env.path("status.prom");
+    code(&env.with_config("status", &["--metrics-file", &prom]), 14);
+    if let Some(s) = parse_metrics("forget_verify_status_list_keys", Path::new(&prom)) {
+        for (repo, want) in [(&a, 14.0), (&b, 0.0)] {
+            let l = [
+                ("job", "fix"),
+                ("destination", repo.spec.as_str()),
+                ("command", "status"),
+            ];
+            assert_eq!(sample(&s, "btrsend_last_attempt_exit_status", &l), want);
+        }
+        let origin_stale: Vec<f64> = s
+            .iter()
+            .filter(|(n, l, _)| n == "btrsend_stale" && l["destination"] == a.spec.as_str())
+            .map(|x| x.2)
+            .collect();
+        assert_eq!(origin_stale, [1.0], "{s:?}");
+    }
 
     // verify: a byte flipped in the middle of a's stream file is found
     // only by reading the data, which read_data = true asks for in a.
