@@ -6,7 +6,7 @@
 //! | 0 | success |
 //! | 1 | the operation failed: bad input, an I/O error, a corrupt stream or filesystem |
 //! | 2 | usage error: a bad command line, options that conflict (clap's code for its own errors), or `backup forget` with an empty policy |
-//! | 3 | `backup run`/`import`: some snapshots were stored and some failed |
+//! | 3 | `backup run`/`import`: some snapshots were stored and some failed; with `--config`, some jobs or destinations failed and others did not |
 //! | 10 | `backup`: the repository is missing or unreachable |
 //! | 11 | `backup`: the repository's lock is held |
 //! | 12 | `backup verify`: damage found |
@@ -29,7 +29,8 @@ pub const EXIT_STATUS: &str = "\
        filesystem); the error is printed once, as `btrsend: error: ...`
   2    usage error: a bad command line or options that conflict (e.g.
        --proto 1 --compressed-data), or backup forget with an empty policy
-  3    backup run/import: some snapshots were stored and some failed
+  3    backup run/import: some snapshots were stored and some failed;
+       with --config, some jobs or destinations failed and others did not
   10   backup: the repository is missing or unreachable
   11   backup: the repository's lock is held (--retry-lock waits)
   12   backup verify: damage found
@@ -155,15 +156,81 @@ pub fn exit_of(e: &BackupError) -> Exit {
     }
 }
 
+/// The keys every JSON line and object gets while a config file's job runs
+/// on one of its destinations (`job`, `destination`).
+static JSON_CONTEXT: std::sync::Mutex<Option<serde_json::Map<String, serde_json::Value>>> =
+    std::sync::Mutex::new(None);
+
+/// Set (or with `None` clear) the keys [`with_json_context`] adds.
+pub fn set_json_context(keys: Option<serde_json::Map<String, serde_json::Value>>) {
+    *JSON_CONTEXT
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner) = keys;
+}
+
+/// `v` with the keys of the job and destination being run, when `v` is an
+/// object and a config file's job runs.
+pub fn with_json_context(mut v: serde_json::Value) -> serde_json::Value {
+    if let Some(o) = v.as_object_mut()
+        && let Some(ctx) = JSON_CONTEXT
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .as_ref()
+    {
+        for (k, val) in ctx {
+            o.entry(k.clone()).or_insert_with(|| val.clone());
+        }
+    }
+    v
+}
+
+/// The exit status of several jobs or destinations that ended with
+/// `codes`: 0 when all succeeded; an interruption's status; the one status
+/// they all failed with, when none succeeded or when it is a finding
+/// (3 some stored and some failed, 12 damage, 14 stale) rather than a
+/// failure to act; else 3 when some succeeded and 1 when none did.
+pub fn combine(codes: &[Exit]) -> Exit {
+    let norm = |e: Exit| if e == Exit::Quiet { Exit::Failure } else { e };
+    let failed: Vec<Exit> = codes
+        .iter()
+        .map(|&e| norm(e))
+        .filter(|&e| e != Exit::Success)
+        .collect();
+    let Some(&first) = failed.first() else {
+        return Exit::Success;
+    };
+    if let Some(&s) = failed.iter().find(|e| matches!(e, Exit::Signal(_))) {
+        return s;
+    }
+    // A job that stored some (3) is something done, as a success is.
+    let some_ok = failed.len() < codes.len() || failed.contains(&Exit::Partial);
+    let same = failed.iter().all(|&e| e == first);
+    let finding = matches!(first, Exit::Partial | Exit::Damage | Exit::Stale);
+    if same && (!some_ok || finding) {
+        first
+    } else if some_ok {
+        Exit::Partial
+    } else {
+        Exit::Failure
+    }
+}
+
 /// With `--json`: print the error as JSON on stderr and exit quietly.
 pub fn json_error(json: bool, e: anyhow::Error) -> anyhow::Error {
     if !json {
         return e;
     }
     let code = Exit::from_error(&e);
-    let line = json!({"message_type": "error", "message": crate::text::error_text(&e), "exit_code": code.code()});
+    let line = with_json_context(
+        json!({"message_type": "error", "message": crate::text::error_text(&e), "exit_code": code.code()}),
+    );
     eprintln!("{line}");
-    anyhow::Error::new(ExitWith::quiet(code))
+    anyhow::Error::new(ExitWith {
+        code,
+        quiet: true,
+        // Kept for a config file's summary, which names each failure.
+        msg: crate::text::error_text(&e),
+    })
 }
 
 /// The exit for a `backup run` or `import` that stored `ok` and failed
@@ -181,7 +248,9 @@ pub fn stored_or_failed(ok: usize, failed: usize, what: &str) -> anyhow::Result<
 /// With `--json`: the error line for one snapshot (or file) that could not
 /// be stored, on standard error; the run goes on.
 pub fn json_snapshot_error(path: &str, err: &(dyn std::error::Error + 'static)) {
-    let v = json!({"message_type": "error", "snapshot": path, "message": crate::text::error_text_of(err)});
+    let v = with_json_context(
+        json!({"message_type": "error", "snapshot": path, "message": crate::text::error_text_of(err)}),
+    );
     eprintln!("{v}");
 }
 
@@ -304,5 +373,24 @@ mod tests {
             .context("cannot write");
         assert_eq!(Exit::from_error(&pipe), Exit::BrokenPipe);
         assert_eq!(Exit::BrokenPipe.code(), 141);
+    }
+
+    #[test]
+    fn combined_statuses() {
+        use Exit::*;
+        assert_eq!(combine(&[]), Success);
+        assert_eq!(combine(&[Success, Success]), Success);
+        assert_eq!(combine(&[RepoMissing]), RepoMissing);
+        assert_eq!(combine(&[RepoMissing, RepoMissing]), RepoMissing);
+        assert_eq!(combine(&[Success, RepoMissing]), Partial);
+        assert_eq!(combine(&[Success, Stale]), Stale);
+        assert_eq!(combine(&[Success, Damage, Damage]), Damage);
+        assert_eq!(combine(&[Damage, Stale]), Failure);
+        assert_eq!(combine(&[Success, Damage, Key]), Partial);
+        assert_eq!(combine(&[Quiet, Failure]), Failure);
+        assert_eq!(combine(&[Success, Partial]), Partial);
+        assert_eq!(combine(&[Partial, Failure]), Partial);
+        assert_eq!(combine(&[Partial, Partial]), Partial);
+        assert_eq!(combine(&[Success, Signal(130), Key]), Signal(130));
     }
 }

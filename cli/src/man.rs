@@ -150,6 +150,18 @@ const BACKUP_STATUS: Block = Block::Example(
      btrsend backup status --repo /backup/home --max-age 26h --metrics-file /var/lib/prometheus/node-exporter/btrsend-status.prom",
 );
 
+const BACKUP_CONFIG: Block = Block::Example(
+    "Check the config file, then run every job of it (each destination in \
+     turn), and only the job home; then apply each destination's retention \
+     policy, and alert when a destination's newest backup is older than its \
+     max_age:",
+    "btrsend backup config check --config /etc/btrsend/btrsend.toml\n\
+     btrsend backup run --config /etc/btrsend/btrsend.toml\n\
+     btrsend backup run --config /etc/btrsend/btrsend.toml --job home\n\
+     btrsend backup forget --config /etc/btrsend/btrsend.toml\n\
+     btrsend backup status --config /etc/btrsend/btrsend.toml",
+);
+
 /// The extra sections of the page named `page` (`btrsend`, `btrsend-send`, …).
 pub fn extra_sections(page: &str) -> Vec<Section> {
     let examples = match page {
@@ -162,13 +174,14 @@ pub fn extra_sections(page: &str) -> Vec<Section> {
         "btrsend-completions" => vec![COMPLETIONS],
         "btrsend-backup" => vec![BACKUP_INIT, BACKUP_CRON, BACKUP_NIGHTLY, BACKUP_RESTORE],
         "btrsend-backup-init" => vec![BACKUP_INIT],
-        "btrsend-backup-run" => vec![BACKUP_CRON, BACKUP_NIGHTLY],
+        "btrsend-backup-run" => vec![BACKUP_CRON, BACKUP_NIGHTLY, BACKUP_CONFIG],
         "btrsend-backup-list" => vec![BACKUP_LIST],
         "btrsend-backup-verify" => vec![BACKUP_VERIFY],
         "btrsend-backup-restore" => vec![BACKUP_RESTORE],
         "btrsend-backup-import" => vec![BACKUP_IMPORT],
         "btrsend-backup-forget" => vec![BACKUP_FORGET, BACKUP_NIGHTLY],
         "btrsend-backup-status" => vec![BACKUP_STATUS],
+        "btrsend-backup-config" | "btrsend-backup-config-check" => vec![BACKUP_CONFIG],
         _ => Vec::new(),
     };
     let mut see_also: Vec<&str> = [
@@ -185,6 +198,9 @@ pub fn extra_sections(page: &str) -> Vec<Section> {
     .filter(|p| p.strip_suffix("(1)") != Some(page))
     .collect();
     if page.starts_with("btrsend-backup") {
+        if page != "btrsend-backup-config" {
+            see_also.push("btrsend-backup-config(1)");
+        }
         see_also.push("btrsend-repository(5)");
     }
     see_also.extend(["btrfs-send(8)", "btrfs-receive(8)", "btrfs-subvolume(8)"]);

@@ -89,6 +89,7 @@ impl BackupReporter {
 
     /// One JSON line on standard output.
     pub fn line(&self, v: serde_json::Value) {
+        let v = crate::exit::with_json_context(v);
         if let Ok(mut out) = self.out.lock() {
             let _ = writeln!(out, "{v}");
             let _ = out.flush();

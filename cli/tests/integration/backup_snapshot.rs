@@ -362,11 +362,30 @@ fn documented_nightly_lines_parse() {
     );
     let missing = tempfile::tempdir().unwrap();
     let repo = missing.path().join("no-such-repo");
+    // The unit's config file: contrib's example, every destination's repo
+    // the missing one (and no write-key file to read).
+    let example =
+        fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../contrib/btrsend.toml"))
+            .unwrap();
+    let config: String = example
+        .lines()
+        .filter(|l| !l.starts_with("write_key"))
+        .map(|l| {
+            if l.starts_with("repo = ") {
+                format!("repo = \"{}\"\n", repo.display())
+            } else {
+                format!("{l}\n")
+            }
+        })
+        .collect();
+    let config_file = missing.path().join("btrsend.toml");
+    fs::write(&config_file, config).unwrap();
     for line in &lines {
         let cmd = line
             .strip_prefix("/usr/local/bin/btrsend ")
             .unwrap_or_else(|| panic!("not a btrsend line: {line}"))
-            .replace("/backup/home", repo.to_str().unwrap());
+            .replace("/backup/home", repo.to_str().unwrap())
+            .replace("/etc/btrsend/btrsend.toml", config_file.to_str().unwrap());
         let out = Command::new("sh")
             .arg("-c")
             .arg(format!("\"$BTRSEND\" {cmd}"))

@@ -370,7 +370,7 @@ for fam in text_string_to_metric_families(open(sys.argv[1], encoding="utf-8").re
 
 /// The samples of a metrics file as the Prometheus client library parses
 /// it, or `None` (said loudly) when it is not installed.
-fn parse_metrics(test: &str, file: &Path) -> Option<Vec<(String, Value, f64)>> {
+pub(crate) fn parse_metrics(test: &str, file: &Path) -> Option<Vec<(String, Value, f64)>> {
     // The first python3 that has it: the one on PATH (which may be a
     // pyenv of its own), else the system's, where apt installs it.
     let Some(python) = ["python3", "/usr/bin/python3"].into_iter().find(|p| {
@@ -415,7 +415,7 @@ fn parse_metrics(test: &str, file: &Path) -> Option<Vec<(String, Value, f64)>> {
 /// The value of `name` whose labels include every pair of `labels`; it
 /// must be the only one.
 #[track_caller]
-fn sample(samples: &[(String, Value, f64)], name: &str, labels: &[(&str, &str)]) -> f64 {
+pub(crate) fn sample(samples: &[(String, Value, f64)], name: &str, labels: &[(&str, &str)]) -> f64 {
     let hits: Vec<f64> = samples
         .iter()
         .filter(|(n, l, _)| n == name && labels.iter().all(|(k, v)| l[*k] == *v))

@@ -71,7 +71,9 @@ pub fn repo_fixture_streams() -> Vec<(String, Vec<u8>, Vec<u8>)> {
 /// with `TZ=UTC btrfs receive --dump`).
 pub fn btrsend() -> std::process::Command {
     let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_btrsend"));
+    // No config file of the host's (/etc/btrsend/btrsend.toml) is read.
     c.env("TZ", "UTC")
+        .env("BTRSEND_CONFIG", "/nonexistent/btrsend-test.toml")
         .env_remove("BTRSEND_REPOSITORY")
         .stdin(std::process::Stdio::null());
     c

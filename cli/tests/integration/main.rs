@@ -10,6 +10,7 @@
 
 mod backup;
 mod backup_browse;
+mod backup_config;
 mod backup_crypt;
 mod backup_feedback;
 mod backup_forget;

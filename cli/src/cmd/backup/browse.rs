@@ -73,7 +73,7 @@ pub struct DumpArgs {
 /// Run `btrsend backup index`.
 pub fn index(a: &IndexArgs) -> anyhow::Result<()> {
     let repo = a.repo.open()?;
-    let report = repo.build_indexes(a.lock.retry_lock, &NoProgress)?;
+    let report = repo.build_indexes(a.lock.wait(), &NoProgress)?;
     if std::io::stderr().is_terminal() {
         eprintln!(
             "btrsend: indexed {} snapshot(s); {} had an index",

@@ -8,70 +8,43 @@ use btrsend::backup::retention::{Keep, Policy, Within};
 use clap::Args;
 use serde_json::json;
 
+use super::config::{ConfigArg, Destination};
 use super::metrics::Metrics;
 use super::{LockArg, MetricsArg, RepoArg};
 use crate::exit::{UsageError, json_error};
 use crate::text::printable;
 
 /// Arguments of `btrsend backup forget`.
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 #[command(after_long_help = FORGET_HELP)]
 pub struct ForgetArgs {
     #[command(flatten)]
     pub(super) repo: RepoArg,
+    #[command(flatten)]
+    pub(super) config: ConfigArg,
     /// Keep the N newest entries (-1: all).
-    #[arg(
-        long = "keep-last",
-        value_name = "N",
-        allow_negative_numbers = true,
-        default_value = "0"
-    )]
-    keep_last: Keep,
+    #[arg(long = "keep-last", value_name = "N", allow_negative_numbers = true)]
+    keep_last: Option<Keep>,
     /// Keep the newest entry of each of the N most recent hours that have
     /// one (-1: every hour).
-    #[arg(
-        long = "keep-hourly",
-        value_name = "N",
-        allow_negative_numbers = true,
-        default_value = "0"
-    )]
-    keep_hourly: Keep,
+    #[arg(long = "keep-hourly", value_name = "N", allow_negative_numbers = true)]
+    keep_hourly: Option<Keep>,
     /// Keep the newest entry of each of the N most recent days that have
     /// one (-1: every day).
-    #[arg(
-        long = "keep-daily",
-        value_name = "N",
-        allow_negative_numbers = true,
-        default_value = "0"
-    )]
-    keep_daily: Keep,
+    #[arg(long = "keep-daily", value_name = "N", allow_negative_numbers = true)]
+    keep_daily: Option<Keep>,
     /// Keep the newest entry of each of the N most recent ISO weeks
     /// (Monday to Sunday) that have one (-1: every week).
-    #[arg(
-        long = "keep-weekly",
-        value_name = "N",
-        allow_negative_numbers = true,
-        default_value = "0"
-    )]
-    keep_weekly: Keep,
+    #[arg(long = "keep-weekly", value_name = "N", allow_negative_numbers = true)]
+    keep_weekly: Option<Keep>,
     /// Keep the newest entry of each of the N most recent months that have
     /// one (-1: every month).
-    #[arg(
-        long = "keep-monthly",
-        value_name = "N",
-        allow_negative_numbers = true,
-        default_value = "0"
-    )]
-    keep_monthly: Keep,
+    #[arg(long = "keep-monthly", value_name = "N", allow_negative_numbers = true)]
+    keep_monthly: Option<Keep>,
     /// Keep the newest entry of each of the N most recent years that have
     /// one (-1: every year).
-    #[arg(
-        long = "keep-yearly",
-        value_name = "N",
-        allow_negative_numbers = true,
-        default_value = "0"
-    )]
-    keep_yearly: Keep,
+    #[arg(long = "keep-yearly", value_name = "N", allow_negative_numbers = true)]
+    keep_yearly: Option<Keep>,
     /// Keep every entry newer than the newest entry's time minus DURATION:
     /// years, months, days and hours, e.g. 1y6m, 30d, 2d12h.
     #[arg(long = "keep-within", value_name = "DURATION")]
@@ -79,13 +52,13 @@ pub struct ForgetArgs {
     /// Delete nothing: print, for every entry, keep or delete and why. A
     /// dry run takes no lock, so it never waits for a run.
     #[arg(long = "dry-run", short = 'n')]
-    dry_run: bool,
+    pub(super) dry_run: bool,
     /// Print the decisions as a JSON array, one object per entry (id, path,
     /// uuid, time, origin, kind, action: "keep" or "delete", reasons,
     /// stored_bytes, and kept_for_chain: true when the entry is kept only
     /// because kept entries' chains need it).
     #[arg(long)]
-    json: bool,
+    pub(super) json: bool,
     #[command(flatten)]
     lock: LockArg,
     #[command(flatten)]
@@ -117,16 +90,33 @@ Examples:
   btrsend backup forget --repo s3://bucket/home --keep-within 30d --dry-run";
 
 impl ForgetArgs {
-    fn policy(&self) -> Policy {
+    pub(super) fn policy(&self) -> Policy {
         Policy {
-            last: self.keep_last,
-            hourly: self.keep_hourly,
-            daily: self.keep_daily,
-            weekly: self.keep_weekly,
-            monthly: self.keep_monthly,
-            yearly: self.keep_yearly,
+            last: self.keep_last.unwrap_or_default(),
+            hourly: self.keep_hourly.unwrap_or_default(),
+            daily: self.keep_daily.unwrap_or_default(),
+            weekly: self.keep_weekly.unwrap_or_default(),
+            monthly: self.keep_monthly.unwrap_or_default(),
+            yearly: self.keep_yearly.unwrap_or_default(),
             within: self.keep_within,
         }
+    }
+
+    /// These options for the config file's destination `d`: each
+    /// `--keep-*` given on the command line wins over the file's key.
+    pub(super) fn for_destination(&self, d: &Destination) -> ForgetArgs {
+        let mut a = self.clone();
+        a.repo = self.repo.for_destination(d);
+        let [last, hourly, daily, weekly, monthly, yearly] = d.keeps();
+        a.keep_last = a.keep_last.or(last);
+        a.keep_hourly = a.keep_hourly.or(hourly);
+        a.keep_daily = a.keep_daily.or(daily);
+        a.keep_weekly = a.keep_weekly.or(weekly);
+        a.keep_monthly = a.keep_monthly.or(monthly);
+        a.keep_yearly = a.keep_yearly.or(yearly);
+        a.keep_within = a.keep_within.or(d.keep_within.map(|w| w.0));
+        a.lock.retry_lock = a.lock.retry_lock.or(d.retry_lock.map(|r| r.0));
+        a
     }
 }
 
@@ -142,7 +132,7 @@ pub fn run(a: &ForgetArgs, m: &mut Metrics) -> anyhow::Result<()> {
     let repo = a.repo.open()?;
     let opts = ForgetOptions::new()
         .with_dry_run(a.dry_run)
-        .with_wait_lock(a.lock.retry_lock);
+        .with_wait_lock(a.lock.wait());
     let report = repo
         .forget(&policy, &opts, &btrsend::backup::NoProgress)
         .map_err(|e| json_error(a.json, e.into()))?;

@@ -49,7 +49,7 @@ pub fn run(a: &ImportArgs) -> anyhow::Result<()> {
     let mut opts = ImportOptions::default();
     opts.time = time;
     opts.origin = a.origin.clone();
-    opts.wait_lock = a.lock.retry_lock;
+    opts.wait_lock = a.lock.wait();
     let progress = BackupReporter::new(false, "reading the files");
     let report = repo.import(&a.files, &opts, &progress)?;
     stored_or_failed(

@@ -123,28 +123,19 @@ pub fn run(a: &KeyCmdArgs) -> anyhow::Result<()> {
         KeyCommand::Add(n) => {
             let repo = n.repo.open()?;
             let new = n.new_passphrase()?;
-            let name = repo.key_add(
-                &new,
-                secrets::scrypt_log_n()?,
-                n.lock.retry_lock,
-                &NoProgress,
-            )?;
+            let name = repo.key_add(&new, secrets::scrypt_log_n()?, n.lock.wait(), &NoProgress)?;
             writeln!(out, "added the passphrase key {name}")?;
         }
         KeyCommand::Passwd(n) => {
             let repo = n.repo.open()?;
             let new = n.new_passphrase()?;
-            let name = repo.key_passwd(
-                &new,
-                secrets::scrypt_log_n()?,
-                n.lock.retry_lock,
-                &NoProgress,
-            )?;
+            let name =
+                repo.key_passwd(&new, secrets::scrypt_log_n()?, n.lock.wait(), &NoProgress)?;
             writeln!(out, "changed the passphrase: its key is now {name}")?;
         }
         KeyCommand::Remove(r) => {
             let repo = r.repo.open()?;
-            repo.key_remove(&r.name, r.lock.retry_lock, &NoProgress)?;
+            repo.key_remove(&r.name, r.lock.wait(), &NoProgress)?;
             writeln!(out, "removed the passphrase key {}", printable(&r.name))?;
         }
     }

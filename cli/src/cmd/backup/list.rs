@@ -8,26 +8,38 @@ use std::time::Duration;
 
 use clap::Args;
 
+use super::config::{ConfigArg, Destination};
 use super::{RepoArg, parse_duration};
 use crate::text::{iec, local_time, printable};
 
 /// Arguments of `btrsend backup list`.
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct BackupListArgs {
     #[command(flatten)]
-    repo: RepoArg,
+    pub(super) repo: RepoArg,
+    #[command(flatten)]
+    pub(super) config: ConfigArg,
     /// Print a JSON array, one object per stored stream (id, path, uuid,
     /// ctransid, parent_uuid, parent_id, kind, time, origin, stream_bytes,
     /// stored_bytes, …; times in UTC, sizes in bytes). Without it, a table
     /// with times in the local time zone and sizes in IEC units (KiB,
     /// MiB, GiB).
     #[arg(long)]
-    json: bool,
+    pub(super) json: bool,
     /// Accepted for scripts written for older versions: `list` takes no
     /// lock (it reads the newest catalog, which is replaced atomically), so
     /// it never waits.
     #[arg(long = "retry-lock", value_name = "DURATION", value_parser = parse_duration, hide = true)]
     _retry_lock: Option<Duration>,
+}
+
+impl BackupListArgs {
+    /// These options for the config file's destination `d`.
+    pub(super) fn for_destination(&self, d: &Destination) -> BackupListArgs {
+        let mut a = self.clone();
+        a.repo = self.repo.for_destination(d);
+        a
+    }
 }
 
 /// Run `btrsend backup list`.

@@ -2,9 +2,11 @@
 //! what the command did, in the Prometheus text exposition format (version
 //! 0.0.4), for node_exporter's textfile collector.
 //!
-//! Every sample has the labels `job` (empty: there are no named jobs yet),
-//! `destination` (the repository as the user named it) and `command`; the
-//! per-origin ones `origin` too. The command label keeps the files of two
+//! Every sample has the labels `job` (the config file's job, empty for a
+//! command on one `--repo`), `destination` (the repository as the user
+//! named it) and `command`; the per-origin ones `origin` too. With
+//! `--config` one file holds every job's and destination's samples, each
+//! family once (the collector refuses a family split in two). The command label keeps the files of two
 //! commands from exposing one series twice, which the collector refuses.
 //! Label values come from a catalog someone else may have written: they
 //! are escaped as the format says (backslash, double quote, line feed), so
@@ -26,9 +28,12 @@ use crate::exit::Exit;
 #[derive(Debug)]
 pub struct Metrics {
     command: &'static str,
+    job: String,
     destination: String,
     start: Timestamp,
     clock: std::time::Instant,
+    /// How long the command took, once it ended ([`Metrics::end`]).
+    took: Option<std::time::Duration>,
     families: Vec<Family>,
 }
 
@@ -63,13 +68,27 @@ fn seconds(t: Timestamp) -> String {
 impl Metrics {
     /// Metrics of `command` on the repository `destination`, starting now.
     pub fn new(command: &'static str, destination: &str) -> Metrics {
+        Metrics::of_job(command, "", destination)
+    }
+
+    /// Metrics of `command` on the destination `destination` of the
+    /// config file's job `job`, starting now.
+    pub fn of_job(command: &'static str, job: &str, destination: &str) -> Metrics {
         Metrics {
             command,
+            job: job.to_owned(),
             destination: destination.to_owned(),
             start: Timestamp::now(),
             clock: std::time::Instant::now(),
+            took: None,
             families: Vec::new(),
         }
+    }
+
+    /// The command ended: its duration is what has passed until now (with
+    /// `--config` the file is written after every job).
+    pub fn end(&mut self) {
+        self.took = Some(self.clock.elapsed());
     }
 
     fn put(&mut self, name: &'static str, help: &'static str, origin: Option<&str>, v: String) {
@@ -145,7 +164,8 @@ impl Metrics {
 
     fn labels(&self, origin: Option<&str>) -> String {
         let mut s = format!(
-            "job=\"\",destination=\"{}\",command=\"{}\"",
+            "job=\"{}\",destination=\"{}\",command=\"{}\"",
+            escape_label(&self.job),
             escape_label(&self.destination),
             self.command
         );
@@ -157,49 +177,49 @@ impl Metrics {
 
     /// The file's text for a command that ended with `exit`; on failure
     /// the last success time is `previous` (from the file it replaces).
+    #[cfg(test)]
     fn render(&self, exit: Exit, previous: Option<String>) -> String {
-        let base = self.labels(None);
-        let mut out = String::new();
-        let mut gauge = |name: &str, help: &str, v: &str| {
-            let _ = writeln!(
-                out,
-                "# HELP {name} {help}\n# TYPE {name} gauge\n{name}{{{base}}} {v}"
-            );
-        };
-        gauge(
-            "btrsend_last_attempt_timestamp_seconds",
-            "When the command last started.",
-            &seconds(self.start),
-        );
-        gauge(
-            "btrsend_last_attempt_exit_status",
-            "The command's last exit status (0: success).",
-            &exit.code().to_string(),
-        );
+        render_all(&[(self, exit, previous)])
+    }
+
+    /// The samples of the gauges every command writes.
+    fn base(
+        &self,
+        exit: Exit,
+        previous: Option<String>,
+    ) -> [(&'static str, &'static str, Option<String>); 4] {
         let success = if exit == Exit::Success {
             Some(seconds(Timestamp::now()))
         } else {
             previous
         };
-        if let Some(s) = success {
-            gauge(
+        [
+            (
+                "btrsend_last_attempt_timestamp_seconds",
+                "When the command last started.",
+                Some(seconds(self.start)),
+            ),
+            (
+                "btrsend_last_attempt_exit_status",
+                "The command's last exit status (0: success).",
+                Some(exit.code().to_string()),
+            ),
+            (
                 "btrsend_last_success_timestamp_seconds",
                 "When the command last ended with exit status 0.",
-                &s,
-            );
-        }
-        gauge(
-            "btrsend_duration_seconds",
-            "How long the command's last run took.",
-            &format!("{:.3}", self.clock.elapsed().as_secs_f64()),
-        );
-        for f in &self.families {
-            let _ = writeln!(out, "# HELP {} {}\n# TYPE {} gauge", f.name, f.help, f.name);
-            for (origin, v) in &f.samples {
-                let _ = writeln!(out, "{}{{{}}} {v}", f.name, self.labels(origin.as_deref()));
-            }
-        }
-        out
+                success,
+            ),
+            (
+                "btrsend_duration_seconds",
+                "How long the command's last run took.",
+                Some(format!(
+                    "{:.3}",
+                    self.took
+                        .unwrap_or_else(|| self.clock.elapsed())
+                        .as_secs_f64()
+                )),
+            ),
+        ]
     }
 
     /// The last success time the file at `path` records for these labels,
@@ -222,10 +242,65 @@ impl Metrics {
     ///
     /// I/O errors, naming the file.
     pub fn write(&self, path: &Path, exit: Exit) -> anyhow::Result<()> {
-        let text = self.render(exit, self.previous_success(path));
-        write_atomic(path, text.as_bytes())
-            .map_err(|e| anyhow::anyhow!("cannot write the metrics file {}: {e}", path.display()))
+        write_all(path, &[(self, exit)])
     }
+}
+
+/// The text of several commands' metrics (one per job and destination),
+/// each family's samples together.
+fn render_all(items: &[(&Metrics, Exit, Option<String>)]) -> String {
+    let mut families: Vec<(&str, &str, Vec<String>)> = Vec::new();
+    let mut add = |name: &'static str, help: &'static str, line: String| match families
+        .iter_mut()
+        .find(|f| f.0 == name)
+    {
+        Some(f) => f.2.push(line),
+        None => families.push((name, help, vec![line])),
+    };
+    for (m, exit, previous) in items {
+        let base = m.labels(None);
+        for (name, help, v) in m.base(*exit, previous.clone()) {
+            if let Some(v) = v {
+                add(name, help, format!("{name}{{{base}}} {v}"));
+            }
+        }
+    }
+    for (m, _, _) in items {
+        for f in &m.families {
+            for (origin, v) in &f.samples {
+                add(
+                    f.name,
+                    f.help,
+                    format!("{}{{{}}} {v}", f.name, m.labels(origin.as_deref())),
+                );
+            }
+        }
+    }
+    let mut out = String::new();
+    for (name, help, lines) in families {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
+        for l in lines {
+            let _ = writeln!(out, "{l}");
+        }
+    }
+    out
+}
+
+/// Write the metrics of `items` (each with how its command ended) to
+/// `path`, atomically; each keeps the last success time the file held
+/// for its labels.
+///
+/// # Errors
+///
+/// I/O errors, naming the file.
+pub fn write_all(path: &Path, items: &[(&Metrics, Exit)]) -> anyhow::Result<()> {
+    let with_previous: Vec<_> = items
+        .iter()
+        .map(|(m, e)| (*m, *e, m.previous_success(path)))
+        .collect();
+    let text = render_all(&with_previous);
+    write_atomic(path, text.as_bytes())
+        .map_err(|e| anyhow::anyhow!("cannot write the metrics file {}: {e}", path.display()))
 }
 
 /// Replace `path` with `bytes`: a temporary file beside it (its name does

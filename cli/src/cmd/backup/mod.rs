@@ -8,9 +8,12 @@
 //! [`crate::exit`]; progress is rendered by [`crate::progress::backup`].
 
 mod browse;
+mod config;
+mod config_check;
 mod forget;
 mod import;
 mod init;
+mod jobs;
 mod key;
 mod list;
 mod metrics;
@@ -76,7 +79,9 @@ btrsend-repository(5).
 
 Nightly, from cron or the systemd units in contrib/: `backup run` (with
 --snapshot to take and prune the source snapshots too), then `backup
-forget`; silent on success. The crontab lines are in the EXAMPLES of
+forget`; silent on success. With a config file (--config FILE, default
+/etc/btrsend/btrsend.toml; see btrsend-backup-config(1)) one `backup run`
+and one `backup forget` do every job and destination it names. The crontab lines are in the EXAMPLES of
 btrsend-backup(1) and in the README.
 
 Exit status:
@@ -84,7 +89,8 @@ Exit status:
   1    error
   2    usage error
   3    some snapshots were stored and some failed, or a source snapshot
-       could not be taken or deleted
+       could not be taken or deleted; with --config, some jobs or
+       destinations failed and others did not
   10   repository missing or unreachable
   11   the repository's lock is held (see --retry-lock)
   12   verify found damage
@@ -94,7 +100,7 @@ Exit status:
   130  interrupted";
 
 /// The repository option every subcommand takes.
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct RepoSpec {
     /// The repository directory (default: the environment variable
     /// BTRSEND_REPOSITORY).
@@ -104,7 +110,7 @@ pub struct RepoSpec {
 
 /// The repository and the secrets that open it, which every subcommand
 /// but init takes.
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct RepoArg {
     #[command(flatten)]
     spec: RepoSpec,
@@ -115,6 +121,39 @@ pub struct RepoArg {
 impl RepoArg {
     pub(crate) fn spec(&self) -> anyhow::Result<String> {
         self.spec.spec()
+    }
+
+    /// Whether a repository is given (`--repo` or BTRSEND_REPOSITORY), so
+    /// that no config file is read unless asked for.
+    pub(crate) fn given(&self) -> bool {
+        self.spec.repo.is_some()
+            || std::env::var_os(backup::REPO_ENV).is_some_and(|v| !v.is_empty())
+    }
+
+    /// The repository of the config file's destination `d`, with its
+    /// secrets; a secret option given on the command line wins.
+    pub(crate) fn for_destination(&self, d: &config::Destination) -> RepoArg {
+        let mut keys = self.keys.clone();
+        if keys.pass.password_file.is_none() && keys.pass.password_command.is_none() {
+            keys.pass.password_file = d.password_file.as_ref().map(|p| p.get_ref().0.clone());
+            keys.pass.password_command.clone_from(&d.password_command);
+        }
+        if keys.identity.is_empty() {
+            keys.identity = d
+                .identity
+                .as_ref()
+                .map(|i| i.get_ref().0.clone())
+                .unwrap_or_default();
+        }
+        if keys.write_key.is_none() {
+            keys.write_key = d.write_key.as_ref().map(|w| w.get_ref().0.clone());
+        }
+        RepoArg {
+            spec: RepoSpec {
+                repo: Some(d.repo.get_ref().clone()),
+            },
+            keys,
+        }
     }
 
     /// Open the repository with the secrets given.
@@ -155,7 +194,7 @@ impl RepoSpec {
 }
 
 /// `--metrics-file`, on the commands a monitoring system watches.
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct MetricsArg {
     /// Write what the command did to FILE for Prometheus (node_exporter's
     /// textfile collector).
@@ -163,8 +202,11 @@ pub struct MetricsArg {
     /// FILE, in the Prometheus text format, is e.g.
     /// /var/lib/prometheus/node-exporter/btrsend-run.prom (one file per
     /// command and repository); it is replaced atomically, on success and
-    /// on failure alike. Labels: job (empty), destination (REPO as given),
-    /// command, and origin where a value is per origin. Every command
+    /// on failure alike. Labels: job (the config file's job, empty
+    /// without --config), destination (REPO as given), command, and origin
+    /// where a value is per origin. With --config FILE one file holds
+    /// every job and destination (default: metrics_file in the file's
+    /// table named after the command, e.g. run). Every command
     /// writes btrsend_last_attempt_timestamp_seconds,
     /// btrsend_last_attempt_exit_status, btrsend_duration_seconds and
     /// btrsend_last_success_timestamp_seconds (after a failure, the one
@@ -188,12 +230,19 @@ impl MetricsArg {
 }
 
 /// Waiting for a held lock.
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct LockArg {
     /// Wait up to DURATION for a lock another btrsend holds (e.g. 30s, 10m,
     /// 1h; default 0: fail at once with exit status 11).
-    #[arg(long = "retry-lock", value_name = "DURATION", value_parser = parse_duration, default_value = "0")]
-    pub retry_lock: Duration,
+    #[arg(long = "retry-lock", value_name = "DURATION", value_parser = parse_duration)]
+    pub retry_lock: Option<Duration>,
+}
+
+impl LockArg {
+    /// How long to wait for a held lock.
+    pub fn wait(&self) -> Duration {
+        self.retry_lock.unwrap_or_default()
+    }
 }
 
 /// `30`, `30s`, `10m`, `2h`.
@@ -250,39 +299,161 @@ pub enum BackupCommand {
     /// Write one file of a stored snapshot to standard output, reading
     /// only the stream frames that hold its data.
     Dump(browse::DumpArgs),
+    /// The config file of run, forget, verify, status and list --config:
+    /// check it.
+    Config(config_check::ConfigCmdArgs),
+}
+
+/// A header naming the job and destination before a table, when a config
+/// file's jobs print several.
+fn header(job: &str, d: &config::Destination) {
+    use std::io::Write;
+    let _ = writeln!(
+        crate::exit::stdout(),
+        "job {}: {}",
+        crate::text::printable(job),
+        crate::text::printable(d.repo.get_ref())
+    );
+}
+
+/// Run `command` over the config file's jobs when one is to be read (see
+/// [`config::ConfigArg::path`]), else `single` on the one repository.
+fn per_job(
+    cfg: &config::ConfigArg,
+    repo_given: bool,
+    each: jobs::Each<'_>,
+    skip: &dyn Fn(&config::Job, &config::Destination) -> bool,
+    f: &mut dyn FnMut(
+        &str,
+        &config::Job,
+        &config::Destination,
+        &mut metrics::Metrics,
+    ) -> anyhow::Result<()>,
+    single: impl FnOnce() -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    match cfg.path(repo_given) {
+        Some(path) => jobs::each_destination(&path, &each, skip, f),
+        None => single(),
+    }
 }
 
 /// Run `btrsend backup`.
 pub fn run(args: &BackupArgs) -> anyhow::Result<()> {
+    let no_skip = |_: &config::Job, _: &config::Destination| false;
     match &args.command {
         BackupCommand::Init(a) => init::run(a),
-        BackupCommand::Run(a) => {
-            metrics::with_metrics(a.metrics.file(), "run", a.repo.spec().ok(), |m| {
-                run::run(a, m)
-            })
-        }
-        BackupCommand::List(a) => list::run(a),
-        BackupCommand::Verify(a) => {
-            metrics::with_metrics(a.metrics.file(), "verify", a.repo.spec().ok(), |m| {
-                verify::run(a, m)
-            })
-        }
+        BackupCommand::Run(a) => per_job(
+            &a.config,
+            a.repo.given(),
+            jobs::Each {
+                command: "run",
+                json: a.json,
+                metrics_file: a.metrics.file(),
+                names: &a.config.job,
+            },
+            &no_skip,
+            &mut |_, job, d, m| run::run(&a.for_destination(job, d), m),
+            || {
+                metrics::with_metrics(a.metrics.file(), "run", a.repo.spec().ok(), |m| {
+                    run::run(a, m)
+                })
+            },
+        ),
+        BackupCommand::List(a) => per_job(
+            &a.config,
+            a.repo.given(),
+            jobs::Each {
+                command: "list",
+                json: a.json,
+                metrics_file: None,
+                names: &a.config.job,
+            },
+            &no_skip,
+            &mut |name, _, d, _| {
+                if !a.json {
+                    header(name, d);
+                }
+                list::run(&a.for_destination(d))
+            },
+            || list::run(a),
+        ),
+        BackupCommand::Verify(a) => per_job(
+            &a.config,
+            a.repo.given(),
+            jobs::Each {
+                command: "verify",
+                json: a.json,
+                metrics_file: a.metrics.file(),
+                names: &a.config.job,
+            },
+            &no_skip,
+            &mut |_, _, d, m| verify::run(&a.for_destination(d), m),
+            || {
+                metrics::with_metrics(a.metrics.file(), "verify", a.repo.spec().ok(), |m| {
+                    verify::run(a, m)
+                })
+            },
+        ),
         BackupCommand::Restore(a) => restore::run(a),
         BackupCommand::Import(a) => import::run(a),
         BackupCommand::Forget(a) => {
-            metrics::with_metrics(a.metrics.file(), "forget", a.repo.spec().ok(), |m| {
-                forget::run(a, m)
-            })
+            // A destination without any keep_* key (nor --keep-* option)
+            // is left alone; with none at all, forget refuses as it does
+            // for one repository.
+            let skip =
+                |_: &config::Job, d: &config::Destination| a.for_destination(d).policy().is_empty();
+            per_job(
+                &a.config,
+                a.repo.given(),
+                jobs::Each {
+                    command: "forget",
+                    json: a.json,
+                    metrics_file: a.metrics.file(),
+                    names: &a.config.job,
+                },
+                &skip,
+                &mut |name, _, d, m| {
+                    if !a.json
+                        && (a.dry_run || std::io::IsTerminal::is_terminal(&std::io::stdout()))
+                    {
+                        header(name, d);
+                    }
+                    forget::run(&a.for_destination(d), m)
+                },
+                || {
+                    metrics::with_metrics(a.metrics.file(), "forget", a.repo.spec().ok(), |m| {
+                        forget::run(a, m)
+                    })
+                },
+            )
         }
         BackupCommand::Key(a) => key::run(a),
         BackupCommand::Index(a) => browse::index(a),
         BackupCommand::Ls(a) => browse::ls(a),
         BackupCommand::Dump(a) => browse::dump(a),
-        BackupCommand::Status(a) => {
-            metrics::with_metrics(a.metrics.file(), "status", a.repo.spec().ok(), |m| {
-                status::run(a, m)
-            })
-        }
+        BackupCommand::Status(a) => per_job(
+            &a.config,
+            a.repo.given(),
+            jobs::Each {
+                command: "status",
+                json: a.json,
+                metrics_file: a.metrics.file(),
+                names: &a.config.job,
+            },
+            &no_skip,
+            &mut |name, _, d, m| {
+                if !a.json && std::io::IsTerminal::is_terminal(&std::io::stdout()) {
+                    header(name, d);
+                }
+                status::run(&a.for_destination(d), m)
+            },
+            || {
+                metrics::with_metrics(a.metrics.file(), "status", a.repo.spec().ok(), |m| {
+                    status::run(a, m)
+                })
+            },
+        ),
+        BackupCommand::Config(a) => config_check::run(a),
     }
 }
 

@@ -126,14 +126,14 @@ pub fn run(a: &RestoreArgs) -> anyhow::Result<()> {
         repo.restore(
             &a.snapshot,
             RestoreTarget::Writer(&mut out),
-            a.lock.retry_lock,
+            a.lock.wait(),
             &progress,
         )
     } else if let Some(dir) = &a.to {
         repo.restore(
             &a.snapshot,
             RestoreTarget::Dir(dir),
-            a.lock.retry_lock,
+            a.lock.wait(),
             &progress,
         )
     } else {

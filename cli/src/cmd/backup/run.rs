@@ -11,6 +11,7 @@ use btrsend::backup::{self, RunOptions, SnapshotOptions};
 use clap::Args;
 use serde_json::json;
 
+use super::config::{ConfigArg, Destination, Job, sources_agree};
 use super::metrics::Metrics;
 use super::{LockArg, MetricsArg, RepoArg};
 use crate::exit::{Exit, ExitWith, exit_of, json_error, stored_or_failed};
@@ -18,11 +19,13 @@ use crate::progress::backup::BackupReporter;
 use crate::text::iec;
 
 /// Arguments of `btrsend backup run`.
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 #[command(after_long_help = RUN_HELP)]
 pub struct RunArgs {
     #[command(flatten)]
     pub(super) repo: RepoArg,
+    #[command(flatten)]
+    pub(super) config: ConfigArg,
     /// A device or image file of the filesystem (repeat for multi-device
     /// filesystems). Without it, each SNAPSHOT is the path of a read-only
     /// snapshot in a mounted btrfs.
@@ -45,35 +48,35 @@ pub struct RunArgs {
     /// snapshot -r` does; needs root), unless SUBVOL has not changed since
     /// its newest one, then store every snapshot of SUBVOL in DIR newer
     /// than the newest one stored (repeat for several subvolumes).
-    #[arg(long = "snapshot", value_name = "SUBVOL", requires = "snapshot_dir")]
+    #[arg(long = "snapshot", value_name = "SUBVOL")]
     snapshot: Vec<PathBuf>,
     /// Where --snapshot puts its snapshots: a directory on the same btrfs
     /// (DIR).
-    #[arg(long = "snapshot-dir", value_name = "DIR", requires = "snapshot")]
+    #[arg(long = "snapshot-dir", value_name = "DIR")]
     snapshot_dir: Option<PathBuf>,
     /// After storing, delete the snapshots --snapshot took beyond the
     /// newest N (per subvolume); the newest stored one (the next
     /// incremental's parent), newer ones not stored yet and those another
     /// repository's hold names (DIR/.btrsend-holds) always stay, and a
     /// snapshot btrsend did not name is never deleted.
-    #[arg(long = "keep-snapshots", value_name = "N", requires = "snapshot")]
+    #[arg(long = "keep-snapshots", value_name = "N")]
     keep_snapshots: Option<usize>,
     /// Make every N-th stream of a chain a full one (default 0: no limit by
     /// count; see --full-every-days).
-    #[arg(long = "full-every", value_name = "N", default_value_t = 0)]
-    full_every: u32,
+    #[arg(long = "full-every", value_name = "N")]
+    full_every: Option<u32>,
     /// Make a new full stream once the chain's full stream is D days older
     /// than the snapshot (entry times: the snapshots' creation times;
     /// within 12 hours, for a nightly job's drift). A chain ends only with
     /// a full stream and `backup forget` keeps every ancestor of a kept
     /// entry, so this is what lets retention free space: default 30, about
     /// one full stream per month --keep-monthly keeps; 0: never.
-    #[arg(long = "full-every-days", value_name = "D", default_value_t = backup::plan::DEFAULT_FULL_EVERY_DAYS)]
-    full_every_days: u32,
+    #[arg(long = "full-every-days", value_name = "D")]
+    full_every_days: Option<u32>,
     /// The zstd level of the stored streams (1-19, default 3).
-    #[arg(long = "compression-level", value_name = "L", default_value_t = 3,
+    #[arg(long = "compression-level", value_name = "L",
           value_parser = clap::value_parser!(i32).range(1..=19))]
-    level: i32,
+    level: Option<i32>,
     /// Write to the repository at most RATE bytes per second on average
     /// (stored bytes; K, M, G: times 1024, 1024², 1024³; e.g. 10M), so
     /// that a nightly job leaves room on an uplink. The progress bar's ETA
@@ -92,7 +95,7 @@ pub struct RunArgs {
     /// parent_gone (the parent's snapshot was deleted from the source) or
     /// chain_damaged. Warnings are status lines with a warning.
     #[arg(long)]
-    json: bool,
+    pub(super) json: bool,
     #[command(flatten)]
     lock: LockArg,
     #[command(flatten)]
@@ -104,8 +107,38 @@ pub struct RunArgs {
     /// list` prints them (a shell-style glob such as 'snaps/home.*' selects
     /// several) or id:N; without, paths of read-only snapshots in a mounted
     /// btrfs.
-    #[arg(value_name = "SNAPSHOT", required_unless_present = "snapshot")]
+    #[arg(value_name = "SNAPSHOT")]
     snapshots: Vec<String>,
+}
+
+impl RunArgs {
+    /// These options for the destination `d` of the config file's job
+    /// `job`: an option given on the command line wins over the file's
+    /// key.
+    pub(super) fn for_destination(&self, job: &Job, d: &Destination) -> RunArgs {
+        let mut a = self.clone();
+        a.repo = self.repo.for_destination(d);
+        if a.devices.is_empty() {
+            a.devices.clone_from(&job.device.0);
+        }
+        a.degraded |= job.degraded;
+        if a.snapshot.is_empty() {
+            a.snapshot.clone_from(&job.snapshot.0);
+        }
+        if a.snapshot_dir.is_none() {
+            a.snapshot_dir.clone_from(&job.snapshot_dir);
+        }
+        a.keep_snapshots = a.keep_snapshots.or(job.keep_snapshots);
+        if a.snapshots.is_empty() {
+            a.snapshots.clone_from(&job.snapshots.0);
+        }
+        a.full_every = a.full_every.or(d.full_every);
+        a.full_every_days = a.full_every_days.or(d.full_every_days);
+        a.level = a.level.or(d.compression_level.map(|l| l.0));
+        a.limit_rate = a.limit_rate.or(d.limit_rate.map(|r| r.0));
+        a.lock.retry_lock = a.lock.retry_lock.or(d.retry_lock.map(|r| r.0));
+        a
+    }
 }
 
 const RUN_HELP: &str = "\
@@ -165,14 +198,26 @@ the other snapshots are stored all the same.";
 /// Run `btrsend backup run`.
 pub fn run(a: &RunArgs, m: &mut Metrics) -> anyhow::Result<()> {
     let go = |m: &mut Metrics| -> anyhow::Result<()> {
+        sources_agree(
+            &a.snapshots,
+            &a.devices,
+            &a.snapshot,
+            a.snapshot_dir.is_some(),
+            a.keep_snapshots.is_some(),
+            true,
+        )
+        .map_err(|e| anyhow::Error::new(crate::exit::UsageError(e)))?;
         let repo = a.repo.open_limited(a.limit_rate)?;
         let mut opts = RunOptions::new()
             .with_devices(a.devices.clone())
             .with_degraded(a.degraded)
-            .with_full_every(a.full_every)
-            .with_full_every_days(a.full_every_days)
-            .with_level(a.level)
-            .with_wait_lock(a.lock.retry_lock);
+            .with_full_every(a.full_every.unwrap_or(0))
+            .with_full_every_days(
+                a.full_every_days
+                    .unwrap_or(backup::plan::DEFAULT_FULL_EVERY_DAYS),
+            )
+            .with_level(a.level.unwrap_or(3))
+            .with_wait_lock(a.lock.wait());
         if let Some(n) = a.frame_bytes {
             opts = opts.with_frame_bytes(n.max(1));
         }

@@ -10,17 +10,20 @@ use std::time::Duration;
 use clap::Args;
 use serde_json::json;
 
+use super::config::{ConfigArg, Destination};
 use super::metrics::Metrics;
 use super::{MetricsArg, RepoArg, parse_duration};
 use crate::exit::{Exit, ExitWith, json_error};
 use crate::text::{iec, local_time, printable};
 
 /// Arguments of `btrsend backup status`.
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 #[command(after_long_help = STATUS_HELP)]
 pub struct StatusArgs {
     #[command(flatten)]
     pub(super) repo: RepoArg,
+    #[command(flatten)]
+    pub(super) config: ConfigArg,
     /// Exit with status 14 unless every origin's newest stored snapshot is
     /// younger than DURATION (e.g. 90m, 26h; a number alone is seconds);
     /// an empty repository is then stale too.
@@ -28,7 +31,7 @@ pub struct StatusArgs {
     max_age: Option<Duration>,
     /// Print one JSON object (see below) instead of the table.
     #[arg(long)]
-    json: bool,
+    pub(super) json: bool,
     #[command(flatten)]
     pub(super) metrics: MetricsArg,
 }
@@ -61,6 +64,17 @@ old or older (or its time is unreadable), or the repository holds none;
 and when an origin's newest chain does not resolve. For example, in cron
 or a Nagios check:
   btrsend backup status --repo /backup/home --max-age 26h || echo stale";
+
+impl StatusArgs {
+    /// These options for the config file's destination `d` (the command
+    /// line wins).
+    pub(super) fn for_destination(&self, d: &Destination) -> StatusArgs {
+        let mut a = self.clone();
+        a.repo = self.repo.for_destination(d);
+        a.max_age = a.max_age.or(d.max_age.map(|m| m.0));
+        a
+    }
+}
 
 /// Run `btrsend backup status`.
 pub fn run(a: &StatusArgs, m: &mut Metrics) -> anyhow::Result<()> {
@@ -122,7 +136,7 @@ pub fn run(a: &StatusArgs, m: &mut Metrics) -> anyhow::Result<()> {
                     })
                 })
                 .collect();
-            let v = json!({
+            let v = crate::exit::with_json_context(json!({
                 "repository": name,
                 "generation": rep.generation,
                 "checked_at": now.to_string(),
@@ -131,7 +145,7 @@ pub fn run(a: &StatusArgs, m: &mut Metrics) -> anyhow::Result<()> {
                 "entries": rep.entries,
                 "stored_bytes": rep.stored_bytes,
                 "origins": origins,
-            });
+            }));
             serde_json::to_writer_pretty(&mut out, &v)?;
             writeln!(out)?;
         } else if std::io::stdout().is_terminal() {

@@ -7,6 +7,7 @@ use std::io::Write;
 
 use clap::Args;
 
+use super::config::{ConfigArg, Destination};
 use super::metrics::Metrics;
 use super::{LockArg, MetricsArg, RepoArg};
 use crate::exit::{Exit, ExitWith};
@@ -14,10 +15,12 @@ use crate::progress::backup::BackupReporter;
 use crate::text::{iec, printable};
 
 /// Arguments of `btrsend backup verify`.
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct VerifyArgs {
     #[command(flatten)]
     pub(super) repo: RepoArg,
+    #[command(flatten)]
+    pub(super) config: ConfigArg,
     /// Also read every stored byte: every frame's BLAKE3, every command's
     /// CRC, every stream's BLAKE3 (under the shared lock, so that no
     /// forget deletes what is being read; without --read-data verify takes
@@ -26,11 +29,23 @@ pub struct VerifyArgs {
     read_data: bool,
     /// Print the report as JSON.
     #[arg(long)]
-    json: bool,
+    pub(super) json: bool,
     #[command(flatten)]
     lock: LockArg,
     #[command(flatten)]
     pub(super) metrics: MetricsArg,
+}
+
+impl VerifyArgs {
+    /// These options for the config file's destination `d` (the command
+    /// line wins).
+    pub(super) fn for_destination(&self, d: &Destination) -> VerifyArgs {
+        let mut a = self.clone();
+        a.repo = self.repo.for_destination(d);
+        a.read_data |= d.read_data.unwrap_or(false);
+        a.lock.retry_lock = a.lock.retry_lock.or(d.retry_lock.map(|r| r.0));
+        a
+    }
 }
 
 /// Run `btrsend backup verify`.
@@ -40,7 +55,7 @@ pub fn run(a: &VerifyArgs, m: &mut Metrics) -> anyhow::Result<()> {
     let clock = std::time::Instant::now();
     // A bar only for the long form (every byte read).
     let progress = BackupReporter::bar(a.read_data && !a.json, "");
-    let rep = repo.verify(a.read_data, a.lock.retry_lock, &progress);
+    let rep = repo.verify(a.read_data, a.lock.wait(), &progress);
     progress.finish();
     let rep = rep?;
     m.int(
@@ -63,7 +78,7 @@ pub fn run(a: &VerifyArgs, m: &mut Metrics) -> anyhow::Result<()> {
     );
     m.catalog(&repo);
     if a.json {
-        let mut v = serde_json::to_value(&rep)?;
+        let mut v = crate::exit::with_json_context(serde_json::to_value(&rep)?);
         if let Some(o) = v.as_object_mut() {
             o.insert("start".into(), start.to_string().into());
             o.insert("end".into(), jiff::Timestamp::now().to_string().into());
