@@ -150,6 +150,12 @@ const BACKUP_STATUS: Block = Block::Example(
      btrsend backup status --repo /backup/home --max-age 26h --metrics-file /var/lib/prometheus/node-exporter/btrsend-status.prom",
 );
 
+const BACKUP_DRY_RUN: Block = Block::Example(
+    "See what tonight's run would store: each stream's exact size, the total, \
+     the free space of the repository and the time it takes at the limit:",
+    "btrsend backup run --repo /backup/home --device /dev/sdb1 --dry-run --limit-rate 10M 'snaps/home.*'",
+);
+
 /// The extra sections of the page named `page` (`btrsend`, `btrsend-send`, …).
 pub fn extra_sections(page: &str) -> Vec<Section> {
     let examples = match page {
@@ -162,7 +168,7 @@ pub fn extra_sections(page: &str) -> Vec<Section> {
         "btrsend-completions" => vec![COMPLETIONS],
         "btrsend-backup" => vec![BACKUP_INIT, BACKUP_CRON, BACKUP_NIGHTLY, BACKUP_RESTORE],
         "btrsend-backup-init" => vec![BACKUP_INIT],
-        "btrsend-backup-run" => vec![BACKUP_CRON, BACKUP_NIGHTLY],
+        "btrsend-backup-run" => vec![BACKUP_CRON, BACKUP_NIGHTLY, BACKUP_DRY_RUN],
         "btrsend-backup-list" => vec![BACKUP_LIST],
         "btrsend-backup-verify" => vec![BACKUP_VERIFY],
         "btrsend-backup-restore" => vec![BACKUP_RESTORE],

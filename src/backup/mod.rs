@@ -32,8 +32,9 @@
 //!   atomically; [`find`]: an entry by what the user typed;
 //! * [`lock`]: exclusive for `run`, shared for the readers.
 //!
-//! One module per operation, each built on the above: `run`, `verify`,
-//! `restore`, `import`, [`forget`] and [`status`]. What they decide without I/O is in
+//! One module per operation, each built on the above: `run` (and its
+//! `--dry-run`), `verify`, `restore`, `import`, [`forget`] and
+//! [`status`]. What they decide without I/O is in
 //! pure, tested modules:
 //!
 //! * [`plan`]: which snapshots a run stores and which stream each is
@@ -90,7 +91,7 @@ pub use lock::{LockKind, RepoLock};
 pub use plan::glob_match;
 pub use repository::{Config, Repository, store_for};
 pub use restore::RestoreTarget;
-pub use run::{RunOptions, RunReport, SnapshotOptions};
+pub use run::{DryRunReport, PlannedStream, RunOptions, RunReport, SnapshotOptions};
 #[cfg(feature = "s3")]
 pub use s3::S3Store;
 pub use status::{OriginStatus, StatusReport};

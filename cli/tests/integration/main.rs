@@ -10,6 +10,7 @@
 
 mod backup;
 mod backup_crypt;
+mod backup_dry_run;
 mod backup_feedback;
 mod backup_forget;
 mod backup_hostile;
