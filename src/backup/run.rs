@@ -15,7 +15,7 @@
 mod dry;
 mod select;
 mod snapshot_dir;
-mod unfinished;
+pub(crate) mod unfinished;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{self, Write};
@@ -185,9 +185,9 @@ pub struct RunReport {
 }
 
 /// The stream being stored, counted for [`Progress::stream`].
-struct Counted<'p, W> {
-    inner: W,
-    progress: &'p dyn Progress,
+pub(crate) struct Counted<'p, W> {
+    pub(crate) inner: W,
+    pub(crate) progress: &'p dyn Progress,
 }
 
 impl<W: Write> Write for Counted<'_, W> {

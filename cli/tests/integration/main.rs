@@ -9,6 +9,7 @@
 //! regenerates `man/`.
 
 mod backup;
+mod backup_copy;
 mod backup_crypt;
 mod backup_dry_run;
 mod backup_feedback;

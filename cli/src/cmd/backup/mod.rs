@@ -7,6 +7,8 @@
 //! Exit statuses and JSON error lines are not made here but in
 //! [`crate::exit`]; progress is rendered by [`crate::progress::backup`].
 
+mod compare;
+mod copy;
 mod dry_run;
 mod forget;
 mod import;
@@ -87,7 +89,8 @@ Exit status:
        could not be taken or deleted
   10   repository missing or unreachable
   11   the repository's lock is held (see --retry-lock)
-  12   verify found damage
+  12   verify found damage (verify --compare: the repositories disagree;
+       copy: a stream of --from is damaged)
   13   a passphrase, identity or write key is missing or wrong
   14   status: a backup is older than --max-age (or there is none), or
        its chain does not resolve
@@ -115,6 +118,11 @@ pub struct RepoArg {
 impl RepoArg {
     pub(crate) fn spec(&self) -> anyhow::Result<String> {
         self.spec.spec()
+    }
+
+    /// The secrets' options.
+    pub(crate) fn keys(&self) -> &secrets::KeyArgs {
+        &self.keys
     }
 
     /// Open the repository with the secrets given.
@@ -241,6 +249,9 @@ pub enum BackupCommand {
     /// Manage an encrypted repository's passphrases: list, add, remove,
     /// passwd.
     Key(key::KeyCmdArgs),
+    /// Copy the entries one repository holds and another lacks, with their
+    /// chains, every hash checked (3-2-1 copies).
+    Copy(copy::CopyArgs),
 }
 
 /// Run `btrsend backup`.
@@ -266,6 +277,7 @@ pub fn run(args: &BackupArgs) -> anyhow::Result<()> {
             })
         }
         BackupCommand::Key(a) => key::run(a),
+        BackupCommand::Copy(a) => copy::run(a),
         BackupCommand::Status(a) => {
             metrics::with_metrics(a.metrics.file(), "status", a.repo.spec().ok(), |m| {
                 status::run(a, m)
