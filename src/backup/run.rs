@@ -63,6 +63,10 @@ pub struct RunOptions {
     pub degraded: bool,
     /// Take (and prune) source snapshots first (`--snapshot`).
     pub snapshots: Option<SnapshotOptions>,
+    /// Refuse a run into a directory whose filesystem has less free space
+    /// than the raw streams (see [`Repository::check_room`]); off for
+    /// data zstd is known to shrink, or a filesystem that compresses.
+    pub space_check: bool,
 }
 
 /// `backup run --snapshot SUBVOL --snapshot-dir DIR [--keep-snapshots N]`
@@ -92,7 +96,14 @@ impl RunOptions {
             frame_bytes: WriterOptions::new().frame_bytes,
             degraded: false,
             snapshots: None,
+            space_check: true,
         }
+    }
+
+    /// Set [`RunOptions::space_check`].
+    pub fn with_space_check(mut self, on: bool) -> RunOptions {
+        self.space_check = on;
+        self
     }
 
     /// Set [`RunOptions::snapshots`].
@@ -276,7 +287,7 @@ impl Repository {
         let selected = std::mem::take(&mut src.selected);
         // A local repository needs the sizes for its room check: a full
         // disk found halfway leaves a partial stream and wasted hours.
-        let local = self.store.local_root().is_some();
+        let local = opts.space_check && self.store.local_root().is_some();
         let estimates: Vec<Option<u64>> = if progress.wants_total() || local {
             self.estimate(&cat, &src, &selected, opts)?
                 .into_iter()

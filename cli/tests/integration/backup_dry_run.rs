@@ -357,6 +357,22 @@ fn a_repository_without_room_is_refused_before_starting() {
         "a refused run wrote to the repository"
     );
 
+    // --no-space-check plans without refusing (and would store).
+    let out = backup(
+        &be,
+        &[
+            "run",
+            "--repo",
+            spec,
+            "--device",
+            img,
+            "--dry-run",
+            "--no-space-check",
+            "snaps/s*",
+        ],
+    );
+    assert!(ok(&out).contains(&format!("total: 3 streams, {need} bytes")));
+
     // With room, the same run stores everything.
     let st = Command::new("mount")
         .args(["-o", "remount,size=2m"])

@@ -136,7 +136,13 @@ impl Repository {
                 Err(e) => report.failed.push((sel.path.clone(), e)),
             }
         }
-        match self.check_room(report.stream_bytes()) {
+        // Without the check, the free space is still told.
+        let needed = if opts.space_check {
+            report.stream_bytes()
+        } else {
+            0
+        };
+        match self.check_room(needed) {
             Ok(free) => report.free_bytes = free,
             Err(e @ BackupError::NoRoom { free, .. }) => {
                 report.free_bytes = Some(free);

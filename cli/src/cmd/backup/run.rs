@@ -88,6 +88,12 @@ pub struct RunArgs {
     /// would take), no lock, and write nothing (see DRY RUN below).
     #[arg(long = "dry-run", conflicts_with = "metrics_file")]
     dry_run: bool,
+    /// Store even when a directory repository's filesystem has less free
+    /// space than the raw size of the streams (by default such a run is
+    /// refused before anything is stored: zstd may not shrink them); for
+    /// data known to compress well.
+    #[arg(long = "no-space-check")]
+    no_space_check: bool,
     /// Print JSON Lines on standard output (message_type status, stored,
     /// then summary; a subvolume not snapshotted because it is unchanged
     /// is a status line with unchanged: true and newest_snapshot, counted
@@ -171,7 +177,8 @@ the other snapshots are stored all the same.
 
 A local directory repository whose filesystem has less free space than the
 raw size of the streams the run stores (zstd may not shrink them) is
-refused before anything is stored, with exit status 1 and both figures.
+refused before anything is stored, with exit status 1 and both figures
+(--no-space-check stores all the same, for data known to compress).
 Finding the sizes costs a pass over the snapshots' metadata, no file data.
 
 DRY RUN: --dry-run plans as the run would (the same snapshots, parents and
@@ -198,7 +205,8 @@ fn run_options(a: &RunArgs) -> RunOptions {
         .with_full_every(a.full_every)
         .with_full_every_days(a.full_every_days)
         .with_level(a.level)
-        .with_wait_lock(a.lock.retry_lock);
+        .with_wait_lock(a.lock.retry_lock)
+        .with_space_check(!a.no_space_check);
     if let Some(n) = a.frame_bytes {
         opts = opts.with_frame_bytes(n.max(1));
     }
