@@ -3,6 +3,8 @@
 //! ([`Repository::dry_run`](btrsend::backup::Repository::dry_run)).
 
 use btrsend::backup::{DryRunReport, RunOptions};
+use std::io::Write;
+
 use serde_json::json;
 
 use super::RepoArg;
@@ -18,10 +20,11 @@ pub(super) fn run(a: &RunArgs, repo: &RepoArg, opts: RunOptions) -> anyhow::Resu
     // The limit counts stored bytes, which zstd makes fewer: the raw total
     // at the limit is the longest the transfer takes.
     let seconds = a.limit_rate.filter(|r| *r > 0).map(|r| total.div_ceil(r));
+    let out = &mut crate::exit::stdout();
     if a.json {
-        print_json(&report, a.limit_rate, seconds);
+        print_json(out, &report, a.limit_rate, seconds)?;
     } else {
-        print_text(&report, repo.store().name(), a.limit_rate, seconds);
+        print_text(out, &report, repo.store().name(), a.limit_rate, seconds)?;
     }
     for (path, err) in &report.failed {
         if a.json {
@@ -59,9 +62,15 @@ pub(super) fn run(a: &RunArgs, repo: &RepoArg, opts: RunOptions) -> anyhow::Resu
     }
 }
 
-fn print_json(report: &DryRunReport, rate: Option<u64>, seconds: Option<u64>) {
+fn print_json(
+    out: &mut dyn Write,
+    report: &DryRunReport,
+    rate: Option<u64>,
+    seconds: Option<u64>,
+) -> std::io::Result<()> {
     for s in &report.streams {
-        println!(
+        writeln!(
+            out,
             "{}",
             json!({
                 "message_type": "dry_run",
@@ -74,16 +83,18 @@ fn print_json(report: &DryRunReport, rate: Option<u64>, seconds: Option<u64>) {
                 "full_reason": s.full_reason.map(|r| r.as_str()),
                 "stream_bytes": s.stream_bytes,
             })
-        );
+        )?;
     }
     for (path, id) in &report.skipped {
-        println!(
+        writeln!(
+            out,
             "{}",
             json!({"message_type": "status", "snapshot": path, "already_stored": id})
-        );
+        )?;
     }
     for (subvol, snap) in &report.unchanged {
-        println!(
+        writeln!(
+            out,
             "{}",
             json!({
                 "message_type": "status",
@@ -91,15 +102,17 @@ fn print_json(report: &DryRunReport, rate: Option<u64>, seconds: Option<u64>) {
                 "unchanged": true,
                 "newest_snapshot": snap.display().to_string(),
             })
-        );
+        )?;
     }
     for subvol in &report.would_take {
-        println!(
+        writeln!(
+            out,
             "{}",
             json!({"message_type": "status", "would_take": subvol.display().to_string()})
-        );
+        )?;
     }
-    println!(
+    writeln!(
+        out,
         "{}",
         json!({
             "message_type": "dry_run_total",
@@ -113,25 +126,34 @@ fn print_json(report: &DryRunReport, rate: Option<u64>, seconds: Option<u64>) {
             "limit_rate": rate,
             "seconds_at_limit_rate": seconds,
         })
-    );
+    )?;
+    Ok(())
 }
 
-fn print_text(report: &DryRunReport, repo: &str, rate: Option<u64>, seconds: Option<u64>) {
+fn print_text(
+    out: &mut dyn Write,
+    report: &DryRunReport,
+    repo: &str,
+    rate: Option<u64>,
+    seconds: Option<u64>,
+) -> std::io::Result<()> {
     for subvol in &report.would_take {
-        println!(
+        writeln!(
+            out,
             "would take a snapshot of {} (its stream is not counted below: it has no size until it is taken)",
             printable(&subvol.display().to_string())
-        );
+        )?;
     }
     for (subvol, snap) in &report.unchanged {
-        println!(
+        writeln!(
+            out,
             "no snapshot of {}: unchanged since {}",
             printable(&subvol.display().to_string()),
             printable(&snap.display().to_string())
-        );
+        )?;
     }
     for (path, id) in &report.skipped {
-        println!("already stored: {} (entry {id})", printable(path));
+        writeln!(out, "already stored: {} (entry {id})", printable(path))?;
     }
     for s in &report.streams {
         let how = match &s.parent {
@@ -142,25 +164,34 @@ fn print_text(report: &DryRunReport, repo: &str, rate: Option<u64>, seconds: Opt
                 None => String::from("full"),
             },
         };
-        println!(
+        writeln!(
+            out,
             "would store {}: {how}, {} bytes of raw stream",
             printable(&s.path),
             s.stream_bytes
-        );
+        )?;
     }
     let total = report.stream_bytes();
-    println!(
+    writeln!(
+        out,
         "total: {} streams, {total} bytes ({}) of raw stream, exact; the stored size is unknown until compressed",
         report.streams.len(),
         iec(total)
-    );
+    )?;
     if let Some(free) = report.free_bytes {
-        println!("free in {}: {free} bytes ({})", printable(repo), iec(free));
+        writeln!(
+            out,
+            "free in {}: {free} bytes ({})",
+            printable(repo),
+            iec(free)
+        )?;
     }
     if let (Some(rate), Some(secs)) = (rate, seconds) {
-        println!(
+        writeln!(
+            out,
             "at --limit-rate {rate} bytes/s: at most {} ({secs} s)",
             indicatif::HumanDuration(std::time::Duration::from_secs(secs))
-        );
+        )?;
     }
+    Ok(())
 }
