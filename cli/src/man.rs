@@ -162,6 +162,25 @@ const BACKUP_CONFIG: Block = Block::Example(
      btrsend backup status --config /etc/btrsend/btrsend.toml",
 );
 
+const BACKUP_DRY_RUN: Block = Block::Example(
+    "See what tonight's run would store: each stream's exact size, the total, \
+     the free space of the repository and the time it takes at the limit:",
+    "btrsend backup run --repo /backup/home --device /dev/sdb1 --dry-run --limit-rate 10M 'snaps/home.*'",
+);
+
+const BACKUP_COMPARE: Block = Block::Example(
+    "After a copy, check that the two repositories agree, from their catalogs \
+     alone (exit status 12 when they do not):",
+    "btrsend backup verify --compare /backup/home s3://offsite/home",
+);
+
+const BACKUP_COPY: Block = Block::Example(
+    "Copy to S3 what it lacks of the local repository (read with an identity, \
+     written with the S3 repository's own write key), at 5 MiB/s, then check:",
+    "btrsend backup copy --from /backup/home --to s3://offsite/home --from-identity /root/age-key.txt --limit-rate 5M\n\
+     btrsend backup verify --compare /backup/home s3://offsite/home",
+);
+
 /// The extra sections of the page named `page` (`btrsend`, `btrsend-send`, …).
 pub fn extra_sections(page: &str) -> Vec<Section> {
     let examples = match page {
@@ -174,9 +193,10 @@ pub fn extra_sections(page: &str) -> Vec<Section> {
         "btrsend-completions" => vec![COMPLETIONS],
         "btrsend-backup" => vec![BACKUP_INIT, BACKUP_CRON, BACKUP_NIGHTLY, BACKUP_RESTORE],
         "btrsend-backup-init" => vec![BACKUP_INIT],
-        "btrsend-backup-run" => vec![BACKUP_CRON, BACKUP_NIGHTLY, BACKUP_CONFIG],
+        "btrsend-backup-run" => vec![BACKUP_CRON, BACKUP_NIGHTLY, BACKUP_CONFIG, BACKUP_DRY_RUN],
         "btrsend-backup-list" => vec![BACKUP_LIST],
-        "btrsend-backup-verify" => vec![BACKUP_VERIFY],
+        "btrsend-backup-verify" => vec![BACKUP_VERIFY, BACKUP_COMPARE],
+        "btrsend-backup-copy" => vec![BACKUP_COPY],
         "btrsend-backup-restore" => vec![BACKUP_RESTORE],
         "btrsend-backup-import" => vec![BACKUP_IMPORT],
         "btrsend-backup-forget" => vec![BACKUP_FORGET, BACKUP_NIGHTLY],

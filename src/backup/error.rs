@@ -107,6 +107,19 @@ pub enum BackupError {
         /// origins `spec` matches in.
         what: String,
     },
+    /// A local repository's filesystem has less room than the raw streams
+    /// a run stores (zstd may not shrink them: the raw size is the bound).
+    #[error(
+        "{repo}: not enough room for the run: {needed} bytes of raw stream to store, {free} bytes free"
+    )]
+    NoRoom {
+        /// The repository.
+        repo: String,
+        /// The raw bytes of the streams the run stores.
+        needed: u64,
+        /// The bytes free for an unprivileged writer (statvfs `f_bavail`).
+        free: u64,
+    },
     /// Anything else the caller asked for that cannot be done.
     #[error("{0}")]
     Invalid(String),

@@ -32,8 +32,9 @@
 //!   atomically; [`find`]: an entry by what the user typed;
 //! * [`lock`]: exclusive for `run`, shared for the readers.
 //!
-//! One module per operation, each built on the above: `run`, `verify`,
-//! `restore`, `import`, [`forget`] and [`status`]. What they decide without I/O is in
+//! One module per operation, each built on the above: `run` (and its
+//! `--dry-run`), `verify` (and `--compare`), `restore`, `import`, `copy`,
+//! [`forget`] and [`status`]. What they decide without I/O is in
 //! pure, tested modules:
 //!
 //! * [`plan`]: which snapshots a run stores and which stream each is
@@ -54,6 +55,7 @@
 //! ([`partial`]), and never a listed stream that is not whole.
 
 pub mod catalog;
+mod copy;
 pub mod crypt;
 pub mod entry;
 mod error;
@@ -82,6 +84,7 @@ mod treehash;
 mod verify;
 
 pub use catalog::Catalog;
+pub use copy::{CopyOptions, CopyReport};
 pub use entry::{Entry, Kind};
 pub use error::BackupError;
 pub use file::{Damage, FileWriter, ReadError, StreamFile, StreamIdentity, WriterOptions};
@@ -91,12 +94,12 @@ pub use lock::{LockKind, RepoLock};
 pub use plan::glob_match;
 pub use repository::{Config, Repository, store_for};
 pub use restore::RestoreTarget;
-pub use run::{RunOptions, RunReport, SnapshotOptions};
+pub use run::{DryRunReport, PlannedStream, RunOptions, RunReport, SnapshotOptions};
 #[cfg(feature = "s3")]
 pub use s3::S3Store;
 pub use status::{OriginStatus, StatusReport};
 pub use store::{LocalStore, Store, StoreError};
-pub use verify::{Problem, VerifyReport};
+pub use verify::{CompareReport, Disagreement, EntryRef, Problem, VerifyReport, compare};
 
 /// Progress reports from the backup room: the crate's one [`Progress`]
 /// interface (its backup methods), handed on to the sends and receives a

@@ -45,7 +45,7 @@ impl std::fmt::Debug for RestoreTarget<'_> {
 /// so a stream whose hash does not match never ends as a finished
 /// subvolume. Damage is an error from `read`, and is also left in
 /// `damage` for the caller (the receiver wraps the error in its own).
-struct ChainReader<'a, 'b> {
+pub(super) struct ChainReader<'a, 'b> {
     ahead: &'a mut frames::Ahead<'b>,
     files: &'a [StreamFile],
     cur: Option<frames::Frame>,
@@ -62,7 +62,7 @@ struct ChainReader<'a, 'b> {
 
 impl<'a, 'b> ChainReader<'a, 'b> {
     /// A reader of the frames of `files` from `ahead`.
-    fn new(
+    pub(super) fn new(
         ahead: &'a mut frames::Ahead<'b>,
         files: &'a [StreamFile],
         damage: &'a std::sync::Mutex<Option<Damage>>,

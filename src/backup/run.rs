@@ -12,9 +12,10 @@
 //! `unfinished`. It must not write anything but stream files and catalog
 //! generations into the repository, nor list a stream that is not whole.
 
+mod dry;
 mod select;
 mod snapshot_dir;
-mod unfinished;
+pub(crate) mod unfinished;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{self, Write};
@@ -24,6 +25,8 @@ use std::time::Duration;
 use select::{Selected, Sources, full_time_of, origin_of, otime_of, otime_ts, select, stream_uuid};
 use snapshot_dir::{prune_snapshots, take_snapshots, write_holds};
 use unfinished::{Resumed, VerifyHead};
+
+pub use dry::{DryRunReport, PlannedStream};
 
 use super::catalog::{Catalog, Entry, Kind};
 use super::error::BackupError;
@@ -60,6 +63,10 @@ pub struct RunOptions {
     pub degraded: bool,
     /// Take (and prune) source snapshots first (`--snapshot`).
     pub snapshots: Option<SnapshotOptions>,
+    /// Refuse a run into a directory whose filesystem has less free space
+    /// than the raw streams (see [`Repository::check_room`]); off for
+    /// data zstd is known to shrink, or a filesystem that compresses.
+    pub space_check: bool,
 }
 
 /// `backup run --snapshot SUBVOL --snapshot-dir DIR [--keep-snapshots N]`
@@ -89,7 +96,14 @@ impl RunOptions {
             frame_bytes: WriterOptions::new().frame_bytes,
             degraded: false,
             snapshots: None,
+            space_check: true,
         }
+    }
+
+    /// Set [`RunOptions::space_check`].
+    pub fn with_space_check(mut self, on: bool) -> RunOptions {
+        self.space_check = on;
+        self
     }
 
     /// Set [`RunOptions::snapshots`].
@@ -182,9 +196,9 @@ pub struct RunReport {
 }
 
 /// The stream being stored, counted for [`Progress::stream`].
-struct Counted<'p, W> {
-    inner: W,
-    progress: &'p dyn Progress,
+pub(crate) struct Counted<'p, W> {
+    pub(crate) inner: W,
+    pub(crate) progress: &'p dyn Progress,
 }
 
 impl<W: Write> Write for Counted<'_, W> {
@@ -197,6 +211,18 @@ impl<W: Write> Write for Counted<'_, W> {
     fn flush(&mut self) -> io::Result<()> {
         self.inner.flush()
     }
+}
+
+/// The stream a snapshot is planned as ([`Repository::estimate`]).
+pub(super) struct Planned {
+    /// What the incremental stream's parent is: its path and, when it is
+    /// stored already, its entry id (`None`: a snapshot this run stores
+    /// first).
+    pub(super) parent: Option<(String, Option<u64>)>,
+    /// Why the stream is full, when it is.
+    pub(super) full: Option<plan::FullReason>,
+    /// The exact size of the raw stream.
+    pub(super) stream_bytes: Result<u64, BackupError>,
 }
 
 /// What [`Repository::pick_parent`] found.
@@ -259,11 +285,20 @@ impl Repository {
             )
         });
         let selected = std::mem::take(&mut src.selected);
-        let estimates = if progress.wants_total() {
+        // A local repository needs the sizes for its room check: a full
+        // disk found halfway leaves a partial stream and wasted hours.
+        let local = opts.space_check && self.store.local_root().is_some();
+        let estimates: Vec<Option<u64>> = if progress.wants_total() || local {
             self.estimate(&cat, &src, &selected, opts)?
+                .into_iter()
+                .map(|p| p.map(|p| p.stream_bytes.unwrap_or(0)))
+                .collect()
         } else {
             vec![None; selected.len()]
         };
+        if local {
+            self.check_room(estimates.iter().flatten().sum())?;
+        }
         if progress.wants_total() {
             let todo = estimates.iter().flatten().count();
             progress.plan(todo, estimates.iter().flatten().sum());
@@ -310,18 +345,19 @@ impl Repository {
         Ok(report)
     }
 
-    /// The exact size of the stream each of `selected` will be stored as
-    /// (`None`: stored already), for the progress of the whole run. A
-    /// snapshot's parent is the one [`Repository::pick_parent`] picks now,
-    /// or the previous snapshot of its origin stored by this run, and the
-    /// same rules ([`plan::continues`], [`plan::full_due`]) make it full.
+    /// The stream each of `selected` will be stored as (`None`: stored
+    /// already), with its exact size: for the progress of the whole run,
+    /// the room check and `--dry-run`. A snapshot's parent is the one
+    /// [`Repository::pick_parent`] picks now, or the previous snapshot of
+    /// its origin stored by this run, and the same rules
+    /// ([`plan::continues`], [`plan::full_due`]) make it full.
     fn estimate(
         &self,
         cat: &Catalog,
         src: &Sources,
         selected: &[Selected],
         opts: &RunOptions,
-    ) -> Result<Vec<Option<u64>>, BackupError> {
+    ) -> Result<Vec<Option<Planned>>, BackupError> {
         let present = self.stream_sizes()?;
         // Per origin: the last snapshot planned in this run and its chain.
         let mut planned: BTreeMap<String, (usize, plan::Chain)> = BTreeMap::new();
@@ -336,22 +372,35 @@ impl Repository {
             }
             let origin = origin_of(&sel.subvol);
             let time = otime_ts(&sel.subvol);
-            let (parent, chain) = match planned.get(&origin) {
+            let mut full = None;
+            // The parent's snapshot on the source, what names it (a stored
+            // entry's id, or a snapshot this run stores first) and its chain.
+            let (parent, parent_of, chain) = match planned.get(&origin) {
                 Some(&(j, chain)) if plan::continues(chain, time, opts.full_policy()) => {
-                    (selected.get(j).map(|p| p.subvol.clone()), Some(chain))
+                    let p = selected.get(j);
+                    (
+                        p.map(|p| p.subvol.clone()),
+                        p.map(|p| (p.path.clone(), None)),
+                        Some(chain),
+                    )
                 }
-                Some(_) => (None, None),
+                Some(&(_, chain)) => {
+                    full = plan::full_due(chain.depth, chain.full_time, time, opts.full_policy());
+                    (None, None, None)
+                }
                 None => {
                     let pick = self.pick_parent(cat, src, sel, opts, &present);
+                    full = pick.full;
                     match pick.parent {
                         Some((e, p)) => (
                             Some(p),
+                            Some((e.path.clone(), Some(e.id))),
                             Some(plan::Chain {
                                 depth: cat.depth(e.id).unwrap_or(usize::MAX),
                                 full_time: full_time_of(cat, e.id),
                             }),
                         ),
-                        None => (None, None),
+                        None => (None, None, None),
                     }
                 }
             };
@@ -363,15 +412,55 @@ impl Repository {
                 parent: parent_spec.as_deref(),
                 clone_sources: &[],
             };
-            let bytes = src
-                .fss
-                .get(sel.fs)
-                .and_then(|s| s.estimate(&req, SendOptions::new(1)).ok())
-                .map_or(0, |st| st.stream_bytes);
-            out.push(Some(bytes));
+            let stream_bytes = match src.fss.get(sel.fs) {
+                Some(s) => s
+                    .estimate(&req, SendOptions::new(1))
+                    .map(|st| st.stream_bytes)
+                    .map_err(|e| BackupError::Send {
+                        snapshot: sel.path.clone(),
+                        error: Box::new(e),
+                    }),
+                None => Err(BackupError::Invalid(format!(
+                    "{}: its filesystem is not open",
+                    sel.path
+                ))),
+            };
+            out.push(Some(Planned {
+                parent: parent_of,
+                full: if parent.is_some() { None } else { full },
+                stream_bytes,
+            }));
             planned.insert(origin, (i, chain));
         }
         Ok(out)
+    }
+
+    /// Refuse a run whose streams cannot fit in a local repository: the
+    /// sum of their raw sizes (zstd may not shrink them) against the free
+    /// space of the repository's filesystem. Returns the free bytes
+    /// (`None`: not a local directory, where nothing can be asked).
+    ///
+    /// # Errors
+    ///
+    /// [`BackupError::NoRoom`] with both figures; [`BackupError::Io`] when
+    /// the filesystem cannot be asked.
+    pub fn check_room(&self, needed: u64) -> Result<Option<u64>, BackupError> {
+        let Some(root) = self.store.local_root() else {
+            return Ok(None);
+        };
+        let st = rustix::fs::statvfs(root).map_err(|e| BackupError::Io {
+            what: format!("cannot read the free space of {}", root.display()),
+            error: e.into(),
+        })?;
+        let free = st.f_bavail.saturating_mul(st.f_frsize);
+        if needed > free {
+            return Err(BackupError::NoRoom {
+                repo: self.store.name().to_owned(),
+                needed,
+                free,
+            });
+        }
+        Ok(Some(free))
     }
 
     /// The parent for `sel` if it gets an incremental stream, else why it

@@ -11,7 +11,9 @@
 mod backup;
 mod backup_browse;
 mod backup_config;
+mod backup_copy;
 mod backup_crypt;
+mod backup_dry_run;
 mod backup_feedback;
 mod backup_forget;
 mod backup_hostile;

@@ -18,21 +18,21 @@ use crate::progress::Progress;
 /// the stream a partial file holds) without passing them on, hashing them:
 /// when they do not hash to `expected`, the write fails and `differs` says
 /// so. Past them it reports the continuation, then passes everything on.
-pub(super) struct VerifyHead<'p, W> {
-    pub(super) inner: W,
-    pub(super) left: u64,
-    pub(super) hasher: TreeHasher,
-    pub(super) expected: blake3::Hash,
-    pub(super) differs: &'p std::cell::Cell<bool>,
-    pub(super) resumed: Option<Resumed<'p>>,
-    pub(super) progress: &'p dyn Progress,
+pub(crate) struct VerifyHead<'p, W> {
+    pub(crate) inner: W,
+    pub(crate) left: u64,
+    pub(crate) hasher: TreeHasher,
+    pub(crate) expected: blake3::Hash,
+    pub(crate) differs: &'p std::cell::Cell<bool>,
+    pub(crate) resumed: Option<Resumed<'p>>,
+    pub(crate) progress: &'p dyn Progress,
 }
 
 /// What [`Progress::resumed`] says.
-pub(super) struct Resumed<'p> {
-    pub(super) path: &'p str,
-    pub(super) stream_bytes: u64,
-    pub(super) stored_bytes: u64,
+pub(crate) struct Resumed<'p> {
+    pub(crate) path: &'p str,
+    pub(crate) stream_bytes: u64,
+    pub(crate) stored_bytes: u64,
 }
 
 impl<W: Write> Write for VerifyHead<'_, W> {
@@ -71,7 +71,7 @@ impl Repository {
     /// (stream `uuid`, `ctransid`, incremental from `parent`), scanned
     /// (see [`partial`]); the others of the same snapshot, and one that
     /// does not match, are removed with a notice.
-    pub(super) fn find_partial(
+    pub(crate) fn find_partial(
         &self,
         uuid: &str,
         ctransid: u64,
@@ -142,7 +142,7 @@ impl Repository {
     /// What the unfinished upload `key` (`size` bytes in `tmp/`) lets a
     /// run keep: the state it recorded (S3), or what its partial file
     /// holds (a directory).
-    pub(super) fn scan_partial(&self, key: &str, size: u64) -> Result<partial::Scan, String> {
+    pub(crate) fn scan_partial(&self, key: &str, size: u64) -> Result<partial::Scan, String> {
         match self.store.recorded(key) {
             Ok(Some(r)) => partial::from_checkpoint(&r.state, r.stored_bytes, &r.key),
             Ok(None) if self.store.local_root().is_some() => {
@@ -156,7 +156,7 @@ impl Repository {
     }
 
     /// Remove a partial stream file that cannot be continued, saying why.
-    pub(super) fn discard_partial(&self, key: &str, why: &str, progress: &dyn Progress) {
+    pub(crate) fn discard_partial(&self, key: &str, why: &str, progress: &dyn Progress) {
         progress.notice(&format!(
             "{key}: not continuing the stream an interrupted run left: {why}; sending it again"
         ));

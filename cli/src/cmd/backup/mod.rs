@@ -8,8 +8,11 @@
 //! [`crate::exit`]; progress is rendered by [`crate::progress::backup`].
 
 mod browse;
+mod compare;
 mod config;
 mod config_check;
+mod copy;
+mod dry_run;
 mod forget;
 mod import;
 mod init;
@@ -93,7 +96,8 @@ Exit status:
        destinations failed and others did not
   10   repository missing or unreachable
   11   the repository's lock is held (see --retry-lock)
-  12   verify found damage
+  12   verify found damage (verify --compare: the repositories disagree;
+       copy: a stream of --from is damaged)
   13   a passphrase, identity or write key is missing or wrong
   14   status: a backup is older than --max-age (or there is none), or
        its chain does not resolve
@@ -154,6 +158,11 @@ impl RepoArg {
             },
             keys,
         }
+    }
+
+    /// The secrets' options.
+    pub(crate) fn keys(&self) -> &secrets::KeyArgs {
+        &self.keys
     }
 
     /// Open the repository with the secrets given.
@@ -302,6 +311,9 @@ pub enum BackupCommand {
     /// The config file of run, forget, verify, status and list --config:
     /// check it.
     Config(config_check::ConfigCmdArgs),
+    /// Copy the entries one repository holds and another lacks, with their
+    /// chains, every hash checked (3-2-1 copies).
+    Copy(copy::CopyArgs),
 }
 
 /// A header naming the job and destination before a table, when a config
@@ -454,6 +466,7 @@ pub fn run(args: &BackupArgs) -> anyhow::Result<()> {
             },
         ),
         BackupCommand::Config(a) => config_check::run(a),
+        BackupCommand::Copy(a) => copy::run(a),
     }
 }
 

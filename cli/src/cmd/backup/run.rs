@@ -83,7 +83,20 @@ pub struct RunArgs {
     /// follows the limit. S3 parts leave whole, at the link's speed, at
     /// the rate on average.
     #[arg(long = "limit-rate", value_name = "RATE", value_parser = crate::cmd::parse_rate)]
-    limit_rate: Option<u64>,
+    pub(super) limit_rate: Option<u64>,
+    /// Store nothing: print each stream the run would store with its exact
+    /// raw size (as `btrfs send` would write it), the total, the free
+    /// space of a local repository and, with --limit-rate, how long the
+    /// transfer would take; take no snapshot (--snapshot: say which it
+    /// would take), no lock, and write nothing (see DRY RUN below).
+    #[arg(long = "dry-run", conflicts_with = "metrics_file")]
+    dry_run: bool,
+    /// Store even when a directory repository's filesystem has less free
+    /// space than the raw size of the streams (by default such a run is
+    /// refused before anything is stored: zstd may not shrink them); for
+    /// data known to compress well.
+    #[arg(long = "no-space-check")]
+    no_space_check: bool,
     /// Print JSON Lines on standard output (message_type status, stored,
     /// then summary; a subvolume not snapshotted because it is unchanged
     /// is a status line with unchanged: true and newest_snapshot, counted
@@ -108,7 +121,7 @@ pub struct RunArgs {
     /// several) or id:N; without, paths of read-only snapshots in a mounted
     /// btrfs.
     #[arg(value_name = "SNAPSHOT")]
-    snapshots: Vec<String>,
+    pub(super) snapshots: Vec<String>,
 }
 
 impl RunArgs {
@@ -193,10 +206,61 @@ repository no longer used: pruning warns about holds not updated for 30
 days). A hold file that cannot be read is ignored with a warning.
 
 A source snapshot that cannot be taken or deleted makes the exit status 3;
-the other snapshots are stored all the same.";
+the other snapshots are stored all the same.
+
+A local directory repository whose filesystem has less free space than the
+raw size of the streams the run stores (zstd may not shrink them) is
+refused before anything is stored, with exit status 1 and both figures
+(--no-space-check stores all the same, for data known to compress).
+Finding the sizes costs a pass over the snapshots' metadata, no file data.
+
+DRY RUN: --dry-run plans as the run would (the same snapshots, parents and
+full streams) and prints, for each stream, \"would store PATH: full|
+incremental from PARENT, N bytes of raw stream\", then the total. The raw
+figures are exact: the bytes `btrfs send` writes for the stream. What the
+repository would store is unknown until compressed (smaller by zstd's
+ratio, a little larger for incompressible data or encryption). With
+--limit-rate it says how long the transfer would take at most (the limit
+counts stored bytes). A local repository without room for the raw total
+is refused as a run would be (exit 1, after the plan). With --json: one
+line per stream (message_type dry_run, with snapshot, uuid, ctransid,
+kind, parent, parent_id, full_reason and stream_bytes), already_stored and
+would_take status lines, then a dry_run_total line (streams,
+stream_bytes, stored_bytes: null, free_bytes, limit_rate,
+seconds_at_limit_rate). Exit status 3 (1 when no stream could be sized)
+when a snapshot cannot be sized.";
+
+/// The run the options describe.
+fn run_options(a: &RunArgs) -> RunOptions {
+    let mut opts = RunOptions::new()
+        .with_devices(a.devices.clone())
+        .with_degraded(a.degraded)
+        .with_full_every(a.full_every.unwrap_or(0))
+        .with_full_every_days(
+            a.full_every_days
+                .unwrap_or(backup::plan::DEFAULT_FULL_EVERY_DAYS),
+        )
+        .with_level(a.level.unwrap_or(3))
+        .with_wait_lock(a.lock.wait())
+        .with_space_check(!a.no_space_check);
+    if let Some(n) = a.frame_bytes {
+        opts = opts.with_frame_bytes(n.max(1));
+    }
+    if let Some(dir) = &a.snapshot_dir {
+        opts = opts.with_snapshots(SnapshotOptions {
+            subvols: a.snapshot.clone(),
+            dir: dir.clone(),
+            keep: a.keep_snapshots,
+        });
+    }
+    opts
+}
 
 /// Run `btrsend backup run`.
 pub fn run(a: &RunArgs, m: &mut Metrics) -> anyhow::Result<()> {
+    if a.dry_run {
+        return super::dry_run::run(a, &a.repo, run_options(a)).map_err(|e| json_error(a.json, e));
+    }
     let go = |m: &mut Metrics| -> anyhow::Result<()> {
         sources_agree(
             &a.snapshots,
@@ -208,26 +272,7 @@ pub fn run(a: &RunArgs, m: &mut Metrics) -> anyhow::Result<()> {
         )
         .map_err(|e| anyhow::Error::new(crate::exit::UsageError(e)))?;
         let repo = a.repo.open_limited(a.limit_rate)?;
-        let mut opts = RunOptions::new()
-            .with_devices(a.devices.clone())
-            .with_degraded(a.degraded)
-            .with_full_every(a.full_every.unwrap_or(0))
-            .with_full_every_days(
-                a.full_every_days
-                    .unwrap_or(backup::plan::DEFAULT_FULL_EVERY_DAYS),
-            )
-            .with_level(a.level.unwrap_or(3))
-            .with_wait_lock(a.lock.wait());
-        if let Some(n) = a.frame_bytes {
-            opts = opts.with_frame_bytes(n.max(1));
-        }
-        if let Some(dir) = &a.snapshot_dir {
-            opts = opts.with_snapshots(SnapshotOptions {
-                subvols: a.snapshot.clone(),
-                dir: dir.clone(),
-                keep: a.keep_snapshots,
-            });
-        }
+        let opts = run_options(a);
         let progress = BackupReporter::new(a.json, "computing the streams' sizes");
         let start = jiff::Timestamp::now();
         let clock = std::time::Instant::now();

@@ -20,6 +20,108 @@ pub const PASSWORD_ENV: &str = "BTRSEND_PASSWORD";
 pub const IDENTITY_ENV: &str = "BTRSEND_IDENTITY_FILE";
 /// A write-key file.
 pub const WRITE_KEY_ENV: &str = "BTRSEND_WRITE_KEY_FILE";
+/// The variables the options of the repository copied or compared from
+/// fall back to (`copy --from`, the first of `verify --compare`): its own,
+/// so that the other repository's never open it by mistake.
+pub const FROM_PASSWORD_FILE_ENV: &str = "BTRSEND_FROM_PASSWORD_FILE";
+/// The passphrase of the repository copied or compared from.
+pub const FROM_PASSWORD_ENV: &str = "BTRSEND_FROM_PASSWORD";
+/// An identity file of the repository copied or compared from.
+pub const FROM_IDENTITY_ENV: &str = "BTRSEND_FROM_IDENTITY_FILE";
+/// A write-key file of the repository copied or compared from.
+pub const FROM_WRITE_KEY_ENV: &str = "BTRSEND_FROM_WRITE_KEY_FILE";
+
+/// The variables one repository's secrets fall back to.
+struct Env {
+    password_file: &'static str,
+    password: &'static str,
+    identity: &'static str,
+    write_key: &'static str,
+}
+
+const ENV: Env = Env {
+    password_file: PASSWORD_FILE_ENV,
+    password: PASSWORD_ENV,
+    identity: IDENTITY_ENV,
+    write_key: WRITE_KEY_ENV,
+};
+
+const FROM_ENV: Env = Env {
+    password_file: FROM_PASSWORD_FILE_ENV,
+    password: FROM_PASSWORD_ENV,
+    identity: FROM_IDENTITY_ENV,
+    write_key: FROM_WRITE_KEY_ENV,
+};
+
+/// The secrets of the other repository of `copy` (its --from) and of
+/// `verify --compare` (the first), as options of their own.
+#[derive(Debug, Args, Clone, Default)]
+pub struct FromKeyArgs {
+    /// Read the passphrase of the repository copied or compared from (copy
+    /// --from, the first of verify --compare) from the first line of FILE
+    /// (default: the file BTRSEND_FROM_PASSWORD_FILE names, then
+    /// BTRSEND_FROM_PASSWORD, then a prompt on a terminal).
+    #[arg(
+        id = "from_password_file",
+        long = "from-password-file",
+        value_name = "FILE",
+        conflicts_with = "from_password_command",
+        help_heading = "Encryption of the repository copied or compared from"
+    )]
+    pub password_file: Option<PathBuf>,
+    /// Run CMD with sh -c for that passphrase.
+    #[arg(
+        id = "from_password_command",
+        long = "from-password-command",
+        value_name = "CMD",
+        help_heading = "Encryption of the repository copied or compared from"
+    )]
+    pub password_command: Option<String>,
+    /// An age identity file of one of its recipients (default: the file
+    /// BTRSEND_FROM_IDENTITY_FILE names). Repeatable.
+    #[arg(
+        id = "from_identity",
+        long = "from-identity",
+        value_name = "FILE",
+        help_heading = "Encryption of the repository copied or compared from"
+    )]
+    pub identity: Vec<PathBuf>,
+    /// Its write-key file, which reads its catalog (enough for verify
+    /// --compare; copy reads the streams and needs an identity) (default:
+    /// the file BTRSEND_FROM_WRITE_KEY_FILE names, then the one init put in
+    /// ~/.config/btrsend/keys/).
+    #[arg(
+        id = "from_write_key",
+        long = "from-write-key",
+        value_name = "FILE",
+        help_heading = "Encryption of the repository copied or compared from"
+    )]
+    pub write_key: Option<PathBuf>,
+}
+
+impl FromKeyArgs {
+    /// As [`KeyArgs::secrets`], from the `--from-*` options and the
+    /// `BTRSEND_FROM_*` variables.
+    ///
+    /// # Errors
+    ///
+    /// As [`KeyArgs::secrets`].
+    pub fn secrets<'p>(
+        &self,
+        ask: &'p dyn Fn() -> Result<SecretString, String>,
+    ) -> anyhow::Result<Secrets<'p>> {
+        KeyArgs {
+            pass: PassArgs {
+                password_file: self.password_file.clone(),
+                password_command: self.password_command.clone(),
+            },
+            identity: self.identity.clone(),
+            write_key: self.write_key.clone(),
+        }
+        .secrets_in(ask, &FROM_ENV)
+    }
+}
+
 /// scrypt's work factor for new passphrases (for tests: lower is weaker).
 pub const SCRYPT_ENV: &str = "BTRSEND_SCRYPT_LOG_N";
 
@@ -101,6 +203,10 @@ impl PassArgs {
     ///
     /// A file that cannot be read, a command that fails, an empty line.
     pub fn passphrase(&self) -> anyhow::Result<Option<SecretString>> {
+        self.passphrase_in(&ENV)
+    }
+
+    fn passphrase_in(&self, env: &Env) -> anyhow::Result<Option<SecretString>> {
         if let Some(p) = &self.password_file {
             return first_line(
                 read_secret_file(p, "password file")?,
@@ -121,14 +227,14 @@ impl PassArgs {
             }
             return first_line(out.stdout, "the --password-command's output").map(Some);
         }
-        if let Some(p) = env_path(PASSWORD_FILE_ENV) {
+        if let Some(p) = env_path(env.password_file) {
             return first_line(
                 read_secret_file(&p, "password file")?,
-                &format!("{} ({PASSWORD_FILE_ENV})", p.display()),
+                &format!("{} ({})", p.display(), env.password_file),
             )
             .map(Some);
         }
-        if let Ok(p) = std::env::var(PASSWORD_ENV)
+        if let Ok(p) = std::env::var(env.password)
             && !p.is_empty()
         {
             return Ok(Some(SecretString::from(p)));
@@ -186,9 +292,17 @@ impl KeyArgs {
         &self,
         ask: &'p dyn Fn() -> Result<SecretString, String>,
     ) -> anyhow::Result<Secrets<'p>> {
+        self.secrets_in(ask, &ENV)
+    }
+
+    fn secrets_in<'p>(
+        &self,
+        ask: &'p dyn Fn() -> Result<SecretString, String>,
+        env: &Env,
+    ) -> anyhow::Result<Secrets<'p>> {
         let mut id_files = self.identity.clone();
         if id_files.is_empty()
-            && let Some(p) = env_path(IDENTITY_ENV)
+            && let Some(p) = env_path(env.identity)
         {
             id_files.push(p);
         }
@@ -201,11 +315,11 @@ impl KeyArgs {
                 keys::parse_identities(text).map_err(|e| usage(format!("{}: {e}", f.display())))?,
             );
         }
-        let write_key = match self.write_key.clone().or_else(|| env_path(WRITE_KEY_ENV)) {
+        let write_key = match self.write_key.clone().or_else(|| env_path(env.write_key)) {
             Some(p) => Some(read_write_key(&p)?),
             None => None,
         };
-        let passphrase = self.pass.passphrase()?;
+        let passphrase = self.pass.passphrase_in(env)?;
         if passphrase.is_some() || !identities.is_empty() || write_key.is_some() {
             btrsend::backup::crypt::no_core_dumps();
         }

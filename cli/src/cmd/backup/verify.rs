@@ -9,6 +9,7 @@ use clap::Args;
 
 use super::config::{ConfigArg, Destination};
 use super::metrics::Metrics;
+use super::secrets::FromKeyArgs;
 use super::{LockArg, MetricsArg, RepoArg};
 use crate::exit::{Exit, ExitWith};
 use crate::progress::backup::BackupReporter;
@@ -27,6 +28,22 @@ pub struct VerifyArgs {
     /// no lock and never waits for a run).
     #[arg(long = "read-data")]
     read_data: bool,
+    /// Instead, check that the repositories R1 and R2 agree, from their
+    /// catalogs alone (no stream read): every snapshot both store must
+    /// record the same stream (kind, parent, raw size, BLAKE3 of the raw
+    /// stream, commands, protocol; stored sizes differ with compression
+    /// and keys), else exit status 12; entries only in one are listed. R1
+    /// opens with the --from-* secrets, R2 with the others (as copy --from
+    /// R1 --to R2).
+    #[arg(
+        long = "compare",
+        num_args = 2,
+        value_names = ["R1", "R2"],
+        conflicts_with_all = ["read_data", "repo"]
+    )]
+    compare: Vec<String>,
+    #[command(flatten)]
+    from_keys: FromKeyArgs,
     /// Print the report as JSON.
     #[arg(long)]
     pub(super) json: bool,
@@ -50,6 +67,9 @@ impl VerifyArgs {
 
 /// Run `btrsend backup verify`.
 pub fn run(a: &VerifyArgs, m: &mut Metrics) -> anyhow::Result<()> {
+    if let [first, second] = a.compare.as_slice() {
+        return super::compare::run(first, second, &a.from_keys, a.repo.keys(), a.json);
+    }
     let repo = a.repo.open()?;
     let start = jiff::Timestamp::now();
     let clock = std::time::Instant::now();
