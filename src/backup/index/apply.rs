@@ -7,9 +7,10 @@
 //! or a non-empty `RMDIR` are errors naming the command. A stream that can
 //! be received is indexed; one that cannot is refused, never half-guessed.
 
-use std::ops::ControlFlow;
-
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap};
 use std::io::Read;
+use std::ops::ControlFlow;
 
 use stream_format::{Attr, Command, CommandInfo, StreamReader};
 
@@ -25,6 +26,14 @@ use crate::receive::target::check_path;
 /// bound on the memory an indexing takes whatever the tree's size (about
 /// 16 KiB a node).
 const DIRTY_NODES: usize = 4096;
+
+/// Paths whose inode is remembered, and inodes changed but not yet put in
+/// the tree, before each cache is emptied: a stream names the same few
+/// directories and files over and over (each file gets several commands,
+/// most under one directory), and these spare the tree a look-up per path
+/// component and a write per command.
+const CACHED_PATHS: usize = 1 << 16;
+const CACHED_INODES: usize = 1 << 13;
 
 /// `fallocate(2)` flags a stream may carry.
 const FALLOC_FL_KEEP_SIZE: u32 = 1;
@@ -61,6 +70,11 @@ pub struct Indexer<'p, 's> {
     /// The snapshot's UUID, once its SUBVOL or SNAPSHOT came.
     uuid: Option<[u8; 16]>,
     ended: bool,
+    /// Resolved paths (see [`CACHED_PATHS`]); a name that changes takes
+    /// its path and everything below it out.
+    paths: RefCell<BTreeMap<Vec<u8>, u64>>,
+    /// Inodes changed since they were last put in the tree.
+    inodes: HashMap<u64, Inode>,
 }
 
 /// Where a command is, for messages.
@@ -93,6 +107,8 @@ impl<'p, 's> Indexer<'p, 's> {
             source_name: source.to_owned(),
             uuid: None,
             ended: false,
+            paths: RefCell::new(BTreeMap::new()),
+            inodes: HashMap::new(),
         }
     }
 
@@ -119,6 +135,7 @@ impl<'p, 's> Indexer<'p, 's> {
                 reason: "the stream ended without its END command".into(),
             });
         }
+        self.put_inodes()?;
         self.root.tree = self.tree.flush()?;
         Ok(self.root)
     }
@@ -224,6 +241,7 @@ impl<'p, 's> Indexer<'p, 's> {
                 self.put_inode(ino, &i)?;
             }
             Command::Unlink { path } => {
+                self.forget_path(path);
                 let (dir, name) = self.parent_of(&at, path)?;
                 let ino = self
                     .entry(dir, name)?
@@ -235,6 +253,7 @@ impl<'p, 's> Indexer<'p, 's> {
                 self.drop_link(ino)?;
             }
             Command::Rmdir { path } => {
+                self.forget_path(path);
                 let (dir, name) = self.parent_of(&at, path)?;
                 let ino = self
                     .entry(dir, name)?
@@ -443,6 +462,9 @@ impl<'p, 's> Indexer<'p, 's> {
     }
 
     fn inode(&self, ino: u64) -> Result<Inode, IndexError> {
+        if let Some(i) = self.inodes.get(&ino) {
+            return Ok(i.clone());
+        }
         let k = inode_key(ino);
         let v = self.tree.get(&k)?.ok_or_else(|| IndexError::Record {
             what: "inode",
@@ -453,7 +475,35 @@ impl<'p, 's> Indexer<'p, 's> {
     }
 
     fn put_inode(&mut self, ino: u64, i: &Inode) -> Result<(), IndexError> {
-        self.tree.insert(&inode_key(ino), &i.encode())
+        if self.inodes.len() >= CACHED_INODES && !self.inodes.contains_key(&ino) {
+            self.put_inodes()?;
+        }
+        self.inodes.insert(ino, i.clone());
+        Ok(())
+    }
+
+    /// Put the changed inodes in the tree.
+    fn put_inodes(&mut self) -> Result<(), IndexError> {
+        let mut all: Vec<(u64, Inode)> = self.inodes.drain().collect();
+        all.sort_unstable_by_key(|(ino, _)| *ino);
+        for (ino, i) in all {
+            self.tree.insert(&inode_key(ino), &i.encode())?;
+        }
+        Ok(())
+    }
+
+    /// Forget what is cached of `path` and every path below it.
+    fn forget_path(&self, path: &[u8]) {
+        let mut paths = self.paths.borrow_mut();
+        paths.remove(path);
+        let mut below = path.to_vec();
+        below.push(b'/');
+        let mut end = path.to_vec();
+        end.push(b'/' + 1);
+        let gone: Vec<Vec<u8>> = paths.range(below..end).map(|(k, _)| k.clone()).collect();
+        for k in gone {
+            paths.remove(&k);
+        }
     }
 
     fn entry(&self, dir: u64, name: &[u8]) -> Result<Option<u64>, IndexError> {
@@ -465,10 +515,25 @@ impl<'p, 's> Indexer<'p, 's> {
     }
 
     fn resolve(&self, at: &At<'_>, path: &[u8]) -> Result<u64, IndexError> {
-        resolve_in(&self.tree, path).map_err(|e| match e {
-            IndexError::NotFound { .. } => at.err("no such file or directory"),
-            e => e,
-        })
+        if path.is_empty() {
+            return Ok(ROOT_INO);
+        }
+        if let Some(&ino) = self.paths.borrow().get(path) {
+            return Ok(ino);
+        }
+        let (dir, name) = match path.iter().rposition(|&b| b == b'/') {
+            Some(i) => (self.resolve(at, &path[..i])?, &path[i + 1..]),
+            None => (ROOT_INO, path),
+        };
+        let ino = self
+            .entry(dir, name)?
+            .ok_or_else(|| at.err("no such file or directory"))?;
+        let mut paths = self.paths.borrow_mut();
+        if paths.len() >= CACHED_PATHS {
+            paths.clear();
+        }
+        paths.insert(path.to_vec(), ino);
+        Ok(ino)
     }
 
     /// The inode of `path`, which must be a regular file.
@@ -543,6 +608,7 @@ impl<'p, 's> Indexer<'p, 's> {
     }
 
     fn delete_inode(&mut self, ino: u64) -> Result<(), IndexError> {
+        self.inodes.remove(&ino);
         for prefix in [xattr_prefix(ino), extent_prefix(ino)] {
             for (k, _) in self.tree.prefixed(&prefix)? {
                 self.tree.remove(&k)?;
@@ -553,6 +619,8 @@ impl<'p, 's> Indexer<'p, 's> {
     }
 
     fn rename(&mut self, at: &At<'_>, from: &[u8], to: &[u8]) -> Result<(), IndexError> {
+        self.forget_path(from);
+        self.forget_path(to);
         let (fdir, fname) = self.parent_of(at, from)?;
         let ino = self
             .entry(fdir, fname)?

@@ -84,12 +84,15 @@ impl PageStore for StorePages<'_> {
         Ok(out)
     }
 
-    fn put(&self, id: &PageId, bytes: &[u8]) -> Result<(), IndexError> {
-        let packed =
-            zstd::bulk::compress(bytes, 3).map_err(|e| IndexError::Store(e.to_string()))?;
+    fn put_all(&self, pages: Vec<(PageId, Vec<u8>)>) -> Result<(), IndexError> {
+        let mut z = zstd::bulk::Compressor::new(3).map_err(|e| IndexError::Store(e.to_string()))?;
+        let items = pages
+            .iter()
+            .map(|(id, bytes)| Ok((page_key(id), z.compress(bytes)?)))
+            .collect::<std::io::Result<Vec<_>>>()
+            .map_err(|e| IndexError::Store(e.to_string()))?;
         self.store
-            .put_if_absent(&page_key(id), &packed)
-            .map(|_| ())
+            .put_all_if_absent(&items)
             .map_err(|e| IndexError::Store(e.to_string()))
     }
 }

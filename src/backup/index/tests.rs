@@ -22,8 +22,8 @@ impl PageStore for Mem {
             .cloned()
             .ok_or(IndexError::MissingPage { id: *id })
     }
-    fn put(&self, id: &PageId, bytes: &[u8]) -> Result<(), IndexError> {
-        self.0.borrow_mut().insert(*id, bytes.to_vec());
+    fn put_all(&self, pages: Vec<(PageId, Vec<u8>)>) -> Result<(), IndexError> {
+        self.0.borrow_mut().extend(pages);
         Ok(())
     }
 }

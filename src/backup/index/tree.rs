@@ -41,13 +41,14 @@ pub trait PageStore {
     /// The page is missing or cannot be read.
     fn get(&self, id: &PageId) -> Result<Vec<u8>, IndexError>;
 
-    /// Store `bytes` as page `id` (a page already stored may be stored
-    /// again: it has the same bytes).
+    /// Store each of `pages` (an id and its bytes; a page already stored
+    /// may be stored again: it has the same bytes). All are stored when
+    /// this returns.
     ///
     /// # Errors
     ///
-    /// The page cannot be written.
-    fn put(&self, id: &PageId, bytes: &[u8]) -> Result<(), IndexError>;
+    /// A page cannot be written.
+    fn put_all(&self, pages: Vec<(PageId, Vec<u8>)>) -> Result<(), IndexError>;
 }
 
 /// A page store with its naming key: the store, and the BLAKE3 key that
@@ -57,6 +58,8 @@ pub struct Pages<'s> {
     store: &'s dyn PageStore,
     key: [u8; 32],
     cache: RefCell<HashMap<PageId, Arc<Node>>>,
+    /// Pages made by a flush, stored together at its end.
+    pending: RefCell<Vec<(PageId, Vec<u8>)>>,
 }
 
 impl<'s> Pages<'s> {
@@ -66,6 +69,7 @@ impl<'s> Pages<'s> {
             store,
             key,
             cache: RefCell::new(HashMap::new()),
+            pending: RefCell::new(Vec::new()),
         }
     }
 
@@ -97,22 +101,34 @@ impl<'s> Pages<'s> {
         Ok(node)
     }
 
-    fn store(&self, node: &Node) -> Result<PageId, IndexError> {
+    /// Name `node`'s page and keep it for [`commit`](Self::commit).
+    fn store(&self, node: &Node) -> PageId {
         let bytes = encode(node);
         let id = self.id_of(&bytes);
-        self.store.put(&id, &bytes)?;
-        Ok(id)
+        self.pending.borrow_mut().push((id, bytes));
+        id
+    }
+
+    /// Store the pages kept since the last commit.
+    fn commit(&self) -> Result<(), IndexError> {
+        let pages = std::mem::take(&mut *self.pending.borrow_mut());
+        if pages.is_empty() {
+            return Ok(());
+        }
+        self.store.put_all(pages)
     }
 }
 
 /// One node.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Node {
-    /// Keys and values, ascending.
-    Leaf(Vec<(Vec<u8>, Vec<u8>)>),
+    /// Keys and values, ascending, and the node's encoded size (kept up to
+    /// date so that an insert does not sum every entry again).
+    Leaf(Vec<(Vec<u8>, Vec<u8>)>, usize),
     /// Children with the lowest key each may hold (the first child's key is
-    /// empty: it takes everything below the second's), ascending.
-    Internal(Vec<(Vec<u8>, Child)>),
+    /// empty: it takes everything below the second's), ascending, and the
+    /// node's encoded size.
+    Internal(Vec<(Vec<u8>, Child)>, usize),
 }
 
 /// A child of an internal node: a stored page, or a node changed since.
@@ -174,7 +190,7 @@ impl<'a> Cursor<'a> {
 pub(crate) fn encode(node: &Node) -> Vec<u8> {
     let mut out = Vec::with_capacity(MAX_PAGE + 64);
     match node {
-        Node::Leaf(entries) => {
+        Node::Leaf(entries, _) => {
             out.push(LEAF);
             put_varint(&mut out, entries.len() as u64);
             for (k, v) in entries {
@@ -184,7 +200,7 @@ pub(crate) fn encode(node: &Node) -> Vec<u8> {
                 out.extend_from_slice(v);
             }
         }
-        Node::Internal(children) => {
+        Node::Internal(children, _) => {
             out.push(INTERNAL);
             put_varint(&mut out, children.len() as u64);
             for (k, c) in children {
@@ -224,7 +240,8 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<Node, &'static str> {
             if entries.is_empty() {
                 return Err("empty leaf");
             }
-            Node::Leaf(entries)
+            let size = leaf_size(&entries);
+            Node::Leaf(entries, size)
         }
         INTERNAL => {
             let mut children: Vec<(Vec<u8>, Child)> = Vec::with_capacity(n as usize);
@@ -240,7 +257,8 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<Node, &'static str> {
             if children.is_empty() {
                 return Err("empty internal node");
             }
-            Node::Internal(children)
+            let size = internal_size(&children);
+            Node::Internal(children, size)
         }
         _ => return Err("unknown page kind"),
     };
@@ -254,11 +272,15 @@ fn entry_size(k: &[u8], v_len: usize) -> usize {
     varint_len(k.len()) + k.len() + varint_len(v_len) + v_len
 }
 
-fn node_size(node: &Node) -> usize {
-    match node {
-        Node::Leaf(e) => e.iter().map(|(k, v)| entry_size(k, v.len())).sum::<usize>() + 10,
-        Node::Internal(c) => c.iter().map(|(k, _)| entry_size(k, 32)).sum::<usize>() + 10,
-    }
+/// Room for a node's kind and entry count.
+const NODE_HEADER: usize = 10;
+
+fn leaf_size(e: &[(Vec<u8>, Vec<u8>)]) -> usize {
+    e.iter().map(|(k, v)| entry_size(k, v.len())).sum::<usize>() + NODE_HEADER
+}
+
+fn internal_size(c: &[(Vec<u8>, Child)]) -> usize {
+    c.iter().map(|(k, _)| entry_size(k, 32)).sum::<usize>() + NODE_HEADER
 }
 
 /// Where a split cuts `sizes` (at least one entry on each side): the first
@@ -386,10 +408,11 @@ impl<'p, 's> Tree<'p, 's> {
     /// A page on the way is missing or damaged.
     pub fn insert(&mut self, key: &[u8], value: &[u8]) -> Result<(), IndexError> {
         let Some(mut root) = self.root.take() else {
-            self.root = Some(Child::Dirty(Box::new(Node::Leaf(vec![(
-                key.to_vec(),
-                value.to_vec(),
-            )]))));
+            let size = entry_size(key, value.len()) + NODE_HEADER;
+            self.root = Some(Child::Dirty(Box::new(Node::Leaf(
+                vec![(key.to_vec(), value.to_vec())],
+                size,
+            ))));
             self.dirty += 1;
             return Ok(());
         };
@@ -405,10 +428,11 @@ impl<'p, 's> Tree<'p, 's> {
             None => root,
             Some((sep, right)) => {
                 self.dirty += 2;
-                Child::Dirty(Box::new(Node::Internal(vec![
-                    (Vec::new(), root),
-                    (sep, Child::Dirty(Box::new(right))),
-                ])))
+                let size = entry_size(&[], 32) + entry_size(&sep, 32) + NODE_HEADER;
+                Child::Dirty(Box::new(Node::Internal(
+                    vec![(Vec::new(), root), (sep, Child::Dirty(Box::new(right)))],
+                    size,
+                )))
             }
         });
         Ok(())
@@ -438,7 +462,7 @@ impl<'p, 's> Tree<'p, 's> {
             // An internal root with one child gives way to that child.
             while let Child::Dirty(n) = &mut root {
                 match &mut **n {
-                    Node::Internal(c) if c.len() == 1 => {
+                    Node::Internal(c, _) if c.len() == 1 => {
                         // OK to unwrap: one child.
                         root = c.pop().unwrap().1;
                     }
@@ -459,7 +483,8 @@ impl<'p, 's> Tree<'p, 's> {
         let Some(root) = &mut self.root else {
             return Ok(None);
         };
-        flush_in(self.pages, root)?;
+        flush_in(self.pages, root);
+        self.pages.commit()?;
         self.dirty = 0;
         match root {
             Child::Stored(id) => Ok(Some(*id)),
@@ -490,22 +515,22 @@ fn node<'a>(pages: &Pages<'_>, child: &'a Child) -> Result<Loaded<'a>, IndexErro
 fn get_in(pages: &Pages<'_>, child: &Child, key: &[u8]) -> Result<Option<Vec<u8>>, IndexError> {
     let n = node(pages, child)?;
     match &*n {
-        Node::Leaf(e) => Ok(e
+        Node::Leaf(e, _) => Ok(e
             .binary_search_by(|(k, _)| k.as_slice().cmp(key))
             .ok()
             .map(|i| e[i].1.clone())),
-        Node::Internal(c) => get_in(pages, &c[child_for(c, key)].1, key),
+        Node::Internal(c, _) => get_in(pages, &c[child_for(c, key)].1, key),
     }
 }
 
 fn floor_in(pages: &Pages<'_>, child: &Child, key: &[u8]) -> Result<Option<Record>, IndexError> {
     let n = node(pages, child)?;
     match &*n {
-        Node::Leaf(e) => {
+        Node::Leaf(e, _) => {
             let i = e.partition_point(|(k, _)| k.as_slice() <= key);
             Ok(i.checked_sub(1).map(|i| e[i].clone()))
         }
-        Node::Internal(c) => {
+        Node::Internal(c, _) => {
             // A child's lower bound may sit below its lowest key (after
             // removals): an empty answer there sends the search left.
             for j in (0..=child_for(c, key)).rev() {
@@ -526,7 +551,7 @@ fn scan_in(
 ) -> Result<Scan, IndexError> {
     let n = node(pages, child)?;
     match &*n {
-        Node::Leaf(e) => {
+        Node::Leaf(e, _) => {
             let start = e.partition_point(|(k, _)| k.as_slice() < from);
             for (k, v) in &e[start..] {
                 if f(k, v)?.is_break() {
@@ -534,7 +559,7 @@ fn scan_in(
                 }
             }
         }
-        Node::Internal(c) => {
+        Node::Internal(c, _) => {
             for (_, ch) in &c[child_for(c, from)..] {
                 if scan_in(pages, ch, from, f)?.is_break() {
                     return Ok(ControlFlow::Break(()));
@@ -573,37 +598,40 @@ fn insert_in(
 ) -> Result<Option<(Vec<u8>, Node)>, IndexError> {
     let n = make_dirty(pages, dirty, child)?;
     match n {
-        Node::Leaf(e) => {
+        Node::Leaf(e, size) => {
             match e.binary_search_by(|(k, _)| k.as_slice().cmp(key)) {
-                Ok(i) => e[i].1 = value.to_vec(),
-                Err(i) => e.insert(i, (key.to_vec(), value.to_vec())),
+                Ok(i) => {
+                    *size = *size - entry_size(key, e[i].1.len()) + entry_size(key, value.len());
+                    e[i].1 = value.to_vec();
+                }
+                Err(i) => {
+                    *size += entry_size(key, value.len());
+                    e.insert(i, (key.to_vec(), value.to_vec()));
+                }
             }
-            let total = node_size(n);
-            if let Node::Leaf(e) = n
-                && total > MAX_PAGE
-                && e.len() >= 2
-            {
-                let at = split_point(e.iter().map(|(k, v)| entry_size(k, v.len())), total);
+            if *size > MAX_PAGE && e.len() >= 2 {
+                let at = split_point(e.iter().map(|(k, v)| entry_size(k, v.len())), *size);
                 let right = e.split_off(at);
-                return Ok(Some((right[0].0.clone(), Node::Leaf(right))));
+                *size = leaf_size(e);
+                let right_size = leaf_size(&right);
+                return Ok(Some((right[0].0.clone(), Node::Leaf(right, right_size))));
             }
             Ok(None)
         }
-        Node::Internal(c) => {
+        Node::Internal(c, size) => {
             let i = child_for(c, key);
             if let Some((sep, right)) = insert_in(pages, dirty, &mut c[i].1, key, value)? {
+                *size += entry_size(&sep, 32);
                 c.insert(i + 1, (sep, Child::Dirty(Box::new(right))));
                 *dirty += 1;
             }
-            let total = node_size(n);
-            if let Node::Internal(c) = n
-                && total > MAX_PAGE
-                && c.len() >= 2
-            {
-                let at = split_point(c.iter().map(|(k, _)| entry_size(k, 32)), total);
+            if *size > MAX_PAGE && c.len() >= 2 {
+                let at = split_point(c.iter().map(|(k, _)| entry_size(k, 32)), *size);
                 let mut right = c.split_off(at);
                 let sep = std::mem::take(&mut right[0].0);
-                return Ok(Some((sep, Node::Internal(right))));
+                *size = internal_size(c);
+                let right_size = internal_size(&right);
+                return Ok(Some((sep, Node::Internal(right, right_size))));
             }
             Ok(None)
         }
@@ -620,19 +648,25 @@ fn remove_in(
 ) -> Result<(Option<Vec<u8>>, bool), IndexError> {
     let n = make_dirty(pages, dirty, child)?;
     match n {
-        Node::Leaf(e) => {
+        Node::Leaf(e, size) => {
             let v = e
                 .binary_search_by(|(k, _)| k.as_slice().cmp(key))
                 .ok()
-                .map(|i| e.remove(i).1);
+                .map(|i| e.remove(i))
+                .map(|(k, v)| {
+                    *size -= entry_size(&k, v.len());
+                    v
+                });
             Ok((v, e.is_empty()))
         }
-        Node::Internal(c) => {
+        Node::Internal(c, size) => {
             let i = child_for(c, key);
             let (v, empty) = remove_in(pages, dirty, &mut c[i].1, key)?;
             if empty {
-                c.remove(i);
+                let (k, _) = c.remove(i);
+                *size -= entry_size(&k, 32);
                 if let Some(first) = c.first_mut() {
+                    *size -= entry_size(&first.0, 32) - entry_size(&[], 32);
                     first.0.clear();
                 }
             }
@@ -641,17 +675,16 @@ fn remove_in(
     }
 }
 
-fn flush_in(pages: &Pages<'_>, child: &mut Child) -> Result<(), IndexError> {
+fn flush_in(pages: &Pages<'_>, child: &mut Child) {
     let Child::Dirty(n) = child else {
-        return Ok(());
+        return;
     };
-    if let Node::Internal(c) = &mut **n {
+    if let Node::Internal(c, _) = &mut **n {
         for (_, ch) in c.iter_mut() {
-            flush_in(pages, ch)?;
+            flush_in(pages, ch);
         }
     }
-    *child = Child::Stored(pages.store(n)?);
-    Ok(())
+    *child = Child::Stored(pages.store(n));
 }
 
 /// The child of `children` whose range holds `key`.
@@ -660,4 +693,77 @@ fn child_for(children: &[(Vec<u8>, Child)], key: &[u8]) -> usize {
     children
         .partition_point(|(k, _)| k.as_slice() <= key)
         .saturating_sub(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Default)]
+    struct Mem(RefCell<HashMap<PageId, Vec<u8>>>);
+
+    impl PageStore for Mem {
+        fn get(&self, id: &PageId) -> Result<Vec<u8>, IndexError> {
+            self.0
+                .borrow()
+                .get(id)
+                .cloned()
+                .ok_or(IndexError::MissingPage { id: *id })
+        }
+        fn put_all(&self, pages: Vec<(PageId, Vec<u8>)>) -> Result<(), IndexError> {
+            self.0.borrow_mut().extend(pages);
+            Ok(())
+        }
+    }
+
+    /// Every dirty node's kept size against its entries, and the sizes
+    /// of the nodes below.
+    fn check_sizes(child: &Child) {
+        let Child::Dirty(n) = child else {
+            return;
+        };
+        match &**n {
+            Node::Leaf(e, size) => assert_eq!(*size, leaf_size(e)),
+            Node::Internal(c, size) => {
+                assert_eq!(*size, internal_size(c));
+                c.iter().for_each(|(_, ch)| check_sizes(ch));
+            }
+        }
+    }
+
+    #[test]
+    fn kept_sizes_follow_inserts_removes_and_splits() {
+        let mem = Mem::default();
+        let pages = Pages::new(&mem, [7; 32]);
+        let mut t = Tree::open(&pages, None);
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        for round in 0..3 {
+            for _ in 0..4000 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let key = (x % 3000).to_be_bytes();
+                if x % 5 == 0 {
+                    t.remove(&key).unwrap();
+                } else {
+                    let len = if x % 97 == 0 {
+                        20_000
+                    } else {
+                        (x % 300) as usize
+                    };
+                    t.insert(&key, &vec![round as u8; len]).unwrap();
+                }
+                if let Some(root) = &t.root {
+                    check_sizes(root);
+                }
+            }
+            // The next round starts from stored pages, sizes read back.
+            t.flush().unwrap();
+        }
+        for bytes in mem.0.borrow().values() {
+            let n = decode(bytes).unwrap();
+            let (Node::Leaf(_, size) | Node::Internal(_, size)) = &n;
+            assert!(*size >= bytes.len(), "{size} < {}", bytes.len());
+        }
+    }
 }
