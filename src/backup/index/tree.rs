@@ -743,10 +743,10 @@ mod tests {
                 x ^= x >> 7;
                 x ^= x << 17;
                 let key = (x % 3000).to_be_bytes();
-                if x % 5 == 0 {
+                if x.is_multiple_of(5) {
                     t.remove(&key).unwrap();
                 } else {
-                    let len = if x % 97 == 0 {
+                    let len = if x.is_multiple_of(97) {
                         20_000
                     } else {
                         (x % 300) as usize
