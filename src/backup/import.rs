@@ -15,6 +15,7 @@ use stream_format::{Command, ReaderOptions, StreamReader};
 use super::catalog::{Catalog, Entry, Kind};
 use super::error::BackupError;
 use super::file::{FileWriter, StreamIdentity, WriterOptions};
+use super::index::IndexTee;
 use super::lock::LockKind;
 use super::repository::{Repository, now_rfc3339};
 use super::{STREAMS_DIR, plan, store};
@@ -204,7 +205,9 @@ impl Repository {
                         }
                     },
                 };
-                match self.import_one(&mut cat, &p, parent.as_ref(), opts) {
+                match self.import_one(&mut cat, &p, parent.as_ref(), opts, &|w| {
+                    progress.warning(w)
+                }) {
                     Ok(e) => {
                         progress.stored(&e);
                         report.stored.push(e);
@@ -240,6 +243,7 @@ impl Repository {
         p: &Parsed,
         parent: Option<&Entry>,
         opts: &ImportOptions,
+        warn: &dyn Fn(&str),
     ) -> Result<Entry, BackupError> {
         let key = format!(
             "{STREAMS_DIR}{}-{}-{:08x}.btrs.zst",
@@ -249,12 +253,17 @@ impl Repository {
         );
         let upload = self.store.multipart(&key)?;
         let wopts = WriterOptions::new().with_level(opts.level.unwrap_or(3));
-        let mut writer = FileWriter::new(upload, wopts);
+        let mut index = self.inline_index(cat, &key, parent);
+        let mut writer = IndexTee {
+            inner: FileWriter::new(upload, wopts),
+            index: index.as_mut(),
+        };
         let mut input = open_input(&p.file)?;
         io::copy(&mut input, &mut writer).map_err(|e| BackupError::Io {
             what: format!("cannot import {}", p.file.display()),
             error: e,
         })?;
+        let writer = writer.inner;
         let (trailer, size) = writer.finish(StreamIdentity {
             uuid: p.uuid.clone(),
             ctransid: p.ctransid,
@@ -295,6 +304,9 @@ impl Repository {
         let id = next.add(entry);
         next.commit(&*self.store)?;
         *cat = next;
+        if let Some(e) = cat.get(id) {
+            self.record_inline_index(e, index, warn);
+        }
         cat.get(id)
             .cloned()
             .ok_or_else(|| BackupError::Invalid(String::from("entry vanished")))

@@ -31,6 +31,7 @@ pub use dry::{DryRunReport, PlannedStream};
 use super::catalog::{Catalog, Entry, Kind};
 use super::error::BackupError;
 use super::file::{FileWriter, StreamIdentity, WriterOptions};
+use super::index::{IndexTee, InlineIndex};
 use super::lock::LockKind;
 use super::repository::{Repository, now_rfc3339};
 use super::treehash::TreeHasher;
@@ -67,6 +68,8 @@ pub struct RunOptions {
     /// than the raw streams (see [`Repository::check_room`]); off for
     /// data zstd is known to shrink, or a filesystem that compresses.
     pub space_check: bool,
+    /// Index each stream as it is stored (see [`index`](super::index)).
+    pub index: bool,
 }
 
 /// `backup run --snapshot SUBVOL --snapshot-dir DIR [--keep-snapshots N]`
@@ -97,7 +100,14 @@ impl RunOptions {
             degraded: false,
             snapshots: None,
             space_check: true,
+            index: true,
         }
+    }
+
+    /// Set [`RunOptions::index`].
+    pub fn with_index(mut self, on: bool) -> RunOptions {
+        self.index = on;
+        self
     }
 
     /// Set [`RunOptions::space_check`].
@@ -577,6 +587,8 @@ impl Repository {
         let mut partial = self.find_partial(&uuid, ctransid, parent_id.as_ref(), progress);
         // The key the stream file gets (a continued S3 upload keeps its own).
         let mut file = key.clone();
+        let parent_entry = parent.as_ref().map(|(e, _)| *e);
+        let mut index: Option<InlineIndex>;
         let writer = loop {
             let Some((tmp, scan)) = partial.take() else {
                 file.clone_from(&key);
@@ -586,10 +598,16 @@ impl Repository {
                     inner: FileWriter::new(upload, wopts),
                     progress,
                 };
-                let (counted, _stats) = source
-                    .send(&req, counted, sopts, progress)
-                    .map_err(send_err)?;
-                break counted.inner;
+                index = opts
+                    .index
+                    .then(|| self.inline_index(cat, &file, parent_entry))
+                    .flatten();
+                let tee = IndexTee {
+                    inner: counted,
+                    index: index.as_mut(),
+                };
+                let (tee, _stats) = source.send(&req, tee, sopts, progress).map_err(send_err)?;
+                break tee.inner.inner;
             };
             file = scan.file.clone().unwrap_or_else(|| key.clone());
             let mut upload = match self
@@ -632,8 +650,16 @@ impl Repository {
                 }),
                 progress,
             };
-            match source.send(&req, out, sopts, progress) {
-                Ok((out, _stats)) => break out.inner.inner,
+            index = opts
+                .index
+                .then(|| self.inline_index(cat, &file, parent_entry))
+                .flatten();
+            let tee = IndexTee {
+                inner: out,
+                index: index.as_mut(),
+            };
+            match source.send(&req, tee, sopts, progress) {
+                Ok((tee, _stats)) => break tee.inner.inner.inner,
                 Err(_) if differs.get() => {
                     // Another stream than the partial file's: start over.
                     self.discard_partial(&tmp, "its bytes are not what this send makes", progress);
@@ -670,6 +696,9 @@ impl Repository {
         let id = next.add(entry);
         next.commit(&*self.store)?;
         *cat = next;
+        if let Some(e) = cat.get(id) {
+            self.record_inline_index(e, index, &|w| progress.warning(w));
+        }
         cat.get(id)
             .cloned()
             .map(|e| (e, full_reason))

@@ -75,6 +75,24 @@ pub struct Indexer<'p, 's> {
     paths: RefCell<BTreeMap<Vec<u8>, u64>>,
     /// Inodes changed since they were last put in the tree.
     inodes: HashMap<u64, Inode>,
+    /// Directory entries changed since they were last put in the tree
+    /// (see [`Dirent`]): a kernel stream creates each new file under an
+    /// orphan name in the root and renames it at once, which here costs
+    /// nothing in the tree.
+    dirents: HashMap<(u64, Vec<u8>), Dirent>,
+    /// Directories numbered from here on have no entries in the tree yet
+    /// (they were made since the entries were last put there): looking
+    /// their names up there is skipped.
+    fresh_from: u64,
+}
+
+/// A changed directory entry.
+#[derive(Debug, Clone, Copy)]
+struct Dirent {
+    /// What it names now (`None`: removed).
+    ino: Option<u64>,
+    /// Whether the tree has it.
+    stored: bool,
 }
 
 /// Where a command is, for messages.
@@ -109,6 +127,8 @@ impl<'p, 's> Indexer<'p, 's> {
             ended: false,
             paths: RefCell::new(BTreeMap::new()),
             inodes: HashMap::new(),
+            dirents: HashMap::new(),
+            fresh_from: ROOT_INO,
         }
     }
 
@@ -136,6 +156,7 @@ impl<'p, 's> Indexer<'p, 's> {
             });
         }
         self.put_inodes()?;
+        self.put_dirents()?;
         self.root.tree = self.tree.flush()?;
         Ok(self.root)
     }
@@ -186,6 +207,7 @@ impl<'p, 's> Indexer<'p, 's> {
                     .ok_or_else(|| at.err("the parent snapshot has no index"))?;
                 self.tree = Tree::open(self.tree.pages(), parent.tree);
                 self.root = parent;
+                self.fresh_from = self.root.next_ino;
                 self.uuid = Some(*uuid);
                 self.source = self.source_of(&self.source_name.clone());
             }
@@ -261,6 +283,7 @@ impl<'p, 's> Indexer<'p, 's> {
                 if self.inode(ino)?.kind != FileType::Dir {
                     return Err(at.err("RMDIR of a non-directory"));
                 }
+                self.put_dirents()?;
                 if self.tree.prefixed_any(&dirent_prefix(ino))? {
                     return Err(at.err("RMDIR of a directory that is not empty"));
                 }
@@ -498,6 +521,13 @@ impl<'p, 's> Indexer<'p, 's> {
         paths.remove(path);
         let mut below = path.to_vec();
         below.push(b'/');
+        if !paths
+            .range(below.clone()..)
+            .next()
+            .is_some_and(|(k, _)| k.starts_with(&below))
+        {
+            return;
+        }
         let mut end = path.to_vec();
         end.push(b'/' + 1);
         let gone: Vec<Vec<u8>> = paths.range(below..end).map(|(k, _)| k.clone()).collect();
@@ -507,27 +537,87 @@ impl<'p, 's> Indexer<'p, 's> {
     }
 
     fn entry(&self, dir: u64, name: &[u8]) -> Result<Option<u64>, IndexError> {
+        Ok(self.dirent(dir, name)?.ino)
+    }
+
+    /// The entry `name` of `dir`, changed or as the tree has it.
+    fn dirent(&self, dir: u64, name: &[u8]) -> Result<Dirent, IndexError> {
+        if let Some(d) = self.dirents.get(&(dir, name.to_vec())) {
+            return Ok(*d);
+        }
+        if dir >= self.fresh_from {
+            return Ok(Dirent {
+                ino: None,
+                stored: false,
+            });
+        }
         let k = dirent_key(dir, name);
-        self.tree
+        let ino = self
+            .tree
             .get(&k)?
             .map(|v| decode_dirent(&k, &v))
-            .transpose()
+            .transpose()?;
+        Ok(Dirent {
+            ino,
+            stored: ino.is_some(),
+        })
+    }
+
+    /// Make the entry `name` of `dir` name `ino` (`None`: remove it).
+    fn set_dirent(&mut self, dir: u64, name: &[u8], ino: Option<u64>) -> Result<(), IndexError> {
+        let was = self.dirent(dir, name)?;
+        if self.dirents.len() >= CACHED_PATHS {
+            self.put_dirents()?;
+        }
+        let key = (dir, name.to_vec());
+        if ino.is_none() && !was.stored {
+            self.dirents.remove(&key);
+        } else {
+            self.dirents.insert(
+                key,
+                Dirent {
+                    ino,
+                    stored: was.stored,
+                },
+            );
+        }
+        Ok(())
+    }
+
+    /// Put the changed directory entries in the tree.
+    fn put_dirents(&mut self) -> Result<(), IndexError> {
+        self.fresh_from = self.root.next_ino;
+        let mut all: Vec<((u64, Vec<u8>), Dirent)> = self.dirents.drain().collect();
+        all.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        for ((dir, name), d) in all {
+            let k = dirent_key(dir, &name);
+            match d.ino {
+                Some(ino) => self.tree.insert(&k, &ino.to_le_bytes())?,
+                None => {
+                    self.tree.remove(&k)?;
+                }
+            }
+        }
+        Ok(())
     }
 
     fn resolve(&self, at: &At<'_>, path: &[u8]) -> Result<u64, IndexError> {
-        if path.is_empty() {
-            return Ok(ROOT_INO);
-        }
+        let (dir, name) = match path.iter().rposition(|&b| b == b'/') {
+            Some(i) => (self.resolve_dir(at, &path[..i])?, &path[i + 1..]),
+            None if path.is_empty() => return Ok(ROOT_INO),
+            None => (ROOT_INO, path),
+        };
+        self.entry(dir, name)?
+            .ok_or_else(|| at.err("no such file or directory"))
+    }
+
+    /// [`resolve`](Self::resolve) of a path that leads to a directory
+    /// (the directory part of a path), remembered (see [`CACHED_PATHS`]).
+    fn resolve_dir(&self, at: &At<'_>, path: &[u8]) -> Result<u64, IndexError> {
         if let Some(&ino) = self.paths.borrow().get(path) {
             return Ok(ino);
         }
-        let (dir, name) = match path.iter().rposition(|&b| b == b'/') {
-            Some(i) => (self.resolve(at, &path[..i])?, &path[i + 1..]),
-            None => (ROOT_INO, path),
-        };
-        let ino = self
-            .entry(dir, name)?
-            .ok_or_else(|| at.err("no such file or directory"))?;
+        let ino = self.resolve(at, path)?;
         let mut paths = self.paths.borrow_mut();
         if paths.len() >= CACHED_PATHS {
             paths.clear();
@@ -570,15 +660,14 @@ impl<'p, 's> Indexer<'p, 's> {
         if self.entry(dir, name)?.is_some() {
             return Err(at.err("the name exists already"));
         }
-        self.tree
-            .insert(&dirent_key(dir, name), &ino.to_le_bytes())?;
+        self.set_dirent(dir, name, Some(ino))?;
         let mut d = self.inode(dir)?;
         d.size += 2 * name.len() as u64;
         self.put_inode(dir, &d)
     }
 
     fn remove_entry(&mut self, dir: u64, name: &[u8]) -> Result<(), IndexError> {
-        self.tree.remove(&dirent_key(dir, name))?;
+        self.set_dirent(dir, name, None)?;
         let mut d = self.inode(dir)?;
         d.size = d.size.saturating_sub(2 * name.len() as u64);
         self.put_inode(dir, &d)
@@ -635,6 +724,7 @@ impl<'p, 's> Indexer<'p, 's> {
             let old = self.inode(existing)?;
             match (moved.kind == FileType::Dir, old.kind == FileType::Dir) {
                 (true, true) => {
+                    self.put_dirents()?;
                     if self.tree.prefixed_any(&dirent_prefix(existing))? {
                         return Err(at.err("RENAME over a directory that is not empty"));
                     }
@@ -687,11 +777,16 @@ impl<'p, 's> Indexer<'p, 's> {
         if len == 0 {
             return Ok(());
         }
-        punch(&mut self.tree, ino, offset, end)?;
+        let mut i = self.inode(ino)?;
+        // Extents lie below the size (every change that adds one grows the
+        // size over it, every cut takes those past the new size away): a
+        // write past the end, as a new file's are, has nothing to cut.
+        if offset < i.size {
+            punch(&mut self.tree, ino, offset, end)?;
+        }
         if let Some(e) = extent {
             self.tree.insert(&extent_key(ino, offset), &e.encode())?;
         }
-        let mut i = self.inode(ino)?;
         if end > i.size {
             i.size = end;
             self.put_inode(ino, &i)?;

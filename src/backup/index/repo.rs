@@ -56,8 +56,8 @@ pub fn root_key(file: &str) -> Option<String> {
 }
 
 /// A repository's store as a page store.
-struct StorePages<'r> {
-    store: &'r dyn Store,
+pub(super) struct StorePages<'r> {
+    pub(super) store: &'r dyn Store,
 }
 
 impl PageStore for StorePages<'_> {
@@ -229,7 +229,7 @@ impl Snapshots for CatalogIndexes<'_> {
 
 impl Repository {
     /// The name key of index pages: secret in an encrypted repository.
-    fn page_name_key(&self) -> [u8; 32] {
+    pub(super) fn page_name_key(&self) -> [u8; 32] {
         match &self.keys {
             Some(k) => k.write.derive_index_key(),
             None => [0; 32],
@@ -267,6 +267,21 @@ impl Repository {
             return Err(bad("an empty tree".into()));
         }
         Ok(root)
+    }
+
+    /// Store `root` as the index of entry `e` (unless it has one).
+    ///
+    /// # Errors
+    ///
+    /// The store's.
+    pub(crate) fn put_index_root(&self, e: &Entry, root: &IndexRoot) -> Result<(), BackupError> {
+        let key = root_key(&e.file).ok_or_else(|| BackupError::Catalog {
+            repo: self.store.name().to_owned(),
+            what: format!("entry {} has no stream file name to index", e.id),
+        })?;
+        let json = serde_json::to_vec(root).map_err(|err| BackupError::Invalid(err.to_string()))?;
+        self.store.put_if_absent(&key, &json)?;
+        Ok(())
     }
 
     /// Build the index of every entry that has none (parents first).
@@ -320,11 +335,7 @@ impl Repository {
                 what: format!("reading {}", e.file),
                 error: err,
             })?;
-            let json =
-                serde_json::to_vec(&root).map_err(|err| BackupError::Invalid(err.to_string()))?;
-            // OK to unwrap: `todo` holds only entries with a root key.
-            let key = root_key(&e.file).unwrap_or_default();
-            self.store.put_if_absent(&key, &json)?;
+            self.put_index_root(e, &root)?;
             progress.data(e.stream_bytes);
             report.built.push(e.id);
         }

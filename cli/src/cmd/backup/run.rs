@@ -97,6 +97,12 @@ pub struct RunArgs {
     /// data known to compress well.
     #[arg(long = "no-space-check")]
     no_space_check: bool,
+    /// Store the streams without indexing them (the index is what `backup
+    /// ls`, `find`, `dump`, `diff`, `mount` and `restore --include`
+    /// read; `backup index` builds what is missing later). By default each
+    /// stream is indexed while it is stored, from the bytes being written.
+    #[arg(long = "no-index")]
+    no_index: bool,
     /// Print JSON Lines on standard output (message_type status, stored,
     /// then summary; a subvolume not snapshotted because it is unchanged
     /// is a status line with unchanged: true and newest_snapshot, counted
@@ -242,7 +248,8 @@ fn run_options(a: &RunArgs) -> RunOptions {
         )
         .with_level(a.level.unwrap_or(3))
         .with_wait_lock(a.lock.wait())
-        .with_space_check(!a.no_space_check);
+        .with_space_check(!a.no_space_check)
+        .with_index(!a.no_index);
     if let Some(n) = a.frame_bytes {
         opts = opts.with_frame_bytes(n.max(1));
     }

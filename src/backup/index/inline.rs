@@ -1,0 +1,214 @@
+//! Indexing a stream while `run` or `import` stores it: the bytes the
+//! stream file is written from are handed, in batches, to a thread that
+//! applies them to the parent's index, so the index costs no second read
+//! of the stream.
+//!
+//! The index is a convenience that `backup index` can always rebuild: an
+//! indexing that fails (a stream the indexer refuses, a page that cannot
+//! be written) never fails the store, and an index is recorded only after
+//! the stream's catalog entry, for the snapshot that entry names.
+
+use std::io::{self, Read, Write};
+use std::sync::Arc;
+use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
+use std::thread::JoinHandle;
+
+use super::IndexError;
+use super::apply::{IndexRoot, Snapshots, index_stream};
+use super::repo::StorePages;
+use super::tree::Pages;
+use crate::backup::catalog::Catalog;
+use crate::backup::entry::Entry;
+use crate::backup::file::format::hyphenated;
+use crate::backup::store::Store;
+use crate::backup::{BackupError, Repository};
+
+/// Bytes batched before they go to the indexing thread.
+const BATCH: usize = 1 << 20;
+
+/// Batches in flight: what the indexer may lag behind the writer.
+const IN_FLIGHT: usize = 16;
+
+/// An index being built from the bytes of a stream being stored.
+pub struct InlineIndex {
+    tx: Option<SyncSender<Vec<u8>>>,
+    buf: Vec<u8>,
+    thread: Option<JoinHandle<Result<([u8; 16], IndexRoot), IndexError>>>,
+}
+
+/// The one snapshot an indexed stream may build on: its parent.
+struct Parent(Option<(String, IndexRoot)>);
+
+impl Snapshots for Parent {
+    fn index_of(&self, uuid: &[u8; 16]) -> Option<IndexRoot> {
+        let (want, root) = self.0.as_ref()?;
+        want.eq_ignore_ascii_case(&hyphenated(uuid))
+            .then(|| root.clone())
+    }
+}
+
+/// The stream's bytes, as the channel brings them.
+struct ChannelReader {
+    rx: Receiver<Vec<u8>>,
+    cur: Vec<u8>,
+    at: usize,
+}
+
+impl Read for ChannelReader {
+    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        while self.at == self.cur.len() {
+            match self.rx.recv() {
+                Ok(b) => {
+                    self.cur = b;
+                    self.at = 0;
+                }
+                Err(_) => return Ok(0),
+            }
+        }
+        let n = out.len().min(self.cur.len() - self.at);
+        out[..n].copy_from_slice(&self.cur[self.at..self.at + n]);
+        self.at += n;
+        Ok(n)
+    }
+}
+
+impl InlineIndex {
+    /// Hand `data`, the next bytes of the stream, to the indexer.
+    pub fn feed(&mut self, data: &[u8]) {
+        if self.tx.is_none() {
+            return;
+        }
+        self.buf.extend_from_slice(data);
+        if self.buf.len() >= BATCH {
+            self.send();
+        }
+    }
+
+    fn send(&mut self) {
+        let batch = std::mem::replace(&mut self.buf, Vec::with_capacity(BATCH + (64 << 10)));
+        if let Some(tx) = &self.tx
+            && tx.send(batch).is_err()
+        {
+            // The indexer stopped (its error comes with `finish`).
+            self.tx = None;
+        }
+    }
+
+    /// The index of the stream fed: its snapshot's UUID and its root.
+    ///
+    /// # Errors
+    ///
+    /// The indexer refused the stream or could not store a page.
+    pub fn finish(mut self) -> Result<([u8; 16], IndexRoot), IndexError> {
+        self.send();
+        self.tx = None;
+        match self.thread.take().map(JoinHandle::join) {
+            Some(Ok(r)) => r,
+            _ => Err(IndexError::Store("the indexing thread ended early".into())),
+        }
+    }
+}
+
+impl Drop for InlineIndex {
+    fn drop(&mut self) {
+        // Closing the channel ends the thread; nobody waits for its answer.
+        self.tx = None;
+    }
+}
+
+/// A writer that passes what is written on to `inner` and to an index.
+pub struct IndexTee<'a, W> {
+    /// Where the bytes go.
+    pub inner: W,
+    /// The index they are also fed to (none: just `inner`).
+    pub index: Option<&'a mut InlineIndex>,
+}
+
+impl<W: Write> Write for IndexTee<'_, W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        if let Some(ix) = &mut self.index {
+            ix.feed(&buf[..n]);
+        }
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+impl Repository {
+    /// Start indexing the stream to be stored as `file`, whose parent
+    /// entry is `parent` (none: a full stream). `None` when there is
+    /// nothing to build on: the parent has no index (a repository made
+    /// before indexes, until `backup index`), or the repository's
+    /// contents cannot be read.
+    pub fn inline_index(
+        &self,
+        cat: &Catalog,
+        file: &str,
+        parent: Option<&Entry>,
+    ) -> Option<InlineIndex> {
+        if self.need_contents("indexing").is_err() {
+            return None;
+        }
+        let parent = match parent {
+            None => Parent(None),
+            Some(e) => Parent(Some((e.uuid.clone(), self.index_root(cat, e).ok()?))),
+        };
+        let (tx, rx) = sync_channel(IN_FLIGHT);
+        let store: Arc<dyn Store> = Arc::clone(self.store());
+        let key = self.page_name_key();
+        let file = file.to_owned();
+        let thread = std::thread::Builder::new()
+            .name("index".into())
+            .spawn(move || {
+                let sp = StorePages { store: &*store };
+                let pages = Pages::new(&sp, key);
+                let mut input = ChannelReader {
+                    rx,
+                    cur: Vec::new(),
+                    at: 0,
+                };
+                let r = index_stream(&pages, &mut input, &file, &parent);
+                // Whatever follows END is read and dropped, so the writer
+                // never waits on a full channel.
+                let _ = io::copy(&mut input, &mut io::sink());
+                r
+            })
+            .ok()?;
+        Some(InlineIndex {
+            tx: Some(tx),
+            buf: Vec::with_capacity(BATCH + (64 << 10)),
+            thread: Some(thread),
+        })
+    }
+
+    /// Record the index `built` of entry `e` (just committed), when it is
+    /// that entry's snapshot; a failed indexing is reported to `warn` and
+    /// left for `backup index`.
+    pub fn record_inline_index(&self, e: &Entry, built: Option<InlineIndex>, warn: &dyn Fn(&str)) {
+        let Some(ix) = built else {
+            return;
+        };
+        let r = ix
+            .finish()
+            .map_err(|err| BackupError::Invalid(err.to_string()))
+            .and_then(|(uuid, root)| {
+                if !hyphenated(&uuid).eq_ignore_ascii_case(&e.uuid) {
+                    return Err(BackupError::Invalid(
+                        "the stream indexed is not the entry's snapshot".into(),
+                    ));
+                }
+                self.put_index_root(e, &root)
+            });
+        if let Err(err) = r {
+            warn(&format!(
+                "entry {} ({}) is stored but not indexed ({err}); `btrsend backup index` indexes it",
+                e.id,
+                crate::manifest::escape(e.path.as_bytes())
+            ));
+        }
+    }
+}
