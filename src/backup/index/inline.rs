@@ -29,11 +29,14 @@ const BATCH: usize = 1 << 20;
 /// Batches in flight: what the indexer may lag behind the writer.
 const IN_FLIGHT: usize = 16;
 
+/// What the indexing thread ends with: the snapshot's UUID and its index.
+type Indexed = Result<([u8; 16], IndexRoot), IndexError>;
+
 /// An index being built from the bytes of a stream being stored.
 pub struct InlineIndex {
     tx: Option<SyncSender<Vec<u8>>>,
     buf: Vec<u8>,
-    thread: Option<JoinHandle<Result<([u8; 16], IndexRoot), IndexError>>>,
+    thread: Option<JoinHandle<Indexed>>,
 }
 
 /// The one snapshot an indexed stream may build on: its parent.
@@ -99,7 +102,7 @@ impl InlineIndex {
     /// # Errors
     ///
     /// The indexer refused the stream or could not store a page.
-    pub fn finish(mut self) -> Result<([u8; 16], IndexRoot), IndexError> {
+    pub fn finish(mut self) -> Indexed {
         self.send();
         self.tx = None;
         match self.thread.take().map(JoinHandle::join) {
