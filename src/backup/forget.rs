@@ -169,6 +169,11 @@ impl Repository {
             // A run's partial stream files stay for the next run, unless
             // their snapshot is stored.
             self.clean_leftovers(&catalog, &|u, c| catalog.find(u, c).is_none(), progress)?;
+            // The indexes of the deleted entries, and the pages only they
+            // used.
+            if let Some(why) = self.sweep_indexes(&catalog)?.skipped {
+                progress.warning(&why);
+            }
         }
         let chain_held =
             plan.verdicts

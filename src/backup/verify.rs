@@ -217,6 +217,7 @@ impl Repository {
                 }
             }
         }
+        self.check_indexes(&cat, read_data, &bad, &mut rep)?;
         // A checked catalog has each parent before its children: one pass
         // in order finds every entry whose chain holds a damaged one.
         let mut broken: BTreeSet<u64> = BTreeSet::new();

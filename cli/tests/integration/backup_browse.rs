@@ -195,19 +195,23 @@ fn browse_case(kind: Kind, encryption: &str, test: &str) {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         ok(&repo.backup(&args));
     }
-    // Before `backup index`, ls says what to do.
-    let out = repo.backup(&["ls", "1"]);
-    assert!(!out.status.success());
+    // Import indexed every stream as it stored it: `backup index` finds
+    // everything indexed and writes nothing.
+    let names = || -> Vec<std::path::PathBuf> {
+        objects(&repo.files)
+            .into_iter()
+            .map(|o| o.0)
+            .filter(|p| !p.ends_with("lock"))
+            .collect()
+    };
+    let before = names();
     assert!(
-        stderr(&out).contains("btrsend backup index"),
-        "{}",
-        stderr(&out)
+        before
+            .iter()
+            .any(|p| p.to_string_lossy().contains("index/r"))
     );
     ok(&repo.backup(&["index"]));
-    // A second run finds everything indexed and writes nothing.
-    let before = objects(&repo.files).len();
-    ok(&repo.backup(&["index"]));
-    assert_eq!(objects(&repo.files).len(), before);
+    assert_eq!(names(), before);
 
     let mut id = 0;
     for (fx, streams) in CHAINS {
@@ -281,11 +285,9 @@ fn ls_and_dump_give_the_kernels_snapshots_encrypted_on_s3() {
     );
 }
 
-#[test]
-fn a_damaged_index_page_is_refused_not_misread() {
-    let dir = tempfile::tempdir().unwrap();
-    let be = Backend::new(Kind::Dir, "a_damaged_index_page", dir.path()).unwrap();
-    let r = be.repo("repo");
+fn dir_repo(dir: &std::path::Path, name: &str) -> Repo {
+    let be = Backend::new(Kind::Dir, name, dir).unwrap();
+    let r = be.repo(name);
     let repo = Repo {
         spec: r.spec.clone(),
         files: r.files.clone(),
@@ -293,27 +295,118 @@ fn a_damaged_index_page_is_refused_not_misread() {
         password: false,
     };
     ok(&repo.backup(&["init", "--encryption", "none"]));
-    let (fx, streams) = CHAINS[0];
-    let path = fixture_dir(fx).join(streams[0].0);
-    ok(&repo.backup(&["import", path.to_str().unwrap()]));
-    ok(&repo.backup(&["index"]));
-    let pages: Vec<_> = std::fs::read_dir(repo.files.join("index"))
+    repo
+}
+
+/// The names of the repository's index objects starting with `kind`
+/// (`p` pages, `r` roots).
+fn index_objects(repo: &Repo, kind: char) -> Vec<std::path::PathBuf> {
+    let mut v: Vec<_> = std::fs::read_dir(repo.files.join("index"))
         .unwrap()
         .map(|e| e.unwrap().path())
-        .filter(|p| p.file_name().unwrap().to_str().unwrap().starts_with('p'))
+        .filter(|p| p.file_name().unwrap().to_str().unwrap().starts_with(kind))
         .collect();
-    assert!(!pages.is_empty());
-    for page in pages {
-        let good = std::fs::read(&page).unwrap();
+    v.sort();
+    v
+}
+
+#[test]
+fn a_damaged_index_page_is_refused_reported_and_rebuilt() {
+    let dir = tempfile::tempdir().unwrap();
+    let repo = dir_repo(dir.path(), "a_damaged_index_page");
+    let (fx, streams) = CHAINS[0];
+    let mut args = vec!["import".to_owned()];
+    args.extend(
+        streams
+            .iter()
+            .map(|(s, _)| fixture_dir(fx).join(s).to_str().unwrap().to_owned()),
+    );
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    ok(&repo.backup(&args));
+    let listing = ok(&repo.backup(&["ls", "-R", "--json", "1"]));
+    let pages = index_objects(&repo, 'p');
+    assert!(pages.len() >= 3, "{pages:?}");
+    for (i, page) in pages.iter().enumerate() {
+        let good = std::fs::read(page).unwrap();
         // A page that decompresses to other bytes: its name no longer fits.
         let mut plain = zstd::decode_all(&good[..]).unwrap();
         let last = plain.len() - 1;
         plain[last] ^= 0x20;
-        std::fs::write(&page, zstd::encode_all(&plain[..], 3).unwrap()).unwrap();
-        let out = repo.backup(&["ls", "-R", "1"]);
-        assert!(!out.status.success(), "{}", page.display());
-        assert!(stderr(&out).contains("index page"), "{}", stderr(&out));
-        std::fs::write(&page, &good).unwrap();
+        std::fs::write(page, zstd::encode_all(&plain[..], 3).unwrap()).unwrap();
+        let failed = (1..=3).any(|id| {
+            let out = repo.backup(&["ls", "-R", &id.to_string()]);
+            !out.status.success() && stderr(&out).contains("index page")
+        });
+        assert!(failed, "{}", page.display());
+        if i == 0 || i == pages.len() - 1 {
+            // verify --read-data reads every page and reports it; backup
+            // index builds it again.
+            let out = repo.backup(&["verify", "--read-data"]);
+            assert!(!out.status.success());
+            let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), stderr(&out));
+            assert!(text.contains("is damaged"), "{text}");
+            ok(&repo.backup(&["index"]));
+            assert_eq!(std::fs::read(page).unwrap(), good, "{}", page.display());
+            ok(&repo.backup(&["verify", "--read-data"]));
+        } else {
+            std::fs::write(page, &good).unwrap();
+        }
+        assert_eq!(ok(&repo.backup(&["ls", "-R", "--json", "1"])), listing);
     }
-    ok(&repo.backup(&["ls", "-R", "1"]));
+    // A missing root: ls says what to do, verify notes it, index builds it.
+    for root in index_objects(&repo, 'r') {
+        std::fs::remove_file(root).unwrap();
+    }
+    let out = repo.backup(&["ls", "1"]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("btrsend backup index"),
+        "{}",
+        stderr(&out)
+    );
+    let out = repo.backup(&["verify"]);
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), stderr(&out));
+    assert!(
+        text.contains("3 stored snapshot(s) have no index"),
+        "{text}"
+    );
+    ok(&repo.backup(&["index"]));
+    assert_eq!(ok(&repo.backup(&["ls", "-R", "--json", "1"])), listing);
+}
+
+#[test]
+fn forget_deletes_the_index_pages_only_forgotten_snapshots_used() {
+    let dir = tempfile::tempdir().unwrap();
+    let repo = dir_repo(dir.path(), "forget_sweeps");
+    let x1 = fixture_dir("008-hardlinks-xattrs").join("x1.full.v1.stream.zst");
+    let s1 = fixture_dir("014-incremental").join("s1.full.v2c.stream.zst");
+    ok(&repo.backup(&[
+        "import",
+        "--time",
+        "2026-01-01T00:00:00Z",
+        s1.to_str().unwrap(),
+    ]));
+    ok(&repo.backup(&[
+        "import",
+        "--time",
+        "2026-01-02T00:00:00Z",
+        x1.to_str().unwrap(),
+    ]));
+    let listing = ok(&repo.backup(&["ls", "-R", "--json", "2"]));
+    // What an index of x1 alone is: in an unencrypted repository page
+    // names depend on the pages only.
+    let alone = dir_repo(dir.path(), "forget_sweeps_alone");
+    ok(&alone.backup(&["import", x1.to_str().unwrap()]));
+    let names = |r: &Repo, k: char| -> Vec<String> {
+        index_objects(r, k)
+            .iter()
+            .map(|p| p.file_name().unwrap().to_str().unwrap().to_owned())
+            .collect()
+    };
+    assert!(names(&repo, 'p').len() > names(&alone, 'p').len());
+    ok(&repo.backup(&["forget", "--keep-last", "1"]));
+    assert_eq!(names(&repo, 'p'), names(&alone, 'p'));
+    assert_eq!(index_objects(&repo, 'r').len(), 1);
+    assert_eq!(ok(&repo.backup(&["ls", "-R", "--json", "2"])), listing);
+    ok(&repo.backup(&["verify", "--read-data"]));
 }

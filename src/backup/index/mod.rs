@@ -25,6 +25,7 @@
 //! path and the frames that hold its data.
 
 pub mod apply;
+pub mod check;
 pub mod inline;
 pub mod model;
 pub mod read;
@@ -35,6 +36,7 @@ pub mod tree;
 mod tests;
 
 pub use apply::{IndexRoot, Indexer, Snapshots, index_stream};
+pub use check::Sweep;
 pub use inline::{IndexTee, InlineIndex};
 pub use read::{DataSource, Snapshot};
 pub use tree::{PageId, PageStore, Pages, Tree};

@@ -209,14 +209,18 @@ impl DataSource for RepoData<'_> {
 pub struct IndexReport {
     /// Entries indexed now.
     pub built: Vec<u64>,
-    /// Entries that had an index already.
+    /// Entries whose index was whole already.
     pub present: usize,
+    /// Entries whose index was damaged and was built again.
+    pub rebuilt: Vec<u64>,
+    /// Entries that could not be indexed, and why.
+    pub failed: Vec<(u64, String)>,
 }
 
 /// The indexes of the catalog's entries, for CLONE sources and parents.
-struct CatalogIndexes<'a> {
-    repo: &'a Repository,
-    cat: &'a Catalog,
+pub(super) struct CatalogIndexes<'a> {
+    pub(super) repo: &'a Repository,
+    pub(super) cat: &'a Catalog,
 }
 
 impl Snapshots for CatalogIndexes<'_> {
@@ -284,62 +288,102 @@ impl Repository {
         Ok(())
     }
 
-    /// Build the index of every entry that has none (parents first).
+    /// Build the index of every entry that has none (parents first), and
+    /// again each damaged one: every page of every index is read and
+    /// checked first (pages shared between indexes once), and the roots
+    /// and damaged pages of a damaged index are deleted before it is built
+    /// again. A stream that cannot be indexed is a failure in the report.
     ///
     /// # Errors
     ///
-    /// The lock, the catalog, a stream that cannot be read or indexed, a
-    /// store error.
+    /// The lock, the catalog, a store error.
     pub fn build_indexes(
         &self,
         wait: std::time::Duration,
         progress: &dyn Progress,
     ) -> Result<IndexReport, BackupError> {
+        /// Passes of check and rebuild: a page below a damaged one is
+        /// checked once the rebuild has written that one again.
+        const PASSES: usize = 4;
         self.need_contents("indexing")?;
         let _lock = self.lock(LockKind::Exclusive, wait, progress)?;
         let cat = self.catalog()?;
-        let present: std::collections::BTreeSet<String> = self
-            .store
-            .list(INDEX_DIR)?
-            .into_iter()
-            .map(|o| o.key)
-            .collect();
         let mut report = IndexReport::default();
-        let mut order: Vec<&Entry> = cat.entries.iter().collect();
-        order.sort_by_key(|e| e.id);
-        let todo: Vec<&Entry> = order
-            .into_iter()
-            .filter(|e| root_key(&e.file).is_some_and(|k| !present.contains(&k)))
-            .collect();
-        report.present = cat.entries.len() - todo.len();
-        progress.plan(todo.len(), todo.iter().map(|e| e.stream_bytes).sum());
+        for pass in 0..PASSES {
+            let dropped = self.drop_damaged_indexes(&cat)?;
+            if pass > 0 && dropped.is_empty() {
+                break;
+            }
+            report.rebuilt.extend(dropped.iter().copied());
+            let present: std::collections::BTreeSet<String> = self
+                .store
+                .list(INDEX_DIR)?
+                .into_iter()
+                .map(|o| o.key)
+                .collect();
+            let mut order: Vec<&Entry> = cat.entries.iter().collect();
+            order.sort_by_key(|e| e.id);
+            let todo: Vec<&Entry> = order
+                .into_iter()
+                .filter(|e| root_key(&e.file).is_some_and(|k| !present.contains(&k)))
+                .filter(|e| !report.failed.iter().any(|(id, _)| *id == e.id))
+                .collect();
+            if pass == 0 {
+                report.present = cat.entries.len() - todo.len();
+            }
+            progress.plan(todo.len(), todo.iter().map(|e| e.stream_bytes).sum());
+            self.index_entries(&cat, &todo, &mut report, progress);
+            if report.rebuilt.is_empty() {
+                break;
+            }
+        }
+        report.rebuilt.sort_unstable();
+        report.rebuilt.dedup();
+        Ok(report)
+    }
+
+    /// Index each of `todo` (parents first) from its stream; failures go
+    /// to the report, and an entry whose parent failed is not tried.
+    fn index_entries(
+        &self,
+        cat: &Catalog,
+        todo: &[&Entry],
+        report: &mut IndexReport,
+        progress: &dyn Progress,
+    ) {
         let store = StorePages {
             store: &**self.store(),
         };
         let pages = Pages::new(&store, self.page_name_key());
-        let known = CatalogIndexes {
-            repo: self,
-            cat: &cat,
-        };
+        let known = CatalogIndexes { repo: self, cat };
         for e in todo {
-            let f = self.open_file(e)?;
-            let mut raw = f.raw_reader(&**self.store());
-            let fail = |err: IndexError| BackupError::Catalog {
-                repo: self.store.name().to_owned(),
-                what: format!("cannot index entry {} ({}): {err}", e.id, e.path),
-            };
-            let (_, root) = index_stream(&pages, &mut raw, &e.file, &known).map_err(fail)?;
-            // The stream's own hash is checked at its end: read to there,
-            // so a damaged stream is never indexed.
-            std::io::copy(&mut raw, &mut std::io::sink()).map_err(|err| BackupError::Io {
-                what: format!("reading {}", e.file),
-                error: err,
-            })?;
-            self.put_index_root(e, &root)?;
+            if let Some(p) = e.parent_id
+                && report.failed.iter().any(|(id, _)| *id == p)
+            {
+                report
+                    .failed
+                    .push((e.id, format!("its parent, entry {p}, could not be indexed")));
+                continue;
+            }
+            let r = (|| {
+                let f = self.open_file(e)?;
+                let mut raw = f.raw_reader(&**self.store());
+                let (_, root) = index_stream(&pages, &mut raw, &e.file, &known)
+                    .map_err(|err| BackupError::Invalid(err.to_string()))?;
+                // The stream's own hash is checked at its end: read to
+                // there, so a damaged stream is never indexed.
+                std::io::copy(&mut raw, &mut std::io::sink()).map_err(|err| BackupError::Io {
+                    what: format!("reading {}", e.file),
+                    error: err,
+                })?;
+                self.put_index_root(e, &root)
+            })();
+            match r {
+                Ok(()) => report.built.push(e.id),
+                Err(err) => report.failed.push((e.id, err.to_string())),
+            }
             progress.data(e.stream_bytes);
-            report.built.push(e.id);
         }
-        Ok(report)
     }
 
     /// Open the index of `e` for reading, with the streams as its data.

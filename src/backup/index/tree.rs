@@ -505,6 +505,95 @@ impl<'p, 's> Tree<'p, 's> {
     }
 }
 
+/// Every page of the tree whose root page is `root`, each checked as a
+/// read checks it, its id added to `seen`; a subtree whose root `seen`
+/// has already is not walked again (trees share them). Without
+/// `read_leaves`, leaves are known by their parents' links alone (all
+/// leaves of a tree are at one depth, found down its first children), so
+/// a walk reads only the internal pages: what `forget` needs to know which
+/// pages are in use.
+///
+/// With `damaged`, a damaged page (its bytes wrong) is added to it and the
+/// walk goes on past it; without, it is an error.
+///
+/// # Errors
+///
+/// A page read is missing or damaged, or a leaf stands where the depth
+/// says an internal page must.
+pub fn walk_pages(
+    pages: &Pages<'_>,
+    root: PageId,
+    read_leaves: bool,
+    seen: &mut std::collections::HashSet<PageId>,
+    mut damaged: Option<&mut Vec<PageId>>,
+) -> Result<(), IndexError> {
+    let mut height = 0usize;
+    let mut id = root;
+    loop {
+        match &*pages.load(&id)? {
+            Node::Leaf(..) => break,
+            Node::Internal(c, _) => match c.first() {
+                Some((_, Child::Stored(first))) => {
+                    id = *first;
+                    height += 1;
+                }
+                _ => break,
+            },
+        }
+    }
+    walk_below(pages, root, height, read_leaves, seen, &mut damaged)
+}
+
+fn walk_below(
+    pages: &Pages<'_>,
+    id: PageId,
+    height: usize,
+    read_leaves: bool,
+    seen: &mut std::collections::HashSet<PageId>,
+    damaged: &mut Option<&mut Vec<PageId>>,
+) -> Result<(), IndexError> {
+    if !seen.insert(id) {
+        return Ok(());
+    }
+    if height == 0 && !read_leaves {
+        return Ok(());
+    }
+    let node = match pages.load(&id) {
+        Ok(n) => n,
+        Err(IndexError::Page { id, .. }) if damaged.is_some() => {
+            if let Some(d) = damaged {
+                d.push(id);
+            }
+            return Ok(());
+        }
+        Err(e) => return Err(e),
+    };
+    match (&*node, height) {
+        (Node::Leaf(..), 0) => Ok(()),
+        (Node::Internal(c, _), 1..) => {
+            for (_, ch) in c {
+                if let Child::Stored(child) = ch {
+                    walk_below(pages, *child, height - 1, read_leaves, seen, damaged)?;
+                }
+            }
+            Ok(())
+        }
+        _ => {
+            let e = IndexError::Page {
+                id,
+                reason: "its depth in the tree is not its kind's".into(),
+            };
+            match damaged {
+                Some(d) => {
+                    d.push(id);
+                    Ok(())
+                }
+                None => Err(e),
+            }
+        }
+    }
+}
+
 fn node<'a>(pages: &Pages<'_>, child: &'a Child) -> Result<Loaded<'a>, IndexError> {
     match child {
         Child::Dirty(n) => Ok(Loaded::Borrowed(n)),

@@ -74,12 +74,22 @@ pub struct DumpArgs {
 pub fn index(a: &IndexArgs) -> anyhow::Result<()> {
     let repo = a.repo.open()?;
     let report = repo.build_indexes(a.lock.wait(), &NoProgress)?;
+    for (id, why) in &report.failed {
+        eprintln!(
+            "btrsend: entry {id} could not be indexed: {}",
+            crate::text::printable(why)
+        );
+    }
     if std::io::stderr().is_terminal() {
         eprintln!(
-            "btrsend: indexed {} snapshot(s); {} had an index",
+            "btrsend: indexed {} snapshot(s) ({} of them again: their index was damaged); {} had a whole index",
             report.built.len(),
+            report.rebuilt.len(),
             report.present
         );
+    }
+    if !report.failed.is_empty() {
+        anyhow::bail!("{} snapshot(s) could not be indexed", report.failed.len());
     }
     Ok(())
 }

@@ -1,0 +1,360 @@
+//! Keeping indexes sound: the pages `forget` may delete, what `verify`
+//! reports, and the damaged indexes `backup index` builds again.
+//!
+//! Pages are shared between snapshots, so no page belongs to one entry:
+//! `forget` deletes the roots of the entries it deleted, then every page
+//! no kept root reaches (mark and sweep, reading only internal pages).
+//! When a kept index cannot be walked (damaged, or the store failing), no
+//! page is deleted: a page that looks unused might be one a damaged index
+//! needs once rebuilt from the same bytes, and deleting is never a guess.
+
+use std::cell::RefCell;
+use std::collections::{BTreeSet, HashMap, HashSet};
+
+use super::IndexError;
+use super::apply::{IndexRoot, index_stream};
+use super::repo::{CatalogIndexes, INDEX_DIR, StorePages, page_key, root_key};
+use super::tree::{PageId, PageStore, Pages, walk_pages};
+use crate::backup::catalog::Catalog;
+use crate::backup::entry::Entry;
+use crate::backup::verify::{Problem, VerifyReport};
+use crate::backup::{BackupError, Repository};
+
+/// What the sweep of `forget` did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Sweep {
+    /// Roots of entries no longer in the catalog, deleted.
+    pub roots: usize,
+    /// Pages no kept index reaches, deleted.
+    pub pages: usize,
+    /// Why no page was deleted, when none was for a reason.
+    pub skipped: Option<String>,
+}
+
+/// The state of one entry's index.
+enum Health {
+    Missing,
+    Whole(IndexRoot),
+    /// Damaged: why, and the pages whose bytes are wrong.
+    Damaged(String, Vec<PageId>),
+}
+
+/// The page `key` names (`index/pHEX`).
+fn page_of(key: &str) -> Option<PageId> {
+    let hex = key.strip_prefix(INDEX_DIR)?.strip_prefix('p')?;
+    if hex.len() != 64 {
+        return None;
+    }
+    let mut id = [0u8; 32];
+    for (i, b) in id.iter_mut().enumerate() {
+        *b = u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some(id)
+}
+
+/// Pages read from the repository; pages a rebuild makes that it lacks
+/// are kept in memory (a rebuild that matches makes none).
+struct Rebuilt<'r> {
+    stored: StorePages<'r>,
+    present: &'r HashSet<PageId>,
+    made: RefCell<HashMap<PageId, Vec<u8>>>,
+}
+
+impl PageStore for Rebuilt<'_> {
+    fn get(&self, id: &PageId) -> Result<Vec<u8>, IndexError> {
+        if let Some(b) = self.made.borrow().get(id) {
+            return Ok(b.clone());
+        }
+        self.stored.get(id)
+    }
+
+    fn put_all(&self, pages: Vec<(PageId, Vec<u8>)>) -> Result<(), IndexError> {
+        let mut made = self.made.borrow_mut();
+        made.extend(
+            pages
+                .into_iter()
+                .filter(|(id, _)| !self.present.contains(id)),
+        );
+        Ok(())
+    }
+}
+
+impl Repository {
+    /// The state of `e`'s index, its pages walked (`read_leaves`: every
+    /// page read and checked; else the internal ones), skipping those in
+    /// `seen` and adding the rest.
+    ///
+    /// # Errors
+    ///
+    /// The store failed (a damaged index is a [`Health`], not an error).
+    fn index_health(
+        &self,
+        cat: &Catalog,
+        e: &Entry,
+        pages: &Pages<'_>,
+        read_leaves: bool,
+        seen: &mut HashSet<PageId>,
+        collect: bool,
+    ) -> Result<Health, BackupError> {
+        let root = match self.index_root(cat, e) {
+            Ok(r) => r,
+            Err(BackupError::Store(s)) if s.is_not_found() => return Ok(Health::Missing),
+            Err(err @ BackupError::Catalog { .. }) => {
+                return Ok(Health::Damaged(err.to_string(), Vec::new()));
+            }
+            Err(err) => return Err(err),
+        };
+        let Some(top) = root.tree else {
+            return Ok(Health::Damaged("an empty tree".into(), Vec::new()));
+        };
+        let mut damaged = Vec::new();
+        match walk_pages(
+            pages,
+            top,
+            read_leaves,
+            seen,
+            collect.then_some(&mut damaged),
+        ) {
+            Ok(()) if damaged.is_empty() => Ok(Health::Whole(root)),
+            Ok(()) => Ok(Health::Damaged(
+                format!("{} damaged page(s)", damaged.len()),
+                damaged,
+            )),
+            Err(err @ IndexError::Page { id, .. }) => {
+                Ok(Health::Damaged(err.to_string(), vec![id]))
+            }
+            Err(err @ IndexError::MissingPage { .. }) => {
+                Ok(Health::Damaged(err.to_string(), Vec::new()))
+            }
+            Err(err) => Err(BackupError::Invalid(format!(
+                "{}: reading the index of entry {}: {err}",
+                self.store.name(),
+                e.id
+            ))),
+        }
+    }
+
+    /// Delete the roots of entries `cat` no longer has and the pages no
+    /// kept index reaches (see the module docs). `forget` calls it under
+    /// the exclusive lock, after the catalog.
+    ///
+    /// # Errors
+    ///
+    /// The store's.
+    pub fn sweep_indexes(&self, cat: &Catalog) -> Result<Sweep, BackupError> {
+        let listed = self.store.list(INDEX_DIR)?;
+        let kept: HashSet<String> = cat
+            .entries
+            .iter()
+            .filter_map(|e| root_key(&e.file))
+            .collect();
+        let mut sweep = Sweep::default();
+        for o in &listed {
+            if o.key.starts_with(&format!("{INDEX_DIR}r")) && !kept.contains(&o.key) {
+                self.store.delete(&o.key)?;
+                sweep.roots += 1;
+            }
+        }
+        let store = StorePages {
+            store: &**self.store(),
+        };
+        let pages = Pages::new(&store, self.page_name_key());
+        let mut seen = HashSet::new();
+        for e in &cat.entries {
+            match self.index_health(cat, e, &pages, false, &mut seen, false) {
+                Ok(Health::Missing | Health::Whole(_)) => {}
+                Ok(Health::Damaged(why, _)) => {
+                    sweep.skipped = Some(format!(
+                        "the index of entry {} is damaged ({why}): no page deleted; `btrsend backup index` rebuilds it",
+                        e.id
+                    ));
+                    return Ok(sweep);
+                }
+                Err(err) => {
+                    sweep.skipped = Some(format!("no index page deleted: {err}"));
+                    return Ok(sweep);
+                }
+            }
+        }
+        for o in &listed {
+            if let Some(id) = page_of(&o.key)
+                && !seen.contains(&id)
+            {
+                self.store.delete(&o.key)?;
+                sweep.pages += 1;
+            }
+        }
+        Ok(sweep)
+    }
+
+    /// `verify`'s part for indexes: a missing index is a notice, a
+    /// damaged one a problem. With `read_data` every page is read, and
+    /// each index is built again from its stream (unless the stream is in
+    /// `bad`) and must come out the same.
+    ///
+    /// # Errors
+    ///
+    /// The store's.
+    pub(crate) fn check_indexes(
+        &self,
+        cat: &Catalog,
+        read_data: bool,
+        bad: &BTreeSet<u64>,
+        rep: &mut VerifyReport,
+    ) -> Result<(), BackupError> {
+        let listed = self.store.list(INDEX_DIR)?;
+        let present: HashSet<PageId> = listed.iter().filter_map(|o| page_of(&o.key)).collect();
+        let roots: HashSet<&str> = listed.iter().map(|o| o.key.as_str()).collect();
+        let store = StorePages {
+            store: &**self.store(),
+        };
+        let pages = Pages::new(&store, self.page_name_key());
+        let mut seen = HashSet::new();
+        let mut missing = 0usize;
+        let mut damaged: BTreeSet<u64> = BTreeSet::new();
+        let mut order: Vec<&Entry> = cat.entries.iter().collect();
+        order.sort_by_key(|e| e.id);
+        for e in order {
+            let problem = |message: String| Problem {
+                entry: Some(e.id),
+                file: root_key(&e.file),
+                message,
+            };
+            if !root_key(&e.file).is_some_and(|k| roots.contains(k.as_str())) {
+                missing += 1;
+                continue;
+            }
+            let root = if read_data {
+                self.index_health(cat, e, &pages, true, &mut seen, false)?
+            } else {
+                // Without --read-data: the root and its top page.
+                match self.index_root(cat, e) {
+                    Ok(r) if r.tree.is_some_and(|t| present.contains(&t)) => Health::Whole(r),
+                    Ok(_) => Health::Damaged("its top page is missing".into(), Vec::new()),
+                    Err(err @ BackupError::Catalog { .. }) => {
+                        Health::Damaged(err.to_string(), Vec::new())
+                    }
+                    Err(err) => return Err(err),
+                }
+            };
+            let root = match root {
+                Health::Whole(r) => r,
+                Health::Missing => {
+                    missing += 1;
+                    continue;
+                }
+                Health::Damaged(why, _) => {
+                    rep.problems.push(problem(format!(
+                        "the index of entry {} is damaged: {why} (`btrsend backup index` rebuilds it)",
+                        e.id
+                    )));
+                    damaged.insert(e.id);
+                    continue;
+                }
+            };
+            let parent_bad = e
+                .parent_id
+                .is_some_and(|p| damaged.contains(&p) || bad.contains(&p));
+            if !read_data || bad.contains(&e.id) || parent_bad {
+                continue;
+            }
+            match self.rebuild_index(cat, e, &store, &present) {
+                Ok(again) if again == root => {}
+                Ok(_) => {
+                    rep.problems.push(problem(format!(
+                        "the index of entry {} is not what its stream makes (`btrsend backup index` rebuilds it)",
+                        e.id
+                    )));
+                    damaged.insert(e.id);
+                }
+                Err(err) => {
+                    rep.problems.push(problem(format!(
+                        "the index of entry {} cannot be built again: {err}",
+                        e.id
+                    )));
+                    damaged.insert(e.id);
+                }
+            }
+        }
+        if missing > 0 {
+            rep.notices.push(format!(
+                "{missing} stored snapshot(s) have no index (made before indexes, or with --no-index): `btrsend backup index` builds them"
+            ));
+        }
+        Ok(())
+    }
+
+    /// The index `e`'s stream makes on its parent's stored index, built
+    /// without writing anything.
+    fn rebuild_index(
+        &self,
+        cat: &Catalog,
+        e: &Entry,
+        stored: &StorePages<'_>,
+        present: &HashSet<PageId>,
+    ) -> Result<IndexRoot, BackupError> {
+        let rebuilt = Rebuilt {
+            stored: StorePages {
+                store: stored.store,
+            },
+            present,
+            made: RefCell::new(HashMap::new()),
+        };
+        let pages = Pages::new(&rebuilt, self.page_name_key());
+        let f = self.open_file(e)?;
+        let mut raw = f.raw_reader(&**self.store());
+        let known = CatalogIndexes { repo: self, cat };
+        let (_, root) = index_stream(&pages, &mut raw, &e.file, &known)
+            .map_err(|err| BackupError::Invalid(err.to_string()))?;
+        Ok(root)
+    }
+
+    /// The entries whose index is damaged, their roots and damaged pages
+    /// deleted so that [`build_indexes`](Self::build_indexes) makes them
+    /// again: every page of every index is read (pages shared once).
+    ///
+    /// # Errors
+    ///
+    /// The store's.
+    pub(crate) fn drop_damaged_indexes(&self, cat: &Catalog) -> Result<Vec<u64>, BackupError> {
+        let store = StorePages {
+            store: &**self.store(),
+        };
+        let pages = Pages::new(&store, self.page_name_key());
+        let mut seen = HashSet::new();
+        let mut dropped = Vec::new();
+        let mut order: Vec<&Entry> = cat.entries.iter().collect();
+        order.sort_by_key(|e| e.id);
+        for e in order {
+            // The pages below a damaged one are out of reach until the
+            // rebuild writes it again: build_indexes walks again after it.
+            if let Health::Damaged(_, bad) =
+                self.index_health(cat, e, &pages, true, &mut seen, true)?
+            {
+                for id in bad {
+                    self.store.delete(&page_key(&id))?;
+                }
+                if let Some(k) = root_key(&e.file) {
+                    self.store.delete(&k)?;
+                }
+                dropped.push(e.id);
+            }
+        }
+        Ok(dropped)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn page_keys_parse_only_in_their_one_shape() {
+        let id = [0xab; 32];
+        assert_eq!(page_of(&page_key(&id)), Some(id));
+        assert_eq!(page_of("index/pab"), None);
+        assert_eq!(page_of(&format!("index/r{}", "ab".repeat(32))), None);
+        assert_eq!(page_of(&format!("index/p{}", "zz".repeat(32))), None);
+        assert_eq!(page_of(&format!("streams/p{}", "ab".repeat(32))), None);
+    }
+}
