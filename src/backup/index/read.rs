@@ -162,7 +162,17 @@ impl<'p, 's> Snapshot<'p, 's> {
                     reason: "names a stream the index does not list",
                 })?;
             match e.encoding {
-                Encoding::Plain => data.read(source, e.stream_offset + (s - start), into)?,
+                Encoding::Plain => {
+                    let at = e
+                        .stream_offset
+                        .checked_add(s - start)
+                        .ok_or(IndexError::Record {
+                            what: "extent",
+                            key: super::model::extent_key(ino, start),
+                            reason: "stream offset out of range",
+                        })?;
+                    data.read(source, at, into)?
+                }
                 Encoding::Encoded {
                     compression,
                     encoded_len,
@@ -184,7 +194,13 @@ impl<'p, 's> Snapshot<'p, 's> {
                         0,
                         &blob,
                         unencoded_len,
-                        unencoded_offset + (s - start),
+                        unencoded_offset
+                            .checked_add(s - start)
+                            .ok_or(IndexError::Record {
+                                what: "extent",
+                                key: super::model::extent_key(ino, start),
+                                reason: "offset in the encoded data out of range",
+                            })?,
                         t - s,
                     )
                     .map_err(|err| IndexError::Data {
