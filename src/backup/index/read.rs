@@ -308,3 +308,77 @@ impl<'p, 's> Snapshot<'p, 's> {
         Ok(String::from_utf8_lossy(&out).into_owned())
     }
 }
+
+// Lookups for a live view of a snapshot (`backup mount`): one name in a
+// directory, and the data run at an offset, each costing the pages on
+// its way rather than a scan of the directory or of the file's extents.
+impl Snapshot<'_, '_> {
+    /// The inode number of the entry `name` of directory `dir`, if it has
+    /// one.
+    ///
+    /// # Errors
+    ///
+    /// A damaged index.
+    pub fn child(&self, dir: u64, name: &[u8]) -> Result<Option<u64>, IndexError> {
+        let k = super::model::dirent_key(dir, name);
+        match self.tree.get(&k)? {
+            Some(v) => decode_dirent(&k, &v).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// The data of `ino` (a file of `size` bytes) that holds offset `from`,
+    /// or else the first that starts after it: `(start, end)` of the run of
+    /// touching extents, cut at `size`; `None` when only a hole lies from
+    /// `from` to the end (`lseek`'s `SEEK_DATA` and `SEEK_HOLE`).
+    ///
+    /// # Errors
+    ///
+    /// A damaged index.
+    pub fn data_run(&self, ino: u64, size: u64, from: u64) -> Result<Option<(u64, u64)>, IndexError> {
+        use super::model::{Extent, extent_key, extent_offset, extent_prefix};
+        if from >= size {
+            return Ok(None);
+        }
+        let prefix = extent_prefix(ino);
+        let mut run: Option<(u64, u64)> = None;
+        if let Some((k, v)) = self.tree.floor(&extent_key(ino, from))?
+            && k.starts_with(&prefix)
+            && let Some(start) = extent_offset(&k)
+            && start < from
+        {
+            let end = start.saturating_add(Extent::decode(&k, &v)?.len);
+            if end > from {
+                run = Some((start, end));
+            }
+        }
+        let mut err = None;
+        self.tree.scan(&extent_key(ino, from), &mut |k, v| {
+            let Some(start) = extent_offset(k).filter(|_| k.starts_with(&prefix)) else {
+                return Ok(ControlFlow::Break(()));
+            };
+            if start >= size || run.is_some_and(|(_, end)| start > end) {
+                return Ok(ControlFlow::Break(()));
+            }
+            let e = match Extent::decode(k, v) {
+                Ok(e) => e,
+                Err(x) => {
+                    err = Some(x);
+                    return Ok(ControlFlow::Break(()));
+                }
+            };
+            let end = start.saturating_add(e.len);
+            run = Some(match run {
+                Some((s, t)) => (s, t.max(end)),
+                None => (start, end),
+            });
+            Ok(ControlFlow::Continue(()))
+        })?;
+        if let Some(e) = err {
+            return Err(e);
+        }
+        Ok(run
+            .map(|(s, t)| (s, t.min(size)))
+            .filter(|(s, t)| s < t))
+    }
+}

@@ -20,6 +20,7 @@ mod jobs;
 mod key;
 mod list;
 mod metrics;
+mod mount;
 mod restore;
 mod run;
 mod secrets;
@@ -308,6 +309,9 @@ pub enum BackupCommand {
     /// Write one file of a stored snapshot to standard output, reading
     /// only the stream frames that hold its data.
     Dump(browse::DumpArgs),
+    /// Mount every stored snapshot read-only (FUSE) on MOUNTPOINT, from
+    /// the browsing index, until it is unmounted or interrupted.
+    Mount(mount::MountArgs),
     /// The config file of run, forget, verify, status and list --config:
     /// check it.
     Config(config_check::ConfigCmdArgs),
@@ -443,6 +447,7 @@ pub fn run(args: &BackupArgs) -> anyhow::Result<()> {
         BackupCommand::Index(a) => browse::index(a),
         BackupCommand::Ls(a) => browse::ls(a),
         BackupCommand::Dump(a) => browse::dump(a),
+        BackupCommand::Mount(a) => mount::run(a),
         BackupCommand::Status(a) => per_job(
             &a.config,
             a.repo.given(),
