@@ -180,7 +180,12 @@ fn listed_lines(values: &[Value]) -> BTreeMap<String, String> {
 /// A repository in `dir` holding every chain of [`CHAINS`] (in order:
 /// entry ids 1, 2, ...), not indexed yet; `None` when its store is not
 /// available here.
-pub(crate) fn imported(kind: Kind, encryption: &str, test: &str, dir: &std::path::Path) -> Option<Repo> {
+pub(crate) fn imported(
+    kind: Kind,
+    encryption: &str,
+    test: &str,
+    dir: &std::path::Path,
+) -> Option<Repo> {
     let be = Backend::new(kind, test, dir)?;
     let r = be.repo("repo");
     let repo = Repo {

@@ -127,7 +127,11 @@ fn mount_case(kind: Kind, encryption: &str, test: &str) {
         return;
     };
     ok(&repo.backup(&["index"]));
-    let mut m = Mounted::new(&repo, &dir.path().join("mnt"), &dir.path().join("mount.log"));
+    let mut m = Mounted::new(
+        &repo,
+        &dir.path().join("mnt"),
+        &dir.path().join("mount.log"),
+    );
     let mp = m.mp.clone();
     let top: BTreeSet<String> = std::fs::read_dir(&mp)
         .unwrap()
@@ -161,7 +165,10 @@ fn mount_case(kind: Kind, encryption: &str, test: &str) {
                     groups.entry(link).or_default().insert(ino);
                 }
             }
-            assert!(groups.values().all(|s| s.len() == 1), "{fx} {snap}: {groups:?}");
+            assert!(
+                groups.values().all(|s| s.len() == 1),
+                "{fx} {snap}: {groups:?}"
+            );
             if *fx == "008-hardlinks-xattrs" {
                 assert!(!groups.is_empty(), "{fx} has hard links");
             }

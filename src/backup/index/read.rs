@@ -335,7 +335,12 @@ impl Snapshot<'_, '_> {
     /// # Errors
     ///
     /// A damaged index.
-    pub fn data_run(&self, ino: u64, size: u64, from: u64) -> Result<Option<(u64, u64)>, IndexError> {
+    pub fn data_run(
+        &self,
+        ino: u64,
+        size: u64,
+        from: u64,
+    ) -> Result<Option<(u64, u64)>, IndexError> {
         use super::model::{Extent, extent_key, extent_offset, extent_prefix};
         if from >= size {
             return Ok(None);
@@ -377,8 +382,6 @@ impl Snapshot<'_, '_> {
         if let Some(e) = err {
             return Err(e);
         }
-        Ok(run
-            .map(|(s, t)| (s, t.min(size)))
-            .filter(|(s, t)| s < t))
+        Ok(run.map(|(s, t)| (s, t.min(size))).filter(|(s, t)| s < t))
     }
 }

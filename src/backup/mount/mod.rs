@@ -371,12 +371,7 @@ macro_rules! answer {
     )*};
 }
 answer!(
-    ReplyAttr,
-    ReplyData,
-    ReplyEntry,
-    ReplyOpen,
-    ReplyXattr,
-    ReplyLseek
+    ReplyAttr, ReplyData, ReplyEntry, ReplyOpen, ReplyXattr, ReplyLseek
 );
 
 /// The filesystem.
@@ -443,7 +438,10 @@ impl fuser::Filesystem for BackupFs {
                 reply,
                 move |o| {
                     let key = crate::backup::index::model::dirent_key(dir, &name);
-                    let child = o.snap.child(dir, &name)?.ok_or(Fail::Errno(Errno::ENOENT))?;
+                    let child = o
+                        .snap
+                        .child(dir, &name)?
+                        .ok_or(Fail::Errno(Errno::ENOENT))?;
                     let n = number(id, child, &key)?;
                     Ok(attr(n, child, &o.inode(child)?)?)
                 },

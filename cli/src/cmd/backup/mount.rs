@@ -68,7 +68,8 @@ pub fn run(a: &MountArgs) -> anyhow::Result<()> {
     let stop = Arc::new(AtomicBool::new(false));
     let signals = Arc::new(AtomicUsize::new(0));
     {
-        let (stop, signals, unmounter) = (Arc::clone(&stop), Arc::clone(&signals), unmounter.clone());
+        let (stop, signals, unmounter) =
+            (Arc::clone(&stop), Arc::clone(&signals), unmounter.clone());
         crate::signal::on_interrupt_call(Some(Box::new(move || {
             stop.store(true, Ordering::SeqCst);
             let lazy = signals.fetch_add(1, Ordering::SeqCst) > 0;
