@@ -44,7 +44,7 @@ const NAME_MAX: usize = 255;
 /// `None` when either is out of range (an index that names such an inode
 /// is damaged).
 pub fn fuse_ino(id: u64, ino: u64) -> Option<u64> {
-    (id != 0 && id <= MAX_ID && ino != 0 && ino >> INO_BITS == 0).then(|| id << INO_BITS | ino)
+    (id != 0 && id <= MAX_ID && ino != 0 && ino >> INO_BITS == 0).then_some(id << INO_BITS | ino)
 }
 
 /// What a FUSE inode number names.

@@ -21,25 +21,8 @@ use clap::{Args, ValueHint};
 use super::{LockArg, RepoArg};
 use crate::text::printable;
 
-/// Arguments of `btrsend backup mount`.
-///
-/// The mount shows each stored snapshot's root as MOUNTPOINT/uuid/UUID
-/// (a snapshot stored more than once from its newest entry), with links
-/// to it by origin and path (MOUNTPOINT/snapshots/ORIGIN/PATH, the
-/// slashes of PATH written %2F) and by time (MOUNTPOINT/time/TIME, UTC);
-/// names from the catalog have /, %, ~ and control characters written as
-/// %XX, and a name taken twice gets ~ID (the entry's id). Files show their
-/// stored mode, owner, size, modification time (as atime and ctime too),
-/// link count, xattrs, symlink targets and holes; every name of a hard
-/// link has one inode number. Every snapshot needs its index (`btrsend
-/// backup index`). A damaged index fails the operation that meets it with
-/// EIO and says so on standard error.
-///
-/// It runs in the foreground until unmounted (umount MOUNTPOINT, or
-/// fusermount3 -u MOUNTPOINT as another user) or interrupted (SIGINT,
-/// SIGTERM: it unmounts and exits with status 0). The repository's shared
-/// lock is held while mounted, so backup run, import and forget wait (with
-/// --retry-lock) or fail meanwhile.
+/// Arguments of `btrsend backup mount` (its help is the doc of
+/// `BackupCommand::Mount`).
 #[derive(Debug, Args)]
 pub struct MountArgs {
     #[command(flatten)]
