@@ -385,3 +385,87 @@ impl Snapshot<'_, '_> {
         Ok(run.map(|(s, t)| (s, t.min(size))).filter(|(s, t)| s < t))
     }
 }
+
+#[cfg(test)]
+mod live_lookup_tests {
+    use std::cell::RefCell;
+    use std::collections::HashMap;
+
+    use super::super::tree::{PageId, PageStore, Pages};
+    use super::super::{IndexError, IndexRoot, Snapshots, index_stream};
+    use super::{FileType, Snapshot};
+    use crate::testing::FixtureMeta;
+
+    #[derive(Default)]
+    struct Mem(RefCell<HashMap<PageId, Vec<u8>>>);
+
+    impl PageStore for Mem {
+        fn get(&self, id: &PageId) -> Result<Vec<u8>, IndexError> {
+            self.0
+                .borrow()
+                .get(id)
+                .cloned()
+                .ok_or(IndexError::MissingPage { id: *id })
+        }
+        fn put(&self, id: &PageId, bytes: &[u8]) -> Result<(), IndexError> {
+            self.0.borrow_mut().insert(*id, bytes.to_vec());
+            Ok(())
+        }
+    }
+
+    struct None_;
+
+    impl Snapshots for None_ {
+        fn index_of(&self, _: &[u8; 16]) -> Option<IndexRoot> {
+            None
+        }
+    }
+
+    /// `child` finds what `children` lists, and following `data_run` from
+    /// offset 0 gives `data_ranges`, in the kernel's sparse and compressed
+    /// snapshots.
+    #[test]
+    fn child_and_data_run_agree_with_the_full_listings() {
+        for (fixture, snap) in [("004-sparse-prealloc", "h1"), ("006-compression", "c1")] {
+            let fx = FixtureMeta::load(&crate::testing::fixtures_dir().join(fixture)).unwrap();
+            let stream = std::fs::File::open(fx.full_stream(snap, "v2c")).unwrap();
+            let raw = zstd::Decoder::new(stream).unwrap();
+            let mem = Mem::default();
+            let pages = Pages::new(&mem, [0; 32]);
+            let (_, root) = index_stream(&pages, raw, "s", &None_).unwrap();
+            let s = Snapshot::open(&pages, root);
+            let mut files = 0;
+            s.walk(&mut |path, ino, inode| {
+                let (dir, name) = match path.iter().rposition(|&b| b == b'/') {
+                    Some(i) => (s.lookup(&path[..i])?, &path[i + 1..]),
+                    None => (super::ROOT_INO, path),
+                };
+                assert_eq!(s.child(dir, name)?, Some(ino));
+                let mut missing = name.to_vec();
+                missing.push(b'~');
+                assert_eq!(s.child(dir, &missing)?, None);
+                if inode.kind == FileType::File {
+                    files += 1;
+                    let mut runs = Vec::new();
+                    let mut at = 0;
+                    while let Some((start, end)) = s.data_run(ino, inode.size, at)? {
+                        assert!(start >= at && end > start);
+                        // From inside a run, the same run's end.
+                        let inside = s.data_run(ino, inode.size, end - 1)?;
+                        assert!(inside.is_some_and(|(s, e)| s < end && e == end));
+                        runs.push((start, end - start));
+                        at = end;
+                    }
+                    assert_eq!(
+                        runs,
+                        s.data_ranges(ino, inode.size)?,
+                        "{fixture} inode {ino}"
+                    );
+                }
+                Ok(())
+            })
+            .unwrap();
+            assert!(files > 0);
+        }
+    }
+}
