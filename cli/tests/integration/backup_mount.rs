@@ -4,8 +4,8 @@
 //! manifest of every snapshot's root in the mount (`uuid/UUID`) must equal
 //! the kernel's manifest of that snapshot, hard links must share their
 //! inode number, the views by origin and by time must lead to the same
-//! roots, writes must fail with EROFS, SIGINT must unmount and exit 0, and
-//! a damaged index page must give EIO, not data.
+//! roots, writes must fail with EROFS, SIGINT and SIGTERM must unmount
+//! and exit 0, and a damaged index page must give EIO, not data.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::fs::MetadataExt;
@@ -82,14 +82,14 @@ impl Mounted {
         std::fs::read_to_string(&self.stderr).unwrap_or_default()
     }
 
-    /// SIGINT: unmounts, exits 0.
-    fn interrupt(&mut self) {
+    /// SIGINT or SIGTERM: unmounts, exits 0.
+    fn interrupt(&mut self, sig: rustix::process::Signal) {
         let mut child = self.child.take().unwrap();
         let pid = rustix::process::Pid::from_child(&child);
-        rustix::process::kill_process(pid, rustix::process::Signal::INT).unwrap();
+        rustix::process::kill_process(pid, sig).unwrap();
         let st = child.wait().unwrap();
-        assert!(st.success(), "after SIGINT: {st}: {}", self.log());
-        assert!(!mounted(&self.mp), "still mounted after SIGINT");
+        assert!(st.success(), "after {sig:?}: {st}: {}", self.log());
+        assert!(!mounted(&self.mp), "still mounted after {sig:?}");
     }
 }
 
@@ -210,7 +210,11 @@ fn mount_case(kind: Kind, encryption: &str, test: &str) {
             assert_eq!(e.raw_os_error(), Some(EROFS), "{e}");
         }
     }
-    m.interrupt();
+    m.interrupt(if kind == Kind::S3 {
+        rustix::process::Signal::TERM
+    } else {
+        rustix::process::Signal::INT
+    });
 }
 
 #[test]
