@@ -3,10 +3,10 @@
 //! and the streams its extents point into.
 //!
 //! The layout of the mount and its inode numbers are [`view`]'s; each
-//! snapshot's index is read on a thread of its own ([`worker`]). This
+//! snapshot's index is read on a thread of its own (`worker`). This
 //! module is the only one that knows FUSE (the `fuser` crate, without
 //! libfuse: as root it calls mount(2) itself, otherwise it runs
-//! `fusermount3`), as [`s3`](crate::backup::s3) is the only one that knows
+//! `fusermount3`), as `backup::s3` is the only one that knows
 //! tokio.
 //!
 //! What a snapshot's files show: type, mode, owner, size, link count and

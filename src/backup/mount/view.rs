@@ -112,9 +112,9 @@ pub struct View {
 }
 
 /// `raw` as one path component: `/`, `%`, `~`, NUL and the other control
-/// characters as `%XX`; empty, `.` and `..` escaped whole; cut to
-/// [`NAME_MAX`] bytes (at a character boundary, with `~` and a number that
-/// makes it unique: see [`View::new`]).
+/// characters as `%XX`; empty, `.` and `..` escaped whole. A name longer
+/// than 255 bytes (`NAME_MAX`) is cut later, at a character boundary, and
+/// given `~ID` (see [`View::new`]).
 pub fn component(raw: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(raw.len());
     if raw.is_empty() {
