@@ -34,6 +34,19 @@ pub fn on_interrupt_say(msg: Option<String>) {
     *LEFT.lock().unwrap_or_else(PoisonError::into_inner) = msg;
 }
 
+/// What SIGINT and SIGTERM do instead of ending the process.
+type Instead = Box<dyn FnMut() + Send>;
+
+/// Set by a command that ends itself on a signal (`backup mount`
+/// unmounts, then returns as it does when unmounted from outside).
+static INSTEAD: Mutex<Option<Instead>> = Mutex::new(None);
+
+/// Call `f` on SIGINT or SIGTERM, each time one comes, instead of exiting
+/// (`None`: exit again).
+pub fn on_interrupt_call(f: Option<Instead>) {
+    *INSTEAD.lock().unwrap_or_else(PoisonError::into_inner) = f;
+}
+
 /// Start the watcher thread. If the signals cannot be caught, they keep
 /// their default action (the process dies; a temporary file may be left
 /// beside the target, never a partial target).
@@ -44,7 +57,15 @@ pub fn install() {
     let spawned = std::thread::Builder::new()
         .name("signals".into())
         .spawn(move || {
-            if let Some(sig) = signals.forever().next() {
+            for sig in signals.forever() {
+                if let Some(f) = INSTEAD
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .as_mut()
+                {
+                    f();
+                    continue;
+                }
                 let files = pending();
                 for f in files.iter() {
                     let _ = std::fs::remove_file(f);

@@ -300,13 +300,11 @@ impl Repository {
             proto: trailer.proto,
             stored_at: now_rfc3339(),
         };
+        self.record_inline_index(&entry, index, warn);
         let mut next = cat.clone();
         let id = next.add(entry);
         next.commit(&*self.store)?;
         *cat = next;
-        if let Some(e) = cat.get(id) {
-            self.record_inline_index(e, index, warn);
-        }
         cat.get(id)
             .cloned()
             .ok_or_else(|| BackupError::Invalid(String::from("entry vanished")))

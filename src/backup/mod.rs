@@ -69,6 +69,8 @@ pub mod holds;
 mod import;
 pub mod index;
 pub mod lock;
+#[cfg(feature = "mount")]
+pub mod mount;
 pub mod partial;
 pub mod plan;
 mod repository;

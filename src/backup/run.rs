@@ -692,13 +692,11 @@ impl Repository {
             proto: trailer.proto,
             stored_at: now_rfc3339(),
         };
+        self.record_inline_index(&entry, index, &|w| progress.warning(w));
         let mut next = cat.clone();
         let id = next.add(entry);
         next.commit(&*self.store)?;
         *cat = next;
-        if let Some(e) = cat.get(id) {
-            self.record_inline_index(e, index, &|w| progress.warning(w));
-        }
         cat.get(id)
             .cloned()
             .map(|e| (e, full_reason))

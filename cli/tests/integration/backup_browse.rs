@@ -18,7 +18,7 @@ use crate::repo_store::{Backend, Kind};
 
 /// Fixture chains: the streams imported in order, each with the snapshot
 /// it makes.
-const CHAINS: &[(&str, &[(&str, &str)])] = &[
+pub(crate) const CHAINS: &[(&str, &[(&str, &str)])] = &[
     (
         "014-incremental",
         &[
@@ -54,7 +54,7 @@ const CHAINS: &[(&str, &[(&str, &str)])] = &[
 /// encrypted repository may show, index pages included.
 const CANARIES: [&str; 4] = ["o257-7-0", "deep", "user.change", "new-value"];
 
-fn ok(out: &Output) -> String {
+pub(crate) fn ok(out: &Output) -> String {
     assert!(
         out.status.success(),
         "exit {:?}: {}",
@@ -64,15 +64,21 @@ fn ok(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-struct Repo {
-    be: Backend,
-    spec: String,
-    files: std::path::PathBuf,
-    password: bool,
+pub(crate) struct Repo {
+    pub(crate) be: Backend,
+    pub(crate) spec: String,
+    pub(crate) files: std::path::PathBuf,
+    pub(crate) password: bool,
 }
 
 impl Repo {
-    fn backup(&self, args: &[&str]) -> Output {
+    pub(crate) fn backup(&self, args: &[&str]) -> Output {
+        self.command(args).output().expect("run btrsend")
+    }
+
+    /// `btrsend backup SUB --repo REPO ARGS...` with this repository's
+    /// server and passphrase.
+    pub(crate) fn command(&self, args: &[&str]) -> std::process::Command {
         let mut c = btrsend();
         self.be.apply(&mut c);
         c.env_remove("BTRSEND_PASSWORD_FILE")
@@ -85,7 +91,7 @@ impl Repo {
         c.arg("backup");
         let (sub, rest) = args.split_first().unwrap();
         c.arg(sub).args(["--repo", &self.spec]).args(rest);
-        c.output().expect("run btrsend")
+        c
     }
 }
 
@@ -171,12 +177,16 @@ fn listed_lines(values: &[Value]) -> BTreeMap<String, String> {
     out
 }
 
-/// Import every chain, index, and check every snapshot against the kernel.
-fn browse_case(kind: Kind, encryption: &str, test: &str) {
-    let dir = tempfile::tempdir().unwrap();
-    let Some(be) = Backend::new(kind, test, dir.path()) else {
-        return;
-    };
+/// A repository in `dir` holding every chain of [`CHAINS`] (in order:
+/// entry ids 1, 2, ...), indexed as import stores them; `None` when its store is not
+/// available here.
+pub(crate) fn imported(
+    kind: Kind,
+    encryption: &str,
+    test: &str,
+    dir: &std::path::Path,
+) -> Option<Repo> {
+    let be = Backend::new(kind, test, dir)?;
     let r = be.repo("repo");
     let repo = Repo {
         spec: r.spec.clone(),
@@ -195,6 +205,16 @@ fn browse_case(kind: Kind, encryption: &str, test: &str) {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         ok(&repo.backup(&args));
     }
+    Some(repo)
+}
+
+/// Import every chain (which indexes it), and check every snapshot against
+/// the kernel.
+fn browse_case(kind: Kind, encryption: &str, test: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(repo) = imported(kind, encryption, test, dir.path()) else {
+        return;
+    };
     // Import indexed every stream as it stored it: `backup index` finds
     // everything indexed and writes nothing.
     let names = || -> Vec<std::path::PathBuf> {

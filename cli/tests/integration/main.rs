@@ -17,6 +17,7 @@ mod backup_dry_run;
 mod backup_feedback;
 mod backup_forget;
 mod backup_hostile;
+mod backup_mount;
 mod backup_plan;
 mod backup_resume;
 mod backup_s3;

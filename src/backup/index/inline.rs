@@ -5,8 +5,8 @@
 //!
 //! The index is a convenience that `backup index` can always rebuild: an
 //! indexing that fails (a stream the indexer refuses, a page that cannot
-//! be written) never fails the store, and an index is recorded only after
-//! the stream's catalog entry, for the snapshot that entry names.
+//! be written) never fails the store, and an index is recorded just
+//! before the stream's catalog entry, for the snapshot that entry names.
 
 use std::io::{self, Read, Write};
 use std::sync::Arc;
@@ -145,17 +145,15 @@ impl Repository {
     /// Start indexing the stream to be stored as `file`, whose parent
     /// entry is `parent` (none: a full stream). `None` when there is
     /// nothing to build on: the parent has no index (a repository made
-    /// before indexes, until `backup index`), or the repository's
-    /// contents cannot be read.
+    /// before indexes, until `backup index`). The write key alone is
+    /// enough: the index is sealed like the catalog, and the stream's
+    /// bytes come from the send.
     pub fn inline_index(
         &self,
         cat: &Catalog,
         file: &str,
         parent: Option<&Entry>,
     ) -> Option<InlineIndex> {
-        if self.need_contents("indexing").is_err() {
-            return None;
-        }
         let parent = match parent {
             None => Parent(None),
             Some(e) => Parent(Some((e.uuid.clone(), self.index_root(cat, e).ok()?))),
@@ -188,9 +186,11 @@ impl Repository {
         })
     }
 
-    /// Record the index `built` of entry `e` (just committed), when it is
-    /// that entry's snapshot; a failed indexing is reported to `warn` and
-    /// left for `backup index`.
+    /// Record the index `built` of the stream stored as `e.file`, when it
+    /// is of `e`'s snapshot; a failed indexing is reported to `warn` and
+    /// left for `backup index`. Called before the entry is committed, so
+    /// that no crash leaves a listed entry without its index (a root
+    /// whose entry never made it is no one's: `forget` sweeps it).
     pub fn record_inline_index(&self, e: &Entry, built: Option<InlineIndex>, warn: &dyn Fn(&str)) {
         let Some(ix) = built else {
             return;
@@ -208,8 +208,7 @@ impl Repository {
             });
         if let Err(err) = r {
             warn(&format!(
-                "entry {} ({}) is stored but not indexed ({err}); `btrsend backup index` indexes it",
-                e.id,
+                "{} is stored without an index ({err}); `btrsend backup index` indexes it",
                 crate::manifest::escape(e.path.as_bytes())
             ));
         }

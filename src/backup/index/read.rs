@@ -324,3 +324,164 @@ impl<'p, 's> Snapshot<'p, 's> {
         Ok(String::from_utf8_lossy(&out).into_owned())
     }
 }
+
+// Lookups for a live view of a snapshot (`backup mount`): one name in a
+// directory, and the data run at an offset, each costing the pages on
+// its way rather than a scan of the directory or of the file's extents.
+impl Snapshot<'_, '_> {
+    /// The inode number of the entry `name` of directory `dir`, if it has
+    /// one.
+    ///
+    /// # Errors
+    ///
+    /// A damaged index.
+    pub fn child(&self, dir: u64, name: &[u8]) -> Result<Option<u64>, IndexError> {
+        let k = super::model::dirent_key(dir, name);
+        match self.tree.get(&k)? {
+            Some(v) => decode_dirent(&k, &v).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// The data of `ino` (a file of `size` bytes) that holds offset `from`,
+    /// or else the first that starts after it: `(start, end)` of the run of
+    /// touching extents, cut at `size`; `None` when only a hole lies from
+    /// `from` to the end (`lseek`'s `SEEK_DATA` and `SEEK_HOLE`).
+    ///
+    /// # Errors
+    ///
+    /// A damaged index.
+    pub fn data_run(
+        &self,
+        ino: u64,
+        size: u64,
+        from: u64,
+    ) -> Result<Option<(u64, u64)>, IndexError> {
+        use super::model::{Extent, extent_key, extent_offset, extent_prefix};
+        if from >= size {
+            return Ok(None);
+        }
+        let prefix = extent_prefix(ino);
+        let mut run: Option<(u64, u64)> = None;
+        if let Some((k, v)) = self.tree.floor(&extent_key(ino, from))?
+            && k.starts_with(&prefix)
+            && let Some(start) = extent_offset(&k)
+            && start < from
+        {
+            let end = start.saturating_add(Extent::decode(&k, &v)?.len);
+            if end > from {
+                run = Some((start, end));
+            }
+        }
+        let mut err = None;
+        self.tree.scan(&extent_key(ino, from), &mut |k, v| {
+            let Some(start) = extent_offset(k).filter(|_| k.starts_with(&prefix)) else {
+                return Ok(ControlFlow::Break(()));
+            };
+            if start >= size || run.is_some_and(|(_, end)| start > end) {
+                return Ok(ControlFlow::Break(()));
+            }
+            let e = match Extent::decode(k, v) {
+                Ok(e) => e,
+                Err(x) => {
+                    err = Some(x);
+                    return Ok(ControlFlow::Break(()));
+                }
+            };
+            let end = start.saturating_add(e.len);
+            run = Some(match run {
+                Some((s, t)) => (s, t.max(end)),
+                None => (start, end),
+            });
+            Ok(ControlFlow::Continue(()))
+        })?;
+        if let Some(e) = err {
+            return Err(e);
+        }
+        Ok(run.map(|(s, t)| (s, t.min(size))).filter(|(s, t)| s < t))
+    }
+}
+
+#[cfg(test)]
+mod live_lookup_tests {
+    use std::cell::RefCell;
+    use std::collections::HashMap;
+
+    use super::super::tree::{PageId, PageStore, Pages};
+    use super::super::{IndexError, IndexRoot, Snapshots, index_stream};
+    use super::{FileType, Snapshot};
+    use crate::testing::FixtureMeta;
+
+    #[derive(Default)]
+    struct Mem(RefCell<HashMap<PageId, Vec<u8>>>);
+
+    impl PageStore for Mem {
+        fn get(&self, id: &PageId) -> Result<Vec<u8>, IndexError> {
+            self.0
+                .borrow()
+                .get(id)
+                .cloned()
+                .ok_or(IndexError::MissingPage { id: *id })
+        }
+        fn put(&self, id: &PageId, bytes: &[u8]) -> Result<(), IndexError> {
+            self.0.borrow_mut().insert(*id, bytes.to_vec());
+            Ok(())
+        }
+    }
+
+    struct None_;
+
+    impl Snapshots for None_ {
+        fn index_of(&self, _: &[u8; 16]) -> Option<IndexRoot> {
+            None
+        }
+    }
+
+    /// `child` finds what `children` lists, and following `data_run` from
+    /// offset 0 gives `data_ranges`, in the kernel's sparse and compressed
+    /// snapshots.
+    #[test]
+    fn child_and_data_run_agree_with_the_full_listings() {
+        for (fixture, snap) in [("004-sparse-prealloc", "h1"), ("006-compression", "c1")] {
+            let fx = FixtureMeta::load(&crate::testing::fixtures_dir().join(fixture)).unwrap();
+            let stream = std::fs::File::open(fx.full_stream(snap, "v2c")).unwrap();
+            let raw = zstd::Decoder::new(stream).unwrap();
+            let mem = Mem::default();
+            let pages = Pages::new(&mem, [0; 32]);
+            let (_, root) = index_stream(&pages, raw, "s", &None_).unwrap();
+            let s = Snapshot::open(&pages, root);
+            let mut files = 0;
+            s.walk(&mut |path, ino, inode| {
+                let (dir, name) = match path.iter().rposition(|&b| b == b'/') {
+                    Some(i) => (s.lookup(&path[..i])?, &path[i + 1..]),
+                    None => (super::ROOT_INO, path),
+                };
+                assert_eq!(s.child(dir, name)?, Some(ino));
+                let mut missing = name.to_vec();
+                missing.push(b'~');
+                assert_eq!(s.child(dir, &missing)?, None);
+                if inode.kind == FileType::File {
+                    files += 1;
+                    let mut runs = Vec::new();
+                    let mut at = 0;
+                    while let Some((start, end)) = s.data_run(ino, inode.size, at)? {
+                        assert!(start >= at && end > start);
+                        // From inside a run, the same run's end.
+                        let inside = s.data_run(ino, inode.size, end - 1)?;
+                        assert!(inside.is_some_and(|(s, e)| s < end && e == end));
+                        runs.push((start, end - start));
+                        at = end;
+                    }
+                    assert_eq!(
+                        runs,
+                        s.data_ranges(ino, inode.size)?,
+                        "{fixture} inode {ino}"
+                    );
+                }
+                Ok(())
+            })
+            .unwrap();
+            assert!(files > 0);
+        }
+    }
+}

@@ -20,6 +20,7 @@ mod jobs;
 mod key;
 mod list;
 mod metrics;
+mod mount;
 mod restore;
 mod run;
 mod secrets;
@@ -308,6 +309,27 @@ pub enum BackupCommand {
     /// Write one file of a stored snapshot to standard output, reading
     /// only the stream frames that hold its data.
     Dump(browse::DumpArgs),
+    /// Mount every stored snapshot read-only (FUSE) on MOUNTPOINT, from
+    /// the browsing index, until it is unmounted or interrupted.
+    ///
+    /// The mount shows each stored snapshot's root as MOUNTPOINT/uuid/UUID
+    /// (once, from its newest entry, if it is stored more than once), with links
+    /// to it by origin and path (MOUNTPOINT/snapshots/ORIGIN/PATH, the
+    /// slashes of PATH written %2F) and by time (MOUNTPOINT/time/TIME, UTC);
+    /// names from the catalog have /, %, ~ and control characters written as
+    /// %XX, and a name taken twice gets ~ID (the entry's id). Files show their
+    /// stored mode, owner, size, modification time (as atime and ctime too),
+    /// link count, xattrs, symlink targets and holes; every name of a hard
+    /// link has one inode number. Every snapshot needs its index (`btrsend
+    /// backup index`). A damaged index fails the operation that meets it with
+    /// EIO and says so on standard error.
+    ///
+    /// It runs in the foreground until unmounted (umount MOUNTPOINT, or
+    /// fusermount3 -u MOUNTPOINT as another user) or interrupted (SIGINT,
+    /// SIGTERM: it unmounts and exits with status 0). The repository's shared
+    /// lock is held while mounted, so backup run, import and forget wait (with
+    /// --retry-lock) or fail meanwhile.
+    Mount(mount::MountArgs),
     /// The config file of run, forget, verify, status and list --config:
     /// check it.
     Config(config_check::ConfigCmdArgs),
@@ -443,6 +465,7 @@ pub fn run(args: &BackupArgs) -> anyhow::Result<()> {
         BackupCommand::Index(a) => browse::index(a),
         BackupCommand::Ls(a) => browse::ls(a),
         BackupCommand::Dump(a) => browse::dump(a),
+        BackupCommand::Mount(a) => mount::run(a),
         BackupCommand::Status(a) => per_job(
             &a.config,
             a.repo.given(),
