@@ -25,6 +25,8 @@
 //! path and the frames that hold its data.
 
 pub mod apply;
+pub mod diff;
+pub mod glob;
 pub mod model;
 pub mod read;
 pub mod repo;

@@ -308,3 +308,38 @@ impl<'p, 's> Snapshot<'p, 's> {
         Ok(String::from_utf8_lossy(&out).into_owned())
     }
 }
+
+impl Snapshot<'_, '_> {
+    /// The extents of `ino` that start below `size`: each start, its
+    /// record, and the name of the stream it points into (what `diff`
+    /// compares to tell equal data without reading it).
+    ///
+    /// # Errors
+    ///
+    /// A damaged index, or an extent naming a stream the index does not
+    /// list.
+    pub fn extents(
+        &self,
+        ino: u64,
+        size: u64,
+    ) -> Result<Vec<(u64, super::model::Extent, String)>, IndexError> {
+        let mut out = Vec::new();
+        overlapping(&self.tree, ino, 0, size, &mut |start, e| {
+            out.push((start, e))
+        })?;
+        out.into_iter()
+            .map(|(start, e)| {
+                let source =
+                    self.root
+                        .sources
+                        .get(e.source as usize)
+                        .ok_or(IndexError::Record {
+                            what: "extent",
+                            key: super::model::extent_key(ino, start),
+                            reason: "names a stream the index does not list",
+                        })?;
+                Ok((start, e, source.clone()))
+            })
+            .collect()
+    }
+}
