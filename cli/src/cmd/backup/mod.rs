@@ -20,10 +20,12 @@ mod jobs;
 mod key;
 mod list;
 mod metrics;
+mod query;
 mod restore;
 mod run;
 mod secrets;
 mod status;
+mod tar;
 mod verify;
 
 use std::path::{Path, PathBuf};
@@ -306,8 +308,14 @@ pub enum BackupCommand {
     /// restoring it.
     Ls(browse::LsArgs),
     /// Write one file of a stored snapshot to standard output, reading
-    /// only the stream frames that hold its data.
+    /// only the stream frames that hold its data (a directory: as tar).
     Dump(browse::DumpArgs),
+    /// Find the paths of stored snapshots that match shell-style
+    /// patterns, from their indexes.
+    Find(query::FindArgs),
+    /// The paths added, removed and modified between two stored
+    /// snapshots of one origin, from their indexes.
+    Diff(query::DiffArgs),
     /// The config file of run, forget, verify, status and list --config:
     /// check it.
     Config(config_check::ConfigCmdArgs),
@@ -443,6 +451,8 @@ pub fn run(args: &BackupArgs) -> anyhow::Result<()> {
         BackupCommand::Index(a) => browse::index(a),
         BackupCommand::Ls(a) => browse::ls(a),
         BackupCommand::Dump(a) => browse::dump(a),
+        BackupCommand::Find(a) => query::find(a),
+        BackupCommand::Diff(a) => query::diff_cmd(a),
         BackupCommand::Status(a) => per_job(
             &a.config,
             a.repo.given(),
