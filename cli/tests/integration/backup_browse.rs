@@ -247,7 +247,7 @@ fn browse_case(kind: Kind, encryption: &str, test: &str) {
     // missing path and a path escaping the root.
     let out = repo.backup(&["dump", "1", "/"]);
     ok(&out);
-    assert!(out.stdout.len() % 512 == 0 && out.stdout.get(257..263) == Some(b"ustar\0"));
+    assert!(out.stdout.len().is_multiple_of(512) && out.stdout.get(257..263) == Some(b"ustar\0"));
     let out = repo.backup(&["ls", "1", "/no/such/thing"]);
     assert!(
         !out.status.success() && stderr(&out).contains("no such file"),
