@@ -19,6 +19,7 @@ mod backup_forget;
 mod backup_hostile;
 mod backup_mount;
 mod backup_plan;
+mod backup_query;
 mod backup_resume;
 mod backup_s3;
 mod backup_series;

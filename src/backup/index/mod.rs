@@ -26,6 +26,8 @@
 
 pub mod apply;
 pub mod check;
+pub mod diff;
+pub mod glob;
 pub mod inline;
 pub mod model;
 pub mod read;

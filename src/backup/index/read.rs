@@ -402,6 +402,41 @@ impl Snapshot<'_, '_> {
     }
 }
 
+impl Snapshot<'_, '_> {
+    /// The extents of `ino` that start below `size`: each start, its
+    /// record, and the name of the stream it points into (what `diff`
+    /// compares to tell equal data without reading it).
+    ///
+    /// # Errors
+    ///
+    /// A damaged index, or an extent naming a stream the index does not
+    /// list.
+    pub fn extents(
+        &self,
+        ino: u64,
+        size: u64,
+    ) -> Result<Vec<(u64, super::model::Extent, String)>, IndexError> {
+        let mut out = Vec::new();
+        overlapping(&self.tree, ino, 0, size, &mut |start, e| {
+            out.push((start, e))
+        })?;
+        out.into_iter()
+            .map(|(start, e)| {
+                let source =
+                    self.root
+                        .sources
+                        .get(e.source as usize)
+                        .ok_or(IndexError::Record {
+                            what: "extent",
+                            key: super::model::extent_key(ino, start),
+                            reason: "names a stream the index does not list",
+                        })?;
+                Ok((start, e, source.clone()))
+            })
+            .collect()
+    }
+}
+
 #[cfg(test)]
 mod live_lookup_tests {
     use std::cell::RefCell;
@@ -423,8 +458,8 @@ mod live_lookup_tests {
                 .cloned()
                 .ok_or(IndexError::MissingPage { id: *id })
         }
-        fn put(&self, id: &PageId, bytes: &[u8]) -> Result<(), IndexError> {
-            self.0.borrow_mut().insert(*id, bytes.to_vec());
+        fn put_all(&self, pages: Vec<(PageId, Vec<u8>)>) -> Result<(), IndexError> {
+            self.0.borrow_mut().extend(pages);
             Ok(())
         }
     }

@@ -64,8 +64,12 @@ pub struct DumpArgs {
     /// The stored snapshot (as `backup restore` takes it).
     #[arg(value_name = "SNAPSHOT")]
     snapshot: String,
-    /// The regular file inside the snapshot whose bytes go to standard
-    /// output (holes as zeros).
+    /// The path inside the snapshot: a regular file's bytes go to
+    /// standard output (holes as zeros); a directory's tree goes as a POSIX
+    /// pax tar archive, names from the snapshot's root without the leading
+    /// / (owners, modes, mtimes with nanoseconds, xattrs as
+    /// SCHILY.xattr.*, symlinks, hard links, devices and fifos; sockets
+    /// are left out).
     #[arg(value_name = "PATH")]
     path: String,
 }
@@ -120,7 +124,7 @@ fn with_snapshot(
     result
 }
 
-fn index_err(e: IndexError) -> anyhow::Error {
+pub(super) fn index_err(e: IndexError) -> anyhow::Error {
     anyhow::Error::new(e)
 }
 
@@ -207,6 +211,28 @@ fn rfc3339(sec: i64, nsec: u32) -> String {
     }
 }
 
+/// The `ls --json` object of `shown` (from the root, with its leading /).
+pub(super) fn json_of(shown: &[u8], i: &Inode) -> serde_json::Value {
+    let mut v = json!({
+        "path": String::from_utf8_lossy(shown),
+        "type": type_name(i.kind),
+        "mode": i.mode,
+        "uid": i.uid,
+        "gid": i.gid,
+        "size": i.size,
+        "mtime": rfc3339(i.mtime.0, i.mtime.1),
+        "nlink": i.nlink,
+    });
+    if i.kind == FileType::Symlink {
+        v["target"] = json!(String::from_utf8_lossy(&i.target));
+    }
+    if matches!(i.kind, FileType::Chr | FileType::Blk) {
+        let (major, minor) = i.rdev_parts();
+        v["rdev"] = json!(format!("{major}:{minor}"));
+    }
+    v
+}
+
 fn line(out: &mut dyn Write, path: &[u8], i: &Inode, a: &LsArgs) -> std::io::Result<()> {
     let shown = {
         let mut p = b"/".to_vec();
@@ -214,23 +240,7 @@ fn line(out: &mut dyn Write, path: &[u8], i: &Inode, a: &LsArgs) -> std::io::Res
         p
     };
     if a.json {
-        let mut v = json!({
-            "path": String::from_utf8_lossy(&shown),
-            "type": type_name(i.kind),
-            "mode": i.mode,
-            "uid": i.uid,
-            "gid": i.gid,
-            "size": i.size,
-            "mtime": rfc3339(i.mtime.0, i.mtime.1),
-            "nlink": i.nlink,
-        });
-        if i.kind == FileType::Symlink {
-            v["target"] = json!(String::from_utf8_lossy(&i.target));
-        }
-        if matches!(i.kind, FileType::Chr | FileType::Blk) {
-            let (major, minor) = i.rdev_parts();
-            v["rdev"] = json!(format!("{major}:{minor}"));
-        }
+        let v = json_of(&shown, i);
         return writeln!(out, "{v}");
     }
     if a.long {
@@ -297,9 +307,15 @@ pub fn dump(a: &DumpArgs) -> anyhow::Result<()> {
     with_snapshot(&a.repo, &a.snapshot, |snap, data| {
         let ino = snap.lookup(&path).map_err(index_err)?;
         let inode = snap.inode(ino).map_err(index_err)?;
+        if inode.kind == FileType::Dir {
+            let mut out = std::io::BufWriter::with_capacity(1 << 20, crate::exit::stdout());
+            super::tar::write_dir(snap, data, ino, &path, &mut out).map_err(index_err)?;
+            out.flush()?;
+            return Ok(());
+        }
         if inode.kind != FileType::File {
             anyhow::bail!(
-                "{}: a {}, not a regular file: dump writes regular files",
+                "{}: a {}, not a regular file or directory: dump writes regular files, and directories as tar",
                 String::from_utf8_lossy(&printable_bytes(&path)),
                 type_name(inode.kind)
             );

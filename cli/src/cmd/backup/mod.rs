@@ -21,10 +21,12 @@ mod key;
 mod list;
 mod metrics;
 mod mount;
+mod query;
 mod restore;
 mod run;
 mod secrets;
 mod status;
+mod tar;
 mod verify;
 
 use std::path::{Path, PathBuf};
@@ -307,7 +309,7 @@ pub enum BackupCommand {
     /// restoring it.
     Ls(browse::LsArgs),
     /// Write one file of a stored snapshot to standard output, reading
-    /// only the stream frames that hold its data.
+    /// only the stream frames that hold its data (a directory: as tar).
     Dump(browse::DumpArgs),
     /// Mount every stored snapshot read-only (FUSE) on MOUNTPOINT, from
     /// the browsing index, until it is unmounted or interrupted.
@@ -330,6 +332,12 @@ pub enum BackupCommand {
     /// lock is held while mounted, so backup run, import and forget wait (with
     /// --retry-lock) or fail meanwhile.
     Mount(mount::MountArgs),
+    /// Find the paths of stored snapshots that match shell-style
+    /// patterns, from their indexes.
+    Find(query::FindArgs),
+    /// The paths added, removed and modified between two stored
+    /// snapshots of one origin, from their indexes.
+    Diff(query::DiffArgs),
     /// The config file of run, forget, verify, status and list --config:
     /// check it.
     Config(config_check::ConfigCmdArgs),
@@ -466,6 +474,8 @@ pub fn run(args: &BackupArgs) -> anyhow::Result<()> {
         BackupCommand::Ls(a) => browse::ls(a),
         BackupCommand::Dump(a) => browse::dump(a),
         BackupCommand::Mount(a) => mount::run(a),
+        BackupCommand::Find(a) => query::find(a),
+        BackupCommand::Diff(a) => query::diff_cmd(a),
         BackupCommand::Status(a) => per_job(
             &a.config,
             a.repo.given(),
