@@ -72,6 +72,14 @@ pub enum BackupError {
         /// Why.
         error: Box<ReceiveError>,
     },
+    /// A snapshot's index could not be read.
+    #[error("{what}: {error}")]
+    Index {
+        /// Which snapshot, and what was being done.
+        what: String,
+        /// Why.
+        error: Box<super::index::IndexError>,
+    },
     /// Reading the source filesystem failed.
     #[error("{what}: {error}")]
     Fs {

@@ -92,6 +92,7 @@ mod rollback;
 mod subvols;
 mod undo;
 pub use checkpoint::{Step, Tracker};
+pub(crate) use journal::{open_dir, remove_tree};
 pub use point::{RESUME_DIR, ResumeTokenError, resume_token};
 pub(crate) use point::{STATE_FILES, drop_journals};
 

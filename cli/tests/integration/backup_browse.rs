@@ -355,10 +355,32 @@ fn a_damaged_index_page_is_refused_reported_and_rebuilt() {
         let last = plain.len() - 1;
         plain[last] ^= 0x20;
         std::fs::write(page, zstd::encode_all(&plain[..], 3).unwrap()).unwrap();
-        let failed = (1..=3).any(|id| {
-            let out = repo.backup(&["ls", "-R", &id.to_string()]);
-            !out.status.success() && stderr(&out).contains("index page")
-        });
+        let mut failed = false;
+        for id in 1..=3 {
+            let id = id.to_string();
+            let out = repo.backup(&["ls", "-R", &id]);
+            if out.status.success() {
+                continue;
+            }
+            assert!(stderr(&out).contains("index page"), "{}", stderr(&out));
+            failed = true;
+            // A restore of everything refuses too, and leaves nothing.
+            let to = dir.path().join("picked");
+            let out = repo.backup(&[
+                "restore",
+                &id,
+                "--to",
+                to.to_str().unwrap(),
+                "--include",
+                "**",
+            ]);
+            assert!(
+                !out.status.success() && stderr(&out).contains("index page"),
+                "{}",
+                stderr(&out)
+            );
+            assert_eq!(std::fs::read_dir(&to).unwrap().count(), 0);
+        }
         assert!(failed, "{}", page.display());
         if i == 0 || i == pages.len() - 1 {
             // verify --read-data reads every page and reports it; backup

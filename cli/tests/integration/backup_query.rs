@@ -268,3 +268,211 @@ fn dump_of_a_directory_is_a_tar_of_the_kernels_snapshot() {
         );
     }
 }
+
+/// The lines of a manifest that `keep` picks (the root left out), the
+/// hole layout dropped and each hard-link group named by its first path
+/// among them (a group with one name among them is no group): what a
+/// restore of those paths alone must show.
+fn subtree_lines(manifest: &str, keep: &dyn Fn(&str) -> bool) -> Vec<String> {
+    let mut picked: Vec<(&str, Vec<&str>)> = Vec::new();
+    for line in manifest.lines().skip(1) {
+        let (path, rest) = line.split_once(' ').unwrap();
+        if path != "." && keep(path) {
+            picked.push((
+                path,
+                rest.split(' ')
+                    .filter(|f| !f.starts_with("data="))
+                    .collect(),
+            ));
+        }
+    }
+    let mut first: BTreeMap<&str, (&str, usize)> = BTreeMap::new();
+    for (path, fields) in &picked {
+        if let Some(g) = fields.iter().find_map(|f| f.strip_prefix("link=")) {
+            first.entry(g).or_insert((path, 0)).1 += 1;
+        }
+    }
+    picked
+        .iter()
+        .map(|(path, fields)| {
+            let fields: Vec<String> = fields
+                .iter()
+                .filter_map(|f| match f.strip_prefix("link=") {
+                    Some(g) if first[g].1 > 1 => Some(format!("link={}", first[g].0)),
+                    Some(_) => None,
+                    None => Some((*f).to_owned()),
+                })
+                .collect();
+            format!("{path} {}", fields.join(" "))
+        })
+        .collect()
+}
+
+/// Whether `path` is `top` or below it.
+fn within(path: &str, top: &str) -> bool {
+    path == top || path.strip_prefix(top).is_some_and(|r| r.starts_with('/'))
+}
+
+/// `restore --include` of each top-level directory of every stored
+/// snapshot, and of a name at any depth with an exclusion, into a
+/// loop-mounted btrfs (root: owners and btrfs properties need it): the
+/// restored tree must be that part of the kernel's snapshot, with the
+/// directories leading to it.
+#[test]
+fn restore_include_gives_the_kernels_subtrees() {
+    let test = "restore_include_gives_the_kernels_subtrees";
+    if !btrsend::testing::require_live(test) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (repo, snaps) = fixture_repo(dir.path(), test);
+    let live = btrsend::testing::LiveBtrfs::new().unwrap();
+    let mut restores = 0;
+    for (id, fx, manifest) in &snaps {
+        let tops: BTreeSet<&str> = manifest
+            .lines()
+            .skip(1)
+            .filter_map(|l| l.split_once(' '))
+            .filter(|(p, rest)| *p != "." && !p.contains('/') && rest.starts_with("dir"))
+            .map(|(p, _)| p)
+            .collect();
+        for top in tops {
+            let to = live.path().join(format!("to{restores}"));
+            ok(&repo.backup(&[
+                "restore",
+                &id.to_string(),
+                "--to",
+                to.to_str().unwrap(),
+                "--include",
+                &format!("/{top}"),
+            ]));
+            let got =
+                btrsend::manifest::manifest(&to, btrsend::manifest::Options::default()).unwrap();
+            let keep = |p: &str| within(p, top);
+            assert_eq!(
+                subtree_lines(&got, &|_| true),
+                subtree_lines(manifest, &keep),
+                "{fx} entry {id} --include /{top}"
+            );
+            restores += 1;
+        }
+    }
+    assert!(restores >= 8, "{restores}");
+
+    // A name at any depth, with the directories leading to it, less what
+    // an exclusion takes: 008's link3 (under links/other) and the whole
+    // acl directory but its file.
+    let (id, _, manifest) = snaps
+        .iter()
+        .find(|(_, fx, _)| *fx == "008-hardlinks-xattrs")
+        .unwrap();
+    let to = live.path().join("picked");
+    ok(&repo.backup(&[
+        "restore",
+        &id.to_string(),
+        "--to",
+        to.to_str().unwrap(),
+        "--include",
+        "link3",
+        "--include",
+        "acl",
+        "--exclude",
+        "file",
+    ]));
+    let got = btrsend::manifest::manifest(&to, btrsend::manifest::Options::default()).unwrap();
+    let keep = |p: &str| {
+        let name = p.rsplit('/').next().unwrap();
+        ["links", "links/other", "links/other/link3"].contains(&p)
+            || (within(p, "acl") && name != "file")
+    };
+    let want = subtree_lines(manifest, &keep);
+    assert!(
+        want.iter().any(|l| l.starts_with("links/other/link3 file")),
+        "{want:?}"
+    );
+    assert_eq!(subtree_lines(&got, &|_| true), want);
+}
+
+/// What `restore --include` refuses: a name already in DIR (a symlink
+/// there is not followed, a file not replaced), a pattern that picks
+/// nothing, and --stdout; nothing in DIR changes and no staging directory
+/// is left.
+#[test]
+fn restore_include_never_replaces_what_the_target_holds() {
+    let dir = tempfile::tempdir().unwrap();
+    let (repo, snaps) = fixture_repo(dir.path(), "restore_include_never_replaces");
+    let (id, _, _) = snaps
+        .iter()
+        .find(|(_, fx, _)| *fx == "008-hardlinks-xattrs")
+        .unwrap();
+    let id = id.to_string();
+    let to = dir.path().join("to");
+    let elsewhere = dir.path().join("elsewhere");
+    std::fs::create_dir_all(to.join("links")).unwrap();
+    std::fs::create_dir(&elsewhere).unwrap();
+    std::fs::write(to.join("links/target"), "mine").unwrap();
+    std::os::unix::fs::symlink(&elsewhere, to.join("caps")).unwrap();
+    let listing = |d: &std::path::Path| -> Vec<String> {
+        let mut v: Vec<String> = walkdir(d);
+        v.sort();
+        v
+    };
+    let before = (listing(&to), listing(&elsewhere));
+    for (pattern, says) in [
+        ("/links", "links/target already exists"),
+        ("/caps", "caps already exists"),
+        ("no-such-name", "no path of the snapshot matches"),
+    ] {
+        let out = repo.backup(&[
+            "restore",
+            &id,
+            "--to",
+            to.to_str().unwrap(),
+            "--include",
+            pattern,
+        ]);
+        assert!(
+            !out.status.success() && stderr(&out).contains(says),
+            "{pattern}: {}",
+            stderr(&out)
+        );
+        assert_eq!((listing(&to), listing(&elsewhere)), before, "{pattern}");
+    }
+    assert_eq!(std::fs::read(to.join("links/target")).unwrap(), b"mine");
+    let out = repo.backup(&["restore", &id, "--stdout", "--include", "links"]);
+    assert!(!out.status.success(), "{}", stderr(&out));
+    // Into the directory that is there, next to what it holds.
+    ok(&repo.backup(&[
+        "restore",
+        &id,
+        "--to",
+        to.to_str().unwrap(),
+        "--include",
+        "/links/other",
+    ]));
+    assert_eq!(std::fs::read(to.join("links/target")).unwrap(), b"mine");
+    assert_eq!(
+        std::fs::read(to.join("links/other/link3")).unwrap().len(),
+        1000
+    );
+    assert!(!listing(&to).iter().any(|p| p.contains(".btrsend")));
+}
+
+/// Every path below `d`, relative, with its type and size or target.
+fn walkdir(d: &std::path::Path) -> Vec<String> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(d).unwrap() {
+        let e = e.unwrap();
+        let m = e.path().symlink_metadata().unwrap();
+        let name = e.file_name().to_string_lossy().into_owned();
+        out.push(format!("{name} {:?} {}", m.file_type(), m.len()));
+        if m.is_dir() {
+            out.extend(
+                walkdir(&e.path())
+                    .into_iter()
+                    .map(|s| format!("{name}/{s}")),
+            );
+        }
+    }
+    out
+}

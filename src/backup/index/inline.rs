@@ -50,11 +50,22 @@ impl Snapshots for Parent {
     }
 }
 
-/// The stream's bytes, as the channel brings them.
-struct ChannelReader {
+/// The stream's bytes, as the channel brings them; the end of the stream
+/// when the sender is dropped.
+pub(super) struct ChannelReader {
     rx: Receiver<Vec<u8>>,
     cur: Vec<u8>,
     at: usize,
+}
+
+impl ChannelReader {
+    pub(super) fn new(rx: Receiver<Vec<u8>>) -> ChannelReader {
+        ChannelReader {
+            rx,
+            cur: Vec::new(),
+            at: 0,
+        }
+    }
 }
 
 impl Read for ChannelReader {
@@ -167,11 +178,7 @@ impl Repository {
             .spawn(move || {
                 let sp = StorePages { store: &*store };
                 let pages = Pages::new(&sp, key);
-                let mut input = ChannelReader {
-                    rx,
-                    cur: Vec::new(),
-                    at: 0,
-                };
+                let mut input = ChannelReader::new(rx);
                 let r = index_stream(&pages, &mut input, &file, &parent);
                 // Whatever follows END is read and dropped, so the writer
                 // never waits on a full channel.

@@ -27,11 +27,13 @@
 pub mod apply;
 pub mod check;
 pub mod diff;
+mod extract;
 pub mod glob;
 pub mod inline;
 pub mod model;
 pub mod read;
 pub mod repo;
+pub mod synth;
 pub mod tree;
 
 #[cfg(test)]
@@ -93,6 +95,9 @@ pub enum IndexError {
     /// The store failed.
     #[error("index store: {0}")]
     Store(String),
+    /// Writing what was read from the index failed.
+    #[error("writing: {0}")]
+    Output(String),
     /// Reading a file's data from its stream failed.
     #[error("reading data of {path}: {reason}")]
     Data {

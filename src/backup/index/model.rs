@@ -133,6 +133,19 @@ impl FileType {
         }
     }
 
+    /// The `S_IFMT` bits of a mode of this type.
+    pub fn mode_bits(self) -> u64 {
+        match self {
+            FileType::File => 0o100_000,
+            FileType::Dir => 0o040_000,
+            FileType::Symlink => 0o120_000,
+            FileType::Fifo => 0o010_000,
+            FileType::Sock => 0o140_000,
+            FileType::Chr => 0o020_000,
+            FileType::Blk => 0o060_000,
+        }
+    }
+
     /// The type from the `S_IFMT` bits of a mode.
     pub fn from_mode(mode: u64) -> Option<FileType> {
         Some(match mode & 0o170_000 {

@@ -19,6 +19,28 @@ const MAX_DEPTH: usize = 2048;
 /// A walk's callback: each path, its inode number and inode.
 pub type Walk<'f> = dyn FnMut(&[u8], u64, &Inode) -> Result<(), IndexError> + 'f;
 
+/// What [`Snapshot::visit_below`] shows each path to.
+pub trait Visit {
+    /// `path` (inode `ino`) is reached; for a directory, whether to go
+    /// into it.
+    ///
+    /// # Errors
+    ///
+    /// Whatever stops the walk.
+    fn enter(&mut self, path: &[u8], ino: u64, inode: &Inode) -> Result<bool, IndexError>;
+
+    /// Everything below directory `path`, which `enter` went into, was
+    /// shown.
+    ///
+    /// # Errors
+    ///
+    /// Whatever stops the walk.
+    fn leave(&mut self, path: &[u8], ino: u64, inode: &Inode) -> Result<(), IndexError> {
+        let _ = (path, ino, inode);
+        Ok(())
+    }
+}
+
 /// A listing's callback: each entry's name and inode number.
 pub type Entries<'f> = dyn FnMut(&[u8], u64) -> Result<Scan, IndexError> + 'f;
 
@@ -221,16 +243,56 @@ impl<'p, 's> Snapshot<'p, 's> {
     ///
     /// A damaged index, or the first error of `f`.
     pub fn walk(&self, f: &mut Walk<'_>) -> Result<(), IndexError> {
-        let mut path = Vec::new();
-        self.walk_dir(ROOT_INO, &mut path, 0, f)
+        self.walk_below(ROOT_INO, &mut Vec::new(), f)
     }
 
-    fn walk_dir(
+    /// Call `f` with every path below directory `dir` (whose path is
+    /// `path`, with no leading `/`; given back as it came), as [`walk`].
+    ///
+    /// # Errors
+    ///
+    /// A damaged index, or the first error of `f`.
+    ///
+    /// [`walk`]: Snapshot::walk
+    pub fn walk_below(
+        &self,
+        dir: u64,
+        path: &mut Vec<u8>,
+        f: &mut Walk<'_>,
+    ) -> Result<(), IndexError> {
+        struct All<'a, 'f>(&'a mut Walk<'f>);
+        impl Visit for All<'_, '_> {
+            fn enter(&mut self, path: &[u8], ino: u64, inode: &Inode) -> Result<bool, IndexError> {
+                (self.0)(path, ino, inode)?;
+                Ok(true)
+            }
+        }
+        self.visit_below(dir, path, &mut All(f))
+    }
+
+    /// Show `v` every path below directory `dir` (whose path is `path`),
+    /// depth first, each directory's entries in name order, entering a
+    /// directory only where `v` asks to, and telling `v` when it leaves
+    /// one.
+    ///
+    /// # Errors
+    ///
+    /// A damaged index, or the first error of `v`.
+    pub fn visit_below(
+        &self,
+        dir: u64,
+        path: &mut Vec<u8>,
+        v: &mut dyn Visit,
+    ) -> Result<(), IndexError> {
+        self.visit_dir(dir, path, 0, v)
+    }
+
+    fn visit_dir(
         &self,
         dir: u64,
         path: &mut Vec<u8>,
         depth: usize,
-        f: &mut Walk<'_>,
+        v: &mut dyn Visit,
     ) -> Result<(), IndexError> {
         if depth > MAX_DEPTH {
             return Err(IndexError::Record {
@@ -246,9 +308,9 @@ impl<'p, 's> Snapshot<'p, 's> {
                 path.push(b'/');
             }
             path.extend_from_slice(name);
-            f(path, ino, &inode)?;
-            if inode.kind == FileType::Dir {
-                self.walk_dir(ino, path, depth + 1, f)?;
+            if v.enter(path, ino, &inode)? && inode.kind == FileType::Dir {
+                self.visit_dir(ino, path, depth + 1, v)?;
+                v.leave(path, ino, &inode)?;
             }
             path.truncate(len);
             Ok(ControlFlow::Continue(()))

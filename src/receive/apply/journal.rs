@@ -341,7 +341,7 @@ pub(super) fn drop_subvol_trash(
 }
 
 /// Open (`O_PATH`-free) directory `name` in `at`.
-pub(super) fn open_dir(at: BorrowedFd<'_>, name: &OsStr) -> io::Result<OwnedFd> {
+pub(crate) fn open_dir(at: BorrowedFd<'_>, name: &OsStr) -> io::Result<OwnedFd> {
     Ok(rustix::fs::openat(
         at,
         name,
@@ -354,7 +354,7 @@ pub(super) fn open_dir(at: BorrowedFd<'_>, name: &OsStr) -> io::Result<OwnedFd> 
 /// entry. Missing: nothing to do. A directory we may not change (a stream
 /// can make one mode 0555, and an ordinary user's receive is refused
 /// then) is made writable first: it goes anyway.
-pub(super) fn remove_tree(at: BorrowedFd<'_>, name: &OsStr) -> io::Result<()> {
+pub(crate) fn remove_tree(at: BorrowedFd<'_>, name: &OsStr) -> io::Result<()> {
     let st = match rustix::fs::statat(at, name, AtFlags::SYMLINK_NOFOLLOW) {
         Err(Errno::NOENT) => return Ok(()),
         r => r?,

@@ -287,7 +287,7 @@ pub enum BackupCommand {
     /// --read-data every byte.
     Verify(verify::VerifyArgs),
     /// Restore a stored snapshot: its whole chain, into a directory or to
-    /// standard output.
+    /// standard output, or only the paths --include picks, from its index.
     Restore(restore::RestoreArgs),
     /// Store existing send-stream files (raw or zstd) as repository
     /// entries.

@@ -1,6 +1,7 @@
 //! `btrsend backup restore`: a chain into a directory or to standard
 //! output, with a bar, the receiver's notes, and what an interruption
-//! would leave.
+//! would leave; or, with --include/--exclude, the picked paths from the
+//! snapshot's index (core `btrsend::backup::index::extract`).
 //!
 //! It refuses to write binary streams to a terminal; checking and
 //! receiving are the core's.
@@ -8,6 +9,8 @@
 use std::io::IsTerminal;
 use std::path::PathBuf;
 
+use btrsend::backup::index::glob::Glob;
+use btrsend::backup::index::synth::Selection;
 use btrsend::backup::{Entry, Kind, RestoreTarget};
 use btrsend::progress::Progress;
 use clap::Args;
@@ -45,6 +48,24 @@ pub struct RestoreArgs {
     /// --stdout the chain is read twice, so it takes twice as long.
     #[arg(long = "limit-rate", value_name = "RATE", value_parser = crate::cmd::parse_rate)]
     limit_rate: Option<u64>,
+    /// Restore only the paths that match PATTERN, with everything below
+    /// them and the directories leading to them (with their attributes),
+    /// each at its path inside the snapshot: DIR/PATH. Read from the
+    /// snapshot's index (`backup index`), not by receiving the chain: a
+    /// file costs the frames that hold its data. Shell-style, with
+    /// restic's rules (as `backup find`): without / a pattern matches a
+    /// name at any depth, with / it is anchored at the snapshot's root.
+    /// Repeat for several. DIR may exist: a name already in it is never
+    /// replaced (a directory there is restored into; anything else stops
+    /// the restore before it moves anything in). Access times are set to
+    /// the modification time (the index keeps no other).
+    #[arg(long = "include", value_name = "PATTERN", conflicts_with = "stdout")]
+    include: Vec<String>,
+    /// Leave out the paths that match PATTERN and everything below them
+    /// (with or without --include; alone: every other path). Repeat for
+    /// several.
+    #[arg(long = "exclude", value_name = "PATTERN", conflicts_with = "stdout")]
+    exclude: Vec<String>,
     #[command(flatten)]
     lock: LockArg,
     /// The stored snapshot: its id, its uuid, its path, `latest` (the
@@ -111,6 +132,9 @@ impl Progress for RestoreProgress<'_> {
 
 /// Run `btrsend backup restore`.
 pub fn run(a: &RestoreArgs) -> anyhow::Result<()> {
+    if !a.include.is_empty() || !a.exclude.is_empty() {
+        return selected(a);
+    }
     let repo = a.repo.open_limited(a.limit_rate)?;
     let progress = RestoreProgress {
         dir: a.to.as_deref(),
@@ -143,4 +167,57 @@ pub fn run(a: &RestoreArgs) -> anyhow::Result<()> {
     crate::signal::on_interrupt_say(None);
     res?;
     Ok(())
+}
+
+/// `restore --include/--exclude`: the picked paths, from the index.
+fn selected(a: &RestoreArgs) -> anyhow::Result<()> {
+    let globs = |v: &[String]| -> anyhow::Result<Vec<Glob>> {
+        v.iter()
+            .map(|p| Glob::new(p.as_bytes()).map_err(anyhow::Error::new))
+            .collect()
+    };
+    let sel = Selection::new(globs(&a.include)?, globs(&a.exclude)?);
+    let Some(dir) = &a.to else {
+        anyhow::bail!("--include and --exclude restore into a directory: give --to DIR");
+    };
+    let repo = a.repo.open_limited(a.limit_rate)?;
+    let bar = BackupReporter::bar(true, "");
+    crate::signal::on_interrupt_say(Some(format!(
+        "the restore left {}/.btrsend-restore.{}: remove it and restore again",
+        dir.display(),
+        std::process::id()
+    )));
+    let res = repo.restore_selected(&a.snapshot, dir, &sel, a.lock.wait(), &NoteProgress(&bar));
+    bar.finish();
+    crate::signal::on_interrupt_say(None);
+    let (entry, written) = res?;
+    if std::io::stderr().is_terminal() {
+        eprintln!(
+            "btrsend: restored {} path(s), {} byte(s) of file data, of entry {} ({}) into {}",
+            written.paths,
+            written.bytes,
+            entry.id,
+            printable(&entry.path),
+            dir.display()
+        );
+    }
+    Ok(())
+}
+
+/// The lock's notices and the receiver's notes of a restore of picked
+/// paths.
+struct NoteProgress<'a>(&'a BackupReporter);
+
+impl Progress for NoteProgress<'_> {
+    fn note(&self, msg: &str) {
+        eprintln!("btrsend: notice: {}", printable(msg));
+    }
+
+    fn notice(&self, msg: &str) {
+        self.0.notice(msg);
+    }
+
+    fn warning(&self, msg: &str) {
+        self.0.warning(msg);
+    }
 }
