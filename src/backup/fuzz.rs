@@ -208,34 +208,11 @@ pub fn crypt_keys(data: &[u8]) {
 /// parser), then read as a snapshot's whole tree: every path walked,
 /// described and its data read through a source of zeros.
 pub fn index(data: &[u8]) {
-    use std::cell::RefCell;
-    use std::collections::HashMap;
-
     use super::index::model::ROOT_INO;
     use super::index::{
-        DataSource, IndexError, IndexRoot, PageId, PageStore, Pages, Snapshot, Snapshots,
-        index_stream,
+        DataSource, IndexError, IndexRoot, Pages, Snapshot, Snapshots, index_stream,
     };
 
-    #[derive(Default)]
-    struct Mem(RefCell<HashMap<PageId, Vec<u8>>>);
-    impl PageStore for Mem {
-        fn get(&self, id: &PageId) -> Result<Vec<u8>, IndexError> {
-            self.0
-                .borrow()
-                .get(id)
-                .cloned()
-                .ok_or(IndexError::MissingPage { id: *id })
-        }
-        fn put_all(&self, pages: Vec<(PageId, Vec<u8>)>) -> Result<(), IndexError> {
-            // Bounded: a fuzzed stream may make many pages.
-            let mut m = self.0.borrow_mut();
-            if m.len() < 4096 {
-                m.extend(pages);
-            }
-            Ok(())
-        }
-    }
     struct Zeros;
     impl DataSource for Zeros {
         fn read(&self, _: &str, _: u64, buf: &mut [u8]) -> Result<(), IndexError> {
@@ -253,11 +230,11 @@ pub fn index(data: &[u8]) {
     let Some((&mode, rest)) = data.split_first() else {
         return;
     };
-    let mem = Mem::default();
+    let mem = super::index::tree::MemPages::bounded(4096);
     let pages = Pages::new(&mem, [0; 32]);
     let root = if mode == 0 {
         let id = pages.id_of(rest);
-        mem.0.borrow_mut().insert(id, rest.to_vec());
+        mem.map().insert(id, rest.to_vec());
         IndexRoot {
             tree: Some(id),
             next_ino: ROOT_INO + 1,

@@ -115,14 +115,14 @@ fn dir(
             std::cmp::Ordering::Less => {
                 let (name, ino) = &xs[i];
                 let len = push(path, name);
-                one_side(old.snap, *ino, path, Change::Removed, depth, f)?;
+                one_side(old.snap, *ino, path, Change::Removed, f)?;
                 path.truncate(len);
                 i += 1;
             }
             std::cmp::Ordering::Greater => {
                 let (name, ino) = &ys[j];
                 let len = push(path, name);
-                one_side(new.snap, *ino, path, Change::Added, depth, f)?;
+                one_side(new.snap, *ino, path, Change::Added, f)?;
                 path.truncate(len);
                 j += 1;
             }
@@ -135,8 +135,12 @@ fn dir(
                 }
                 match (a.kind == FileType::Dir, b.kind == FileType::Dir) {
                     (true, true) => dir(old, *ia, new, *ib, path, depth + 1, f)?,
-                    (true, false) => below(old.snap, *ia, path, Change::Removed, depth, f)?,
-                    (false, true) => below(new.snap, *ib, path, Change::Added, depth, f)?,
+                    (true, false) => old
+                        .snap
+                        .walk_below(*ia, path, &mut |p, _, _| f(p, Change::Removed))?,
+                    (false, true) => new
+                        .snap
+                        .walk_below(*ib, path, &mut |p, _, _| f(p, Change::Added))?,
                     (false, false) => {}
                 }
                 path.truncate(len);
@@ -154,38 +158,11 @@ fn one_side(
     ino: u64,
     path: &mut Vec<u8>,
     change: Change,
-    depth: usize,
     f: &mut OnChange<'_>,
 ) -> Result<(), IndexError> {
     f(path, change)?;
     if s.inode(ino)?.kind == FileType::Dir {
-        below(s, ino, path, change, depth, f)?;
-    }
-    Ok(())
-}
-
-fn below(
-    s: &Snapshot<'_, '_>,
-    dir: u64,
-    path: &mut Vec<u8>,
-    change: Change,
-    depth: usize,
-    f: &mut OnChange<'_>,
-) -> Result<(), IndexError> {
-    if depth > MAX_DEPTH {
-        return Err(IndexError::Record {
-            what: "directory",
-            key: super::model::inode_key(dir),
-            reason: "nested deeper than any path can be (a loop)",
-        });
-    }
-    for (name, ino) in entries(s, dir)? {
-        let len = push(path, &name);
-        f(path, change)?;
-        if s.inode(ino)?.kind == FileType::Dir {
-            below(s, ino, path, change, depth + 1, f)?;
-        }
-        path.truncate(len);
+        s.walk_below(ino, path, &mut |p, _, _| f(p, change))?;
     }
     Ok(())
 }

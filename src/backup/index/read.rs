@@ -501,30 +501,13 @@ impl Snapshot<'_, '_> {
 
 #[cfg(test)]
 mod live_lookup_tests {
-    use std::cell::RefCell;
-    use std::collections::HashMap;
 
-    use super::super::tree::{PageId, PageStore, Pages};
-    use super::super::{IndexError, IndexRoot, Snapshots, index_stream};
+    use super::super::tree::Pages;
+    use super::super::{IndexRoot, Snapshots, index_stream};
     use super::{FileType, Snapshot};
     use crate::testing::FixtureMeta;
 
-    #[derive(Default)]
-    struct Mem(RefCell<HashMap<PageId, Vec<u8>>>);
-
-    impl PageStore for Mem {
-        fn get(&self, id: &PageId) -> Result<Vec<u8>, IndexError> {
-            self.0
-                .borrow()
-                .get(id)
-                .cloned()
-                .ok_or(IndexError::MissingPage { id: *id })
-        }
-        fn put_all(&self, pages: Vec<(PageId, Vec<u8>)>) -> Result<(), IndexError> {
-            self.0.borrow_mut().extend(pages);
-            Ok(())
-        }
-    }
+    type Mem = super::super::tree::MemPages;
 
     struct None_;
 

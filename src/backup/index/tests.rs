@@ -5,28 +5,12 @@ use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
 use std::io::Read;
 
-use super::tree::{PageId, PageStore, Pages, Tree};
+use super::tree::{Pages, Tree};
 use super::{DataSource, IndexError, IndexRoot, Snapshot, Snapshots, index_stream};
 use crate::manifest::{self, Options};
 use crate::testing::FixtureMeta;
 
-/// Pages in memory.
-#[derive(Default)]
-struct Mem(RefCell<HashMap<PageId, Vec<u8>>>);
-
-impl PageStore for Mem {
-    fn get(&self, id: &PageId) -> Result<Vec<u8>, IndexError> {
-        self.0
-            .borrow()
-            .get(id)
-            .cloned()
-            .ok_or(IndexError::MissingPage { id: *id })
-    }
-    fn put_all(&self, pages: Vec<(PageId, Vec<u8>)>) -> Result<(), IndexError> {
-        self.0.borrow_mut().extend(pages);
-        Ok(())
-    }
-}
+type Mem = super::tree::MemPages;
 
 /// A small deterministic generator (xorshift).
 struct Rng(u64);
@@ -86,7 +70,7 @@ fn tree_agrees_with_a_btreemap_through_inserts_removes_and_flushes() {
             .map(|(k, v)| (k.clone(), v.clone()));
         assert_eq!(t.floor(probe.as_bytes()).unwrap(), want, "{probe}");
     }
-    assert!(mem.0.borrow().len() > 100, "the tree spans many pages");
+    assert!(mem.map().len() > 100, "the tree spans many pages");
 }
 
 #[test]
@@ -99,11 +83,11 @@ fn a_damaged_or_missing_page_is_an_error_not_an_answer() {
     }
     let root = tree.flush().unwrap().unwrap();
     let leaf = {
-        let store = mem.0.borrow();
+        let store = mem.map();
         *store.keys().find(|id| **id != root).unwrap()
     };
     // A flipped byte: the page no longer matches its name.
-    mem.0.borrow_mut().get_mut(&leaf).unwrap()[3] ^= 1;
+    mem.map().get_mut(&leaf).unwrap()[3] ^= 1;
     let fresh = Pages::new(&mem, [1; 32]);
     let t = Tree::open(&fresh, Some(root));
     let mut seen = 0;
@@ -116,7 +100,7 @@ fn a_damaged_or_missing_page_is_an_error_not_an_answer() {
         "{r:?}"
     );
     // Missing.
-    mem.0.borrow_mut().remove(&leaf);
+    mem.map().remove(&leaf);
     let fresh = Pages::new(&mem, [1; 32]);
     let t = Tree::open(&fresh, Some(root));
     let r = t.scan(b"", &mut |_, _| Ok(std::ops::ControlFlow::Continue(())));

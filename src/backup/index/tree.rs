@@ -784,26 +784,53 @@ fn child_for(children: &[(Vec<u8>, Child)], key: &[u8]) -> usize {
         .saturating_sub(1)
 }
 
+/// Pages in memory, with at most `limit` of them kept (more are dropped:
+/// reading one back then fails as a missing page): for tests and
+/// fuzzing.
+#[derive(Debug, Default)]
+pub struct MemPages {
+    pages: std::cell::RefCell<std::collections::HashMap<PageId, Vec<u8>>>,
+    limit: Option<usize>,
+}
+
+impl MemPages {
+    /// An empty store keeping at most `limit` pages.
+    pub fn bounded(limit: usize) -> MemPages {
+        MemPages {
+            limit: Some(limit),
+            ..MemPages::default()
+        }
+    }
+
+    /// The pages, by name, to look at or change (a test damaging one).
+    pub fn map(&self) -> std::cell::RefMut<'_, std::collections::HashMap<PageId, Vec<u8>>> {
+        self.pages.borrow_mut()
+    }
+}
+
+impl PageStore for MemPages {
+    fn get(&self, id: &PageId) -> Result<Vec<u8>, IndexError> {
+        self.pages
+            .borrow()
+            .get(id)
+            .cloned()
+            .ok_or(IndexError::MissingPage { id: *id })
+    }
+
+    fn put_all(&self, pages: Vec<(PageId, Vec<u8>)>) -> Result<(), IndexError> {
+        let mut m = self.pages.borrow_mut();
+        if self.limit.is_none_or(|l| m.len() < l) {
+            m.extend(pages);
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[derive(Default)]
-    struct Mem(RefCell<HashMap<PageId, Vec<u8>>>);
-
-    impl PageStore for Mem {
-        fn get(&self, id: &PageId) -> Result<Vec<u8>, IndexError> {
-            self.0
-                .borrow()
-                .get(id)
-                .cloned()
-                .ok_or(IndexError::MissingPage { id: *id })
-        }
-        fn put_all(&self, pages: Vec<(PageId, Vec<u8>)>) -> Result<(), IndexError> {
-            self.0.borrow_mut().extend(pages);
-            Ok(())
-        }
-    }
+    type Mem = MemPages;
 
     /// Every dirty node's kept size against its entries, and the sizes
     /// of the nodes below.
@@ -849,7 +876,7 @@ mod tests {
             // The next round starts from stored pages, sizes read back.
             t.flush().unwrap();
         }
-        for bytes in mem.0.borrow().values() {
+        for bytes in mem.map().values() {
             let n = decode(bytes).unwrap();
             let (Node::Leaf(_, size) | Node::Internal(_, size)) = &n;
             assert!(*size >= bytes.len(), "{size} < {}", bytes.len());

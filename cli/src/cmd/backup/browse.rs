@@ -8,7 +8,7 @@
 use std::io::{IsTerminal, Write};
 use std::ops::ControlFlow;
 
-use btrsend::backup::index::model::{FileType, Inode, ROOT_INO};
+use btrsend::backup::index::model::{FileType, Inode};
 use btrsend::backup::index::{DataSource, IndexError, Snapshot};
 use btrsend::backup::{BackupError, LockKind, NoProgress};
 use btrsend::receive::target::check_path;
@@ -141,7 +141,8 @@ pub fn ls(a: &LsArgs) -> anyhow::Result<()> {
         if a.recursive {
             print(&path, &inode).map_err(index_err)?;
             if inode.kind == FileType::Dir {
-                walk_below(snap, ino, &path, &mut print).map_err(index_err)?;
+                snap.walk_below(ino, &mut path.clone(), &mut |p, _, i| print(p, i))
+                    .map_err(index_err)?;
             }
         } else if inode.kind == FileType::Dir {
             snap.children(ino, &mut |name, child| {
@@ -165,30 +166,6 @@ fn join(dir: &[u8], name: &[u8]) -> Vec<u8> {
     }
     p.extend_from_slice(name);
     p
-}
-
-/// What a listing does with each path.
-type Print<'f> = dyn FnMut(&[u8], &Inode) -> Result<(), IndexError> + 'f;
-
-/// Every path below directory `ino` (at `path`), depth first.
-fn walk_below(
-    snap: &Snapshot<'_, '_>,
-    ino: u64,
-    path: &[u8],
-    f: &mut Print<'_>,
-) -> Result<(), IndexError> {
-    if ino == ROOT_INO {
-        return snap.walk(&mut |p, _, i| f(p, i));
-    }
-    snap.children(ino, &mut |name, child| {
-        let i = snap.inode(child)?;
-        let p = join(path, name);
-        f(&p, &i)?;
-        if i.kind == FileType::Dir {
-            walk_below(snap, child, &p, f)?;
-        }
-        Ok(ControlFlow::Continue(()))
-    })
 }
 
 fn type_name(k: FileType) -> &'static str {

@@ -11,7 +11,6 @@
 
 use std::collections::HashMap;
 use std::io::Write;
-use std::ops::ControlFlow;
 
 use btrsend::backup::index::model::{FileType, Inode};
 use btrsend::backup::index::{DataSource, IndexError, Snapshot};
@@ -39,45 +38,11 @@ pub(super) fn write_dir(
     let inode = snap.inode(ino)?;
     let mut path = path.to_vec();
     entry(snap, data, ino, &inode, &path, &mut links, out)?;
-    below(snap, data, ino, &mut path, 0, &mut links, out)?;
+    snap.walk_below(ino, &mut path, &mut |p, i, inode| {
+        entry(snap, data, i, inode, p, &mut links, out)
+    })?;
     // The end of an archive: two zero blocks.
     out.write_all(&[0u8; 2 * BLOCK]).map_err(io_err)
-}
-
-fn below(
-    snap: &Snapshot<'_, '_>,
-    data: &dyn DataSource,
-    dir: u64,
-    path: &mut Vec<u8>,
-    depth: usize,
-    links: &mut HashMap<u64, Vec<u8>>,
-    out: &mut dyn Write,
-) -> Result<(), IndexError> {
-    if depth > 2048 {
-        return Err(IndexError::Data {
-            path: String::from_utf8_lossy(path).into_owned(),
-            reason: "nested deeper than any path can be (a loop)".into(),
-        });
-    }
-    let mut kids = Vec::new();
-    snap.children(dir, &mut |name, ino| {
-        kids.push((name.to_vec(), ino));
-        Ok(ControlFlow::Continue(()))
-    })?;
-    for (name, ino) in kids {
-        let len = path.len();
-        if !path.is_empty() {
-            path.push(b'/');
-        }
-        path.extend_from_slice(&name);
-        let inode = snap.inode(ino)?;
-        entry(snap, data, ino, &inode, path, links, out)?;
-        if inode.kind == FileType::Dir {
-            below(snap, data, ino, path, depth + 1, links, out)?;
-        }
-        path.truncate(len);
-    }
-    Ok(())
 }
 
 /// A pax record: `LEN KEY=VALUE\n`, LEN counting itself.
