@@ -171,7 +171,10 @@ impl Repository {
             self.clean_leftovers(&catalog, &|u, c| catalog.find(u, c).is_none(), progress)?;
             // The indexes of the deleted entries, and the pages only they
             // used.
-            if let Some(why) = self.sweep_indexes(&catalog)?.skipped {
+            if let Some(why) = self
+                .sweep_indexes(&catalog, !plan.delete_order.is_empty())?
+                .skipped
+            {
                 progress.warning(&why);
             }
         }

@@ -136,12 +136,15 @@ impl Repository {
 
     /// Delete the roots of entries `cat` no longer has and the pages no
     /// kept index reaches (see the module docs). `forget` calls it under
-    /// the exclusive lock, after the catalog.
+    /// the exclusive lock, after the catalog. The pages are looked at only
+    /// when entries were `deleted` now or a root went (a forget that
+    /// deletes nothing costs a listing, not a walk of every index); pages
+    /// an interrupted run left go with the next forget that deletes.
     ///
     /// # Errors
     ///
     /// The store's.
-    pub fn sweep_indexes(&self, cat: &Catalog) -> Result<Sweep, BackupError> {
+    pub fn sweep_indexes(&self, cat: &Catalog, deleted: bool) -> Result<Sweep, BackupError> {
         let listed = self.store.list(INDEX_DIR)?;
         let kept: HashSet<String> = cat
             .entries
@@ -154,6 +157,9 @@ impl Repository {
                 self.store.delete(&o.key)?;
                 sweep.roots += 1;
             }
+        }
+        if !deleted && sweep.roots == 0 {
+            return Ok(sweep);
         }
         let store = StorePages {
             store: &**self.store(),
