@@ -589,6 +589,11 @@ impl Repository {
         let mut file = key.clone();
         let parent_entry = parent.as_ref().map(|(e, _)| *e);
         let mut index: Option<InlineIndex>;
+        let start_index = |file: &str| {
+            opts.index
+                .then(|| self.inline_index(cat, file, parent_entry))
+                .flatten()
+        };
         let writer = loop {
             let Some((tmp, scan)) = partial.take() else {
                 file.clone_from(&key);
@@ -598,10 +603,7 @@ impl Repository {
                     inner: FileWriter::new(upload, wopts),
                     progress,
                 };
-                index = opts
-                    .index
-                    .then(|| self.inline_index(cat, &file, parent_entry))
-                    .flatten();
+                index = start_index(&file);
                 let tee = IndexTee {
                     inner: counted,
                     index: index.as_mut(),
@@ -650,10 +652,7 @@ impl Repository {
                 }),
                 progress,
             };
-            index = opts
-                .index
-                .then(|| self.inline_index(cat, &file, parent_entry))
-                .flatten();
+            index = start_index(&file);
             let tee = IndexTee {
                 inner: out,
                 index: index.as_mut(),

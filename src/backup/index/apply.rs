@@ -888,6 +888,20 @@ pub(crate) fn overlapping(
     to: u64,
     f: &mut dyn FnMut(u64, Extent),
 ) -> Result<(), IndexError> {
+    overlapping_until(tree, ino, from, to, &mut |start, e| {
+        f(start, e);
+        ControlFlow::Continue(())
+    })
+}
+
+/// [`overlapping`], until `f` breaks.
+pub(crate) fn overlapping_until(
+    tree: &Tree<'_, '_>,
+    ino: u64,
+    from: u64,
+    to: u64,
+    f: &mut dyn FnMut(u64, Extent) -> ControlFlow<()>,
+) -> Result<(), IndexError> {
     let prefix = extent_prefix(ino);
     // The extent starting at or before `from` may reach into the range.
     if let Some((k, v)) = tree.floor(&extent_key(ino, from))?
@@ -896,8 +910,8 @@ pub(crate) fn overlapping(
         && start < from
     {
         let e = Extent::decode(&k, &v)?;
-        if start.saturating_add(e.len) > from {
-            f(start, e);
+        if start.saturating_add(e.len) > from && f(start, e).is_break() {
+            return Ok(());
         }
     }
     let mut err = None;
@@ -909,13 +923,12 @@ pub(crate) fn overlapping(
             return Ok(ControlFlow::Break(()));
         }
         match Extent::decode(k, v) {
-            Ok(e) => f(start, e),
+            Ok(e) => Ok(f(start, e)),
             Err(e) => {
                 err = Some(e);
-                return Ok(ControlFlow::Break(()));
+                Ok(ControlFlow::Break(()))
             }
         }
-        Ok(ControlFlow::Continue(()))
     })?;
     err.map_or(Ok(()), Err)
 }

@@ -144,6 +144,24 @@ impl<'p, 's> Snapshot<'p, 's> {
         Ok(out)
     }
 
+    /// The stream the extent of `ino` at `start` points into.
+    fn source_of(
+        &self,
+        ino: u64,
+        start: u64,
+        e: &super::model::Extent,
+    ) -> Result<&str, IndexError> {
+        self.root
+            .sources
+            .get(e.source as usize)
+            .map(String::as_str)
+            .ok_or(IndexError::Record {
+                what: "extent",
+                key: super::model::extent_key(ino, start),
+                reason: "names a stream the index does not list",
+            })
+    }
+
     /// Read `buf.len()` bytes of file `ino` at `offset` (holes and the part
     /// past its data read as zeros); the bytes read, short at the end of
     /// the file.
@@ -174,15 +192,7 @@ impl<'p, 's> Snapshot<'p, 's> {
             let s = start.max(offset);
             let t = start.saturating_add(e.len).min(end);
             let into = &mut buf[(s - offset) as usize..(t - offset) as usize];
-            let source = self
-                .root
-                .sources
-                .get(e.source as usize)
-                .ok_or(IndexError::Record {
-                    what: "extent",
-                    key: super::model::extent_key(ino, start),
-                    reason: "names a stream the index does not list",
-                })?;
+            let source = self.source_of(ino, start, &e)?;
             match e.encoding {
                 Encoding::Plain => {
                     let at = e
@@ -419,47 +429,21 @@ impl Snapshot<'_, '_> {
         size: u64,
         from: u64,
     ) -> Result<Option<(u64, u64)>, IndexError> {
-        use super::model::{Extent, extent_key, extent_offset, extent_prefix};
         if from >= size {
             return Ok(None);
         }
-        let prefix = extent_prefix(ino);
         let mut run: Option<(u64, u64)> = None;
-        if let Some((k, v)) = self.tree.floor(&extent_key(ino, from))?
-            && k.starts_with(&prefix)
-            && let Some(start) = extent_offset(&k)
-            && start < from
-        {
-            let end = start.saturating_add(Extent::decode(&k, &v)?.len);
-            if end > from {
-                run = Some((start, end));
+        super::apply::overlapping_until(&self.tree, ino, from, size, &mut |start, e| {
+            if run.is_some_and(|(_, end)| start > end) {
+                return ControlFlow::Break(());
             }
-        }
-        let mut err = None;
-        self.tree.scan(&extent_key(ino, from), &mut |k, v| {
-            let Some(start) = extent_offset(k).filter(|_| k.starts_with(&prefix)) else {
-                return Ok(ControlFlow::Break(()));
-            };
-            if start >= size || run.is_some_and(|(_, end)| start > end) {
-                return Ok(ControlFlow::Break(()));
-            }
-            let e = match Extent::decode(k, v) {
-                Ok(e) => e,
-                Err(x) => {
-                    err = Some(x);
-                    return Ok(ControlFlow::Break(()));
-                }
-            };
             let end = start.saturating_add(e.len);
             run = Some(match run {
                 Some((s, t)) => (s, t.max(end)),
                 None => (start, end),
             });
-            Ok(ControlFlow::Continue(()))
+            ControlFlow::Continue(())
         })?;
-        if let Some(e) = err {
-            return Err(e);
-        }
         Ok(run.map(|(s, t)| (s, t.min(size))).filter(|(s, t)| s < t))
     }
 }
@@ -484,16 +468,8 @@ impl Snapshot<'_, '_> {
         })?;
         out.into_iter()
             .map(|(start, e)| {
-                let source =
-                    self.root
-                        .sources
-                        .get(e.source as usize)
-                        .ok_or(IndexError::Record {
-                            what: "extent",
-                            key: super::model::extent_key(ino, start),
-                            reason: "names a stream the index does not list",
-                        })?;
-                Ok((start, e, source.clone()))
+                let source = self.source_of(ino, start, &e)?.to_owned();
+                Ok((start, e, source))
             })
             .collect()
     }
