@@ -45,18 +45,27 @@ fn mounted(mp: &Path) -> bool {
 
 /// A running `backup mount`: unmounted and reaped on drop, whatever the
 /// test did, so a failing test leaves no mount behind.
-struct Mounted {
+pub(crate) struct Mounted {
     child: Option<Child>,
-    mp: PathBuf,
+    pub(crate) mp: PathBuf,
     stderr: PathBuf,
 }
 
 impl Mounted {
     fn new(repo: &Repo, mp: &Path, log: &Path) -> Mounted {
+        Mounted::spawn(mp, log, |mp| repo.command(&["mount", mp.to_str().unwrap()]))
+    }
+
+    /// Run `command(MP)` (a `backup mount` at `mp`, made absolute) with
+    /// its stderr in `log`, and wait until `mp` is mounted.
+    pub(crate) fn spawn(
+        mp: &Path,
+        log: &Path,
+        command: impl FnOnce(&Path) -> std::process::Command,
+    ) -> Mounted {
         std::fs::create_dir_all(mp).unwrap();
         let mp = std::fs::canonicalize(mp).unwrap();
-        let child = repo
-            .command(&["mount", mp.to_str().unwrap()])
+        let child = command(&mp)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(log).unwrap())
@@ -83,7 +92,7 @@ impl Mounted {
     }
 
     /// SIGINT or SIGTERM: unmounts, exits 0.
-    fn interrupt(&mut self, sig: rustix::process::Signal) {
+    pub(crate) fn interrupt(&mut self, sig: rustix::process::Signal) {
         let mut child = self.child.take().unwrap();
         let pid = rustix::process::Pid::from_child(&child);
         rustix::process::kill_process(pid, sig).unwrap();

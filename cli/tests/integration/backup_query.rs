@@ -46,7 +46,7 @@ fn fixture_repo(dir: &std::path::Path, test: &str) -> (Repo, Vec<(u64, &'static 
 /// hole layout (`data=`) is not compared, and a hard-link group only as
 /// being one (`link=` names the group by its first path, which diff does
 /// not track).
-fn diff_lines(manifest: &str) -> BTreeMap<String, String> {
+pub(crate) fn diff_lines(manifest: &str) -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
     for line in manifest.lines().skip(1) {
         let (path, rest) = line.split_once(' ').unwrap();
@@ -66,6 +66,40 @@ fn diff_lines(manifest: &str) -> BTreeMap<String, String> {
         out.insert(key, fields.join(" "));
     }
     out
+}
+
+/// What `diff --json` must say from manifest `old` to `new`: (path,
+/// change) for every path only in one of them or with other lines.
+pub(crate) fn manifest_diff(old: &str, new: &str) -> BTreeSet<(String, &'static str)> {
+    let (a, b) = (diff_lines(old), diff_lines(new));
+    let mut want = BTreeSet::new();
+    for (p, l) in &a {
+        match b.get(p) {
+            None => want.insert((p.clone(), "removed")),
+            Some(m) if m != l => want.insert((p.clone(), "modified")),
+            _ => false,
+        };
+    }
+    for p in b.keys().filter(|p| !a.contains_key(*p)) {
+        want.insert((p.clone(), "added"));
+    }
+    want
+}
+
+/// The `diff --json` output as (path, change).
+pub(crate) fn diff_of_json(out: &str) -> BTreeSet<(String, &'static str)> {
+    json_lines(out)
+        .iter()
+        .map(|v| {
+            let change = match v["change"].as_str().unwrap() {
+                "added" => "added",
+                "removed" => "removed",
+                "modified" => "modified",
+                c => panic!("change {c}"),
+            };
+            (v["path"].as_str().unwrap().to_owned(), change)
+        })
+        .collect()
 }
 
 fn names(manifest: &str) -> Vec<String> {
@@ -141,31 +175,9 @@ fn diff_gives_the_difference_of_the_kernels_manifests() {
         if fa != fb {
             continue;
         }
-        let (a, b) = (diff_lines(ma), diff_lines(mb));
-        let mut want = BTreeSet::new();
-        for (p, l) in &a {
-            match b.get(p) {
-                None => want.insert((p.clone(), "removed")),
-                Some(m) if m != l => want.insert((p.clone(), "modified")),
-                _ => false,
-            };
-        }
-        for p in b.keys().filter(|p| !a.contains_key(*p)) {
-            want.insert((p.clone(), "added"));
-        }
+        let want = manifest_diff(ma, mb);
         let out = ok(&repo.backup(&["diff", "--json", &ia.to_string(), &ib.to_string()]));
-        let got: BTreeSet<(String, &str)> = json_lines(&out)
-            .iter()
-            .map(|v| {
-                let change = match v["change"].as_str().unwrap() {
-                    "added" => "added",
-                    "removed" => "removed",
-                    "modified" => "modified",
-                    c => panic!("change {c}"),
-                };
-                (v["path"].as_str().unwrap().to_owned(), change)
-            })
-            .collect();
+        let got = diff_of_json(&out);
         assert_eq!(got, want, "{fa}: entry {ia} to {ib}");
         // The human form: one line per change, restic's marks.
         let human = ok(&repo.backup(&["diff", &ia.to_string(), &ib.to_string()]));
@@ -273,7 +285,7 @@ fn dump_of_a_directory_is_a_tar_of_the_kernels_snapshot() {
 /// hole layout dropped and each hard-link group named by its first path
 /// among them (a group with one name among them is no group): what a
 /// restore of those paths alone must show.
-fn subtree_lines(manifest: &str, keep: &dyn Fn(&str) -> bool) -> Vec<String> {
+pub(crate) fn subtree_lines(manifest: &str, keep: &dyn Fn(&str) -> bool) -> Vec<String> {
     let mut picked: Vec<(&str, Vec<&str>)> = Vec::new();
     for line in manifest.lines().skip(1) {
         let (path, rest) = line.split_once(' ').unwrap();
@@ -309,7 +321,7 @@ fn subtree_lines(manifest: &str, keep: &dyn Fn(&str) -> bool) -> Vec<String> {
 }
 
 /// Whether `path` is `top` or below it.
-fn within(path: &str, top: &str) -> bool {
+pub(crate) fn within(path: &str, top: &str) -> bool {
     path == top || path.strip_prefix(top).is_some_and(|r| r.starts_with('/'))
 }
 
