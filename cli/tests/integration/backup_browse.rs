@@ -380,6 +380,15 @@ fn a_damaged_index_page_is_refused_reported_and_rebuilt() {
                 stderr(&out)
             );
             assert_eq!(std::fs::read_dir(&to).unwrap().count(), 0);
+            // So does a dump of the whole snapshot (it reads what ls -R
+            // reads, and the data): it fails, never ends a shorter
+            // archive as if whole.
+            let out = repo.backup(&["dump", &id, "/"]);
+            assert!(
+                !out.status.success() && stderr(&out).contains("index page"),
+                "{}",
+                stderr(&out)
+            );
         }
         assert!(failed, "{}", page.display());
         if i == 0 || i == pages.len() - 1 {
