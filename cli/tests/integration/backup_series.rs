@@ -21,11 +21,10 @@
 //!   content hash, `diff --json` of consecutive snapshots the difference of
 //!   their manifests, `restore --include` of a seeded directory of each
 //!   snapshot that part of its manifest, `find --json` of a name planted
-//!   in some snapshots
-//!   exactly those snapshots, and the FUSE `backup mount` (needs
-//!   /dev/fuse) every snapshot's manifest. The index applies each stream's
-//!   commands to a model and takes mtimes from its UTIMES, touching no
-//!   directory: nothing is exempt there but hole maps.
+//!   in some snapshots exactly those snapshots, and the FUSE `backup
+//!   mount` (needs /dev/fuse) every snapshot's manifest. The index applies
+//!   each stream's commands to a model and takes mtimes from its UTIMES,
+//!   touching no directory: nothing is exempt there but hole maps.
 //!
 //! The encrypted repositories (issue 31): the directory for an age
 //! recipient made by `age-keygen` (the runs hold only the write key, the
@@ -569,8 +568,8 @@ fn check_ls_and_dump(s: &Series) {
 }
 
 /// `restore --include /DIR` of a seeded directory of every snapshot into
-/// a tmpfs gives that part of the kernel's manifest: the directory with everything below it and the
-/// directories leading to it.
+/// a tmpfs gives that part of the kernel's manifest: the directory with
+/// everything below it and the directories leading to it.
 fn check_restore_include(s: &Series) {
     let tmpfs = Tmpfs::new(1 << 30).unwrap();
     for (i, snap) in s.snaps.iter().enumerate() {
