@@ -7,38 +7,21 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use btrsend::testing::FixtureMeta;
 
-use crate::backup_browse::{CHAINS, Repo, ok};
+use crate::backup_browse::{CHAINS, Repo, imported, ok};
 use crate::common::{fixture_dir, json_lines, stderr};
-use crate::repo_store::{Backend, Kind};
+use crate::repo_store::Kind;
 
 /// A directory repository holding every fixture chain, indexed; with each
 /// stored snapshot's manifest, by entry id.
 fn fixture_repo(dir: &std::path::Path, test: &str) -> (Repo, Vec<(u64, &'static str, String)>) {
-    let be = Backend::new(Kind::Dir, test, dir).unwrap();
-    let r = be.repo("repo");
-    let repo = Repo {
-        spec: r.spec.clone(),
-        files: r.files.clone(),
-        be,
-        password: false,
-    };
-    ok(&repo.backup(&["init", "--encryption", "none"]));
+    let repo = imported(Kind::Dir, "none", test, dir).unwrap();
     let mut snaps = Vec::new();
     for (fx, streams) in CHAINS {
-        let mut args = vec!["import".to_owned()];
-        args.extend(
-            streams
-                .iter()
-                .map(|(s, _)| fixture_dir(fx).join(s).to_str().unwrap().to_owned()),
-        );
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        ok(&repo.backup(&args));
         let meta = FixtureMeta::load(&fixture_dir(fx)).unwrap();
         for (_, snap) in *streams {
             snaps.push((snaps.len() as u64 + 1, *fx, meta.manifest(snap).unwrap()));
         }
     }
-    ok(&repo.backup(&["index"]));
     (repo, snaps)
 }
 
