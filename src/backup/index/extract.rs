@@ -77,25 +77,18 @@ impl Repository {
         let _lock = self.lock(LockKind::Shared, wait, progress)?;
         let cat = self.catalog()?;
         let entry = self.find(&cat, spec)?.clone();
-        let io_err = |what: String| move |error| BackupError::Io { what, error };
         std::fs::create_dir_all(dir).map_err(io_err(format!("{}", dir.display())))?;
         let dfd = rustix::fs::open(
             dir,
             OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
             Mode::empty(),
         )
-        .map_err(|e| BackupError::Io {
-            what: format!("{}", dir.display()),
-            error: e.into(),
-        })?;
+        .map_err(io_err(format!("{}", dir.display())))?;
         let stage = format!(".btrsend-restore.{}", std::process::id());
         let stage_path = dir.join(&stage);
-        rustix::fs::mkdirat(&dfd, stage.as_str(), Mode::from_raw_mode(0o700)).map_err(|e| {
-            BackupError::Io {
-                what: format!("making the staging directory {}", stage_path.display()),
-                error: e.into(),
-            }
-        })?;
+        rustix::fs::mkdirat(&dfd, stage.as_str(), Mode::from_raw_mode(0o700)).map_err(io_err(
+            format!("making the staging directory {}", stage_path.display()),
+        ))?;
         let res = self
             .with_index(&cat, &entry, |snap, data| {
                 receive_picked(snap, data, sel, &entry, &stage_path, progress)
@@ -111,6 +104,14 @@ impl Repository {
             stage_path.display()
         )))?;
         Ok((entry, written))
+    }
+}
+
+/// An I/O error of `what` (a std or rustix error) as the backup's.
+fn io_err<E: Into<io::Error>>(what: String) -> impl FnOnce(E) -> BackupError {
+    move |e| BackupError::Io {
+        what,
+        error: e.into(),
     }
 }
 
@@ -243,7 +244,6 @@ impl Write for ChanWriter {
 /// Move the tree received at `dir/stage/STAGED` into `dir`: every name
 /// checked first (see the module docs), then moved.
 fn move_into_place(dfd: &OwnedFd, stage: &str, dir: &Path) -> Result<(), BackupError> {
-    let io_err = |what: String| move |e: io::Error| BackupError::Io { what, error: e };
     let staged = open_dir(dfd.as_fd(), OsStr::new(stage))
         .and_then(|s| open_dir(s.as_fd(), OsStr::new(STAGED)))
         .map_err(io_err(format!("{}/{stage}/{STAGED}", dir.display())))?;

@@ -5,8 +5,9 @@
 //! The stream creates each path at its final name, parents first, so it
 //! needs no orphan names and no renames. Its commands come in the order
 //! the kernel sends a new inode's (create, xattrs, data, TRUNCATE, CHOWN,
-//! CHMOD, FILEATTR, the capabilities xattr that CHOWN drops, UTIMES), and a directory's attributes come after everything in
-//! it was made, so the directory's mtime and a read-only mode hold. A
+//! CHMOD, FILEATTR, the capabilities xattr that CHOWN drops, UTIMES), and
+//! a directory's attributes come after everything in it was made, so the
+//! directory's mtime and a read-only mode hold. A
 //! second name of an inode already written is a LINK to the first. File
 //! data is read from the streams the index points into and sent as plain
 //! WRITEs of at most 48 KiB (the kernel's size, so any receiver takes
@@ -47,11 +48,6 @@ pub struct Selection {
 }
 
 impl Selection {
-    /// Every path.
-    pub fn all() -> Selection {
-        Selection::default()
-    }
-
     /// The paths `include` picks (all, if it is empty) and `exclude` does
     /// not.
     pub fn new(include: Vec<Glob>, exclude: Vec<Glob>) -> Selection {
@@ -171,16 +167,15 @@ impl<W: Write> Synth<'_, '_, '_, W> {
     /// Send MKDIR for the directories the walk is in that are not made
     /// yet: a path below them is picked.
     fn make_parents(&mut self) -> Result<(), IndexError> {
-        for i in 0..self.open.len() {
-            if !self.open[i].made {
-                let path = self.open[i].path.clone();
-                self.put(&Command::Mkdir {
-                    path: path.into(),
+        for o in self.open.iter_mut().filter(|o| !o.made) {
+            self.out
+                .write(&Command::Mkdir {
+                    path: o.path.as_slice().into(),
                     ino: 0,
-                })?;
-                self.open[i].made = true;
-                self.written.paths += 1;
-            }
+                })
+                .map_err(output)?;
+            o.made = true;
+            self.written.paths += 1;
         }
         Ok(())
     }
@@ -200,7 +195,7 @@ impl<W: Write> Synth<'_, '_, '_, W> {
             }
             self.links.insert(ino, path.to_vec());
         }
-        let mode = Some(inode.kind.mode_bits() | u64::from(inode.mode));
+        let mode = inode.kind.mode_bits() | u64::from(inode.mode);
         let cmd = match inode.kind {
             FileType::File => Command::Mkfile { path: p(), ino },
             FileType::Dir => Command::Mkdir { path: p(), ino },
@@ -213,19 +208,19 @@ impl<W: Write> Synth<'_, '_, '_, W> {
                 path: p(),
                 ino,
                 rdev: Some(0),
-                mode,
+                mode: Some(mode),
             },
             FileType::Sock => Command::Mksock {
                 path: p(),
                 ino,
                 rdev: Some(0),
-                mode,
+                mode: Some(mode),
             },
             FileType::Chr | FileType::Blk => Command::Mknod {
                 path: p(),
                 ino,
                 rdev: inode.rdev,
-                mode: inode.kind.mode_bits() | u64::from(inode.mode),
+                mode,
             },
         };
         self.put(&cmd)?;

@@ -66,13 +66,17 @@ fn io_err(e: std::io::Error) -> IndexError {
     IndexError::Store(e.to_string())
 }
 
-/// Run `btrsend backup find`.
-pub fn find(a: &FindArgs) -> anyhow::Result<()> {
-    let globs = a
-        .patterns
+/// The shell-style patterns of `find` and `restore --include/--exclude`.
+pub(super) fn globs(patterns: &[String]) -> anyhow::Result<Vec<Glob>> {
+    Ok(patterns
         .iter()
         .map(|p| Glob::new(p.as_bytes()))
-        .collect::<Result<Vec<_>, _>>()?;
+        .collect::<Result<_, _>>()?)
+}
+
+/// Run `btrsend backup find`.
+pub fn find(a: &FindArgs) -> anyhow::Result<()> {
+    let globs = globs(&a.patterns)?;
     let repo = a.repo.open()?;
     let _lock = repo.lock(LockKind::Shared, std::time::Duration::ZERO, &NoProgress)?;
     let cat = repo.catalog()?;

@@ -9,12 +9,12 @@
 use std::io::IsTerminal;
 use std::path::PathBuf;
 
-use btrsend::backup::index::glob::Glob;
 use btrsend::backup::index::synth::Selection;
 use btrsend::backup::{Entry, Kind, RestoreTarget};
 use btrsend::progress::Progress;
 use clap::Args;
 
+use super::query::globs;
 use super::{LockArg, RepoArg};
 use crate::progress::backup::BackupReporter;
 use crate::text::printable;
@@ -171,24 +171,24 @@ pub fn run(a: &RestoreArgs) -> anyhow::Result<()> {
 
 /// `restore --include/--exclude`: the picked paths, from the index.
 fn selected(a: &RestoreArgs) -> anyhow::Result<()> {
-    let globs = |v: &[String]| -> anyhow::Result<Vec<Glob>> {
-        v.iter()
-            .map(|p| Glob::new(p.as_bytes()).map_err(anyhow::Error::new))
-            .collect()
-    };
     let sel = Selection::new(globs(&a.include)?, globs(&a.exclude)?);
     let Some(dir) = &a.to else {
         anyhow::bail!("--include and --exclude restore into a directory: give --to DIR");
     };
     let repo = a.repo.open_limited(a.limit_rate)?;
-    let bar = BackupReporter::bar(true, "");
+    // The receive runs on a thread of its own and reports no subvolume
+    // here: what an interruption leaves is said now.
+    let progress = RestoreProgress {
+        dir: None,
+        bar: BackupReporter::bar(true, ""),
+    };
     crate::signal::on_interrupt_say(Some(format!(
         "the restore left {}/.btrsend-restore.{}: remove it and restore again",
         dir.display(),
         std::process::id()
     )));
-    let res = repo.restore_selected(&a.snapshot, dir, &sel, a.lock.wait(), &NoteProgress(&bar));
-    bar.finish();
+    let res = repo.restore_selected(&a.snapshot, dir, &sel, a.lock.wait(), &progress);
+    progress.bar.finish();
     crate::signal::on_interrupt_say(None);
     let (entry, written) = res?;
     if std::io::stderr().is_terminal() {
@@ -202,22 +202,4 @@ fn selected(a: &RestoreArgs) -> anyhow::Result<()> {
         );
     }
     Ok(())
-}
-
-/// The lock's notices and the receiver's notes of a restore of picked
-/// paths.
-struct NoteProgress<'a>(&'a BackupReporter);
-
-impl Progress for NoteProgress<'_> {
-    fn note(&self, msg: &str) {
-        eprintln!("btrsend: notice: {}", printable(msg));
-    }
-
-    fn notice(&self, msg: &str) {
-        self.0.notice(msg);
-    }
-
-    fn warning(&self, msg: &str) {
-        self.0.warning(msg);
-    }
 }
