@@ -93,6 +93,14 @@ impl Repo {
         c.arg(sub).args(["--repo", &self.spec]).args(rest);
         c
     }
+
+    /// `backup restore ID --to TO PICK...` (PICK: the --include and
+    /// --exclude options).
+    pub(crate) fn restore_picked(&self, id: &str, to: &std::path::Path, pick: &[&str]) -> Output {
+        let mut args = vec!["restore", id, "--to", to.to_str().unwrap()];
+        args.extend(pick);
+        self.backup(&args)
+    }
 }
 
 /// The manifest's fields that `ls --json` has, one canonical line per path.
@@ -366,14 +374,7 @@ fn a_damaged_index_page_is_refused_reported_and_rebuilt() {
             failed = true;
             // A restore of everything refuses too, and leaves nothing.
             let to = dir.path().join("picked");
-            let out = repo.backup(&[
-                "restore",
-                &id,
-                "--to",
-                to.to_str().unwrap(),
-                "--include",
-                "**",
-            ]);
+            let out = repo.restore_picked(&id, &to, &["--include", "**"]);
             assert!(
                 !out.status.success() && stderr(&out).contains("index page"),
                 "{}",

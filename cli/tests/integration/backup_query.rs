@@ -333,14 +333,7 @@ fn restore_include_gives_the_kernels_subtrees() {
             .collect();
         for top in tops {
             let to = live.path().join(format!("to{restores}"));
-            ok(&repo.backup(&[
-                "restore",
-                &id.to_string(),
-                "--to",
-                to.to_str().unwrap(),
-                "--include",
-                &format!("/{top}"),
-            ]));
+            ok(&repo.restore_picked(&id.to_string(), &to, &["--include", &format!("/{top}")]));
             let got =
                 btrsend::manifest::manifest(&to, btrsend::manifest::Options::default()).unwrap();
             let keep = |p: &str| within(p, top);
@@ -362,18 +355,18 @@ fn restore_include_gives_the_kernels_subtrees() {
         .find(|(_, fx, _)| *fx == "008-hardlinks-xattrs")
         .unwrap();
     let to = live.path().join("picked");
-    ok(&repo.backup(&[
-        "restore",
+    ok(&repo.restore_picked(
         &id.to_string(),
-        "--to",
-        to.to_str().unwrap(),
-        "--include",
-        "link3",
-        "--include",
-        "acl",
-        "--exclude",
-        "file",
-    ]));
+        &to,
+        &[
+            "--include",
+            "link3",
+            "--include",
+            "acl",
+            "--exclude",
+            "file",
+        ],
+    ));
     let got = btrsend::manifest::manifest(&to, btrsend::manifest::Options::default()).unwrap();
     let keep = |p: &str| {
         let name = p.rsplit('/').next().unwrap();
@@ -418,14 +411,7 @@ fn restore_include_never_replaces_what_the_target_holds() {
         ("/caps", "caps already exists"),
         ("no-such-name", "no path of the snapshot matches"),
     ] {
-        let out = repo.backup(&[
-            "restore",
-            &id,
-            "--to",
-            to.to_str().unwrap(),
-            "--include",
-            pattern,
-        ]);
+        let out = repo.restore_picked(&id, &to, &["--include", pattern]);
         assert!(
             !out.status.success() && stderr(&out).contains(says),
             "{pattern}: {}",
@@ -437,14 +423,7 @@ fn restore_include_never_replaces_what_the_target_holds() {
     let out = repo.backup(&["restore", &id, "--stdout", "--include", "links"]);
     assert!(!out.status.success(), "{}", stderr(&out));
     // Into the directory that is there, next to what it holds.
-    ok(&repo.backup(&[
-        "restore",
-        &id,
-        "--to",
-        to.to_str().unwrap(),
-        "--include",
-        "/links/other",
-    ]));
+    ok(&repo.restore_picked(&id, &to, &["--include", "/links/other"]));
     assert_eq!(std::fs::read(to.join("links/target")).unwrap(), b"mine");
     assert_eq!(
         std::fs::read(to.join("links/other/link3")).unwrap().len(),
