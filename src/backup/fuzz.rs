@@ -202,11 +202,12 @@ pub fn crypt_keys(data: &[u8]) {
         .open(&keys.repo, "catalog/0000000000000001.json", data);
 }
 
-/// An index page someone else may have written (first byte 0), or a
-/// stream applied to an empty index (first byte 1): the page is stored
-/// under its own name (so it passes the name check and reaches the
-/// parser), then read as a snapshot's whole tree: every path walked,
-/// described and its data read through a source of zeros.
+/// An index page someone else may have written, stored under its own name
+/// (so it passes the name check and reaches the parser) as an object of
+/// its own (first byte 0) or alone in a pack (first byte 2), or a stream
+/// applied to an empty index (any other first byte); then read as a
+/// snapshot's whole tree: every path walked, described and its data read
+/// through a source of zeros.
 pub fn index(data: &[u8]) {
     use super::index::model::ROOT_INO;
     use super::index::{
@@ -232,19 +233,36 @@ pub fn index(data: &[u8]) {
     };
     let mem = super::index::tree::MemPages::bounded(4096);
     let pages = Pages::new(&mem, [0; 32]);
-    let root = if mode == 0 {
-        let id = pages.id_of(rest);
-        mem.map().insert(id, rest.to_vec());
-        IndexRoot {
-            tree: Some(id),
-            next_ino: ROOT_INO + 1,
-            sources: vec!["streams/s.btrs.zst".into()],
+    let pages_root = |tree, at| IndexRoot {
+        tree: Some(tree),
+        at,
+        next_ino: ROOT_INO + 1,
+        sources: vec!["streams/s.btrs.zst".into()],
+    };
+    let root = match mode {
+        // A page of its own, as indexes made before packs store them.
+        0 => {
+            let id = pages.id_of(rest);
+            mem.put_object(id, rest.to_vec());
+            pages_root(id, None)
         }
-    } else {
-        match index_stream(&pages, rest, "streams/s.btrs.zst", &NoSnapshots) {
+        // A page alone in a pack: its children in the same pack are
+        // ranges of its own bytes.
+        2 => {
+            use super::index::{PageStore, RootPlace};
+            let pack = [9; 32];
+            let _ = mem.put_pack(&pack, rest.to_vec(), &[]);
+            let at = RootPlace {
+                pack,
+                offset: 0,
+                len: rest.len() as u64,
+            };
+            pages_root(pages.id_of(rest), Some(at))
+        }
+        _ => match index_stream(&pages, rest, "streams/s.btrs.zst", &NoSnapshots) {
             Ok((_, root)) => root,
             Err(_) => return,
-        }
+        },
     };
     let snap = Snapshot::open(&pages, root);
     let opts = crate::manifest::Options::default();

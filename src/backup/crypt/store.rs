@@ -5,7 +5,8 @@
 //! restore) works on plaintext and never sees a key.
 //!
 //! * `catalog/…`: sealed with the write key; one that does not open is
-//!   refused as forged.
+//!   refused as forged. So are the browsing index's roots; its packs
+//!   pass through (the index seals each page in them).
 //! * `streams/…`: age files for the recipients, bound to their key. A
 //!   range of the plaintext is read by opening the chunks that hold it;
 //!   [`Store::plain_len`] gives the plaintext's length from the stored
@@ -70,9 +71,13 @@ fn is_stream(key: &str) -> bool {
 }
 
 /// Objects sealed whole under the write key: catalogs, and the browsing
-/// index (pages and roots: file names and attributes are user data).
+/// index's roots and pages of their own (file names and attributes are
+/// user data). The index's packs pass through: each page in them is
+/// sealed on its own by the index (so that one is read with one ranged
+/// read), bound to its page's name.
 fn is_catalog(key: &str) -> bool {
-    key.starts_with(CATALOG_DIR) || key.starts_with(crate::backup::index::repo::INDEX_DIR)
+    use crate::backup::index::repo::{INDEX_DIR, PACK_PREFIX};
+    key.starts_with(CATALOG_DIR) || key.starts_with(INDEX_DIR) && !key.starts_with(PACK_PREFIX)
 }
 
 impl CryptStore {

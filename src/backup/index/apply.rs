@@ -19,7 +19,7 @@ use super::model::{
     Encoding, Extent, FileType, Inode, ROOT_INO, decode_dirent, dirent_key, dirent_prefix,
     extent_key, extent_offset, extent_prefix, inode_key, xattr_key, xattr_prefix,
 };
-use super::tree::{PageId, Pages, Tree};
+use super::tree::{PackId, PageId, PageRef, Pages, Place, Tree};
 use crate::receive::target::check_path;
 
 /// Changed nodes kept in memory before they are written out as pages: a
@@ -31,7 +31,7 @@ const DIRTY_NODES: usize = 4096;
 /// the tree, before each cache is emptied: a stream names the same few
 /// directories and files over and over (each file gets several commands,
 /// most under one directory), and these spare the tree a look-up per path
-/// component and a write per command.
+/// component and a write per command. Extents wait as many as inodes.
 const CACHED_PATHS: usize = 1 << 16;
 const CACHED_INODES: usize = 1 << 13;
 
@@ -45,11 +45,49 @@ const FALLOC_FL_PUNCH_HOLE: u32 = 2;
 pub struct IndexRoot {
     /// The tree's root page (`None`: no records, never for a finished index).
     pub tree: Option<PageId>,
+    /// Where the root page is: in a pack (absent: an object of its own, as
+    /// indexes made before packs store it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at: Option<RootPlace>,
     /// The next inode number to hand out.
     pub next_ino: u64,
     /// The streams extents point into, by the extents' `source` number:
     /// names the caller gives (the repository: stream objects).
     pub sources: Vec<String>,
+}
+
+/// Where an index's root page lies in its pack.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct RootPlace {
+    /// The pack.
+    pub pack: PackId,
+    /// Where the page's stored bytes start in it.
+    pub offset: u64,
+    /// Their length.
+    pub len: u64,
+}
+
+impl IndexRoot {
+    /// The root page and where it is.
+    pub fn top(&self) -> Option<PageRef> {
+        let id = self.tree?;
+        Some(PageRef {
+            id,
+            place: match self.at {
+                None => Place::Object,
+                Some(RootPlace { pack, offset, len }) => Place::Packed { pack, offset, len },
+            },
+        })
+    }
+
+    /// Make `r` the root page.
+    pub fn set_top(&mut self, r: Option<PageRef>) {
+        self.tree = r.map(|r| r.id);
+        self.at = match r.map(|r| r.place) {
+            Some(Place::Packed { pack, offset, len }) => Some(RootPlace { pack, offset, len }),
+            _ => None,
+        };
+    }
 }
 
 /// The index of a snapshot some CLONE command reads from, found by the
@@ -74,16 +112,79 @@ pub struct Indexer<'p, 's> {
     /// its path and everything below it out.
     paths: RefCell<BTreeMap<Vec<u8>, u64>>,
     /// Inodes changed since they were last put in the tree.
-    inodes: HashMap<u64, Inode>,
+    inodes: HashMap<u64, Inode, Fixed>,
     /// Directory entries changed since they were last put in the tree
-    /// (see [`Dirent`]): a kernel stream creates each new file under an
-    /// orphan name in the root and renames it at once, which here costs
-    /// nothing in the tree.
-    dirents: HashMap<(u64, Vec<u8>), Dirent>,
+    /// (see [`Dirent`]), by their tree key: a kernel stream creates each
+    /// new file under an orphan name in the root and renames it at once,
+    /// which here costs nothing in the tree.
+    dirents: HashMap<Vec<u8>, Dirent, Fixed>,
     /// Directories numbered from here on have no entries in the tree yet
     /// (they were made since the entries were last put there): looking
     /// their names up there is skipped.
     fresh_from: u64,
+    /// Directories numbered from here on were made by this stream: the
+    /// tree holds only the entries it put there, which `put_names` knows.
+    made_from: u64,
+    /// The entries this stream put in the tree.
+    put_names: PutNames,
+    /// The last path resolved and its inode: a file's data and attribute
+    /// commands name it one after the other.
+    last: RefCell<Option<(Vec<u8>, u64)>>,
+    /// Extents written past their files' ends (nothing to cut) since they
+    /// were last put in the tree, which takes them in runs.
+    extents: Vec<(Vec<u8>, Vec<u8>)>,
+}
+
+/// The hasher of the indexer's maps: fixed, fast (the keys are the
+/// stream's names, and a slow hash showed in profiles; a collision costs
+/// time, never a wrong answer).
+type Fixed = foldhash::fast::FixedState;
+
+/// The directory entries a stream put in the tree, as a Bloom filter of
+/// fixed size (so bounded memory whatever the tree): an entry of a
+/// directory the stream made that is not in it is in neither the tree nor
+/// the cache, which spares a tree look-up for every name a stream creates
+/// (each new file's orphan name, then its real one). A false positive
+/// costs one look-up.
+#[derive(Default)]
+struct PutNames {
+    /// The bits; allocated with the first entry put.
+    bits: Vec<u64>,
+}
+
+impl PutNames {
+    /// 2^25 bits (4 MiB) in blocks of a cache line, each key's probes in
+    /// one block (one cache miss a look-up): about 1 % false positives
+    /// at 2M entries.
+    const BLOCKS: u64 = (1 << 25) / 512;
+
+    /// The block of `key` and its probes' bits there.
+    fn probes(key: &[u8]) -> (usize, [u16; 4]) {
+        use std::hash::BuildHasher;
+        let h = Fixed::with_seed(0x6274_7273_656e_6400).hash_one(key);
+        let block = ((h >> 32) % Self::BLOCKS) as usize;
+        let bits = [0, 9, 18, 27].map(|s| ((h >> s) & 511) as u16);
+        (block, bits)
+    }
+
+    fn add(&mut self, key: &[u8]) {
+        if self.bits.is_empty() {
+            self.bits = vec![0; (Self::BLOCKS * 8) as usize];
+        }
+        let (block, bits) = Self::probes(key);
+        for b in bits {
+            self.bits[block * 8 + usize::from(b / 64)] |= 1 << (b % 64);
+        }
+    }
+
+    fn may_hold(&self, key: &[u8]) -> bool {
+        if self.bits.is_empty() {
+            return false;
+        }
+        let (block, bits) = Self::probes(key);
+        bits.iter()
+            .all(|b| self.bits[block * 8 + usize::from(b / 64)] & (1 << (b % 64)) != 0)
+    }
 }
 
 /// A changed directory entry.
@@ -118,6 +219,7 @@ impl<'p, 's> Indexer<'p, 's> {
             tree: Tree::open(pages, None),
             root: IndexRoot {
                 tree: None,
+                at: None,
                 next_ino: ROOT_INO + 1,
                 sources: Vec::new(),
             },
@@ -126,9 +228,13 @@ impl<'p, 's> Indexer<'p, 's> {
             uuid: None,
             ended: false,
             paths: RefCell::new(BTreeMap::new()),
-            inodes: HashMap::new(),
-            dirents: HashMap::new(),
+            inodes: HashMap::default(),
+            dirents: HashMap::default(),
             fresh_from: ROOT_INO,
+            made_from: ROOT_INO,
+            put_names: PutNames::default(),
+            last: RefCell::new(None),
+            extents: Vec::new(),
         }
     }
 
@@ -157,7 +263,9 @@ impl<'p, 's> Indexer<'p, 's> {
         }
         self.put_inodes()?;
         self.put_dirents()?;
-        self.root.tree = self.tree.flush()?;
+        self.put_extents()?;
+        let top = self.tree.flush()?;
+        self.root.set_top(top);
         Ok(self.root)
     }
 
@@ -205,9 +313,10 @@ impl<'p, 's> Indexer<'p, 's> {
                 let parent = snapshots
                     .index_of(clone_uuid)
                     .ok_or_else(|| at.err("the parent snapshot has no index"))?;
-                self.tree = Tree::open(self.tree.pages(), parent.tree);
+                self.tree = Tree::open(self.tree.pages(), parent.top());
                 self.root = parent;
                 self.fresh_from = self.root.next_ino;
+                self.made_from = self.root.next_ino;
                 self.uuid = Some(*uuid);
                 self.source = self.source_of(&self.source_name.clone());
             }
@@ -263,7 +372,8 @@ impl<'p, 's> Indexer<'p, 's> {
                 self.put_inode(ino, &i)?;
             }
             Command::Unlink { path } => {
-                self.forget_path(path);
+                // A directory here fails the command, and the indexing.
+                self.forget_path(path, false);
                 let (dir, name) = self.parent_of(&at, path)?;
                 let ino = self
                     .entry(dir, name)?
@@ -275,7 +385,7 @@ impl<'p, 's> Indexer<'p, 's> {
                 self.drop_link(ino)?;
             }
             Command::Rmdir { path } => {
-                self.forget_path(path);
+                self.forget_path(path, true);
                 let (dir, name) = self.parent_of(&at, path)?;
                 let ino = self
                     .entry(dir, name)?
@@ -373,6 +483,7 @@ impl<'p, 's> Indexer<'p, 's> {
                 ..
             } => {
                 check_path(clone_path).map_err(|e| at.err(e.to_string()))?;
+                self.put_extents()?;
                 let ino = self.file(&at, path)?;
                 let pieces = if Some(*clone_uuid) == self.uuid {
                     let src = self.file(&at, clone_path)?;
@@ -381,7 +492,7 @@ impl<'p, 's> Indexer<'p, 's> {
                     let other = snapshots
                         .index_of(clone_uuid)
                         .ok_or_else(|| at.err("the clone source has no index"))?;
-                    let t = Tree::open(self.tree.pages(), other.tree);
+                    let t = Tree::open(self.tree.pages(), other.top());
                     let src = resolve_in(&t, clone_path).map_err(|e| match e {
                         IndexError::NotFound { .. } => at.err("the clone source has no such file"),
                         e => e,
@@ -404,34 +515,29 @@ impl<'p, 's> Indexer<'p, 's> {
             }
             Command::Truncate { path, size } => {
                 let ino = self.file(&at, path)?;
-                let mut i = self.inode(ino)?;
-                if *size < i.size {
+                if *size < self.inode_mut(ino)?.size {
+                    self.put_extents()?;
                     punch(&mut self.tree, ino, *size, u64::MAX)?;
                 }
-                i.size = *size;
-                self.put_inode(ino, &i)?;
+                self.inode_mut(ino)?.size = *size;
             }
             Command::Chmod { path, mode } => {
                 let ino = self.resolve(&at, path)?;
-                let mut i = self.inode(ino)?;
-                i.mode = (*mode & 0o7777) as u32;
-                self.put_inode(ino, &i)?;
+                self.inode_mut(ino)?.mode = (*mode & 0o7777) as u32;
             }
             Command::Chown { path, uid, gid } => {
                 let ino = self.resolve(&at, path)?;
-                let mut i = self.inode(ino)?;
-                i.uid = u32::try_from(*uid).map_err(|_| at.err("uid out of range"))?;
-                i.gid = u32::try_from(*gid).map_err(|_| at.err("gid out of range"))?;
-                self.put_inode(ino, &i)?;
+                let uid = u32::try_from(*uid).map_err(|_| at.err("uid out of range"))?;
+                let gid = u32::try_from(*gid).map_err(|_| at.err("gid out of range"))?;
+                let i = self.inode_mut(ino)?;
+                (i.uid, i.gid) = (uid, gid);
             }
             Command::Utimes { path, mtime, .. } => {
                 let ino = self.resolve(&at, path)?;
-                let mut i = self.inode(ino)?;
                 if mtime.nsec >= 1_000_000_000 {
                     return Err(at.err("nanoseconds out of range"));
                 }
-                i.mtime = (mtime.sec as i64, mtime.nsec);
-                self.put_inode(ino, &i)?;
+                self.inode_mut(ino)?.mtime = (mtime.sec as i64, mtime.nsec);
             }
             Command::Fallocate {
                 path,
@@ -445,12 +551,12 @@ impl<'p, 's> Indexer<'p, 's> {
                     .ok_or_else(|| at.err("range past 2^64"))?;
                 match *mode {
                     0 => {
-                        let mut i = self.inode(ino)?;
+                        let i = self.inode_mut(ino)?;
                         i.size = i.size.max(end);
-                        self.put_inode(ino, &i)?;
                     }
                     FALLOC_FL_KEEP_SIZE => {}
                     m if m == FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE => {
+                        self.put_extents()?;
                         punch(&mut self.tree, ino, *offset, end)?;
                     }
                     m => return Err(at.err(format!("FALLOCATE mode {m:#x}"))),
@@ -458,9 +564,7 @@ impl<'p, 's> Indexer<'p, 's> {
             }
             Command::Fileattr { path, attr } => {
                 let ino = self.resolve(&at, path)?;
-                let mut i = self.inode(ino)?;
-                i.flags = *attr;
-                self.put_inode(ino, &i)?;
+                self.inode_mut(ino)?.flags = *attr;
             }
             Command::UpdateExtent { .. } => {
                 return Err(at.err("a stream without file data (--no-data) cannot be indexed"));
@@ -488,6 +592,32 @@ impl<'p, 's> Indexer<'p, 's> {
         if let Some(i) = self.inodes.get(&ino) {
             return Ok(i.clone());
         }
+        self.stored_inode(ino)
+    }
+
+    /// The kind of inode `ino`.
+    fn kind(&self, ino: u64) -> Result<FileType, IndexError> {
+        match self.inodes.get(&ino) {
+            Some(i) => Ok(i.kind),
+            None => Ok(self.stored_inode(ino)?.kind),
+        }
+    }
+
+    /// Inode `ino` to change, in the cache of changed inodes.
+    fn inode_mut(&mut self, ino: u64) -> Result<&mut Inode, IndexError> {
+        if !self.inodes.contains_key(&ino) {
+            let i = self.stored_inode(ino)?;
+            self.put_inode(ino, &i)?;
+        }
+        self.inodes.get_mut(&ino).ok_or_else(|| IndexError::Record {
+            what: "inode",
+            key: inode_key(ino),
+            reason: "missing",
+        })
+    }
+
+    /// Inode `ino` as the tree has it.
+    fn stored_inode(&self, ino: u64) -> Result<Inode, IndexError> {
         let k = inode_key(ino);
         let v = self.tree.get(&k)?.ok_or_else(|| IndexError::Record {
             what: "inode",
@@ -509,16 +639,31 @@ impl<'p, 's> Indexer<'p, 's> {
     fn put_inodes(&mut self) -> Result<(), IndexError> {
         let mut all: Vec<(u64, Inode)> = self.inodes.drain().collect();
         all.sort_unstable_by_key(|(ino, _)| *ino);
-        for (ino, i) in all {
-            self.tree.insert(&inode_key(ino), &i.encode())?;
-        }
-        Ok(())
+        self.tree.insert_sorted(
+            all.into_iter()
+                .map(|(ino, i)| (inode_key(ino), i.encode()))
+                .collect(),
+        )
     }
 
-    /// Forget what is cached of `path` and every path below it.
-    fn forget_path(&self, path: &[u8]) {
+    /// Put the extents written since the last time in the tree: before
+    /// anything reads or cuts extents there.
+    fn put_extents(&mut self) -> Result<(), IndexError> {
+        let mut all = std::mem::take(&mut self.extents);
+        all.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        self.tree.insert_sorted(all)
+    }
+
+    /// Forget what is cached of `path`, and of every path below it if it
+    /// names a directory (`dir`; the cache has paths below directories
+    /// alone, as it always follows the tree).
+    fn forget_path(&self, path: &[u8], dir: bool) {
+        *self.last.borrow_mut() = None;
         let mut paths = self.paths.borrow_mut();
         paths.remove(path);
+        if !dir {
+            return;
+        }
         let mut below = path.to_vec();
         below.push(b'/');
         if !paths
@@ -542,16 +687,16 @@ impl<'p, 's> Indexer<'p, 's> {
 
     /// The entry `name` of `dir`, changed or as the tree has it.
     fn dirent(&self, dir: u64, name: &[u8]) -> Result<Dirent, IndexError> {
-        if let Some(d) = self.dirents.get(&(dir, name.to_vec())) {
+        let k = dirent_key(dir, name);
+        if let Some(d) = self.dirents.get(&k) {
             return Ok(*d);
         }
-        if dir >= self.fresh_from {
+        if dir >= self.fresh_from || dir >= self.made_from && !self.put_names.may_hold(&k) {
             return Ok(Dirent {
                 ino: None,
                 stored: false,
             });
         }
-        let k = dirent_key(dir, name);
         let ino = self
             .tree
             .get(&k)?
@@ -563,13 +708,19 @@ impl<'p, 's> Indexer<'p, 's> {
         })
     }
 
-    /// Make the entry `name` of `dir` name `ino` (`None`: remove it).
-    fn set_dirent(&mut self, dir: u64, name: &[u8], ino: Option<u64>) -> Result<(), IndexError> {
-        let was = self.dirent(dir, name)?;
+    /// Make the entry `name` of `dir`, which is `was`, name `ino`
+    /// (`None`: remove it).
+    fn set_dirent(
+        &mut self,
+        dir: u64,
+        name: &[u8],
+        was: Dirent,
+        ino: Option<u64>,
+    ) -> Result<(), IndexError> {
         if self.dirents.len() >= CACHED_PATHS {
             self.put_dirents()?;
         }
-        let key = (dir, name.to_vec());
+        let key = dirent_key(dir, name);
         if ino.is_none() && !was.stored {
             self.dirents.remove(&key);
         } else {
@@ -587,28 +738,47 @@ impl<'p, 's> Indexer<'p, 's> {
     /// Put the changed directory entries in the tree.
     fn put_dirents(&mut self) -> Result<(), IndexError> {
         self.fresh_from = self.root.next_ino;
-        let mut all: Vec<((u64, Vec<u8>), Dirent)> = self.dirents.drain().collect();
+        let mut all: Vec<(Vec<u8>, Dirent)> = self.dirents.drain().collect();
         all.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-        for ((dir, name), d) in all {
-            let k = dirent_key(dir, &name);
+        let mut put = Vec::with_capacity(all.len());
+        for (k, d) in all {
             match d.ino {
-                Some(ino) => self.tree.insert(&k, &ino.to_le_bytes())?,
+                Some(ino) => {
+                    self.put_names.add(&k);
+                    put.push((k, ino.to_le_bytes().to_vec()));
+                }
                 None => {
                     self.tree.remove(&k)?;
                 }
             }
         }
-        Ok(())
+        self.tree.insert_sorted(put)
     }
 
     fn resolve(&self, at: &At<'_>, path: &[u8]) -> Result<u64, IndexError> {
+        if let Some((p, ino)) = &*self.last.borrow()
+            && p == path
+        {
+            return Ok(*ino);
+        }
         let (dir, name) = match path.iter().rposition(|&b| b == b'/') {
             Some(i) => (self.resolve_dir(at, &path[..i])?, &path[i + 1..]),
             None if path.is_empty() => return Ok(ROOT_INO),
             None => (ROOT_INO, path),
         };
-        self.entry(dir, name)?
-            .ok_or_else(|| at.err("no such file or directory"))
+        let ino = self
+            .entry(dir, name)?
+            .ok_or_else(|| at.err("no such file or directory"))?;
+        let mut last = self.last.borrow_mut();
+        match &mut *last {
+            Some((p, i)) => {
+                p.clear();
+                p.extend_from_slice(path);
+                *i = ino;
+            }
+            None => *last = Some((path.to_vec(), ino)),
+        }
+        Ok(ino)
     }
 
     /// [`resolve`](Self::resolve) of a path that leads to a directory
@@ -629,7 +799,7 @@ impl<'p, 's> Indexer<'p, 's> {
     /// The inode of `path`, which must be a regular file.
     fn file(&self, at: &At<'_>, path: &[u8]) -> Result<u64, IndexError> {
         let ino = self.resolve(at, path)?;
-        if self.inode(ino)?.kind != FileType::File {
+        if self.kind(ino)? != FileType::File {
             return Err(at.err("not a regular file"));
         }
         Ok(ino)
@@ -644,7 +814,7 @@ impl<'p, 's> Indexer<'p, 's> {
             Some(i) => (self.resolve(at, &path[..i])?, &path[i + 1..]),
             None => (ROOT_INO, path),
         };
-        if self.inode(dir)?.kind != FileType::Dir {
+        if self.kind(dir)? != FileType::Dir {
             return Err(at.err("a path component is not a directory"));
         }
         Ok((dir, name))
@@ -657,20 +827,21 @@ impl<'p, 's> Indexer<'p, 's> {
         name: &[u8],
         ino: u64,
     ) -> Result<(), IndexError> {
-        if self.entry(dir, name)?.is_some() {
+        let was = self.dirent(dir, name)?;
+        if was.ino.is_some() {
             return Err(at.err("the name exists already"));
         }
-        self.set_dirent(dir, name, Some(ino))?;
-        let mut d = self.inode(dir)?;
-        d.size += 2 * name.len() as u64;
-        self.put_inode(dir, &d)
+        self.set_dirent(dir, name, was, Some(ino))?;
+        self.inode_mut(dir)?.size += 2 * name.len() as u64;
+        Ok(())
     }
 
     fn remove_entry(&mut self, dir: u64, name: &[u8]) -> Result<(), IndexError> {
-        self.set_dirent(dir, name, None)?;
-        let mut d = self.inode(dir)?;
+        let was = self.dirent(dir, name)?;
+        self.set_dirent(dir, name, was, None)?;
+        let d = self.inode_mut(dir)?;
         d.size = d.size.saturating_sub(2 * name.len() as u64);
-        self.put_inode(dir, &d)
+        Ok(())
     }
 
     fn create(&mut self, at: &At<'_>, path: &[u8], mut inode: Inode) -> Result<(), IndexError> {
@@ -697,6 +868,7 @@ impl<'p, 's> Indexer<'p, 's> {
     }
 
     fn delete_inode(&mut self, ino: u64) -> Result<(), IndexError> {
+        self.put_extents()?;
         self.inodes.remove(&ino);
         for prefix in [xattr_prefix(ino), extent_prefix(ino)] {
             for (k, _) in self.tree.prefixed(&prefix)? {
@@ -708,15 +880,20 @@ impl<'p, 's> Indexer<'p, 's> {
     }
 
     fn rename(&mut self, at: &At<'_>, from: &[u8], to: &[u8]) -> Result<(), IndexError> {
-        self.forget_path(from);
-        self.forget_path(to);
+        // Names resolve as the tree is before the rename, which the cache
+        // follows until the names change below.
         let (fdir, fname) = self.parent_of(at, from)?;
         let ino = self
             .entry(fdir, fname)?
             .ok_or_else(|| at.err("no such file or directory"))?;
         let (tdir, tname) = self.parent_of(at, to)?;
         let mut moved = self.inode(ino)?;
-        if let Some(existing) = self.entry(tdir, tname)? {
+        let target = self.entry(tdir, tname)?;
+        self.forget_path(from, moved.kind == FileType::Dir);
+        if let Some(t) = target {
+            self.forget_path(to, self.kind(t)? == FileType::Dir);
+        }
+        if let Some(existing) = target {
             if existing == ino {
                 // rename(2) of two names of one inode does nothing.
                 return Ok(());
@@ -777,19 +954,22 @@ impl<'p, 's> Indexer<'p, 's> {
         if len == 0 {
             return Ok(());
         }
-        let mut i = self.inode(ino)?;
+        let size = self.inode_mut(ino)?.size;
         // Extents lie below the size (every change that adds one grows the
         // size over it, every cut takes those past the new size away): a
         // write past the end, as a new file's are, has nothing to cut.
-        if offset < i.size {
+        if offset < size {
+            self.put_extents()?;
             punch(&mut self.tree, ino, offset, end)?;
         }
         if let Some(e) = extent {
-            self.tree.insert(&extent_key(ino, offset), &e.encode())?;
+            self.extents.push((extent_key(ino, offset), e.encode()));
+            if self.extents.len() >= CACHED_INODES {
+                self.put_extents()?;
+            }
         }
-        if end > i.size {
-            i.size = end;
-            self.put_inode(ino, &i)?;
+        if end > size {
+            self.inode_mut(ino)?.size = end;
         }
         Ok(())
     }

@@ -2,8 +2,10 @@
 //! reports, and the damaged indexes `backup index` builds again.
 //!
 //! Pages are shared between snapshots, so no page belongs to one entry:
-//! `forget` deletes the roots of the entries it deleted, then every page
-//! no kept root reaches (mark and sweep, reading only internal pages).
+//! `forget` deletes the roots of the entries it deleted, then every pack
+//! (and page of its own) no kept root reaches a page of (mark and sweep,
+//! reading only internal pages). A pack is kept whole while any page of
+//! it is in use.
 //! When a kept index cannot be walked (damaged, or the store failing), no
 //! page is deleted: a page that looks unused might be one a damaged index
 //! needs once rebuilt from the same bytes, and deleting is never a guess.
@@ -13,8 +15,10 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 
 use super::IndexError;
 use super::apply::{IndexRoot, index_stream};
-use super::repo::{CatalogIndexes, INDEX_DIR, StorePages, page_key, root_key};
-use super::tree::{PageId, PageStore, Pages, walk_pages};
+use super::repo::{
+    CatalogIndexes, INDEX_DIR, PACK_PREFIX, StorePages, pack_key, page_key, root_key,
+};
+use super::tree::{PackId, PageId, PageRef, PageStore, Pages, Place, Tree, walk_pages};
 use crate::backup::catalog::Catalog;
 use crate::backup::entry::Entry;
 use crate::backup::verify::{Problem, VerifyReport};
@@ -25,7 +29,7 @@ use crate::backup::{BackupError, Repository};
 pub struct Sweep {
     /// Roots of entries no longer in the catalog, deleted.
     pub roots: usize,
-    /// Pages no kept index reaches, deleted.
+    /// Packs and pages no kept index reaches, deleted.
     pub pages: usize,
     /// Why no page was deleted, when none was for a reason.
     pub skipped: Option<String>,
@@ -36,12 +40,21 @@ enum Health {
     Missing,
     Whole(IndexRoot),
     /// Damaged: why, and the pages whose bytes are wrong.
-    Damaged(String, Vec<PageId>),
+    Damaged(String, Vec<PageRef>),
 }
 
 /// The page `key` names (`index/pHEX`).
 fn page_of(key: &str) -> Option<PageId> {
-    let hex = key.strip_prefix(INDEX_DIR)?.strip_prefix('p')?;
+    named(key.strip_prefix(INDEX_DIR)?.strip_prefix('p')?)
+}
+
+/// The pack `key` names (`index/kHEX`).
+fn pack_of(key: &str) -> Option<PackId> {
+    named(key.strip_prefix(PACK_PREFIX)?)
+}
+
+/// The 32 bytes of a 64-digit hex name.
+fn named(hex: &str) -> Option<[u8; 32]> {
     if hex.len() != 64 {
         return None;
     }
@@ -52,31 +65,53 @@ fn page_of(key: &str) -> Option<PageId> {
     Some(id)
 }
 
-/// Pages read from the repository; pages a rebuild makes that it lacks
+/// Pages read from the repository; packs a rebuild makes that it lacks
 /// are kept in memory (a rebuild that matches makes none).
 struct Rebuilt<'r> {
     stored: StorePages<'r>,
-    present: &'r HashSet<PageId>,
-    made: RefCell<HashMap<PageId, Vec<u8>>>,
+    present: &'r HashSet<PackId>,
+    made: RefCell<HashMap<PackId, Vec<u8>>>,
 }
 
 impl PageStore for Rebuilt<'_> {
-    fn get(&self, id: &PageId) -> Result<Vec<u8>, IndexError> {
-        if let Some(b) = self.made.borrow().get(id) {
-            return Ok(b.clone());
+    fn get(&self, r: &PageRef) -> Result<Vec<u8>, IndexError> {
+        if let Place::Packed { pack, offset, len } = r.place
+            && let Some(b) = self.made.borrow().get(&pack)
+        {
+            let blob = usize::try_from(offset)
+                .ok()
+                .zip(usize::try_from(offset.saturating_add(len)).ok())
+                .and_then(|(a, z)| b.get(a..z))
+                .ok_or(IndexError::MissingPage { id: r.id })?;
+            return self.stored.page_of_blob(&r.id, blob);
         }
-        self.stored.get(id)
+        self.stored.get(r)
     }
 
-    fn put_all(&self, pages: Vec<(PageId, Vec<u8>)>) -> Result<(), IndexError> {
-        let mut made = self.made.borrow_mut();
-        made.extend(
-            pages
-                .into_iter()
-                .filter(|(id, _)| !self.present.contains(id)),
-        );
+    fn blob(&self, id: &PageId, page: &[u8]) -> Result<Vec<u8>, IndexError> {
+        self.stored.blob(id, page)
+    }
+
+    fn put_pack(&self, name: &PackId, bytes: Vec<u8>, _: &[PageRef]) -> Result<(), IndexError> {
+        if !self.present.contains(name) {
+            self.made.borrow_mut().insert(*name, bytes);
+        }
         Ok(())
     }
+}
+
+/// A digest of every record of the tree `top` (the index's contents,
+/// whatever its pages' layout).
+fn contents_digest(pages: &Pages<'_>, top: Option<PageRef>) -> Result<[u8; 32], IndexError> {
+    let mut h = blake3::Hasher::new();
+    Tree::open(pages, top).scan(b"", &mut |k, v| {
+        for part in [k, v] {
+            h.update(&(part.len() as u64).to_le_bytes());
+            h.update(part);
+        }
+        Ok(std::ops::ControlFlow::Continue(()))
+    })?;
+    Ok(*h.finalize().as_bytes())
 }
 
 impl Repository {
@@ -93,7 +128,7 @@ impl Repository {
         e: &Entry,
         pages: &Pages<'_>,
         read_leaves: bool,
-        seen: &mut HashSet<PageId>,
+        seen: &mut HashSet<PageRef>,
         collect: bool,
     ) -> Result<Health, BackupError> {
         let root = match self.index_root(cat, e) {
@@ -104,7 +139,7 @@ impl Repository {
             }
             Err(err) => return Err(err),
         };
-        let Some(top) = root.tree else {
+        let Some(top) = root.top() else {
             return Ok(Health::Damaged("an empty tree".into(), Vec::new()));
         };
         let mut damaged = Vec::new();
@@ -120,9 +155,8 @@ impl Repository {
                 format!("{} damaged page(s)", damaged.len()),
                 damaged,
             )),
-            Err(err @ IndexError::Page { id, .. }) => {
-                Ok(Health::Damaged(err.to_string(), vec![id]))
-            }
+            // Only when not collecting: a walk that collects goes past them.
+            Err(err @ IndexError::Page { .. }) => Ok(Health::Damaged(err.to_string(), Vec::new())),
             Err(err @ IndexError::MissingPage { .. }) => {
                 Ok(Health::Damaged(err.to_string(), Vec::new()))
             }
@@ -161,9 +195,7 @@ impl Repository {
         if !deleted && sweep.roots == 0 {
             return Ok(sweep);
         }
-        let store = StorePages {
-            store: &**self.store(),
-        };
+        let store = self.page_store();
         let pages = Pages::new(&store, self.page_name_key());
         let mut seen = HashSet::new();
         for e in &cat.entries {
@@ -182,10 +214,22 @@ impl Repository {
                 }
             }
         }
+        let mut objects = HashSet::new();
+        let mut packs = HashSet::new();
+        for r in &seen {
+            match r.place {
+                Place::Object => objects.insert(r.id),
+                Place::Packed { pack, .. } => packs.insert(pack),
+                Place::Here { .. } => false,
+            };
+        }
         for o in &listed {
-            if let Some(id) = page_of(&o.key)
-                && !seen.contains(&id)
-            {
+            let unused = match (page_of(&o.key), pack_of(&o.key)) {
+                (Some(id), _) => !objects.contains(&id),
+                (_, Some(pack)) => !packs.contains(&pack),
+                _ => false,
+            };
+            if unused {
                 self.store.delete(&o.key)?;
                 sweep.pages += 1;
             }
@@ -209,11 +253,15 @@ impl Repository {
         rep: &mut VerifyReport,
     ) -> Result<(), BackupError> {
         let listed = self.store.list(INDEX_DIR)?;
-        let present: HashSet<PageId> = listed.iter().filter_map(|o| page_of(&o.key)).collect();
+        let objects: HashSet<PageId> = listed.iter().filter_map(|o| page_of(&o.key)).collect();
+        let present: HashSet<PackId> = listed.iter().filter_map(|o| pack_of(&o.key)).collect();
         let roots: HashSet<&str> = listed.iter().map(|o| o.key.as_str()).collect();
-        let store = StorePages {
-            store: &**self.store(),
+        let stored = |r: PageRef| match r.place {
+            Place::Object => objects.contains(&r.id),
+            Place::Packed { pack, .. } => present.contains(&pack),
+            Place::Here { .. } => false,
         };
+        let store = self.page_store();
         let pages = Pages::new(&store, self.page_name_key());
         let mut seen = HashSet::new();
         let mut missing = 0usize;
@@ -235,7 +283,7 @@ impl Repository {
             } else {
                 // Without --read-data: the root and its top page.
                 match self.index_root(cat, e) {
-                    Ok(r) if r.tree.is_some_and(|t| present.contains(&t)) => Health::Whole(r),
+                    Ok(r) if r.top().is_some_and(stored) => Health::Whole(r),
                     Ok(_) => Health::Damaged("its top page is missing".into(), Vec::new()),
                     Err(err @ BackupError::Catalog { .. }) => {
                         Health::Damaged(err.to_string(), Vec::new())
@@ -264,9 +312,9 @@ impl Repository {
             if !read_data || bad.contains(&e.id) || parent_bad {
                 continue;
             }
-            match self.rebuild_index(cat, e, &store, &present) {
-                Ok(again) if again == root => {}
-                Ok(_) => {
+            match self.rebuild_index(cat, e, &store, &present, &root) {
+                Ok(true) => {}
+                Ok(false) => {
                     rep.problems.push(problem(format!(
                         "the index of entry {} is not what its stream makes (`btrsend backup index` rebuilds it)",
                         e.id
@@ -290,19 +338,19 @@ impl Repository {
         Ok(())
     }
 
-    /// The index `e`'s stream makes on its parent's stored index, built
-    /// without writing anything.
+    /// Whether the index `e`'s stream makes on its parent's stored index,
+    /// built without writing anything, is `root`: the same root (packs
+    /// and all), or for an index made before packs the same records.
     fn rebuild_index(
         &self,
         cat: &Catalog,
         e: &Entry,
         stored: &StorePages<'_>,
-        present: &HashSet<PageId>,
-    ) -> Result<IndexRoot, BackupError> {
+        present: &HashSet<PackId>,
+        root: &IndexRoot,
+    ) -> Result<bool, BackupError> {
         let rebuilt = Rebuilt {
-            stored: StorePages {
-                store: stored.store,
-            },
+            stored: StorePages::new(stored.store, self.page_sealer()),
             present,
             made: RefCell::new(HashMap::new()),
         };
@@ -310,9 +358,17 @@ impl Repository {
         let f = self.open_file(e)?;
         let mut raw = f.raw_reader(&**self.store());
         let known = CatalogIndexes { repo: self, cat };
-        let (_, root) = index_stream(&pages, &mut raw, &e.file, &known)
+        let (_, again) = index_stream(&pages, &mut raw, &e.file, &known)
             .map_err(|err| BackupError::Invalid(err.to_string()))?;
-        Ok(root)
+        if again == *root || root.at.is_some() {
+            return Ok(again == *root);
+        }
+        let digest = |r: &IndexRoot| {
+            contents_digest(&pages, r.top()).map_err(|err| BackupError::Invalid(err.to_string()))
+        };
+        Ok(again.next_ino == root.next_ino
+            && again.sources == root.sources
+            && digest(&again)? == digest(root)?)
     }
 
     /// The entries whose index is damaged, their roots and damaged pages
@@ -323,9 +379,7 @@ impl Repository {
     ///
     /// The store's.
     pub(crate) fn drop_damaged_indexes(&self, cat: &Catalog) -> Result<Vec<u64>, BackupError> {
-        let store = StorePages {
-            store: &**self.store(),
-        };
+        let store = self.page_store();
         let pages = Pages::new(&store, self.page_name_key());
         let mut seen = HashSet::new();
         let mut dropped = Vec::new();
@@ -337,8 +391,14 @@ impl Repository {
             if let Health::Damaged(_, bad) =
                 self.index_health(cat, e, &pages, true, &mut seen, true)?
             {
-                for id in bad {
-                    self.store.delete(&page_key(&id))?;
+                // A pack goes whole: the rebuild makes it again, with the
+                // pages other indexes share from it.
+                for r in bad {
+                    match r.place {
+                        Place::Object => self.store.delete(&page_key(&r.id))?,
+                        Place::Packed { pack, .. } => self.store.delete(&pack_key(&pack))?,
+                        Place::Here { .. } => {}
+                    }
                 }
                 if let Some(k) = root_key(&e.file) {
                     self.store.delete(&k)?;
@@ -362,5 +422,8 @@ mod tests {
         assert_eq!(page_of(&format!("index/r{}", "ab".repeat(32))), None);
         assert_eq!(page_of(&format!("index/p{}", "zz".repeat(32))), None);
         assert_eq!(page_of(&format!("streams/p{}", "ab".repeat(32))), None);
+        assert_eq!(pack_of(&pack_key(&id)), Some(id));
+        assert_eq!(pack_of(&page_key(&id)), None);
+        assert_eq!(page_of(&pack_key(&id)), None);
     }
 }

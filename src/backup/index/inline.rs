@@ -172,11 +172,12 @@ impl Repository {
         let (tx, rx) = sync_channel(IN_FLIGHT);
         let store: Arc<dyn Store> = Arc::clone(self.store());
         let key = self.page_name_key();
+        let seal = self.page_sealer();
         let file = file.to_owned();
         let thread = std::thread::Builder::new()
             .name("index".into())
             .spawn(move || {
-                let sp = StorePages { store: &*store };
+                let sp = StorePages::new(&*store, seal);
                 let pages = Pages::new(&sp, key);
                 let mut input = ChannelReader::new(rx);
                 let r = index_stream(&pages, &mut input, &file, &parent);

@@ -39,11 +39,11 @@ pub mod tree;
 #[cfg(test)]
 mod tests;
 
-pub use apply::{IndexRoot, Indexer, Snapshots, index_stream};
+pub use apply::{IndexRoot, Indexer, RootPlace, Snapshots, index_stream};
 pub use check::Sweep;
 pub use inline::{IndexTee, InlineIndex};
 pub use read::{DataSource, Snapshot};
-pub use tree::{PageId, PageStore, Pages, Tree};
+pub use tree::{PackId, PageId, PageRef, PageStore, Pages, Place, Tree};
 
 /// What went wrong reading or building an index.
 #[derive(Debug, thiserror::Error)]

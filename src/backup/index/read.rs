@@ -65,7 +65,7 @@ impl<'p, 's> Snapshot<'p, 's> {
     /// The snapshot whose index is `root`.
     pub fn open(pages: &'p Pages<'s>, root: IndexRoot) -> Snapshot<'p, 's> {
         Snapshot {
-            tree: Tree::open(pages, root.tree),
+            tree: Tree::open(pages, root.top()),
             root,
         }
     }

@@ -2,14 +2,16 @@
 //! the data source, and `backup index`, which builds what is missing.
 //!
 //! ```text
-//! REPO/index/pHEX                   a page (zstd of its bytes), HEX its 64-digit name
+//! REPO/index/kHEX                   a pack: the pages one flush made, each zstd of its bytes
+//! REPO/index/pHEX                   a page of its own (indexes made before packs)
 //! REPO/index/rNAME.json             the root of the index of the stream streams/NAME.btrs.zst
 //! ```
 //!
-//! In an encrypted repository both are sealed as catalogs are (under the
-//! write key, bound to their object key), and page names are keyed by a
-//! key derived from the write key, so neither contents nor equal pages
-//! show to the storage.
+//! In an encrypted repository roots are sealed as catalogs are (under the
+//! write key, bound to their object key), and so is each page in a pack,
+//! on its own (bound to its page's name: one page is read with one ranged
+//! read); page and pack names are keyed by a key derived from the write
+//! key, so neither contents nor equal pages show to the storage.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -19,12 +21,13 @@ use std::rc::Rc;
 use super::IndexError;
 use super::apply::{IndexRoot, Snapshots, index_stream};
 use super::read::{DataSource, Snapshot};
-use super::tree::{PageId, PageStore, Pages};
+use super::tree::{PackId, PageId, PageRef, PageStore, Pages, Place};
 use crate::backup::catalog::Catalog;
+use crate::backup::crypt::seal::SealKey;
 use crate::backup::entry::Entry;
 use crate::backup::file::StreamFile;
 use crate::backup::lock::LockKind;
-use crate::backup::store::{Store, check_key};
+use crate::backup::store::{Store, StoreError, check_key};
 use crate::backup::{BackupError, Repository, STREAMS_DIR};
 use crate::progress::Progress;
 
@@ -43,10 +46,22 @@ fn hex(b: &[u8]) -> String {
     super::hex(b)
 }
 
-/// The key of page `id`.
+/// The key of page `id` as an object of its own (indexes made before
+/// packs), and the name a sealed page in a pack is bound to.
 pub fn page_key(id: &PageId) -> String {
     format!("{INDEX_DIR}p{}", hex(id))
 }
+
+/// What the keys of packs start with.
+pub const PACK_PREFIX: &str = "index/k";
+
+/// The key of pack `id`.
+pub fn pack_key(id: &PackId) -> String {
+    format!("{PACK_PREFIX}{}", hex(id))
+}
+
+/// The largest stored page a pack's reference may name.
+const MAX_BLOB: u64 = 2 << 20;
 
 /// The key of the root of the index of the stream `file`
 /// (`streams/NAME.btrs.zst`).
@@ -55,46 +70,130 @@ pub fn root_key(file: &str) -> Option<String> {
     Some(format!("{INDEX_DIR}r{name}.json"))
 }
 
+/// What seals each page of a pack in an encrypted repository: the key
+/// and the repository's name the seal binds to.
+#[derive(Clone)]
+pub(super) struct Sealer {
+    key: SealKey,
+    repo: String,
+}
+
 /// A repository's store as a page store.
 pub(super) struct StorePages<'r> {
     pub(super) store: &'r dyn Store,
+    seal: Option<Sealer>,
+    /// One compressor for every page (a context a page costs more than
+    /// the page).
+    zstd: RefCell<Option<zstd::bulk::Compressor<'static>>>,
 }
 
 impl PageStore for StorePages<'_> {
-    fn get(&self, id: &PageId) -> Result<Vec<u8>, IndexError> {
-        let key = page_key(id);
-        let packed = match self.store.get(&key, None) {
-            Ok(b) => b,
-            Err(e) if e.is_not_found() => return Err(IndexError::MissingPage { id: *id }),
-            Err(e) => return Err(IndexError::Store(e.to_string())),
+    fn get(&self, r: &PageRef) -> Result<Vec<u8>, IndexError> {
+        let id = &r.id;
+        let missing = |e: StoreError| match e.is_not_found() {
+            true => IndexError::MissingPage { id: *id },
+            false => IndexError::Store(e.to_string()),
         };
-        let mut out = Vec::new();
-        zstd::Decoder::new(&packed[..])
-            .and_then(|d| d.take(MAX_PAGE_BYTES as u64 + 1).read_to_end(&mut out))
-            .map_err(|e| IndexError::Page {
-                id: *id,
-                reason: format!("does not decompress: {e}"),
-            })?;
-        if out.len() > MAX_PAGE_BYTES {
-            return Err(IndexError::Page {
-                id: *id,
-                reason: "larger than any page".into(),
-            });
+        match r.place {
+            // Sealed whole, when sealed: the store opens it.
+            Place::Object => {
+                let z = self.store.get(&page_key(id), None).map_err(missing)?;
+                unpack(id, &z)
+            }
+            Place::Packed { pack, offset, len } => {
+                if len == 0 || len > MAX_BLOB {
+                    return Err(IndexError::Page {
+                        id: *id,
+                        reason: format!("a reference to {len} stored bytes"),
+                    });
+                }
+                let end = offset.checked_add(len).ok_or_else(|| IndexError::Page {
+                    id: *id,
+                    reason: "a reference past 2^64".into(),
+                })?;
+                let blob = self
+                    .store
+                    .get(&pack_key(&pack), Some(offset..end))
+                    .map_err(missing)?;
+                self.page_of_blob(id, &blob)
+            }
+            Place::Here { .. } => Err(IndexError::MissingPage { id: *id }),
         }
-        Ok(out)
     }
 
-    fn put_all(&self, pages: Vec<(PageId, Vec<u8>)>) -> Result<(), IndexError> {
-        let mut z = zstd::bulk::Compressor::new(3).map_err(|e| IndexError::Store(e.to_string()))?;
-        let items = pages
-            .iter()
-            .map(|(id, bytes)| Ok((page_key(id), z.compress(bytes)?)))
-            .collect::<std::io::Result<Vec<_>>>()
+    fn blob(&self, id: &PageId, page: &[u8]) -> Result<Vec<u8>, IndexError> {
+        let mut zstd = self.zstd.borrow_mut();
+        let c = match &mut *zstd {
+            Some(c) => c,
+            None => zstd.insert(
+                zstd::bulk::Compressor::new(3).map_err(|e| IndexError::Store(e.to_string()))?,
+            ),
+        };
+        let z = c
+            .compress(page)
             .map_err(|e| IndexError::Store(e.to_string()))?;
+        match &self.seal {
+            None => Ok(z),
+            Some(s) => s
+                .key
+                .seal(&s.repo, &page_key(id), &z)
+                .map_err(IndexError::Store),
+        }
+    }
+
+    fn put_pack(&self, name: &PackId, bytes: Vec<u8>, _: &[PageRef]) -> Result<(), IndexError> {
         self.store
-            .put_all_if_absent(&items)
+            .put_if_absent(&pack_key(name), &bytes)
+            .map(drop)
             .map_err(|e| IndexError::Store(e.to_string()))
     }
+}
+
+impl<'r> StorePages<'r> {
+    /// The pages in `store`, sealed with `seal` (an encrypted repository).
+    pub(super) fn new(store: &'r dyn Store, seal: Option<Sealer>) -> StorePages<'r> {
+        StorePages {
+            store,
+            seal,
+            zstd: RefCell::new(None),
+        }
+    }
+
+    /// The bytes of page `id` from its blob in a pack (see
+    /// [`PageStore::blob`]).
+    pub(super) fn page_of_blob(&self, id: &PageId, blob: &[u8]) -> Result<Vec<u8>, IndexError> {
+        match &self.seal {
+            None => unpack(id, blob),
+            Some(s) => {
+                let z = s
+                    .key
+                    .open(&s.repo, &page_key(id), blob)
+                    .map_err(|e| IndexError::Page {
+                        id: *id,
+                        reason: e.to_string(),
+                    })?;
+                unpack(id, &z)
+            }
+        }
+    }
+}
+
+/// Page `id`'s bytes from their zstd, bounded.
+fn unpack(id: &PageId, z: &[u8]) -> Result<Vec<u8>, IndexError> {
+    let mut out = Vec::new();
+    zstd::Decoder::new(z)
+        .and_then(|d| d.take(MAX_PAGE_BYTES as u64 + 1).read_to_end(&mut out))
+        .map_err(|e| IndexError::Page {
+            id: *id,
+            reason: format!("does not decompress: {e}"),
+        })?;
+    if out.len() > MAX_PAGE_BYTES {
+        return Err(IndexError::Page {
+            id: *id,
+            reason: "larger than any page".into(),
+        });
+    }
+    Ok(out)
 }
 
 /// A decompressed frame: its file, its number, its raw bytes.
@@ -240,6 +339,20 @@ impl Repository {
         }
     }
 
+    /// What seals index pages in packs: the write key's, in an encrypted
+    /// repository.
+    pub(super) fn page_sealer(&self) -> Option<Sealer> {
+        self.keys.as_ref().map(|k| Sealer {
+            key: k.write.seal_key(),
+            repo: k.repo.clone(),
+        })
+    }
+
+    /// The repository's index pages.
+    pub(super) fn page_store(&self) -> StorePages<'_> {
+        StorePages::new(&**self.store(), self.page_sealer())
+    }
+
     /// The root of `e`'s index, checked against the catalog: every source
     /// it names is a stream of one of the catalog's entries.
     ///
@@ -351,9 +464,7 @@ impl Repository {
         report: &mut IndexReport,
         progress: &dyn Progress,
     ) {
-        let store = StorePages {
-            store: &**self.store(),
-        };
+        let store = self.page_store();
         let pages = Pages::new(&store, self.page_name_key());
         let known = CatalogIndexes { repo: self, cat };
         for e in todo {
@@ -408,9 +519,7 @@ impl Repository {
             }
             r => r?,
         };
-        let store = StorePages {
-            store: &**self.store(),
-        };
+        let store = self.page_store();
         let pages = Pages::new(&store, self.page_name_key());
         let snap = Snapshot::open(&pages, root);
         let data = RepoData::new(self, cat);

@@ -5,7 +5,7 @@ use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
 use std::io::Read;
 
-use super::tree::{Pages, Tree};
+use super::tree::{PageRef, Pages, Place, Tree};
 use super::{DataSource, IndexError, IndexRoot, Snapshot, Snapshots, index_stream};
 use crate::manifest::{self, Options};
 use crate::testing::FixtureMeta;
@@ -70,7 +70,7 @@ fn tree_agrees_with_a_btreemap_through_inserts_removes_and_flushes() {
             .map(|(k, v)| (k.clone(), v.clone()));
         assert_eq!(t.floor(probe.as_bytes()).unwrap(), want, "{probe}");
     }
-    assert!(mem.map().len() > 100, "the tree spans many pages");
+    assert!(mem.pages().len() > 100, "the tree spans many pages");
 }
 
 #[test]
@@ -81,13 +81,19 @@ fn a_damaged_or_missing_page_is_an_error_not_an_answer() {
     for i in 0..5_000u32 {
         tree.insert(&i.to_be_bytes(), b"value").unwrap();
     }
+    tree.flush().unwrap();
+    // A second flush: the new root's pack is not the leaf's.
+    tree.insert(&u32::MAX.to_be_bytes(), b"value").unwrap();
     let root = tree.flush().unwrap().unwrap();
-    let leaf = {
-        let store = mem.map();
-        *store.keys().find(|id| **id != root).unwrap()
+    // The first page stored: the leftmost leaf, in the first pack.
+    let leaf = mem.pages()[0];
+    let pack = |r: PageRef| match r.place {
+        Place::Packed { pack, .. } => pack,
+        p => panic!("{p:?}"),
     };
+    assert_ne!(pack(leaf), pack(root));
     // A flipped byte: the page no longer matches its name.
-    mem.map().get_mut(&leaf).unwrap()[3] ^= 1;
+    assert!(mem.damage(&leaf, |b| b[3] ^= 1));
     let fresh = Pages::new(&mem, [1; 32]);
     let t = Tree::open(&fresh, Some(root));
     let mut seen = 0;
@@ -96,11 +102,11 @@ fn a_damaged_or_missing_page_is_an_error_not_an_answer() {
         Ok(std::ops::ControlFlow::Continue(()))
     });
     assert!(
-        matches!(r, Err(IndexError::Page { id, .. }) if id == leaf),
+        matches!(r, Err(IndexError::Page { id, .. }) if id == leaf.id),
         "{r:?}"
     );
-    // Missing.
-    mem.map().remove(&leaf);
+    // Missing: its pack is gone, the root's is there.
+    mem.remove(&leaf);
     let fresh = Pages::new(&mem, [1; 32]);
     let t = Tree::open(&fresh, Some(root));
     let r = t.scan(b"", &mut |_, _| Ok(std::ops::ControlFlow::Continue(())));
@@ -382,4 +388,56 @@ fn hostile_streams_are_refused_with_the_command_named() {
     let pages = Pages::new(&mem, [0; 32]);
     let r = index_stream(&pages, &raw[..], "s", &Known::default());
     assert!(r.is_err(), "{r:?}");
+}
+
+#[test]
+fn indexes_made_before_packs_are_read_and_built_on() {
+    // Every fixture with incremental pairs: each full stream's index is
+    // stored again as objects (as indexes made before packs are), must
+    // list what it did, and the pairs are indexed on those.
+    let (mut pairs, mut internal) = (0, 0);
+    for fx in FixtureMeta::all().unwrap() {
+        if fx.pairs.is_empty() {
+            continue;
+        }
+        let mem = Mem::default();
+        let pages = Pages::new(&mem, [0; 32]);
+        let mut streams = Streams::default();
+        let known = Known::default();
+        for snap in &fx.snapshots {
+            let path = fx.full_stream(snap, "v2c");
+            if path.is_file() {
+                index_and_check(&fx, &pages, &mut streams, &known, &path, snap);
+            }
+        }
+        let opts = Options { holes: false };
+        for root in known.0.borrow_mut().values_mut() {
+            let packed = Snapshot::open(&pages, root.clone())
+                .manifest(opts, &streams)
+                .unwrap();
+            let top = root.top().unwrap();
+            let id = super::tree::as_objects(&pages, &mem, &top);
+            // A tree of more than one page has internal pages, which change.
+            internal += usize::from(id != top.id);
+            root.set_top(Some(PageRef {
+                id,
+                place: Place::Object,
+            }));
+            assert!(root.at.is_none());
+            let fresh = Pages::new(&mem, [0; 32]);
+            let old = Snapshot::open(&fresh, root.clone())
+                .manifest(opts, &streams)
+                .unwrap();
+            assert_eq!(old, packed, "{}", fx.name());
+        }
+        for pair in &fx.pairs {
+            let path = fx.inc_stream(pair, "v2c");
+            if path.is_file() {
+                index_and_check(&fx, &pages, &mut streams, &known, &path, &pair.child);
+                pairs += 1;
+            }
+        }
+    }
+    assert!(pairs > 5, "{pairs} pairs");
+    assert!(internal > 0, "no tree had internal pages");
 }

@@ -5,14 +5,25 @@
 //! BLAKE3 ([`Pages::id_of`]), so an index derived from its parent's shares
 //! every page the stream did not touch. Changing a tree copies the path
 //! from the root to the changed leaf into memory (dirty nodes); a flush
-//! writes the dirty nodes bottom-up as new pages and leaves their ids in
-//! the parents, so the dirty part, not the tree, bounds the memory
-//! ([`Tree::flush_if_over`]).
+//! writes the dirty nodes bottom-up as new pages and leaves their
+//! references in the parents, so the dirty part, not the tree, bounds the
+//! memory ([`Tree::flush_if_over`]).
+//!
+//! The pages of one flush are stored together as one pack: a page is a
+//! range of a pack, and a parent's reference to a child names the child
+//! and where it lies ([`PageRef`]): making one object a flush, not one a
+//! page, is what keeps indexing a tree of many small files cheap. A child
+//! in its parent's own pack is referred to by its range alone, so a pack
+//! is named after it is written, by its pages' names and lengths: an
+//! index built again from the same stream is made of the same packs.
+//! Indexes made before packs stored each page as an object of its own;
+//! they are read as they are ([`Place::Object`]).
 //!
 //! Pages come from a hostile store: a page is checked against its id
 //! before it is parsed, its parse checks every length, and keys must be
 //! strictly ascending within a node; a page that fails is an error naming
-//! its id, never a wrong answer.
+//! its id, never a wrong answer. A reference's place is a hint the page's
+//! name then checks: the tree's contents follow from the root's name.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -24,6 +35,44 @@ use super::IndexError;
 /// The name of a page: its keyed BLAKE3.
 pub type PageId = [u8; 32];
 
+/// The name of a pack: the keyed BLAKE3 of its pages' names and stored
+/// lengths.
+pub type PackId = [u8; 32];
+
+/// Where a page's stored bytes are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Place {
+    /// An object of its own, named after the page (indexes made before
+    /// packs).
+    Object,
+    /// A range of a stored pack.
+    Packed {
+        /// The pack.
+        pack: PackId,
+        /// Where the page's stored bytes start in it.
+        offset: u64,
+        /// Their length.
+        len: u64,
+    },
+    /// A range of the pack the flush under way is writing (named at its
+    /// end).
+    Here {
+        /// Where the page's stored bytes start in it.
+        offset: u64,
+        /// Their length.
+        len: u64,
+    },
+}
+
+/// A page: its name and where it is stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PageRef {
+    /// The page's name.
+    pub id: PageId,
+    /// Where it is.
+    pub place: Place,
+}
+
 /// A node grows up to this many encoded bytes before it is split (a single
 /// entry larger than this, e.g. a 64 KiB xattr value, gets a page alone).
 const MAX_PAGE: usize = 16 * 1024;
@@ -34,21 +83,38 @@ const CACHE_PAGES: usize = 4096;
 
 /// Where pages are read from and written to.
 pub trait PageStore {
-    /// The bytes of page `id` (checked by the caller against `id`).
+    /// The bytes of page `r` (checked by the caller against its name),
+    /// from what is stored (never asked for a page of the pack being
+    /// written).
     ///
     /// # Errors
     ///
     /// The page is missing or cannot be read.
-    fn get(&self, id: &PageId) -> Result<Vec<u8>, IndexError>;
+    fn get(&self, r: &PageRef) -> Result<Vec<u8>, IndexError>;
 
-    /// Store each of `pages` (an id and its bytes; a page already stored
-    /// may be stored again: it has the same bytes). All are stored when
+    /// What a pack holds for page `id` whose bytes are `page` (the store's
+    /// encoding of them: compressed, sealed): the same length whenever the
+    /// same page is stored.
+    ///
+    /// # Errors
+    ///
+    /// The page cannot be encoded.
+    fn blob(&self, id: &PageId, page: &[u8]) -> Result<Vec<u8>, IndexError>;
+
+    /// Store the pack `name`, `bytes` made of the blobs of `members` (at
+    /// their [`Place::Here`] ranges), unless a pack of that name is there
+    /// (it then holds the same pages at the same ranges). Stored when
     /// this returns.
     ///
     /// # Errors
     ///
-    /// A page cannot be written.
-    fn put_all(&self, pages: Vec<(PageId, Vec<u8>)>) -> Result<(), IndexError>;
+    /// The pack cannot be written.
+    fn put_pack(
+        &self,
+        name: &PackId,
+        bytes: Vec<u8>,
+        members: &[PageRef],
+    ) -> Result<(), IndexError>;
 }
 
 /// A page store with its naming key: the store, and the BLAKE3 key that
@@ -57,9 +123,18 @@ pub trait PageStore {
 pub struct Pages<'s> {
     store: &'s dyn PageStore,
     key: [u8; 32],
-    cache: RefCell<HashMap<PageId, Arc<Node>>>,
-    /// Pages made by a flush, stored together at its end.
-    pending: RefCell<Vec<(PageId, Vec<u8>)>>,
+    /// Decoded pages by reference (the place too: a walk that marks the
+    /// packs in use must see each page where its parent says it is).
+    cache: RefCell<HashMap<PageRef, Arc<Node>>>,
+    /// The pack a flush is making, stored at its end.
+    pack: RefCell<PackBuf>,
+}
+
+/// A pack being made: its bytes and its pages.
+#[derive(Default)]
+struct PackBuf {
+    bytes: Vec<u8>,
+    members: Vec<PageRef>,
 }
 
 impl<'s> Pages<'s> {
@@ -69,7 +144,7 @@ impl<'s> Pages<'s> {
             store,
             key,
             cache: RefCell::new(HashMap::new()),
-            pending: RefCell::new(Vec::new()),
+            pack: RefCell::new(PackBuf::default()),
         }
     }
 
@@ -78,44 +153,77 @@ impl<'s> Pages<'s> {
         *blake3::keyed_hash(&self.key, bytes).as_bytes()
     }
 
-    fn load(&self, id: &PageId) -> Result<Arc<Node>, IndexError> {
-        if let Some(n) = self.cache.borrow().get(id) {
+    fn load(&self, r: &PageRef) -> Result<Arc<Node>, IndexError> {
+        if let Some(n) = self.cache.borrow().get(r) {
             return Ok(Arc::clone(n));
         }
-        let bytes = self.store.get(id)?;
-        if self.id_of(&bytes) != *id {
+        let from = match r.place {
+            Place::Object => None,
+            Place::Packed { pack, .. } => Some(pack),
+            Place::Here { .. } => {
+                return Err(IndexError::Page {
+                    id: r.id,
+                    reason: "read from a pack not yet written".into(),
+                });
+            }
+        };
+        let bytes = self.store.get(r)?;
+        if self.id_of(&bytes) != r.id {
             return Err(IndexError::Page {
-                id: *id,
+                id: r.id,
                 reason: "its contents do not match its name".into(),
             });
         }
-        let node = Arc::new(decode(&bytes).map_err(|reason| IndexError::Page {
-            id: *id,
-            reason: reason.into(),
-        })?);
+        let node = Arc::new(
+            decode(&bytes, from.as_ref()).map_err(|reason| IndexError::Page {
+                id: r.id,
+                reason: reason.into(),
+            })?,
+        );
         let mut cache = self.cache.borrow_mut();
         if cache.len() >= CACHE_PAGES {
             cache.clear();
         }
-        cache.insert(*id, Arc::clone(&node));
+        cache.insert(*r, Arc::clone(&node));
         Ok(node)
     }
 
-    /// Name `node`'s page and keep it for [`commit`](Self::commit).
-    fn store(&self, node: &Node) -> PageId {
+    /// Add `node`'s page to the pack being made; its reference there.
+    fn store(&self, node: &Node) -> Result<PageRef, IndexError> {
         let bytes = encode(node);
         let id = self.id_of(&bytes);
-        self.pending.borrow_mut().push((id, bytes));
-        id
+        let blob = self.store.blob(&id, &bytes)?;
+        let mut p = self.pack.borrow_mut();
+        let r = PageRef {
+            id,
+            place: Place::Here {
+                offset: p.bytes.len() as u64,
+                len: blob.len() as u64,
+            },
+        };
+        p.bytes.extend_from_slice(&blob);
+        p.members.push(r);
+        Ok(r)
     }
 
-    /// Store the pages kept since the last commit.
-    fn commit(&self) -> Result<(), IndexError> {
-        let pages = std::mem::take(&mut *self.pending.borrow_mut());
-        if pages.is_empty() {
-            return Ok(());
+    /// Store the pack made since the last commit; its name (`None`: no
+    /// page was made).
+    fn commit(&self) -> Result<Option<PackId>, IndexError> {
+        let p = std::mem::take(&mut *self.pack.borrow_mut());
+        if p.members.is_empty() {
+            return Ok(None);
         }
-        self.store.put_all(pages)
+        let mut h = blake3::Hasher::new_keyed(&self.key);
+        h.update(b"btrsend index pack\0");
+        for m in &p.members {
+            h.update(&m.id);
+            if let Place::Here { len, .. } = m.place {
+                h.update(&len.to_le_bytes());
+            }
+        }
+        let name = *h.finalize().as_bytes();
+        self.store.put_pack(&name, p.bytes, &p.members)?;
+        Ok(Some(name))
     }
 }
 
@@ -134,12 +242,23 @@ pub(crate) enum Node {
 /// A child of an internal node: a stored page, or a node changed since.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Child {
-    Stored(PageId),
+    Stored(PageRef),
     Dirty(Box<Node>),
 }
 
 const LEAF: u8 = 1;
-const INTERNAL: u8 = 2;
+/// An internal node whose children are objects of their own (before packs).
+const INTERNAL_OBJECTS: u8 = 2;
+/// An internal node whose children are references with places.
+const INTERNAL: u8 = 3;
+
+/// How a child's place is written after its name.
+const AT_OBJECT: u64 = 0;
+const AT_PACK: u64 = 1;
+const AT_SAME_PACK: u64 = 2;
+
+/// The most a child's reference takes: name, tag, pack, offset, length.
+const CHILD_REF: usize = 32 + 1 + 32 + 10 + 10;
 
 fn put_varint(out: &mut Vec<u8>, mut v: u64) {
     while v >= 0x80 {
@@ -206,10 +325,24 @@ pub(crate) fn encode(node: &Node) -> Vec<u8> {
             for (k, c) in children {
                 put_varint(&mut out, k.len() as u64);
                 out.extend_from_slice(k);
-                match c {
-                    Child::Stored(id) => out.extend_from_slice(id),
+                let Child::Stored(r) = c else {
                     // Callers flush children first.
-                    Child::Dirty(_) => unreachable!("encode of a node with a dirty child"),
+                    unreachable!("encode of a node with a dirty child")
+                };
+                out.extend_from_slice(&r.id);
+                match r.place {
+                    Place::Object => put_varint(&mut out, AT_OBJECT),
+                    Place::Packed { pack, offset, len } => {
+                        put_varint(&mut out, AT_PACK);
+                        out.extend_from_slice(&pack);
+                        put_varint(&mut out, offset);
+                        put_varint(&mut out, len);
+                    }
+                    Place::Here { offset, len } => {
+                        put_varint(&mut out, AT_SAME_PACK);
+                        put_varint(&mut out, offset);
+                        put_varint(&mut out, len);
+                    }
                 }
             }
         }
@@ -217,8 +350,10 @@ pub(crate) fn encode(node: &Node) -> Vec<u8> {
     out
 }
 
-/// Parse a page, checking every length and the order of keys.
-pub(crate) fn decode(bytes: &[u8]) -> Result<Node, &'static str> {
+/// Parse a page, checking every length and the order of keys; `pack` is
+/// the pack it was read from (none: an object of its own), where its
+/// children in the same pack are.
+pub(crate) fn decode(bytes: &[u8], pack: Option<&PackId>) -> Result<Node, &'static str> {
     let (&kind, rest) = bytes.split_first().ok_or("empty page")?;
     let mut c = Cursor(rest);
     let n = c.varint()?;
@@ -243,16 +378,34 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<Node, &'static str> {
             let size = leaf_size(&entries);
             Node::Leaf(entries, size)
         }
-        INTERNAL => {
+        INTERNAL | INTERNAL_OBJECTS => {
             let mut children: Vec<(Vec<u8>, Child)> = Vec::with_capacity(n as usize);
             for i in 0..n {
                 let k = c.lv()?.to_vec();
                 let id: PageId = c.bytes(32)?.try_into().map_err(|_| "truncated")?;
+                let place = if kind == INTERNAL_OBJECTS {
+                    Place::Object
+                } else {
+                    match c.varint()? {
+                        AT_OBJECT => Place::Object,
+                        AT_PACK => {
+                            let pack: PackId = c.bytes(32)?.try_into().map_err(|_| "truncated")?;
+                            let (offset, len) = (c.varint()?, c.varint()?);
+                            Place::Packed { pack, offset, len }
+                        }
+                        AT_SAME_PACK => {
+                            let pack = *pack.ok_or("a same-pack child of a page outside a pack")?;
+                            let (offset, len) = (c.varint()?, c.varint()?);
+                            Place::Packed { pack, offset, len }
+                        }
+                        _ => return Err("unknown kind of child reference"),
+                    }
+                };
                 if i == 0 && !k.is_empty() || i > 0 && children.last().is_some_and(|(p, _)| *p >= k)
                 {
                     return Err("keys out of order");
                 }
-                children.push((k, Child::Stored(id)));
+                children.push((k, Child::Stored(PageRef { id, place })));
             }
             if children.is_empty() {
                 return Err("empty internal node");
@@ -279,8 +432,12 @@ fn leaf_size(e: &[(Vec<u8>, Vec<u8>)]) -> usize {
     e.iter().map(|(k, v)| entry_size(k, v.len())).sum::<usize>() + NODE_HEADER
 }
 
+fn child_size(k: &[u8]) -> usize {
+    varint_len(k.len()) + k.len() + CHILD_REF
+}
+
 fn internal_size(c: &[(Vec<u8>, Child)]) -> usize {
-    c.iter().map(|(k, _)| entry_size(k, 32)).sum::<usize>() + NODE_HEADER
+    c.iter().map(|(k, _)| child_size(k)).sum::<usize>() + NODE_HEADER
 }
 
 /// Where a split cuts `sizes` (at least one entry on each side): the first
@@ -333,7 +490,7 @@ pub struct Tree<'p, 's> {
 
 impl<'p, 's> Tree<'p, 's> {
     /// The tree whose root page is `root` (`None`: empty).
-    pub fn open(pages: &'p Pages<'s>, root: Option<PageId>) -> Tree<'p, 's> {
+    pub fn open(pages: &'p Pages<'s>, root: Option<PageRef>) -> Tree<'p, 's> {
         Tree {
             pages,
             root: root.map(Child::Stored),
@@ -428,13 +585,57 @@ impl<'p, 's> Tree<'p, 's> {
             None => root,
             Some((sep, right)) => {
                 self.dirty += 2;
-                let size = entry_size(&[], 32) + entry_size(&sep, 32) + NODE_HEADER;
+                let size = child_size(&[]) + child_size(&sep) + NODE_HEADER;
                 Child::Dirty(Box::new(Node::Internal(
                     vec![(Vec::new(), root), (sep, Child::Dirty(Box::new(right)))],
                     size,
                 )))
             }
         });
+        Ok(())
+    }
+
+    /// Set each key of `items` (ascending, no key twice) to its value:
+    /// what [`insert`](Self::insert) of each does, with one descent for
+    /// the keys that fall in one leaf, and nodes that a run of keys
+    /// overfills cut into full pages rather than halves.
+    ///
+    /// # Errors
+    ///
+    /// A page on the way is missing or damaged.
+    pub fn insert_sorted(&mut self, items: Vec<Record>) -> Result<(), IndexError> {
+        debug_assert!(items.windows(2).all(|w| w[0].0 < w[1].0));
+        let mut items = items.into_iter().peekable();
+        if self.root.is_none() {
+            let Some((k, v)) = items.next() else {
+                return Ok(());
+            };
+            self.insert(&k, &v)?;
+        }
+        let Some(mut root) = self.root.take() else {
+            unreachable!("made above")
+        };
+        let r = insert_run(self.pages, &mut self.dirty, &mut root, &mut items, None);
+        self.root = Some(root);
+        let mut right = r?;
+        while !right.is_empty() {
+            // The root split: a new root over it and its new siblings.
+            let Some(old) = self.root.take() else {
+                unreachable!("put back above")
+            };
+            let mut c = Vec::with_capacity(right.len() + 1);
+            c.push((Vec::new(), old));
+            c.extend(
+                right
+                    .drain(..)
+                    .map(|(sep, n)| (sep, Child::Dirty(Box::new(n)))),
+            );
+            self.dirty += c.len();
+            let size = internal_size(&c);
+            let mut top = Node::Internal(c, size);
+            right = cut(&mut top);
+            self.root = Some(Child::Dirty(Box::new(top)));
+        }
         Ok(())
     }
 
@@ -474,22 +675,26 @@ impl<'p, 's> Tree<'p, 's> {
         Ok(value)
     }
 
-    /// Write every changed node as a page; the root's id (`None`: empty).
+    /// Write every changed node as a page, all in one pack; the root page
+    /// (`None`: empty).
     ///
     /// # Errors
     ///
     /// A page cannot be written.
-    pub fn flush(&mut self) -> Result<Option<PageId>, IndexError> {
+    pub fn flush(&mut self) -> Result<Option<PageRef>, IndexError> {
         let Some(root) = &mut self.root else {
             return Ok(None);
         };
-        flush_in(self.pages, root);
-        self.pages.commit()?;
+        flush_in(self.pages, root)?;
+        let pack = self.pages.commit()?;
         self.dirty = 0;
-        match root {
-            Child::Stored(id) => Ok(Some(*id)),
-            Child::Dirty(_) => unreachable!("flushed"),
+        let Child::Stored(r) = root else {
+            unreachable!("flushed")
+        };
+        if let (Place::Here { offset, len }, Some(pack)) = (r.place, pack) {
+            r.place = Place::Packed { pack, offset, len };
         }
+        Ok(Some(*r))
     }
 
     /// [`flush`](Self::flush) when more than `limit` nodes are in memory.
@@ -522,19 +727,22 @@ impl<'p, 's> Tree<'p, 's> {
 /// says an internal page must.
 pub fn walk_pages(
     pages: &Pages<'_>,
-    root: PageId,
+    root: PageRef,
     read_leaves: bool,
-    seen: &mut std::collections::HashSet<PageId>,
-    mut damaged: Option<&mut Vec<PageId>>,
+    seen: &mut std::collections::HashSet<PageRef>,
+    mut damaged: Option<&mut Vec<PageRef>>,
 ) -> Result<(), IndexError> {
     let mut height = 0usize;
-    let mut id = root;
+    let mut at = root;
     loop {
-        match &*pages.load(&id)? {
+        let Some(node) = load_or_note(pages, at, &mut damaged)? else {
+            return Ok(());
+        };
+        match &*node {
             Node::Leaf(..) => break,
             Node::Internal(c, _) => match c.first() {
                 Some((_, Child::Stored(first))) => {
-                    id = *first;
+                    at = *first;
                     height += 1;
                 }
                 _ => break,
@@ -544,29 +752,41 @@ pub fn walk_pages(
     walk_below(pages, root, height, read_leaves, seen, &mut damaged)
 }
 
+/// Page `at`; `None` when it is damaged and `damaged` collects it (it is
+/// added there).
+fn load_or_note(
+    pages: &Pages<'_>,
+    at: PageRef,
+    damaged: &mut Option<&mut Vec<PageRef>>,
+) -> Result<Option<Arc<Node>>, IndexError> {
+    match pages.load(&at) {
+        Ok(n) => Ok(Some(n)),
+        Err(IndexError::Page { .. }) if damaged.is_some() => {
+            if let Some(d) = damaged {
+                d.push(at);
+            }
+            Ok(None)
+        }
+        Err(e) => Err(e),
+    }
+}
+
 fn walk_below(
     pages: &Pages<'_>,
-    id: PageId,
+    at: PageRef,
     height: usize,
     read_leaves: bool,
-    seen: &mut std::collections::HashSet<PageId>,
-    damaged: &mut Option<&mut Vec<PageId>>,
+    seen: &mut std::collections::HashSet<PageRef>,
+    damaged: &mut Option<&mut Vec<PageRef>>,
 ) -> Result<(), IndexError> {
-    if !seen.insert(id) {
+    if !seen.insert(at) {
         return Ok(());
     }
     if height == 0 && !read_leaves {
         return Ok(());
     }
-    let node = match pages.load(&id) {
-        Ok(n) => n,
-        Err(IndexError::Page { id, .. }) if damaged.is_some() => {
-            if let Some(d) = damaged {
-                d.push(id);
-            }
-            return Ok(());
-        }
-        Err(e) => return Err(e),
+    let Some(node) = load_or_note(pages, at, damaged)? else {
+        return Ok(());
     };
     match (&*node, height) {
         (Node::Leaf(..), 0) => Ok(()),
@@ -580,12 +800,12 @@ fn walk_below(
         }
         _ => {
             let e = IndexError::Page {
-                id,
+                id: at.id,
                 reason: "its depth in the tree is not its kind's".into(),
             };
             match damaged {
                 Some(d) => {
-                    d.push(id);
+                    d.push(at);
                     Ok(())
                 }
                 None => Err(e),
@@ -597,7 +817,7 @@ fn walk_below(
 fn node<'a>(pages: &Pages<'_>, child: &'a Child) -> Result<Loaded<'a>, IndexError> {
     match child {
         Child::Dirty(n) => Ok(Loaded::Borrowed(n)),
-        Child::Stored(id) => pages.load(id).map(Loaded::Shared),
+        Child::Stored(r) => pages.load(r).map(Loaded::Shared),
     }
 }
 
@@ -665,8 +885,8 @@ fn make_dirty<'a>(
     dirty: &mut usize,
     child: &'a mut Child,
 ) -> Result<&'a mut Node, IndexError> {
-    if let Child::Stored(id) = child {
-        let n = pages.load(id)?;
+    if let Child::Stored(r) = child {
+        let n = pages.load(r)?;
         *child = Child::Dirty(Box::new((*n).clone()));
         *dirty += 1;
     }
@@ -710,12 +930,12 @@ fn insert_in(
         Node::Internal(c, size) => {
             let i = child_for(c, key);
             if let Some((sep, right)) = insert_in(pages, dirty, &mut c[i].1, key, value)? {
-                *size += entry_size(&sep, 32);
+                *size += child_size(&sep);
                 c.insert(i + 1, (sep, Child::Dirty(Box::new(right))));
                 *dirty += 1;
             }
             if *size > MAX_PAGE && c.len() >= 2 {
-                let at = split_point(c.iter().map(|(k, _)| entry_size(k, 32)), *size);
+                let at = split_point(c.iter().map(|(k, _)| child_size(k)), *size);
                 let mut right = c.split_off(at);
                 let sep = std::mem::take(&mut right[0].0);
                 *size = internal_size(c);
@@ -724,6 +944,134 @@ fn insert_in(
             }
             Ok(None)
         }
+    }
+}
+
+/// The items a run takes: sorted records, consumed as they are inserted.
+type Items = std::iter::Peekable<std::vec::IntoIter<Record>>;
+
+/// Insert into the subtree at `child` every next item of `items` below
+/// `upper` (none: every one); the new right siblings the subtree's node
+/// was cut into (with their lowest keys), in order.
+fn insert_run(
+    pages: &Pages<'_>,
+    dirty: &mut usize,
+    child: &mut Child,
+    items: &mut Items,
+    upper: Option<&[u8]>,
+) -> Result<Vec<(Vec<u8>, Node)>, IndexError> {
+    let below = |k: &[u8]| upper.is_none_or(|u| k < u);
+    let n = make_dirty(pages, dirty, child)?;
+    match n {
+        Node::Leaf(e, size) => {
+            let mut run: Vec<Record> = Vec::new();
+            while let Some(item) = items.next_if(|(k, _)| below(k)) {
+                run.push(item);
+            }
+            if run.is_empty() {
+                return Ok(Vec::new());
+            }
+            // Merge the run into the leaf; a run key replaces the leaf's.
+            let old = std::mem::take(e);
+            let mut merged = Vec::with_capacity(old.len() + run.len());
+            let mut a = old.into_iter().peekable();
+            let mut b = run.into_iter().peekable();
+            loop {
+                let take_b = match (a.peek(), b.peek()) {
+                    (None, None) => break,
+                    (Some(_), None) => false,
+                    (None, Some(_)) => true,
+                    (Some(x), Some(y)) => match x.0.cmp(&y.0) {
+                        std::cmp::Ordering::Less => false,
+                        std::cmp::Ordering::Greater => true,
+                        std::cmp::Ordering::Equal => {
+                            a.next();
+                            true
+                        }
+                    },
+                };
+                // OK: peeked above.
+                merged.push(if take_b { b.next() } else { a.next() }.unwrap());
+            }
+            *e = merged;
+            *size = leaf_size(e);
+        }
+        Node::Internal(c, size) => {
+            let mut i = 0;
+            while let Some((k, _)) = items.peek() {
+                if !below(k) {
+                    break;
+                }
+                i = i.max(child_for(c, k));
+                let child_upper = match c.get(i + 1) {
+                    Some((sep, _)) => Some(sep.clone()),
+                    None => upper.map(<[u8]>::to_vec),
+                };
+                let right = insert_run(pages, dirty, &mut c[i].1, items, child_upper.as_deref())?;
+                let added = right.len();
+                *dirty += added;
+                c.splice(
+                    i + 1..i + 1,
+                    right
+                        .into_iter()
+                        .map(|(sep, n)| (sep, Child::Dirty(Box::new(n)))),
+                );
+                i += added;
+            }
+            *size = internal_size(c);
+        }
+    }
+    Ok(cut(n))
+}
+
+/// Cut `n`, if it outgrew a page, into pieces of at most a page (but for
+/// an entry alone larger): `n` keeps the first, the others (with their
+/// lowest keys) are returned. Pieces are filled in order, so keys that
+/// come in ascending order leave full pages behind them, and the last
+/// piece, where the next ones go, takes what is left.
+fn cut(n: &mut Node) -> Vec<(Vec<u8>, Node)> {
+    /// The first index of each piece after the first.
+    fn pieces(sizes: &[usize]) -> Vec<usize> {
+        let mut starts = Vec::new();
+        let mut acc = NODE_HEADER;
+        for (i, &s) in sizes.iter().enumerate() {
+            if i > 0 && acc + s > MAX_PAGE {
+                starts.push(i);
+                acc = NODE_HEADER;
+            }
+            acc += s;
+        }
+        starts
+    }
+    match n {
+        Node::Leaf(e, size) if *size > MAX_PAGE && e.len() >= 2 => {
+            let sizes: Vec<usize> = e.iter().map(|(k, v)| entry_size(k, v.len())).collect();
+            let starts = pieces(&sizes);
+            let mut out = Vec::with_capacity(starts.len());
+            for &at in starts.iter().rev() {
+                let right = e.split_off(at);
+                let s = leaf_size(&right);
+                out.push((right[0].0.clone(), Node::Leaf(right, s)));
+            }
+            out.reverse();
+            *size = leaf_size(e);
+            out
+        }
+        Node::Internal(c, size) if *size > MAX_PAGE && c.len() >= 2 => {
+            let sizes: Vec<usize> = c.iter().map(|(k, _)| child_size(k)).collect();
+            let starts = pieces(&sizes);
+            let mut out = Vec::with_capacity(starts.len());
+            for &at in starts.iter().rev() {
+                let mut right = c.split_off(at);
+                let sep = std::mem::take(&mut right[0].0);
+                let s = internal_size(&right);
+                out.push((sep, Node::Internal(right, s)));
+            }
+            out.reverse();
+            *size = internal_size(c);
+            out
+        }
+        _ => Vec::new(),
     }
 }
 
@@ -753,9 +1101,9 @@ fn remove_in(
             let (v, empty) = remove_in(pages, dirty, &mut c[i].1, key)?;
             if empty {
                 let (k, _) = c.remove(i);
-                *size -= entry_size(&k, 32);
+                *size -= child_size(&k);
                 if let Some(first) = c.first_mut() {
-                    *size -= entry_size(&first.0, 32) - entry_size(&[], 32);
+                    *size -= child_size(&first.0) - child_size(&[]);
                     first.0.clear();
                 }
             }
@@ -764,16 +1112,17 @@ fn remove_in(
     }
 }
 
-fn flush_in(pages: &Pages<'_>, child: &mut Child) {
+fn flush_in(pages: &Pages<'_>, child: &mut Child) -> Result<(), IndexError> {
     let Child::Dirty(n) = child else {
-        return;
+        return Ok(());
     };
     if let Node::Internal(c, _) = &mut **n {
         for (_, ch) in c.iter_mut() {
-            flush_in(pages, ch);
+            flush_in(pages, ch)?;
         }
     }
-    *child = Child::Stored(pages.store(n));
+    *child = Child::Stored(pages.store(n)?);
+    Ok(())
 }
 
 /// The child of `children` whose range holds `key`.
@@ -784,12 +1133,43 @@ fn child_for(children: &[(Vec<u8>, Child)], key: &[u8]) -> usize {
         .saturating_sub(1)
 }
 
+/// The tree at `r` stored again the way indexes made before packs are:
+/// every page an object of its own, internal pages naming their children
+/// alone; its root's name (for tests of those indexes).
+#[cfg(test)]
+pub(crate) fn as_objects(pages: &Pages<'_>, mem: &MemPages, r: &PageRef) -> PageId {
+    let node = pages.load(r).unwrap();
+    let bytes = match &*node {
+        Node::Leaf(..) => encode(&node),
+        Node::Internal(c, _) => {
+            let mut out = vec![INTERNAL_OBJECTS];
+            put_varint(&mut out, c.len() as u64);
+            for (k, ch) in c {
+                let Child::Stored(cr) = ch else {
+                    unreachable!("a stored page")
+                };
+                put_varint(&mut out, k.len() as u64);
+                out.extend_from_slice(k);
+                out.extend_from_slice(&as_objects(pages, mem, cr));
+            }
+            out
+        }
+    };
+    let id = pages.id_of(&bytes);
+    mem.put_object(id, bytes);
+    id
+}
+
 /// Pages in memory, with at most `limit` of them kept (more are dropped:
 /// reading one back then fails as a missing page): for tests and
-/// fuzzing.
+/// fuzzing. A pack's blobs are its pages' bytes as they are; pages may
+/// also be put as objects of their own ([`MemPages::put_object`]).
 #[derive(Debug, Default)]
 pub struct MemPages {
-    pages: std::cell::RefCell<std::collections::HashMap<PageId, Vec<u8>>>,
+    objects: RefCell<HashMap<PageId, Vec<u8>>>,
+    packs: RefCell<HashMap<PackId, Vec<u8>>>,
+    /// Every page stored in a pack, in the order stored.
+    members: RefCell<Vec<PageRef>>,
     limit: Option<usize>,
 }
 
@@ -802,26 +1182,99 @@ impl MemPages {
         }
     }
 
-    /// The pages, by name, to look at or change (a test damaging one).
-    pub fn map(&self) -> std::cell::RefMut<'_, std::collections::HashMap<PageId, Vec<u8>>> {
-        self.pages.borrow_mut()
+    /// Store `bytes` as page `id`, an object of its own.
+    pub fn put_object(&self, id: PageId, bytes: Vec<u8>) {
+        self.objects.borrow_mut().insert(id, bytes);
+    }
+
+    /// Every page stored in a pack, in the order stored.
+    pub fn pages(&self) -> Vec<PageRef> {
+        self.members.borrow().clone()
+    }
+
+    /// Change the stored bytes of page `r` (a test damaging it); false if
+    /// it is not there.
+    pub fn damage(&self, r: &PageRef, f: impl FnOnce(&mut [u8])) -> bool {
+        match r.place {
+            Place::Object => self
+                .objects
+                .borrow_mut()
+                .get_mut(&r.id)
+                .map(|b| f(b))
+                .is_some(),
+            Place::Packed { pack, offset, len } => self
+                .packs
+                .borrow_mut()
+                .get_mut(&pack)
+                .and_then(|b| b.get_mut(offset as usize..(offset + len) as usize))
+                .map(f)
+                .is_some(),
+            Place::Here { .. } => false,
+        }
+    }
+
+    /// Remove the pack that holds `r`, or its object.
+    pub fn remove(&self, r: &PageRef) {
+        match r.place {
+            Place::Object => {
+                self.objects.borrow_mut().remove(&r.id);
+            }
+            Place::Packed { pack, .. } => {
+                self.packs.borrow_mut().remove(&pack);
+            }
+            Place::Here { .. } => {}
+        }
     }
 }
 
 impl PageStore for MemPages {
-    fn get(&self, id: &PageId) -> Result<Vec<u8>, IndexError> {
-        self.pages
-            .borrow()
-            .get(id)
-            .cloned()
-            .ok_or(IndexError::MissingPage { id: *id })
+    fn get(&self, r: &PageRef) -> Result<Vec<u8>, IndexError> {
+        let missing = IndexError::MissingPage { id: r.id };
+        match r.place {
+            Place::Object => self.objects.borrow().get(&r.id).cloned().ok_or(missing),
+            Place::Packed { pack, offset, len } => self
+                .packs
+                .borrow()
+                .get(&pack)
+                .and_then(|b| {
+                    let end = offset.checked_add(len)?;
+                    b.get(usize::try_from(offset).ok()?..usize::try_from(end).ok()?)
+                })
+                .map(<[u8]>::to_vec)
+                .ok_or(missing),
+            Place::Here { .. } => Err(missing),
+        }
     }
 
-    fn put_all(&self, pages: Vec<(PageId, Vec<u8>)>) -> Result<(), IndexError> {
-        let mut m = self.pages.borrow_mut();
-        if self.limit.is_none_or(|l| m.len() < l) {
-            m.extend(pages);
+    fn blob(&self, _: &PageId, page: &[u8]) -> Result<Vec<u8>, IndexError> {
+        Ok(page.to_vec())
+    }
+
+    fn put_pack(
+        &self,
+        name: &PackId,
+        bytes: Vec<u8>,
+        members: &[PageRef],
+    ) -> Result<(), IndexError> {
+        let mut kept = self.members.borrow_mut();
+        if self.limit.is_some_and(|l| kept.len() >= l) {
+            return Ok(());
         }
+        if self.packs.borrow().contains_key(name) {
+            return Ok(());
+        }
+        self.packs.borrow_mut().insert(*name, bytes);
+        kept.extend(members.iter().map(|m| match m.place {
+            Place::Here { offset, len } => PageRef {
+                id: m.id,
+                place: Place::Packed {
+                    pack: *name,
+                    offset,
+                    len,
+                },
+            },
+            _ => *m,
+        }));
         Ok(())
     }
 }
@@ -844,6 +1297,84 @@ mod tests {
                 assert_eq!(*size, internal_size(c));
                 c.iter().for_each(|(_, ch)| check_sizes(ch));
             }
+        }
+    }
+
+    /// Every record of `t`, in order.
+    fn records(t: &Tree<'_, '_>) -> Vec<Record> {
+        let mut out = Vec::new();
+        t.scan(b"", &mut |k, v| {
+            out.push((k.to_vec(), v.to_vec()));
+            Ok(ControlFlow::Continue(()))
+        })
+        .unwrap();
+        out
+    }
+
+    #[test]
+    fn sorted_runs_insert_what_single_inserts_do() {
+        let mem = Mem::default();
+        let pages = Pages::new(&mem, [5; 32]);
+        let mut runs = Tree::open(&pages, None);
+        // Single inserts in a store of their own: their splits in halves
+        // may leave a page over the size with a large entry and others.
+        let mem_one = Mem::default();
+        let pages_one = Pages::new(&mem_one, [5; 32]);
+        let mut one = Tree::open(&pages_one, None);
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        for round in 0..12 {
+            let mut batch = std::collections::BTreeMap::new();
+            for _ in 0..(1 + round * 700) {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                // Mostly ascending keys past the ends, some into the
+                // middle (over keys there), now and then a value alone
+                // larger than a page.
+                let key = if x.is_multiple_of(3) {
+                    (x % 5000).to_be_bytes()
+                } else {
+                    (10_000 * round + x % 9000).to_be_bytes()
+                };
+                let len = if x.is_multiple_of(211) {
+                    20_000
+                } else {
+                    (x % 90) as usize
+                };
+                batch.insert(key.to_vec(), vec![round as u8; len]);
+            }
+            for (k, v) in &batch {
+                one.insert(k, v).unwrap();
+            }
+            runs.insert_sorted(batch.into_iter().collect()).unwrap();
+            if let Some(root) = &runs.root {
+                check_sizes(root);
+            }
+            assert_eq!(records(&runs), records(&one), "round {round}");
+            if round % 4 == 3 {
+                runs.flush().unwrap();
+                one.flush().unwrap();
+            }
+        }
+        let top = runs.flush().unwrap();
+        let again = Pages::new(&mem, [5; 32]);
+        assert_eq!(records(&Tree::open(&again, top)), records(&one));
+        // Every stored page is within a page's size, or holds one entry.
+        for r in mem.pages() {
+            let bytes = mem.get(&r).unwrap();
+            let Place::Packed { pack, .. } = r.place else {
+                unreachable!()
+            };
+            let n = decode(&bytes, Some(&pack)).unwrap();
+            let entries = match &n {
+                Node::Leaf(e, _) => e.len(),
+                Node::Internal(c, _) => c.len(),
+            };
+            assert!(
+                bytes.len() <= MAX_PAGE || entries == 1,
+                "{} bytes",
+                bytes.len()
+            );
         }
     }
 
@@ -876,8 +1407,12 @@ mod tests {
             // The next round starts from stored pages, sizes read back.
             t.flush().unwrap();
         }
-        for bytes in mem.map().values() {
-            let n = decode(bytes).unwrap();
+        for r in mem.pages() {
+            let bytes = mem.get(&r).unwrap();
+            let Place::Packed { pack, .. } = r.place else {
+                unreachable!()
+            };
+            let n = decode(&bytes, Some(&pack)).unwrap();
             let (Node::Leaf(_, size) | Node::Internal(_, size)) = &n;
             assert!(*size >= bytes.len(), "{size} < {}", bytes.len());
         }
