@@ -511,7 +511,7 @@ impl<'p, 's> Tree<'p, 's> {
     pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, IndexError> {
         match &self.root {
             None => Ok(None),
-            Some(root) => get_in(self.pages, root, key),
+            Some(root) => get_in(self.pages, root, key, 0),
         }
     }
 
@@ -524,7 +524,7 @@ impl<'p, 's> Tree<'p, 's> {
     pub fn scan(&self, from: &[u8], f: &mut Visit<'_>) -> Result<(), IndexError> {
         if let Some(root) = &self.root {
             // Whether `f` stopped early is known to `f`.
-            let _ = scan_in(self.pages, root, from, f)?;
+            let _ = scan_in(self.pages, root, from, f, 0)?;
         }
         Ok(())
     }
@@ -537,7 +537,7 @@ impl<'p, 's> Tree<'p, 's> {
     pub fn floor(&self, key: &[u8]) -> Result<Option<Record>, IndexError> {
         match &self.root {
             None => Ok(None),
-            Some(root) => floor_in(self.pages, root, key),
+            Some(root) => floor_in(self.pages, root, key, 0),
         }
     }
 
@@ -573,7 +573,7 @@ impl<'p, 's> Tree<'p, 's> {
             self.dirty += 1;
             return Ok(());
         };
-        let split = insert_in(self.pages, &mut self.dirty, &mut root, key, value);
+        let split = insert_in(self.pages, &mut self.dirty, &mut root, (key, value), 0);
         let split = match split {
             Ok(s) => s,
             Err(e) => {
@@ -615,7 +615,13 @@ impl<'p, 's> Tree<'p, 's> {
         let Some(mut root) = self.root.take() else {
             unreachable!("made above")
         };
-        let r = insert_run(self.pages, &mut self.dirty, &mut root, &mut items, None);
+        let r = insert_run(
+            self.pages,
+            &mut self.dirty,
+            &mut root,
+            (&mut items, None),
+            0,
+        );
         self.root = Some(root);
         let mut right = r?;
         while !right.is_empty() {
@@ -651,7 +657,7 @@ impl<'p, 's> Tree<'p, 's> {
         let Some(mut root) = self.root.take() else {
             return Ok(None);
         };
-        let removed = remove_in(self.pages, &mut self.dirty, &mut root, key);
+        let removed = remove_in(self.pages, &mut self.dirty, &mut root, key, 0);
         let (value, empty) = match removed {
             Ok(r) => r,
             Err(e) => {
@@ -735,6 +741,15 @@ pub fn walk_pages(
     let mut height = 0usize;
     let mut at = root;
     loop {
+        if let Err(e) = too_deep(&at, height) {
+            return match damaged {
+                Some(d) => {
+                    d.push(at);
+                    Ok(())
+                }
+                None => Err(e),
+            };
+        }
         let Some(node) = load_or_note(pages, at, &mut damaged)? else {
             return Ok(());
         };
@@ -814,26 +829,55 @@ fn walk_below(
     }
 }
 
-fn node<'a>(pages: &Pages<'_>, child: &'a Child) -> Result<Loaded<'a>, IndexError> {
+fn node<'a>(pages: &Pages<'_>, child: &'a Child, depth: usize) -> Result<Loaded<'a>, IndexError> {
     match child {
         Child::Dirty(n) => Ok(Loaded::Borrowed(n)),
-        Child::Stored(r) => pages.load(r).map(Loaded::Shared),
+        Child::Stored(r) => {
+            too_deep(r, depth)?;
+            pages.load(r).map(Loaded::Shared)
+        }
     }
 }
 
-fn get_in(pages: &Pages<'_>, child: &Child, key: &[u8]) -> Result<Option<Vec<u8>>, IndexError> {
-    let n = node(pages, child)?;
+/// The most levels a tree may have: far more than any index reaches (a
+/// level more takes twice the leaves, at least), and few enough that a
+/// store holding a chain of pages cannot make a walk use up the stack.
+const MAX_DEPTH: usize = 64;
+
+/// Refuse page `r` at `depth` levels below the root if that is too deep.
+fn too_deep(r: &PageRef, depth: usize) -> Result<(), IndexError> {
+    if depth > MAX_DEPTH {
+        return Err(IndexError::Page {
+            id: r.id,
+            reason: format!("more than {MAX_DEPTH} levels below the root"),
+        });
+    }
+    Ok(())
+}
+
+fn get_in(
+    pages: &Pages<'_>,
+    child: &Child,
+    key: &[u8],
+    depth: usize,
+) -> Result<Option<Vec<u8>>, IndexError> {
+    let n = node(pages, child, depth)?;
     match &*n {
         Node::Leaf(e, _) => Ok(e
             .binary_search_by(|(k, _)| k.as_slice().cmp(key))
             .ok()
             .map(|i| e[i].1.clone())),
-        Node::Internal(c, _) => get_in(pages, &c[child_for(c, key)].1, key),
+        Node::Internal(c, _) => get_in(pages, &c[child_for(c, key)].1, key, depth + 1),
     }
 }
 
-fn floor_in(pages: &Pages<'_>, child: &Child, key: &[u8]) -> Result<Option<Record>, IndexError> {
-    let n = node(pages, child)?;
+fn floor_in(
+    pages: &Pages<'_>,
+    child: &Child,
+    key: &[u8],
+    depth: usize,
+) -> Result<Option<Record>, IndexError> {
+    let n = node(pages, child, depth)?;
     match &*n {
         Node::Leaf(e, _) => {
             let i = e.partition_point(|(k, _)| k.as_slice() <= key);
@@ -843,7 +887,7 @@ fn floor_in(pages: &Pages<'_>, child: &Child, key: &[u8]) -> Result<Option<Recor
             // A child's lower bound may sit below its lowest key (after
             // removals): an empty answer there sends the search left.
             for j in (0..=child_for(c, key)).rev() {
-                if let Some(found) = floor_in(pages, &c[j].1, key)? {
+                if let Some(found) = floor_in(pages, &c[j].1, key, depth + 1)? {
                     return Ok(Some(found));
                 }
             }
@@ -857,8 +901,9 @@ fn scan_in(
     child: &Child,
     from: &[u8],
     f: &mut Visit<'_>,
+    depth: usize,
 ) -> Result<Scan, IndexError> {
-    let n = node(pages, child)?;
+    let n = node(pages, child, depth)?;
     match &*n {
         Node::Leaf(e, _) => {
             let start = e.partition_point(|(k, _)| k.as_slice() < from);
@@ -870,7 +915,7 @@ fn scan_in(
         }
         Node::Internal(c, _) => {
             for (_, ch) in &c[child_for(c, from)..] {
-                if scan_in(pages, ch, from, f)?.is_break() {
+                if scan_in(pages, ch, from, f, depth + 1)?.is_break() {
                     return Ok(ControlFlow::Break(()));
                 }
             }
@@ -884,8 +929,10 @@ fn make_dirty<'a>(
     pages: &Pages<'_>,
     dirty: &mut usize,
     child: &'a mut Child,
+    depth: usize,
 ) -> Result<&'a mut Node, IndexError> {
     if let Child::Stored(r) = child {
+        too_deep(r, depth)?;
         let n = pages.load(r)?;
         *child = Child::Dirty(Box::new((*n).clone()));
         *dirty += 1;
@@ -902,10 +949,10 @@ fn insert_in(
     pages: &Pages<'_>,
     dirty: &mut usize,
     child: &mut Child,
-    key: &[u8],
-    value: &[u8],
+    (key, value): (&[u8], &[u8]),
+    depth: usize,
 ) -> Result<Option<(Vec<u8>, Node)>, IndexError> {
-    let n = make_dirty(pages, dirty, child)?;
+    let n = make_dirty(pages, dirty, child, depth)?;
     match n {
         Node::Leaf(e, size) => {
             match e.binary_search_by(|(k, _)| k.as_slice().cmp(key)) {
@@ -929,7 +976,9 @@ fn insert_in(
         }
         Node::Internal(c, size) => {
             let i = child_for(c, key);
-            if let Some((sep, right)) = insert_in(pages, dirty, &mut c[i].1, key, value)? {
+            if let Some((sep, right)) =
+                insert_in(pages, dirty, &mut c[i].1, (key, value), depth + 1)?
+            {
                 *size += child_size(&sep);
                 c.insert(i + 1, (sep, Child::Dirty(Box::new(right))));
                 *dirty += 1;
@@ -957,11 +1006,11 @@ fn insert_run(
     pages: &Pages<'_>,
     dirty: &mut usize,
     child: &mut Child,
-    items: &mut Items,
-    upper: Option<&[u8]>,
+    (items, upper): (&mut Items, Option<&[u8]>),
+    depth: usize,
 ) -> Result<Vec<(Vec<u8>, Node)>, IndexError> {
     let below = |k: &[u8]| upper.is_none_or(|u| k < u);
-    let n = make_dirty(pages, dirty, child)?;
+    let n = make_dirty(pages, dirty, child, depth)?;
     match n {
         Node::Leaf(e, size) => {
             let mut run: Vec<Record> = Vec::new();
@@ -1007,7 +1056,13 @@ fn insert_run(
                     Some((sep, _)) => Some(sep.clone()),
                     None => upper.map(<[u8]>::to_vec),
                 };
-                let right = insert_run(pages, dirty, &mut c[i].1, items, child_upper.as_deref())?;
+                let right = insert_run(
+                    pages,
+                    dirty,
+                    &mut c[i].1,
+                    (items, child_upper.as_deref()),
+                    depth + 1,
+                )?;
                 let added = right.len();
                 *dirty += added;
                 c.splice(
@@ -1082,8 +1137,9 @@ fn remove_in(
     dirty: &mut usize,
     child: &mut Child,
     key: &[u8],
+    depth: usize,
 ) -> Result<(Option<Vec<u8>>, bool), IndexError> {
-    let n = make_dirty(pages, dirty, child)?;
+    let n = make_dirty(pages, dirty, child, depth)?;
     match n {
         Node::Leaf(e, size) => {
             let v = e
@@ -1098,7 +1154,7 @@ fn remove_in(
         }
         Node::Internal(c, size) => {
             let i = child_for(c, key);
-            let (v, empty) = remove_in(pages, dirty, &mut c[i].1, key)?;
+            let (v, empty) = remove_in(pages, dirty, &mut c[i].1, key, depth + 1)?;
             if empty {
                 let (k, _) = c.remove(i);
                 *size -= child_size(&k);
@@ -1376,6 +1432,44 @@ mod tests {
                 bytes.len()
             );
         }
+    }
+
+    #[test]
+    fn a_chain_of_pages_deeper_than_any_index_is_refused() {
+        // A store holding a leaf under 100,000 internal pages of one child
+        // each: every walk refuses it, none runs out of stack.
+        let mem = Mem::default();
+        let pages = Pages::new(&mem, [4; 32]);
+        let leaf = encode(&Node::Leaf(vec![(b"k".to_vec(), b"v".to_vec())], 0));
+        let mut id = pages.id_of(&leaf);
+        mem.put_object(id, leaf);
+        for _ in 0..100_000 {
+            let mut page = vec![INTERNAL_OBJECTS, 1, 0];
+            page.extend_from_slice(&id);
+            id = pages.id_of(&page);
+            mem.put_object(id, page);
+        }
+        let top = PageRef {
+            id,
+            place: Place::Object,
+        };
+        let deep = |r: Result<(), IndexError>| match r {
+            Err(IndexError::Page { reason, .. }) => assert!(reason.contains("levels"), "{reason}"),
+            r => panic!("{r:?}"),
+        };
+        let mut t = Tree::open(&pages, Some(top));
+        deep(t.get(b"k").map(drop));
+        deep(t.floor(b"k").map(drop));
+        deep(t.scan(b"", &mut |_, _| Ok(ControlFlow::Continue(()))));
+        deep(t.insert(b"j", b"w"));
+        deep(t.insert_sorted(vec![(b"j".to_vec(), b"w".to_vec())]));
+        let mut t = Tree::open(&pages, Some(top));
+        deep(t.remove(b"k").map(drop));
+        let mut seen = std::collections::HashSet::new();
+        deep(walk_pages(&pages, top, true, &mut seen, None));
+        let mut damaged = Vec::new();
+        walk_pages(&pages, top, true, &mut seen, Some(&mut damaged)).unwrap();
+        assert_eq!(damaged.len(), 1);
     }
 
     #[test]
