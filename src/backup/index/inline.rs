@@ -36,6 +36,9 @@ type Indexed = Result<([u8; 16], IndexRoot), IndexError>;
 pub struct InlineIndex {
     tx: Option<SyncSender<Vec<u8>>>,
     buf: Vec<u8>,
+    /// Batches the indexer is done with, to fill again: a new buffer a
+    /// batch costs its pages' faults, which showed on a 4 GiB stream.
+    spent: Option<Receiver<Vec<u8>>>,
     thread: Option<JoinHandle<Indexed>>,
 }
 
@@ -56,6 +59,8 @@ pub(super) struct ChannelReader {
     rx: Receiver<Vec<u8>>,
     cur: Vec<u8>,
     at: usize,
+    /// Where read batches go back to be filled again (none: dropped).
+    spent: Option<SyncSender<Vec<u8>>>,
 }
 
 impl ChannelReader {
@@ -64,6 +69,7 @@ impl ChannelReader {
             rx,
             cur: Vec::new(),
             at: 0,
+            spent: None,
         }
     }
 }
@@ -73,8 +79,12 @@ impl Read for ChannelReader {
         while self.at == self.cur.len() {
             match self.rx.recv() {
                 Ok(b) => {
-                    self.cur = b;
+                    let done = std::mem::replace(&mut self.cur, b);
                     self.at = 0;
+                    if let Some(back) = &self.spent {
+                        // A full queue or a gone writer: the batch is freed.
+                        let _ = back.try_send(done);
+                    }
                 }
                 Err(_) => return Ok(0),
             }
@@ -99,7 +109,14 @@ impl InlineIndex {
     }
 
     fn send(&mut self) {
-        let batch = std::mem::replace(&mut self.buf, Vec::with_capacity(BATCH + (64 << 10)));
+        let next = match self.spent.as_ref().and_then(|r| r.try_recv().ok()) {
+            Some(mut b) => {
+                b.clear();
+                b
+            }
+            None => Vec::with_capacity(BATCH + (64 << 10)),
+        };
+        let batch = std::mem::replace(&mut self.buf, next);
         if let Some(tx) = &self.tx
             && tx.send(batch).is_err()
         {
@@ -170,6 +187,7 @@ impl Repository {
             Some(e) => Parent(Some((e.uuid.clone(), self.index_root(cat, e).ok()?))),
         };
         let (tx, rx) = sync_channel(IN_FLIGHT);
+        let (back, spent) = sync_channel(IN_FLIGHT);
         let store: Arc<dyn Store> = Arc::clone(self.store());
         let key = self.page_name_key();
         let seal = self.page_sealer();
@@ -180,6 +198,7 @@ impl Repository {
                 let sp = StorePages::new(&*store, seal);
                 let pages = Pages::new(&sp, key);
                 let mut input = ChannelReader::new(rx);
+                input.spent = Some(back);
                 let r = index_stream(&pages, &mut input, &file, &parent);
                 // Whatever follows END is read and dropped, so the writer
                 // never waits on a full channel.
@@ -190,6 +209,7 @@ impl Repository {
         Some(InlineIndex {
             tx: Some(tx),
             buf: Vec::with_capacity(BATCH + (64 << 10)),
+            spent: Some(spent),
             thread: Some(thread),
         })
     }
