@@ -811,7 +811,7 @@ impl<'p, 's> Indexer<'p, 's> {
             return Err(at.err("the subvolume root cannot be the target of this command"));
         }
         let (dir, name) = match path.iter().rposition(|&b| b == b'/') {
-            Some(i) => (self.resolve(at, &path[..i])?, &path[i + 1..]),
+            Some(i) => (self.resolve_dir(at, &path[..i])?, &path[i + 1..]),
             None => (ROOT_INO, path),
         };
         if self.kind(dir)? != FileType::Dir {
