@@ -133,6 +133,19 @@ pub struct Indexer<'p, 's> {
     /// Extents written past their files' ends (nothing to cut) since they
     /// were last put in the tree, which takes them in runs.
     extents: Vec<(Vec<u8>, Vec<u8>)>,
+    /// The last command's new non-directory, not made yet (see [`Held`]).
+    held: Option<Held>,
+}
+
+/// A new non-directory, held until the next command: a kernel stream makes
+/// each new inode under an orphan name and renames it at once, and when
+/// the next command is that RENAME the inode is made under its final name
+/// alone, which is what the two commands do. Any other command makes it
+/// first, under the name it was created with.
+struct Held {
+    info: CommandInfo,
+    path: Vec<u8>,
+    inode: Inode,
 }
 
 /// The hasher of the indexer's maps: fixed, fast (the keys are the
@@ -235,6 +248,7 @@ impl<'p, 's> Indexer<'p, 's> {
             put_names: PutNames::default(),
             last: RefCell::new(None),
             extents: Vec::new(),
+            held: None,
         }
     }
 
@@ -254,6 +268,7 @@ impl<'p, 's> Indexer<'p, 's> {
     ///
     /// The stream did not end, or a page cannot be written.
     pub fn finish(mut self) -> Result<IndexRoot, IndexError> {
+        // Nothing is held once END came: it made what was.
         if !self.ended {
             return Err(IndexError::Apply {
                 command: "the end of the stream".into(),
@@ -295,6 +310,19 @@ impl<'p, 's> Indexer<'p, 's> {
         if self.ended {
             return Err(at.err("a command after END (one stream is indexed at a time)"));
         }
+        if let Some(h) = self.held.take() {
+            if let Command::Rename { path, path_to } = cmd
+                && *path == h.path.as_slice()
+                && self.create_renamed(&h, &at, path_to)?
+            {
+                return self.tree.flush_if_over(DIRTY_NODES);
+            }
+            let made = At {
+                info: &h.info,
+                path: &h.path,
+            };
+            self.create(&made, &h.path, h.inode)?;
+        }
         let started = self.uuid.is_some();
         match cmd {
             Command::Subvol { .. } | Command::Snapshot { .. } if started => {
@@ -322,7 +350,7 @@ impl<'p, 's> Indexer<'p, 's> {
             }
             _ if !started => return Err(at.err("a command before SUBVOL or SNAPSHOT")),
             Command::Mkfile { path, .. } => {
-                self.create(&at, path, Inode::new(FileType::File, 0o600))?
+                self.hold(info, path, Inode::new(FileType::File, 0o600))
             }
             Command::Mkdir { path, .. } => {
                 self.create(&at, path, Inode::new(FileType::Dir, 0o700))?
@@ -340,13 +368,13 @@ impl<'p, 's> Indexer<'p, 's> {
                     .ok_or_else(|| at.err(format!("MKNOD of mode {mode:o}")))?;
                 let mut i = Inode::new(kind, (*mode & 0o7777) as u32);
                 i.rdev = *rdev;
-                self.create(&at, path, i)?;
+                self.hold(info, path, i);
             }
             Command::Mkfifo { path, .. } => {
-                self.create(&at, path, Inode::new(FileType::Fifo, 0o600))?
+                self.hold(info, path, Inode::new(FileType::Fifo, 0o600))
             }
             Command::Mksock { path, .. } => {
-                self.create(&at, path, Inode::new(FileType::Sock, 0o600))?
+                self.hold(info, path, Inode::new(FileType::Sock, 0o600))
             }
             Command::Symlink {
                 path, path_link, ..
@@ -354,7 +382,7 @@ impl<'p, 's> Indexer<'p, 's> {
                 let mut i = Inode::new(FileType::Symlink, 0o777);
                 i.target = path_link.to_vec();
                 i.size = path_link.len() as u64;
-                self.create(&at, path, i)?;
+                self.hold(info, path, i);
             }
             Command::Rename { path, path_to } => self.rename(&at, path, path_to)?,
             Command::Link { path, path_link } => {
@@ -842,6 +870,49 @@ impl<'p, 's> Indexer<'p, 's> {
         let d = self.inode_mut(dir)?;
         d.size = d.size.saturating_sub(2 * name.len() as u64);
         Ok(())
+    }
+
+    /// Hold the new non-directory `inode` at `path` (see [`Held`]).
+    fn hold(&mut self, info: &CommandInfo, path: &[u8], inode: Inode) {
+        self.held = Some(Held {
+            info: *info,
+            path: path.to_vec(),
+            inode,
+        });
+    }
+
+    /// Make `h`'s inode under `to`, as its creation and the RENAME `at` of
+    /// it would, when that is all they do: false (nothing done) when `to`
+    /// names something already, or lies below `h`'s path (the two
+    /// commands then run one after the other).
+    fn create_renamed(&mut self, h: &Held, at: &At<'_>, to: &[u8]) -> Result<bool, IndexError> {
+        if to
+            .strip_prefix(h.path.as_slice())
+            .is_some_and(|r| r.first() == Some(&b'/'))
+        {
+            return Ok(false);
+        }
+        let made = At {
+            info: &h.info,
+            path: &h.path,
+        };
+        let (fdir, fname) = self.parent_of(&made, &h.path)?;
+        if self.entry(fdir, fname)?.is_some() {
+            return Err(made.err("the name exists already"));
+        }
+        let (tdir, tname) = self.parent_of(at, to)?;
+        let was = self.dirent(tdir, tname)?;
+        if was.ino.is_some() {
+            return Ok(false);
+        }
+        let ino = self.root.next_ino;
+        self.root.next_ino = ino
+            .checked_add(1)
+            .ok_or_else(|| made.err("out of inode numbers"))?;
+        self.set_dirent(tdir, tname, was, Some(ino))?;
+        self.inode_mut(tdir)?.size += 2 * tname.len() as u64;
+        self.put_inode(ino, &h.inode)?;
+        Ok(true)
     }
 
     fn create(&mut self, at: &At<'_>, path: &[u8], mut inode: Inode) -> Result<(), IndexError> {

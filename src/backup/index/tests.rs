@@ -368,6 +368,40 @@ fn hostile_streams_are_refused_with_the_command_named() {
             ],
             "does not have",
         ),
+        // A new file renamed at once is made under its final name alone
+        // (see Held), with the checks of both commands.
+        (
+            vec![
+                mkdir(b"a"),
+                mkfile(b"a"),
+                C::Rename {
+                    path: B(b"a"),
+                    path_to: B(b"b"),
+                },
+            ],
+            "MKFILE",
+        ),
+        (
+            vec![
+                mkfile(b"f"),
+                C::Rename {
+                    path: B(b"f"),
+                    path_to: B(b"f/x"),
+                },
+            ],
+            "not a directory",
+        ),
+        (
+            vec![
+                mkfile(b"f"),
+                C::Rename {
+                    path: B(b"f"),
+                    path_to: B(b"none/x"),
+                },
+            ],
+            "no such file",
+        ),
+        (vec![mkfile(b"f"), mkfile(b"f")], "the name exists already"),
     ];
     for (cmds, want) in cases {
         let mem = Mem::default();
@@ -381,8 +415,9 @@ fn hostile_streams_are_refused_with_the_command_named() {
         );
         assert!(msg.contains("at stream offset"), "{msg}");
     }
-    // A stream that stops before END is not an index.
-    let mut raw = stream_of(&[mkdir(b"a")]);
+    // A stream that stops before END is not an index, even when the
+    // last command was a held MKFILE.
+    let mut raw = stream_of(&[mkdir(b"a"), mkfile(b"a/f")]);
     raw.truncate(raw.len() - 10);
     let mem = Mem::default();
     let pages = Pages::new(&mem, [0; 32]);
@@ -440,4 +475,96 @@ fn indexes_made_before_packs_are_read_and_built_on() {
     }
     assert!(pairs > 5, "{pairs} pairs");
     assert!(internal > 0, "no tree had internal pages");
+}
+
+#[test]
+fn a_new_file_renamed_at_once_is_indexed_as_the_two_commands_make_it() {
+    use std::borrow::Cow::Borrowed as B;
+    use stream_format::Command as C;
+    let mkfile = |p: &'static [u8]| C::Mkfile {
+        path: B(p),
+        ino: 301,
+    };
+    let rename = |a: &'static [u8], b: &'static [u8]| C::Rename {
+        path: B(a),
+        path_to: B(b),
+    };
+    let write = |p: &'static [u8]| C::Write {
+        path: B(p),
+        offset: 0,
+        data: B(b"data"),
+    };
+    // New files renamed to new names, over a file, into a directory, and
+    // one written under its first name before it is renamed.
+    let cmds = |between: bool| {
+        let mut v = vec![
+            C::Mkdir {
+                path: B(b"d"),
+                ino: 300,
+            },
+            mkfile(b"o1"),
+        ];
+        let renamed = |v: &mut Vec<C<'static>>, a, b| {
+            if between {
+                // Any command between the two makes the file first (this
+                // one changes nothing: new inodes are root's).
+                v.push(C::Chown {
+                    path: B(a),
+                    uid: 0,
+                    gid: 0,
+                });
+            }
+            v.push(rename(a, b));
+        };
+        renamed(&mut v, b"o1", b"f");
+        v.push(write(b"f"));
+        v.push(mkfile(b"o2"));
+        renamed(&mut v, b"o2", b"f");
+        v.push(mkfile(b"o3"));
+        renamed(&mut v, b"o3", b"d/g");
+        v.push(mkfile(b"o4"));
+        v.push(write(b"o4"));
+        v.push(rename(b"o4", b"d/h"));
+        v.push(C::Symlink {
+            path: B(b"o5"),
+            ino: 302,
+            path_link: B(b"f"),
+        });
+        renamed(&mut v, b"o5", b"l");
+        v
+    };
+    let listing = |between: bool| {
+        let mem = Mem::default();
+        let pages = Pages::new(&mem, [0; 32]);
+        let raw = stream_of(&cmds(between));
+        let (_, root) = index_stream(&pages, &raw[..], "s", &Known::default()).unwrap();
+        let snap = Snapshot::open(&pages, root);
+        let mut out = Vec::new();
+        snap.walk(&mut |path, ino, i| {
+            out.push(format!(
+                "{} {ino} {:?} {} {} {:o}",
+                String::from_utf8_lossy(path),
+                i.kind,
+                i.size,
+                i.nlink,
+                i.mode
+            ));
+            Ok(())
+        })
+        .unwrap();
+        out
+    };
+    let fused = listing(false);
+    assert_eq!(
+        fused,
+        [
+            "d 257 Dir 4 1 700",
+            "d/g 260 File 0 1 600",
+            "d/h 261 File 4 1 600",
+            "f 259 File 0 1 600",
+            "l 262 Symlink 1 1 777",
+        ],
+        "{fused:#?}"
+    );
+    assert_eq!(fused, listing(true));
 }
