@@ -222,6 +222,18 @@ impl Catalog {
                 ));
             }
             check_uuid(&e.uuid).map_err(|why| format!("entry {}: {why}", e.id))?;
+            if e.stream_blake3.len() != 64
+                || !e
+                    .stream_blake3
+                    .bytes()
+                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+            {
+                return Err(format!(
+                    "entry {}: its stream hash {} is not 64 lowercase hex digits",
+                    e.id,
+                    quoted(&e.stream_blake3)
+                ));
+            }
             if !(1..=3).contains(&e.proto) {
                 return Err(format!("entry {}: unknown protocol {}", e.id, e.proto));
             }
@@ -453,7 +465,7 @@ mod tests {
             file: format!("streams/{}.btrs.zst", crate::backup::store::random_u64()),
             stream_bytes: 10,
             stored_bytes: 20,
-            stream_blake3: "h".into(),
+            stream_blake3: "0123456789abcdef".repeat(4),
             commands: 3,
             proto: 1,
             stored_at: "2026-11-20T01:00:00Z".into(),
@@ -567,6 +579,14 @@ mod tests {
                 Box::new(|c| c.entries[2].file = c.entries[0].file.clone()),
             ),
             ("uuid", Box::new(|c| c.entries[0].uuid = "../../x".into())),
+            (
+                "hash",
+                Box::new(|c| c.entries[0].stream_blake3 = "\x1b[2J".repeat(16)),
+            ),
+            (
+                "hash case",
+                Box::new(|c| c.entries[0].stream_blake3 = "ABCDEF0123456789".repeat(4)),
+            ),
             ("proto", Box::new(|c| c.entries[0].proto = 9)),
             // The attack of a wrong parent id: the entry still names its
             // real parent's uuid, but points at another full stream.
