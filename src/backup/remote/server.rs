@@ -242,8 +242,14 @@ impl Session {
         Some((reply, Vec::new()))
     }
 
-    /// Keep `upload` as the open one.
+    /// Keep `upload` as the open one. One upload at a time: the writes
+    /// that follow name no upload, so a second one would mix their bytes.
     fn open(&mut self, upload: Result<Option<Box<dyn Upload>>, StoreError>) -> Reply {
+        if self.upload.is_some() || self.failed.is_some() {
+            return Reply::Refused {
+                why: "an upload is open already (one at a time per connection)".into(),
+            };
+        }
         match upload {
             Ok(Some(mut upload)) => {
                 upload.keep_when_dropped();
@@ -480,6 +486,28 @@ mod tests {
         );
         assert_eq!(replies[5], Reply::Ok);
         assert_eq!(replies[6], Reply::NotFound);
+    }
+
+    #[test]
+    fn one_upload_at_a_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("repo");
+        std::fs::create_dir(&root).unwrap();
+        let multipart = |key: &str| Request::Multipart { key: key.into() };
+        let replies = exchange(
+            &root,
+            &ServeOptions::default(),
+            &[
+                (multipart("streams/b"), b""),
+                (multipart("streams/c"), b""),
+                (Request::Abort, b""),
+                (multipart("streams/c"), b""),
+            ],
+        );
+        assert_eq!(replies[1], Reply::Ok);
+        assert!(matches!(replies[2], Reply::Refused { .. }));
+        assert_eq!(replies[3], Reply::Ok);
+        assert_eq!(replies[4], Reply::Ok);
     }
 
     #[test]
