@@ -21,6 +21,10 @@ use crate::backup::store::{ObjectInfo, Store, StoreError, Upload};
 struct Conn {
     input: Box<dyn Read + Send>,
     output: Box<dyn Write + Send>,
+    /// Whether a reply failed its checks or the pipe broke: the two
+    /// sides are then out of step, and every later request fails
+    /// rather than read a stale reply as its own.
+    broken: bool,
 }
 
 /// A repository served by `btrsend serve` at the other end of a pipe.
@@ -52,7 +56,11 @@ impl RemoteStore {
         input: Box<dyn Read + Send>,
         output: Box<dyn Write + Send>,
     ) -> Result<RemoteStore, StoreError> {
-        let mut conn = Conn { input, output };
+        let mut conn = Conn {
+            input,
+            output,
+            broken: false,
+        };
         let hello = Request::Hello {
             protocol: PROTOCOL_VERSION,
             version: env!("CARGO_PKG_VERSION").into(),
@@ -118,9 +126,22 @@ impl RemoteStore {
 
 impl Conn {
     fn call(&mut self, request: &Request, payload: &[u8]) -> Result<Reply, ProtoError> {
-        write_frame(&mut self.output, request, payload)?;
-        self.output.flush()?;
-        self.reply()
+        self.usable()?;
+        let result = (|| {
+            write_frame(&mut self.output, request, payload)?;
+            self.output.flush()?;
+            self.reply()
+        })();
+        self.broken |= result.is_err();
+        result
+    }
+
+    /// An error if an earlier request left the connection out of step.
+    fn usable(&self) -> Result<(), ProtoError> {
+        match self.broken {
+            true => Err(ProtoError::Closed),
+            false => Ok(()),
+        }
     }
 
     fn reply(&mut self) -> Result<Reply, ProtoError> {
@@ -132,6 +153,18 @@ impl Conn {
 
     /// A `Data` reply of exactly `expect` bytes (when known) into `buf`.
     fn data(
+        &mut self,
+        request: &Request,
+        expect: Option<u64>,
+        buf: &mut Vec<u8>,
+    ) -> Result<Result<(), Reply>, ProtoError> {
+        self.usable()?;
+        let result = self.data_unchecked(request, expect, buf);
+        self.broken |= result.is_err();
+        result
+    }
+
+    fn data_unchecked(
         &mut self,
         request: &Request,
         expect: Option<u64>,
@@ -465,10 +498,13 @@ mod tests {
             )
             .unwrap()
         };
-        // A short range.
+        // A short range, and nothing believed after it.
         let mut wire = Vec::new();
         write_frame(&mut wire, &Reply::Data { len: 2, more: 0 }, b"ab").unwrap();
-        assert!(garbage(wire).get("config", Some(0..3)).is_err());
+        write_frame(&mut wire, &Reply::Ok, &[]).unwrap();
+        let store = garbage(wire);
+        assert!(store.get("config", Some(0..3)).is_err());
+        assert!(store.delete("config").is_err());
         // A length that the payload does not match.
         let mut wire = Vec::new();
         write_frame(&mut wire, &Reply::Data { len: 5, more: 0 }, b"ab").unwrap();
