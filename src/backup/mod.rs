@@ -73,6 +73,7 @@ pub mod lock;
 pub mod mount;
 pub mod partial;
 pub mod plan;
+pub mod remote;
 mod repository;
 mod restore;
 pub mod retention;

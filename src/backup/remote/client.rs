@@ -1,0 +1,539 @@
+//! The near end of a remote repository: a [`Store`] whose requests travel
+//! over a pipe (`ssh … btrsend serve`) to [`server`](super::server).
+//!
+//! Every reply is checked before it is believed: a get returns exactly the
+//! bytes asked for, a listing holds valid keys (checked as it is read),
+//! and a reply of the wrong kind, a truncated frame or garbage becomes a
+//! [`StoreError`] naming the host, never a panic. Text from the far end
+//! reaches messages only without its control characters.
+
+use std::io::{Read, Write};
+use std::ops::Range;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use super::proto::{
+    MAX_PAYLOAD, PROTOCOL_VERSION, ProtoError, Reply, Request, check_hello, kind, printable,
+    read_frame, write_frame,
+};
+use crate::backup::store::{ObjectInfo, Store, StoreError, Upload};
+
+/// Both directions of one connection.
+struct Conn {
+    input: Box<dyn Read + Send>,
+    output: Box<dyn Write + Send>,
+    /// Whether a reply failed its checks or the pipe broke: the two
+    /// sides are then out of step, and every later request fails
+    /// rather than read a stale reply as its own.
+    broken: bool,
+}
+
+/// A repository served by `btrsend serve` at the other end of a pipe.
+pub struct RemoteStore {
+    name: String,
+    conn: Arc<Mutex<Conn>>,
+    append_only: bool,
+}
+
+impl std::fmt::Debug for RemoteStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RemoteStore")
+            .field("name", &self.name)
+            .finish()
+    }
+}
+
+impl RemoteStore {
+    /// Shake hands over `input`/`output` for the repository at `path` on
+    /// the far end; `name` is the repository as the user named it.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Unreachable`]: the pipe failed, the far end speaks
+    /// another protocol version or refused the path.
+    pub fn connect(
+        name: &str,
+        path: &str,
+        input: Box<dyn Read + Send>,
+        output: Box<dyn Write + Send>,
+    ) -> Result<RemoteStore, StoreError> {
+        let mut conn = Conn {
+            input,
+            output,
+            broken: false,
+        };
+        let hello = Request::Hello {
+            protocol: PROTOCOL_VERSION,
+            version: env!("CARGO_PKG_VERSION").into(),
+            path: path.into(),
+        };
+        let unreachable = |error: String| StoreError::Unreachable {
+            location: name.into(),
+            error: error.into(),
+        };
+        let reply = conn
+            .call(&hello, &[])
+            .map_err(|error| unreachable(error.to_string()))?;
+        let append_only = match reply {
+            Reply::Refused { why } => return Err(unreachable(printable(&why))),
+            reply => check_hello(&reply).map_err(|error| unreachable(error.to_string()))?,
+        };
+        Ok(RemoteStore {
+            name: name.into(),
+            conn: Arc::new(Mutex::new(conn)),
+            append_only,
+        })
+    }
+
+    /// Whether the far end refuses deletions and overwrites.
+    pub fn append_only(&self) -> bool {
+        self.append_only
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Conn> {
+        // A poisoned lock means a thread panicked mid-request: the
+        // connection's state is unknown, but the next reply check fails
+        // cleanly if it is out of step.
+        self.conn
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner())
+    }
+
+    fn location(&self, key: &str) -> String {
+        format!("{}/{key}", self.name)
+    }
+
+    /// `reply` to an operation on `key` that had no data to give, as an
+    /// error unless it is `Ok`.
+    fn expect_ok(&self, op: &'static str, key: &str, reply: Reply) -> Result<(), StoreError> {
+        match reply {
+            Reply::Ok => Ok(()),
+            other => Err(reply_error(op, &self.location(key), other)),
+        }
+    }
+
+    fn call(
+        &self,
+        op: &'static str,
+        key: &str,
+        request: &Request,
+        payload: &[u8],
+    ) -> Result<Reply, StoreError> {
+        self.lock()
+            .call(request, payload)
+            .map_err(|error| proto_error(op, &self.location(key), error))
+    }
+}
+
+impl Conn {
+    fn call(&mut self, request: &Request, payload: &[u8]) -> Result<Reply, ProtoError> {
+        self.usable()?;
+        let result = (|| {
+            write_frame(&mut self.output, request, payload)?;
+            self.output.flush()?;
+            self.reply()
+        })();
+        self.broken |= result.is_err();
+        result
+    }
+
+    /// An error if an earlier request left the connection out of step.
+    fn usable(&self) -> Result<(), ProtoError> {
+        match self.broken {
+            true => Err(ProtoError::Closed),
+            false => Ok(()),
+        }
+    }
+
+    fn reply(&mut self) -> Result<Reply, ProtoError> {
+        match read_frame::<Reply>(&mut self.input)? {
+            Some(frame) => Ok(frame.message),
+            None => Err(ProtoError::Closed),
+        }
+    }
+
+    /// A `Data` reply of exactly `expect` bytes (when known) into `buf`.
+    fn data(
+        &mut self,
+        request: &Request,
+        expect: Option<u64>,
+        buf: &mut Vec<u8>,
+    ) -> Result<Result<(), Reply>, ProtoError> {
+        self.usable()?;
+        let result = self.data_unchecked(request, expect, buf);
+        self.broken |= result.is_err();
+        result
+    }
+
+    fn data_unchecked(
+        &mut self,
+        request: &Request,
+        expect: Option<u64>,
+        buf: &mut Vec<u8>,
+    ) -> Result<Result<(), Reply>, ProtoError> {
+        write_frame(&mut self.output, request, &[])?;
+        self.output.flush()?;
+        let Some(frame) = read_frame::<Reply>(&mut self.input)? else {
+            return Err(ProtoError::Closed);
+        };
+        let Reply::Data { len, more } = frame.message else {
+            return Ok(Err(frame.message));
+        };
+        if expect.is_some_and(|expect| expect != len) {
+            return Err(ProtoError::Malformed(format!(
+                "{len} bytes returned, {} asked for",
+                expect.unwrap_or_default()
+            )));
+        }
+        let cap = u64::from(MAX_PAYLOAD);
+        if u64::from(more) != len.saturating_sub(1) / cap {
+            return Err(ProtoError::Malformed(format!(
+                "{len} bytes announced in {more} more frames"
+            )));
+        }
+        buf.clear();
+        buf.extend_from_slice(&frame.payload);
+        for _ in 0..more {
+            let Some(frame) = read_frame::<Reply>(&mut self.input)? else {
+                return Err(ProtoError::Closed);
+            };
+            buf.extend_from_slice(&frame.payload);
+        }
+        if u64::try_from(buf.len()).ok() != Some(len) {
+            return Err(ProtoError::Malformed(format!(
+                "{} bytes returned, {len} announced",
+                buf.len()
+            )));
+        }
+        Ok(Ok(()))
+    }
+}
+
+fn proto_error(op: &'static str, location: &str, error: ProtoError) -> StoreError {
+    StoreError::Other {
+        op,
+        location: location.into(),
+        error: format!("remote repository: {error}").into(),
+    }
+}
+
+/// A reply that is not what `op` expects, as an error.
+fn reply_error(op: &'static str, location: &str, reply: Reply) -> StoreError {
+    let error = match reply {
+        Reply::NotFound => {
+            return StoreError::NotFound {
+                location: location.into(),
+            };
+        }
+        Reply::Exists => {
+            return StoreError::Exists {
+                location: location.into(),
+            };
+        }
+        Reply::Refused { why } => format!("refused by the server: {}", printable(&why)),
+        Reply::Failed { why } => format!("failed on the server: {}", printable(&why)),
+        other => format!("unexpected {} reply from the server", kind(&other)),
+    };
+    StoreError::Other {
+        op,
+        location: location.into(),
+        error: error.into(),
+    }
+}
+
+impl Store for RemoteStore {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn get(&self, key: &str, range: Option<Range<u64>>) -> Result<Vec<u8>, StoreError> {
+        let mut buf = Vec::new();
+        let expect = range.as_ref().map(|r| r.end.saturating_sub(r.start));
+        let request = Request::Get {
+            key: key.into(),
+            range: range.map(|r| (r.start, r.end)),
+        };
+        match self.lock().data(&request, expect, &mut buf) {
+            Ok(Ok(())) => Ok(buf),
+            Ok(Err(reply)) => Err(reply_error("read", &self.location(key), reply)),
+            Err(error) => Err(proto_error("read", &self.location(key), error)),
+        }
+    }
+
+    fn put_if_absent(&self, key: &str, data: &[u8]) -> Result<bool, StoreError> {
+        if data.len() > usize::try_from(MAX_PAYLOAD).unwrap_or(usize::MAX) {
+            let mut upload = self.multipart(key)?;
+            upload.write(data)?;
+            return match upload.complete() {
+                Ok(()) => Ok(true),
+                Err(StoreError::Exists { .. }) => Ok(false),
+                Err(error) => Err(error),
+            };
+        }
+        let request = Request::PutIfAbsent { key: key.into() };
+        match self.call("write", key, &request, data)? {
+            Reply::Stored { stored } => Ok(stored),
+            other => Err(reply_error("write", &self.location(key), other)),
+        }
+    }
+
+    fn list(&self, prefix: &str) -> Result<Vec<ObjectInfo>, StoreError> {
+        let request = Request::List {
+            prefix: prefix.into(),
+        };
+        let mut objects = Vec::new();
+        let mut conn = self.lock();
+        let mut reply = conn
+            .call(&request, &[])
+            .map_err(|error| proto_error("list", &self.location(prefix), error))?;
+        loop {
+            let Reply::Listing {
+                objects: part,
+                done,
+            } = reply
+            else {
+                return Err(reply_error("list", &self.location(prefix), reply));
+            };
+            for (key, size) in part {
+                if !key.starts_with(prefix) {
+                    return Err(proto_error(
+                        "list",
+                        &self.location(prefix),
+                        ProtoError::Malformed("a listed key outside the prefix".into()),
+                    ));
+                }
+                objects.push(ObjectInfo { key, size });
+            }
+            if done {
+                break;
+            }
+            reply = conn
+                .reply()
+                .map_err(|error| proto_error("list", &self.location(prefix), error))?;
+        }
+        objects.sort_by(|a, b| a.key.cmp(&b.key));
+        Ok(objects)
+    }
+
+    fn delete(&self, key: &str) -> Result<(), StoreError> {
+        let request = Request::Delete { key: key.into() };
+        let reply = self.call("delete", key, &request, &[])?;
+        self.expect_ok("delete", key, reply)
+    }
+
+    fn multipart(&self, key: &str) -> Result<Box<dyn Upload>, StoreError> {
+        let request = Request::Multipart { key: key.into() };
+        let reply = self.call("write", key, &request, &[])?;
+        self.expect_ok("write", key, reply)?;
+        Ok(Box::new(RemoteUpload {
+            conn: Arc::clone(&self.conn),
+            location: self.location(key),
+            done: false,
+        }))
+    }
+
+    fn continue_upload(
+        &self,
+        tmp: &str,
+        keep: u64,
+        key: &str,
+    ) -> Result<Option<Box<dyn Upload>>, StoreError> {
+        let request = Request::ContinueUpload {
+            tmp: tmp.into(),
+            key: key.into(),
+            keep,
+        };
+        let reply = self.call("write", key, &request, &[])?;
+        self.expect_ok("write", key, reply)?;
+        Ok(Some(Box::new(RemoteUpload {
+            conn: Arc::clone(&self.conn),
+            location: self.location(key),
+            done: false,
+        })))
+    }
+
+    fn continues_uploads(&self) -> bool {
+        true
+    }
+
+    fn check_reachable(&self) -> Result<(), StoreError> {
+        // The handshake reached it.
+        Ok(())
+    }
+}
+
+/// An upload on the far end: writes go without waiting for an answer,
+/// the server answers at the end.
+struct RemoteUpload {
+    conn: Arc<Mutex<Conn>>,
+    location: String,
+    done: bool,
+}
+
+impl Upload for RemoteUpload {
+    fn write(&mut self, data: &[u8]) -> Result<(), StoreError> {
+        let mut conn = self
+            .conn
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner());
+        let cap = usize::try_from(MAX_PAYLOAD).unwrap_or(usize::MAX);
+        for chunk in data.chunks(cap) {
+            write_frame(&mut conn.output, &Request::Write, chunk)
+                .map_err(|error| proto_error("write", &self.location, error))?;
+        }
+        Ok(())
+    }
+
+    fn complete(mut self: Box<Self>) -> Result<(), StoreError> {
+        self.done = true;
+        let mut conn = self
+            .conn
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner());
+        match conn.call(&Request::Complete, &[]) {
+            Ok(Reply::Ok) => Ok(()),
+            Ok(other) => Err(reply_error("write", &self.location, other)),
+            Err(error) => Err(proto_error("write", &self.location, error)),
+        }
+    }
+}
+
+impl Drop for RemoteUpload {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        // The server keeps the unfinished upload in `tmp/` for the next
+        // writer; the answer only says it let go of it.
+        let mut conn = self
+            .conn
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner());
+        let _ = conn.call(&Request::Abort, &[]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backup::remote::server::{ServeOptions, serve};
+
+    /// A client connected to a server thread over two pipes, and the
+    /// thread.
+    fn connect(root: &std::path::Path, options: ServeOptions) -> RemoteStore {
+        let (client_in, mut server_out) = std::io::pipe().unwrap();
+        let (mut server_in, client_out) = std::io::pipe().unwrap();
+        std::thread::spawn(move || {
+            let _ = serve(&mut server_in, &mut server_out, &options);
+        });
+        RemoteStore::connect(
+            "ssh://test/repo",
+            &root.display().to_string(),
+            Box::new(client_in),
+            Box::new(client_out),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn a_store_over_a_pipe() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = connect(dir.path(), ServeOptions::default());
+        assert!(store.put_if_absent("config", b"abc").unwrap());
+        assert!(!store.put_if_absent("config", b"xyz").unwrap());
+        assert_eq!(store.get("config", Some(1..3)).unwrap(), b"bc");
+        let mut upload = store.multipart("streams/s").unwrap();
+        upload.write(b"hello ").unwrap();
+        upload.write(b"world").unwrap();
+        upload.complete().unwrap();
+        assert_eq!(store.get("streams/s", None).unwrap(), b"hello world");
+        let keys: Vec<_> = store
+            .list("streams/")
+            .unwrap()
+            .into_iter()
+            .map(|o| o.key)
+            .collect();
+        assert_eq!(keys, ["streams/s"]);
+        store.delete("streams/s").unwrap();
+        assert!(store.get("streams/s", None).unwrap_err().is_not_found());
+        assert!(store.get("config", Some(1..9)).is_err());
+    }
+
+    #[test]
+    fn append_only_refusals_reach_the_client() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = connect(
+            dir.path(),
+            ServeOptions {
+                append_only: true,
+                restrict_to: Vec::new(),
+            },
+        );
+        assert!(store.append_only());
+        store.put_if_absent("config", b"abc").unwrap();
+        let error = store.delete("config").unwrap_err().to_string();
+        assert!(error.contains("append-only"), "{error}");
+        assert_eq!(store.get("config", None).unwrap(), b"abc");
+    }
+
+    #[test]
+    fn a_hostile_server_gives_clean_errors() {
+        let garbage = |wire: Vec<u8>| {
+            let mut hello = Vec::new();
+            write_frame(
+                &mut hello,
+                &Reply::Hello {
+                    protocol: PROTOCOL_VERSION,
+                    version: "x".into(),
+                    append_only: false,
+                },
+                &[],
+            )
+            .unwrap();
+            hello.extend_from_slice(&wire);
+            RemoteStore::connect(
+                "ssh://evil/repo",
+                "/repo",
+                Box::new(std::io::Cursor::new(hello)),
+                Box::new(std::io::sink()),
+            )
+            .unwrap()
+        };
+        // A short range, and nothing believed after it.
+        let mut wire = Vec::new();
+        write_frame(&mut wire, &Reply::Data { len: 2, more: 0 }, b"ab").unwrap();
+        write_frame(&mut wire, &Reply::Ok, &[]).unwrap();
+        let store = garbage(wire);
+        assert!(store.get("config", Some(0..3)).is_err());
+        assert!(store.delete("config").is_err());
+        // A length that the payload does not match.
+        let mut wire = Vec::new();
+        write_frame(&mut wire, &Reply::Data { len: 5, more: 0 }, b"ab").unwrap();
+        assert!(garbage(wire).get("config", None).is_err());
+        // A listing outside the prefix, an invalid key, garbage, nothing.
+        let mut wire = Vec::new();
+        let listing = Reply::Listing {
+            objects: vec![("config".into(), 1)],
+            done: true,
+        };
+        write_frame(&mut wire, &listing, &[]).unwrap();
+        assert!(garbage(wire).list("catalog/").is_err());
+        assert!(
+            garbage(b"\x05\0\0\0\0\0\0\0{oops".to_vec())
+                .list("")
+                .is_err()
+        );
+        let error = garbage(Vec::new())
+            .delete("config")
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("ssh://evil/repo"), "{error}");
+        // A refusal's text loses its control characters.
+        let mut wire = Vec::new();
+        let refused = Reply::Refused {
+            why: "no\x1b[2J".into(),
+        };
+        write_frame(&mut wire, &refused, &[]).unwrap();
+        let error = garbage(wire).delete("config").unwrap_err().to_string();
+        assert!(!error.contains('\x1b'), "{error}");
+    }
+}

@@ -1,0 +1,15 @@
+//! Repositories on another host: the protocol that `btrsend serve` speaks
+//! on stdin/stdout, and the store a client speaks it through (issue 33,
+//! part A).
+//!
+//! [`proto`] is the wire format (frames, messages, the handshake and the
+//! checks each side applies to what the other sends), [`server`] the far
+//! end's loop over a directory store, [`client`] the near end's
+//! [`Store`](crate::backup::Store), and [`spec`] the `ssh://` address and
+//! the ssh command line that reaches the far end. Spawning that command
+//! and the `serve` command build on them.
+
+pub mod client;
+pub mod proto;
+pub mod server;
+pub mod spec;
