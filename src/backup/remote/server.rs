@@ -17,7 +17,8 @@ use std::io::{Read, Write};
 use std::path::{Component, Path, PathBuf};
 
 use super::proto::{
-    MAX_PAYLOAD, PROTOCOL_VERSION, ProtoError, Reply, Request, printable, read_frame, write_frame,
+    MAX_HEADER, MAX_PAYLOAD, PROTOCOL_VERSION, ProtoError, Reply, Request, printable, read_frame,
+    write_frame,
 };
 use crate::backup::store::{LocalStore, Store, StoreError, Upload};
 
@@ -90,8 +91,36 @@ pub fn serve(
     Ok(())
 }
 
-/// Send `reply`, its payload split into frames under [`MAX_PAYLOAD`].
+/// The JSON bytes a listing part may take, counting each key at its worst
+/// (every byte a six-byte escape): half the header cap.
+const LISTING_PART: usize = (MAX_HEADER / 2) as usize;
+
+/// Send `reply`, its payload split into frames under [`MAX_PAYLOAD`], a
+/// listing in parts under [`MAX_HEADER`].
 fn send(output: &mut impl Write, reply: &Reply, payload: &[u8]) -> Result<(), ProtoError> {
+    if let Reply::Listing { objects, .. } = reply {
+        let mut parts = Vec::new();
+        let (mut start, mut bytes) = (0, 0);
+        for (i, (key, _)) in objects.iter().enumerate() {
+            // A key's worst quoting, its size and the punctuation.
+            let cost = key.len() * 6 + 32;
+            if i > start && bytes + cost > LISTING_PART {
+                parts.push(start..i);
+                (start, bytes) = (i, 0);
+            }
+            bytes += cost;
+        }
+        parts.push(start..objects.len());
+        let last = parts.len() - 1;
+        for (n, part) in parts.into_iter().enumerate() {
+            let piece = Reply::Listing {
+                objects: objects[part].to_vec(),
+                done: n == last,
+            };
+            write_frame(output, &piece, &[])?;
+        }
+        return Ok(());
+    }
     let cap = usize::try_from(MAX_PAYLOAD).unwrap_or(usize::MAX);
     let mut chunks = payload.chunks(cap);
     let first = chunks.next().unwrap_or(&[]);
@@ -486,6 +515,36 @@ mod tests {
         );
         assert_eq!(replies[5], Reply::Ok);
         assert_eq!(replies[6], Reply::NotFound);
+    }
+
+    #[test]
+    fn a_long_listing_comes_in_parts_under_the_header_cap() {
+        // 12,000 keys of 120 bytes: 1.4 MB of names, past the 1 MiB cap
+        // of one header.
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("repo");
+        std::fs::create_dir_all(root.join("streams")).unwrap();
+        let name = |i: usize| format!("{i:0>110}.btrs.zst");
+        for i in 0..12_000 {
+            std::fs::write(root.join("streams").join(name(i)), b"").unwrap();
+        }
+        let list = Request::List {
+            prefix: "streams/".into(),
+        };
+        let replies = exchange(&root, &ServeOptions::default(), &[(list, b"")]);
+        let mut keys = Vec::new();
+        for (i, r) in replies[1..].iter().enumerate() {
+            let Reply::Listing { objects, done } = r else {
+                panic!("{r:?}")
+            };
+            assert_eq!(*done, i == replies.len() - 2);
+            keys.extend(objects.iter().map(|(k, _)| k.clone()));
+        }
+        assert!(replies.len() > 3, "{} parts", replies.len() - 1);
+        let want: Vec<String> = (0..12_000)
+            .map(|i| format!("streams/{}", name(i)))
+            .collect();
+        assert_eq!(keys, want);
     }
 
     #[test]
