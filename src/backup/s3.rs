@@ -415,63 +415,6 @@ impl Store for S3Store {
         }
     }
 
-    fn put_all_if_absent(&self, items: &[(String, Vec<u8>)]) -> Result<(), StoreError> {
-        /// Requests in flight at once.
-        const PARALLEL: usize = 16;
-        let paths = items
-            .iter()
-            .map(|(k, _)| self.path(k))
-            .collect::<Result<Vec<_>, _>>()?;
-        self.rt.block_on(async {
-            let mut tasks = tokio::task::JoinSet::new();
-            let mut next = 0;
-            loop {
-                while tasks.len() < PARALLEL && next < items.len() {
-                    let s3 = Arc::clone(&self.s3);
-                    let path = paths[next].clone();
-                    let payload = PutPayload::from(items[next].1.clone());
-                    let i = next;
-                    tasks.spawn(async move {
-                        let r = match s3.head(&path).await {
-                            Ok(_) => Ok(()),
-                            Err(object_store::Error::NotFound { .. }) => {
-                                let opts = PutOptions {
-                                    mode: PutMode::Create,
-                                    ..PutOptions::default()
-                                };
-                                match s3.put_opts(&path, payload, opts).await {
-                                    Ok(_)
-                                    | Err(
-                                        object_store::Error::AlreadyExists { .. }
-                                        | object_store::Error::Precondition { .. },
-                                    ) => Ok(()),
-                                    Err(e) => Err(e),
-                                }
-                            }
-                            Err(e) => Err(e),
-                        };
-                        (i, r)
-                    });
-                    next += 1;
-                }
-                let Some(done) = tasks.join_next().await else {
-                    return Ok(());
-                };
-                match done {
-                    Ok((_, Ok(()))) => {}
-                    Ok((i, Err(e))) => return Err(self.err("write", &items[i].0, e)),
-                    Err(e) => {
-                        return Err(StoreError::Other {
-                            op: "write",
-                            location: self.name.clone(),
-                            error: e.to_string().into(),
-                        });
-                    }
-                }
-            }
-        })
-    }
-
     fn list(&self, prefix: &str) -> Result<Vec<ObjectInfo>, StoreError> {
         // Keys are DIR/NAME: list DIR, keep the names that match.
         let dir = prefix.rfind('/').map_or("", |i| &prefix[..i]);

@@ -185,20 +185,6 @@ pub trait Store: Send + Sync + fmt::Debug {
     ///
     /// I/O or network errors.
     fn put_if_absent(&self, key: &str, data: &[u8]) -> Result<bool, StoreError>;
-    /// [`put_if_absent`](Self::put_if_absent) of each of `items` (keys and
-    /// data): every one is durable when this returns. Stores that can do
-    /// better than one at a time (one flush for all, requests in parallel)
-    /// do; the index writes its pages so.
-    ///
-    /// # Errors
-    ///
-    /// I/O or network errors (some of the objects may have been stored).
-    fn put_all_if_absent(&self, items: &[(String, Vec<u8>)]) -> Result<(), StoreError> {
-        for (key, data) in items {
-            self.put_if_absent(key, data)?;
-        }
-        Ok(())
-    }
     /// The objects whose keys start with `prefix`, sorted by key.
     ///
     /// # Errors

@@ -446,30 +446,6 @@ impl Store for CryptStore {
         self.inner.put_if_absent(key, data)
     }
 
-    fn put_all_if_absent(&self, items: &[(String, Vec<u8>)]) -> Result<(), StoreError> {
-        if items.iter().any(|(k, _)| is_stream(k)) {
-            for (key, data) in items {
-                self.put_if_absent(key, data)?;
-            }
-            return Ok(());
-        }
-        let sealed = items
-            .iter()
-            .map(|(key, data)| {
-                if is_catalog(key) {
-                    let s = self
-                        .seal
-                        .seal(&self.keys.repo, key, data)
-                        .map_err(|e| self.err("encrypt", key, e))?;
-                    Ok((key.clone(), s))
-                } else {
-                    Ok((key.clone(), data.clone()))
-                }
-            })
-            .collect::<Result<Vec<_>, StoreError>>()?;
-        self.inner.put_all_if_absent(&sealed)
-    }
-
     fn list(&self, prefix: &str) -> Result<Vec<ObjectInfo>, StoreError> {
         let mut all = self.inner.list(prefix)?;
         if !self.reads_back() {

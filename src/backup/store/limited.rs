@@ -58,12 +58,6 @@ impl Store for LimitedStore {
         self.inner.put_if_absent(key, data)
     }
 
-    fn put_all_if_absent(&self, items: &[(String, Vec<u8>)]) -> Result<(), StoreError> {
-        self.limit
-            .take_all(items.iter().map(|(_, d)| d.len()).sum());
-        self.inner.put_all_if_absent(items)
-    }
-
     fn list(&self, prefix: &str) -> Result<Vec<ObjectInfo>, StoreError> {
         self.inner.list(prefix)
     }

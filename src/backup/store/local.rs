@@ -367,59 +367,6 @@ impl Store for LocalStore {
         self.publish(f, &tmp, key)
     }
 
-    fn put_all_if_absent(&self, items: &[(String, Vec<u8>)]) -> Result<(), StoreError> {
-        // Every file is written first and the filesystem flushed once
-        // (`syncfs`): a sync per file costs a journal commit each.
-        let mut written: Vec<(String, &str)> = Vec::with_capacity(items.len());
-        let result = (|| {
-            for (key, data) in items {
-                let (dir, name) = self.checked(key)?;
-                if let Ok(d) = self.open_dir(dir, false)
-                    && rfs::statat(&d, name, rfs::AtFlags::SYMLINK_NOFOLLOW).is_ok()
-                {
-                    continue;
-                }
-                let (mut f, tmp) = self.temp_file(key)?;
-                written.push((tmp, key));
-                f.write_all(data).map_err(|e| self.err("write", key, e))?;
-            }
-            let Some((_, first)) = written.first() else {
-                return Ok(());
-            };
-            let tmp_dir = self
-                .open_dir(TMP_DIR, false)
-                .map_err(|e| self.err("open", TMP_DIR, e))?;
-            rfs::syncfs(&tmp_dir).map_err(|e| self.err("sync", first, e.into()))?;
-            let mut dirs: Vec<(&str, OwnedFd)> = Vec::new();
-            for (tmp, key) in &written {
-                let (dir, name) = self.checked(key)?;
-                let i = match dirs.iter().position(|(d, _)| *d == dir) {
-                    Some(i) => i,
-                    None => {
-                        let fd = self
-                            .open_dir(dir, true)
-                            .map_err(|e| self.err("create", key, e))?;
-                        dirs.push((dir, fd));
-                        dirs.len() - 1
-                    }
-                };
-                let dst = &dirs[i].1;
-                match rfs::linkat(&tmp_dir, tmp.as_str(), dst, name, rfs::AtFlags::empty()) {
-                    Ok(()) | Err(rustix::io::Errno::EXIST) => {}
-                    Err(e) => return Err(self.err("link", key, e.into())),
-                }
-            }
-            for (dir, fd) in &dirs {
-                rfs::fsync(fd).map_err(|e| self.err("sync", dir, e.into()))?;
-            }
-            Ok(())
-        })();
-        for (tmp, _) in &written {
-            self.remove_tmp(tmp);
-        }
-        result
-    }
-
     fn list(&self, prefix: &str) -> Result<Vec<ObjectInfo>, StoreError> {
         // Keys are DIR/NAME at most one level deep below the prefix's
         // directory.
