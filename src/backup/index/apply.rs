@@ -859,9 +859,29 @@ impl<'p, 's> Indexer<'p, 's> {
         if was.ino.is_some() {
             return Err(at.err("the name exists already"));
         }
+        self.fill_entry(dir, name, was, ino)
+    }
+
+    /// Make the free entry `name` of `dir`, which is `was`, name `ino`.
+    fn fill_entry(
+        &mut self,
+        dir: u64,
+        name: &[u8],
+        was: Dirent,
+        ino: u64,
+    ) -> Result<(), IndexError> {
         self.set_dirent(dir, name, was, Some(ino))?;
         self.inode_mut(dir)?.size += 2 * name.len() as u64;
         Ok(())
+    }
+
+    /// The next inode number, handed out.
+    fn new_ino(&mut self, at: &At<'_>) -> Result<u64, IndexError> {
+        let ino = self.root.next_ino;
+        self.root.next_ino = ino
+            .checked_add(1)
+            .ok_or_else(|| at.err("out of inode numbers"))?;
+        Ok(ino)
     }
 
     fn remove_entry(&mut self, dir: u64, name: &[u8]) -> Result<(), IndexError> {
@@ -905,22 +925,15 @@ impl<'p, 's> Indexer<'p, 's> {
         if was.ino.is_some() {
             return Ok(false);
         }
-        let ino = self.root.next_ino;
-        self.root.next_ino = ino
-            .checked_add(1)
-            .ok_or_else(|| made.err("out of inode numbers"))?;
-        self.set_dirent(tdir, tname, was, Some(ino))?;
-        self.inode_mut(tdir)?.size += 2 * tname.len() as u64;
+        let ino = self.new_ino(&made)?;
+        self.fill_entry(tdir, tname, was, ino)?;
         self.put_inode(ino, &h.inode)?;
         Ok(true)
     }
 
     fn create(&mut self, at: &At<'_>, path: &[u8], mut inode: Inode) -> Result<(), IndexError> {
         let (dir, name) = self.parent_of(at, path)?;
-        let ino = self.root.next_ino;
-        self.root.next_ino = ino
-            .checked_add(1)
-            .ok_or_else(|| at.err("out of inode numbers"))?;
+        let ino = self.new_ino(at)?;
         if inode.kind == FileType::Dir {
             inode.parent = dir;
         }
@@ -959,12 +972,9 @@ impl<'p, 's> Indexer<'p, 's> {
             .ok_or_else(|| at.err("no such file or directory"))?;
         let (tdir, tname) = self.parent_of(at, to)?;
         let mut moved = self.inode(ino)?;
-        let target = self.entry(tdir, tname)?;
         self.forget_path(from, moved.kind == FileType::Dir);
-        if let Some(t) = target {
-            self.forget_path(to, self.kind(t)? == FileType::Dir);
-        }
-        if let Some(existing) = target {
+        if let Some(existing) = self.entry(tdir, tname)? {
+            self.forget_path(to, self.kind(existing)? == FileType::Dir);
             if existing == ino {
                 // rename(2) of two names of one inode does nothing.
                 return Ok(());

@@ -18,7 +18,7 @@ use super::apply::{IndexRoot, index_stream};
 use super::repo::{
     CatalogIndexes, INDEX_DIR, PACK_PREFIX, StorePages, pack_key, page_key, root_key,
 };
-use super::tree::{PackId, PageId, PageRef, PageStore, Pages, Place, Tree, walk_pages};
+use super::tree::{PackId, PageId, PageRef, PageStore, Pages, Place, Tree, range_of, walk_pages};
 use crate::backup::catalog::Catalog;
 use crate::backup::entry::Entry;
 use crate::backup::verify::{Problem, VerifyReport};
@@ -78,11 +78,7 @@ impl PageStore for Rebuilt<'_> {
         if let Place::Packed { pack, offset, len } = r.place
             && let Some(b) = self.made.borrow().get(&pack)
         {
-            let blob = usize::try_from(offset)
-                .ok()
-                .zip(usize::try_from(offset.saturating_add(len)).ok())
-                .and_then(|(a, z)| b.get(a..z))
-                .ok_or(IndexError::MissingPage { id: r.id })?;
+            let blob = range_of(b, offset, len).ok_or(IndexError::MissingPage { id: r.id })?;
             return self.stored.page_of_blob(&r.id, blob);
         }
         self.stored.get(r)

@@ -64,6 +64,24 @@ pub enum Place {
     },
 }
 
+impl Place {
+    /// This place once the pack being written is stored as `pack`.
+    fn in_pack(self, pack: PackId) -> Place {
+        match self {
+            Place::Here { offset, len } => Place::Packed { pack, offset, len },
+            p => p,
+        }
+    }
+}
+
+/// The range `offset`, `len` of `bytes`; `None` when it does not lie in
+/// them.
+pub(crate) fn range_of(bytes: &[u8], offset: u64, len: u64) -> Option<&[u8]> {
+    let start = usize::try_from(offset).ok()?;
+    let end = usize::try_from(offset.checked_add(len)?).ok()?;
+    bytes.get(start..end)
+}
+
 /// A page: its name and where it is stored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct PageRef {
@@ -697,8 +715,8 @@ impl<'p, 's> Tree<'p, 's> {
         let Child::Stored(r) = root else {
             unreachable!("flushed")
         };
-        if let (Place::Here { offset, len }, Some(pack)) = (r.place, pack) {
-            r.place = Place::Packed { pack, offset, len };
+        if let Some(pack) = pack {
+            r.place = r.place.in_pack(pack);
         }
         Ok(Some(*r))
     }
@@ -741,16 +759,7 @@ pub fn walk_pages(
     let mut height = 0usize;
     let mut at = root;
     loop {
-        if let Err(e) = too_deep(&at, height) {
-            return match damaged {
-                Some(d) => {
-                    d.push(at);
-                    Ok(())
-                }
-                None => Err(e),
-            };
-        }
-        let Some(node) = load_or_note(pages, at, &mut damaged)? else {
+        let Some(node) = load_or_note(pages, at, height, &mut damaged)? else {
             return Ok(());
         };
         match &*node {
@@ -767,14 +776,15 @@ pub fn walk_pages(
     walk_below(pages, root, height, read_leaves, seen, &mut damaged)
 }
 
-/// Page `at`; `None` when it is damaged and `damaged` collects it (it is
-/// added there).
+/// Page `at`, `depth` levels below the root; `None` when it is damaged
+/// and `damaged` collects it (it is added there).
 fn load_or_note(
     pages: &Pages<'_>,
     at: PageRef,
+    depth: usize,
     damaged: &mut Option<&mut Vec<PageRef>>,
 ) -> Result<Option<Arc<Node>>, IndexError> {
-    match pages.load(&at) {
+    match load_at(pages, &at, depth) {
         Ok(n) => Ok(Some(n)),
         Err(IndexError::Page { .. }) if damaged.is_some() => {
             if let Some(d) = damaged {
@@ -800,7 +810,9 @@ fn walk_below(
     if height == 0 && !read_leaves {
         return Ok(());
     }
-    let Some(node) = load_or_note(pages, at, damaged)? else {
+    // The descent to the first leaf bounded the height (a page at another
+    // depth is refused below): no level here is past MAX_DEPTH.
+    let Some(node) = load_or_note(pages, at, 0, damaged)? else {
         return Ok(());
     };
     match (&*node, height) {
@@ -832,10 +844,7 @@ fn walk_below(
 fn node<'a>(pages: &Pages<'_>, child: &'a Child, depth: usize) -> Result<Loaded<'a>, IndexError> {
     match child {
         Child::Dirty(n) => Ok(Loaded::Borrowed(n)),
-        Child::Stored(r) => {
-            too_deep(r, depth)?;
-            pages.load(r).map(Loaded::Shared)
-        }
+        Child::Stored(r) => load_at(pages, r, depth).map(Loaded::Shared),
     }
 }
 
@@ -844,15 +853,15 @@ fn node<'a>(pages: &Pages<'_>, child: &'a Child, depth: usize) -> Result<Loaded<
 /// store holding a chain of pages cannot make a walk use up the stack.
 const MAX_DEPTH: usize = 64;
 
-/// Refuse page `r` at `depth` levels below the root if that is too deep.
-fn too_deep(r: &PageRef, depth: usize) -> Result<(), IndexError> {
+/// Page `r`, `depth` levels below the root: refused past [`MAX_DEPTH`].
+fn load_at(pages: &Pages<'_>, r: &PageRef, depth: usize) -> Result<Arc<Node>, IndexError> {
     if depth > MAX_DEPTH {
         return Err(IndexError::Page {
             id: r.id,
             reason: format!("more than {MAX_DEPTH} levels below the root"),
         });
     }
-    Ok(())
+    pages.load(r)
 }
 
 fn get_in(
@@ -932,8 +941,7 @@ fn make_dirty<'a>(
     depth: usize,
 ) -> Result<&'a mut Node, IndexError> {
     if let Child::Stored(r) = child {
-        too_deep(r, depth)?;
-        let n = pages.load(r)?;
+        let n = load_at(pages, r, depth)?;
         *child = Child::Dirty(Box::new((*n).clone()));
         *dirty += 1;
     }
@@ -1292,10 +1300,7 @@ impl PageStore for MemPages {
                 .packs
                 .borrow()
                 .get(&pack)
-                .and_then(|b| {
-                    let end = offset.checked_add(len)?;
-                    b.get(usize::try_from(offset).ok()?..usize::try_from(end).ok()?)
-                })
+                .and_then(|b| range_of(b, offset, len))
                 .map(<[u8]>::to_vec)
                 .ok_or(missing),
             Place::Here { .. } => Err(missing),
@@ -1320,16 +1325,9 @@ impl PageStore for MemPages {
             return Ok(());
         }
         self.packs.borrow_mut().insert(*name, bytes);
-        kept.extend(members.iter().map(|m| match m.place {
-            Place::Here { offset, len } => PageRef {
-                id: m.id,
-                place: Place::Packed {
-                    pack: *name,
-                    offset,
-                    len,
-                },
-            },
-            _ => *m,
+        kept.extend(members.iter().map(|m| PageRef {
+            id: m.id,
+            place: m.place.in_pack(*name),
         }));
         Ok(())
     }
