@@ -126,22 +126,26 @@ impl RemoteStore {
 
 impl Conn {
     fn call(&mut self, request: &Request, payload: &[u8]) -> Result<Reply, ProtoError> {
-        self.usable()?;
-        let result = (|| {
-            write_frame(&mut self.output, request, payload)?;
-            self.output.flush()?;
-            self.reply()
-        })();
-        self.broken |= result.is_err();
-        result
+        self.exchange(|c| {
+            write_frame(&mut c.output, request, payload)?;
+            c.output.flush()?;
+            c.reply()
+        })
     }
 
-    /// An error if an earlier request left the connection out of step.
-    fn usable(&self) -> Result<(), ProtoError> {
-        match self.broken {
-            true => Err(ProtoError::Closed),
-            false => Ok(()),
+    /// `f`, one exchange with the far end, unless an earlier one left the
+    /// connection out of step; a failed one leaves it so (what the far end
+    /// still sends would be taken for the next answers).
+    fn exchange<T>(
+        &mut self,
+        f: impl FnOnce(&mut Conn) -> Result<T, ProtoError>,
+    ) -> Result<T, ProtoError> {
+        if self.broken {
+            return Err(ProtoError::Closed);
         }
+        let result = f(self);
+        self.broken |= result.is_err();
+        result
     }
 
     fn reply(&mut self) -> Result<Reply, ProtoError> {
@@ -158,10 +162,45 @@ impl Conn {
         expect: Option<u64>,
         buf: &mut Vec<u8>,
     ) -> Result<Result<(), Reply>, ProtoError> {
-        self.usable()?;
-        let result = self.data_unchecked(request, expect, buf);
-        self.broken |= result.is_err();
-        result
+        self.exchange(|c| c.data_unchecked(request, expect, buf))
+    }
+
+    /// The listing of `prefix`, its parts checked as they come: another
+    /// reply is handed back.
+    fn list(&mut self, prefix: &str) -> Result<Result<Vec<ObjectInfo>, Reply>, ProtoError> {
+        let request = Request::List {
+            prefix: prefix.into(),
+        };
+        self.exchange(|c| {
+            write_frame(&mut c.output, &request, &[])?;
+            c.output.flush()?;
+            let mut objects = Vec::new();
+            let mut first = true;
+            loop {
+                let (part, done) = match c.reply()? {
+                    Reply::Listing { objects, done } => (objects, done),
+                    // Another answer to the request is the caller's to read.
+                    other if first => return Ok(Err(other)),
+                    _ => {
+                        return Err(ProtoError::Malformed(
+                            "a listing broken off by another reply".into(),
+                        ));
+                    }
+                };
+                for (key, size) in part {
+                    if !key.starts_with(prefix) {
+                        return Err(ProtoError::Malformed(
+                            "a listed key outside the prefix".into(),
+                        ));
+                    }
+                    objects.push(ObjectInfo { key, size });
+                }
+                if done {
+                    return Ok(Ok(objects));
+                }
+                first = false;
+            }
+        })
     }
 
     fn data_unchecked(
@@ -277,39 +316,12 @@ impl Store for RemoteStore {
     }
 
     fn list(&self, prefix: &str) -> Result<Vec<ObjectInfo>, StoreError> {
-        let request = Request::List {
-            prefix: prefix.into(),
-        };
-        let mut objects = Vec::new();
-        let mut conn = self.lock();
-        let mut reply = conn
-            .call(&request, &[])
-            .map_err(|error| proto_error("list", &self.location(prefix), error))?;
-        loop {
-            let Reply::Listing {
-                objects: part,
-                done,
-            } = reply
-            else {
-                return Err(reply_error("list", &self.location(prefix), reply));
-            };
-            for (key, size) in part {
-                if !key.starts_with(prefix) {
-                    return Err(proto_error(
-                        "list",
-                        &self.location(prefix),
-                        ProtoError::Malformed("a listed key outside the prefix".into()),
-                    ));
-                }
-                objects.push(ObjectInfo { key, size });
-            }
-            if done {
-                break;
-            }
-            reply = conn
-                .reply()
-                .map_err(|error| proto_error("list", &self.location(prefix), error))?;
-        }
+        let location = || self.location(prefix);
+        let mut objects = self
+            .lock()
+            .list(prefix)
+            .map_err(|error| proto_error("list", &location(), error))?
+            .map_err(|reply| reply_error("list", &location(), reply))?;
         objects.sort_by(|a, b| a.key.cmp(&b.key));
         Ok(objects)
     }
@@ -517,6 +529,19 @@ mod tests {
         };
         write_frame(&mut wire, &listing, &[]).unwrap();
         assert!(garbage(wire).list("catalog/").is_err());
+        // A listing part outside the prefix, with more parts to come:
+        // nothing after it is taken for an answer (the `Ok` here would
+        // otherwise pass for the delete's).
+        let mut wire = Vec::new();
+        let part = Reply::Listing {
+            objects: vec![("streams/x".into(), 1)],
+            done: false,
+        };
+        write_frame(&mut wire, &part, &[]).unwrap();
+        write_frame(&mut wire, &Reply::Ok, &[]).unwrap();
+        let store = garbage(wire);
+        assert!(store.list("catalog/").is_err());
+        assert!(store.delete("config").is_err());
         assert!(
             garbage(b"\x05\0\0\0\0\0\0\0{oops".to_vec())
                 .list("")
