@@ -38,7 +38,7 @@ pub struct InlineIndex {
     buf: Vec<u8>,
     /// Batches the indexer is done with, to fill again: a new buffer a
     /// batch costs its pages' faults, which showed on a 4 GiB stream.
-    spent: Option<Receiver<Vec<u8>>>,
+    spent: Receiver<Vec<u8>>,
     thread: Option<JoinHandle<Indexed>>,
 }
 
@@ -109,7 +109,7 @@ impl InlineIndex {
     }
 
     fn send(&mut self) {
-        let next = match self.spent.as_ref().and_then(|r| r.try_recv().ok()) {
+        let next = match self.spent.try_recv().ok() {
             Some(mut b) => {
                 b.clear();
                 b
@@ -209,7 +209,7 @@ impl Repository {
         Some(InlineIndex {
             tx: Some(tx),
             buf: Vec::with_capacity(BATCH + (64 << 10)),
-            spent: Some(spent),
+            spent,
             thread: Some(thread),
         })
     }

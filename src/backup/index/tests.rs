@@ -284,18 +284,26 @@ fn stream_of(cmds: &[stream_format::Command<'static>]) -> Vec<u8> {
     w.finish().unwrap()
 }
 
+/// MKDIR of `p` (its inode number unused by the indexer).
+fn mkdir(p: &'static [u8]) -> stream_format::Command<'static> {
+    stream_format::Command::Mkdir {
+        path: std::borrow::Cow::Borrowed(p),
+        ino: 300,
+    }
+}
+
+/// MKFILE of `p` (its inode number unused by the indexer).
+fn mkfile(p: &'static [u8]) -> stream_format::Command<'static> {
+    stream_format::Command::Mkfile {
+        path: std::borrow::Cow::Borrowed(p),
+        ino: 301,
+    }
+}
+
 #[test]
 fn hostile_streams_are_refused_with_the_command_named() {
     use std::borrow::Cow::Borrowed as B;
     use stream_format::Command as C;
-    let mkdir = |p: &'static [u8]| C::Mkdir {
-        path: B(p),
-        ino: 300,
-    };
-    let mkfile = |p: &'static [u8]| C::Mkfile {
-        path: B(p),
-        ino: 301,
-    };
     let cases: Vec<(Vec<C<'static>>, &str)> = vec![
         (vec![mkdir(b"../x")], "'..' component refused"),
         (vec![mkdir(b"/x")], "absolute path refused"),
@@ -481,10 +489,6 @@ fn indexes_made_before_packs_are_read_and_built_on() {
 fn a_new_file_renamed_at_once_is_indexed_as_the_two_commands_make_it() {
     use std::borrow::Cow::Borrowed as B;
     use stream_format::Command as C;
-    let mkfile = |p: &'static [u8]| C::Mkfile {
-        path: B(p),
-        ino: 301,
-    };
     let rename = |a: &'static [u8], b: &'static [u8]| C::Rename {
         path: B(a),
         path_to: B(b),
@@ -497,13 +501,7 @@ fn a_new_file_renamed_at_once_is_indexed_as_the_two_commands_make_it() {
     // New files renamed to new names, over a file, into a directory, and
     // one written under its first name before it is renamed.
     let cmds = |between: bool| {
-        let mut v = vec![
-            C::Mkdir {
-                path: B(b"d"),
-                ino: 300,
-            },
-            mkfile(b"o1"),
-        ];
+        let mut v = vec![mkdir(b"d"), mkfile(b"o1")];
         let renamed = |v: &mut Vec<C<'static>>, a, b| {
             if between {
                 // Any command between the two makes the file first (this
