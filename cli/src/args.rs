@@ -55,7 +55,7 @@ pub struct Cli {
 pub enum Command {
     /// Store snapshots in a backup repository (a directory or an S3
     /// bucket), verify, restore and prune them.
-    Backup(cmd::backup::BackupArgs),
+    Backup(Box<cmd::backup::BackupArgs>),
     /// Print the commands of a send stream in the format of `btrfs receive --dump`.
     Dump(cmd::dump::DumpArgs),
     /// List the subvolumes of a filesystem, read straight from its devices.
@@ -75,6 +75,9 @@ pub enum Command {
     /// (the ranges SEEK_DATA/SEEK_HOLE report, or with --device the extent
     /// items), so a sparse file of any size hashes as fast as its data.
     Manifest(cmd::manifest::ManifestArgs),
+    /// Serve repositories on this host to btrsend clients over ssh (the far
+    /// end of --repo ssh://HOST/PATH).
+    Serve(cmd::serve::ServeArgs),
     /// Print a shell completion script to standard output.
     Completions(cmd::completions::CompletionsArgs),
     /// Developer tools (benchmarks).

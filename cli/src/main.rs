@@ -48,6 +48,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Send(a) => cmd::send::run(&a),
         Command::Receive(a) => cmd::receive::run(&a),
         Command::Manifest(a) => cmd::manifest::run(&a),
+        Command::Serve(a) => cmd::serve::run(&a),
         Command::Completions(a) => cmd::completions::run(&a, Cli::command()),
         Command::Debug(a) => cmd::debug::run(&a),
     }

@@ -308,7 +308,11 @@ impl Catalog {
             });
         }
         self.generation = next;
-        // Old generations: best effort (a leftover is harmless).
+        // Old generations: best effort (a leftover is harmless; an
+        // append-only store keeps them all).
+        if store.append_only() {
+            return Ok(());
+        }
         if let Ok(list) = store.list(CATALOG_DIR) {
             let mut gens: Vec<u64> = list.iter().filter_map(|o| generation_of(&o.key)).collect();
             gens.sort_unstable();

@@ -145,6 +145,14 @@ impl Repository {
                 RetentionError::<u64>::EmptyPolicy.to_string(),
             ));
         }
+        if !opts.dry_run && self.store().append_only() {
+            return Err(BackupError::Invalid(format!(
+                "{} is served append-only: nothing stored there can be deleted from \
+                 here; prune on the server (btrsend backup forget --repo PATH, from \
+                 its own cron) or through an unrestricted key (--dry-run shows the plan)",
+                self.store().name()
+            )));
+        }
         // A dry run deletes nothing and reads one catalog generation, which
         // is replaced atomically: it takes no lock, so it never waits for a
         // run.

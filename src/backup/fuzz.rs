@@ -283,3 +283,64 @@ pub fn index(data: &[u8]) {
         let _ = snap.describe(b"", ROOT_INO, &i, opts, &Zeros);
     }
 }
+
+/// Bytes a far end of `btrsend serve` may send either way: as a client's
+/// requests to the server loop (first byte even: into a new directory,
+/// append-only when the second byte is odd), or as a server's replies to
+/// a client that shakes hands and then gets, lists, puts, uploads and
+/// locks.
+pub fn remote(data: &[u8]) {
+    use super::remote::{client::RemoteStore, proto, server};
+    let Some((&first, rest)) = data.split_first() else {
+        return;
+    };
+    let mut frames = rest;
+    while let Ok(Some(_)) = proto::read_frame::<proto::Reply>(&mut frames) {}
+    if first % 2 == 0 {
+        let dir = std::env::temp_dir().join(format!(
+            "btrsend-fuzz-remote-{}-{:016x}",
+            std::process::id(),
+            super::store::random_u64()
+        ));
+        if std::fs::create_dir(&dir).is_err() {
+            return;
+        }
+        let options = server::ServeOptions {
+            append_only: rest.first().is_some_and(|b| b % 2 == 1),
+            restrict_to: vec![dir.clone()],
+        };
+        // The handshake the fuzzer cannot guess (a path in the test's
+        // directory), then its bytes as the requests.
+        let mut input = Vec::new();
+        let hello = proto::Request::Hello {
+            protocol: proto::PROTOCOL_VERSION,
+            version: String::new(),
+            path: dir.join("repo").display().to_string(),
+        };
+        if proto::write_frame(&mut input, &hello, &[]).is_ok() {
+            input.extend_from_slice(rest);
+            let _ = server::serve(&mut input.as_slice(), &mut std::io::sink(), &options);
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+        return;
+    }
+    let replies = std::io::Cursor::new(rest.to_vec());
+    let Ok(store) = RemoteStore::connect(
+        "fuzz",
+        "/repo",
+        Box::new(replies),
+        Box::new(std::io::sink()),
+    ) else {
+        return;
+    };
+    let _ = store.get("config", None);
+    let _ = store.get("streams/x.btrs.zst", Some(3..9));
+    let _ = store.list("catalog/");
+    let _ = store.put_if_absent("catalog/0000000000000002.json", b"{}");
+    let _ = store.hold_lock(true, std::time::Duration::ZERO);
+    if let Ok(mut upload) = store.multipart("streams/y.btrs.zst") {
+        let _ = upload.write(b"frame");
+        let _ = upload.complete();
+    }
+    let _ = store.delete("tmp/z");
+}

@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use super::BackupError;
-use super::store::{Store, random_u64};
+use super::store::{HeldLock, HoldError, Store, random_u64};
 
 /// Shared or exclusive.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -55,6 +55,7 @@ pub const LOCK_DIR: &str = "locks/";
 pub struct RepoLock {
     _file: Option<File>,
     _object: Option<ObjectLock>,
+    _held: Option<Box<dyn HeldLock>>,
 }
 
 #[derive(Debug)]
@@ -105,6 +106,20 @@ pub fn lock(
     wait: Duration,
     notice: &mut dyn FnMut(&str),
 ) -> Result<RepoLock, BackupError> {
+    if let Some(held) = store.hold_lock(kind == LockKind::Exclusive, wait) {
+        return match held {
+            Ok(held) => Ok(RepoLock {
+                _file: None,
+                _object: None,
+                _held: Some(held),
+            }),
+            Err(HoldError::Held(holder)) => Err(BackupError::LockHeld {
+                repo: store.name().to_owned(),
+                holder,
+            }),
+            Err(HoldError::Store(error)) => Err(error.into()),
+        };
+    }
     match store.local() {
         Some(local) => lock_file(local, kind, wait),
         None => lock_object(store, kind, wait, notice),
@@ -117,7 +132,9 @@ pub fn lock(
 /// checks of [`LocalStore::open_lock`].
 const HOLDER_BYTES: usize = 128;
 
-fn lock_file(
+/// The lock of the directory `store`: `flock` on its lock file (also
+/// what `btrsend serve` takes for a client).
+pub(crate) fn lock_file(
     store: &super::store::LocalStore,
     kind: LockKind,
     wait: Duration,
@@ -190,6 +207,7 @@ fn lock_file(
     Ok(RepoLock {
         _file: Some(file),
         _object: None,
+        _held: None,
     })
 }
 
@@ -291,6 +309,7 @@ fn lock_object(
             return Ok(RepoLock {
                 _file: None,
                 _object: Some(refresher(Arc::clone(store), key, info)),
+                _held: None,
             });
         };
         store.delete(&key)?;

@@ -95,7 +95,7 @@ pub use forget::{ChainHeld, ForgetOptions, ForgetReport, Verdict};
 pub use import::{ImportOptions, ImportReport};
 pub use lock::{LockKind, RepoLock};
 pub use plan::glob_match;
-pub use repository::{Config, Repository, store_for};
+pub use repository::{Config, Repository, store_for, store_with};
 pub use restore::RestoreTarget;
 pub use run::{DryRunReport, PlannedStream, RunOptions, RunReport, SnapshotOptions};
 #[cfg(feature = "s3")]

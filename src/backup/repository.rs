@@ -28,6 +28,7 @@ use super::error::BackupError;
 use super::file::format;
 use super::file::{Damage, ReadError, StreamFile};
 use super::lock::{self, LockKind, RepoLock};
+use super::remote::{self, spec::SshSpec, ssh::SshOptions};
 use super::store::{self, LocalStore, Store};
 use super::{CONFIG_KEY, REPO_ENV, REPO_VERSION, STREAMS_DIR, find, partial};
 use crate::progress::Progress;
@@ -62,13 +63,28 @@ pub struct Repository {
     pub(super) opened_by: Option<String>,
 }
 
-/// The store a repository spec names: `s3://BUCKET[/PREFIX]` or a
+/// The store a repository spec names: `s3://BUCKET[/PREFIX]`,
+/// `ssh://[USER@]HOST[:PORT]/PATH` (ssh as the environment says) or a
 /// directory.
 ///
 /// # Errors
 ///
 /// A malformed S3 spec, or S3 variables that do not work.
 pub fn store_for(spec: &str) -> Result<Arc<dyn Store>, BackupError> {
+    store_with(spec, &SshOptions::default())
+}
+
+/// [`store_for`], reaching an `ssh://[USER@]HOST[:PORT]/PATH` repository
+/// as `ssh` says.
+///
+/// # Errors
+///
+/// As [`store_for`]; the far end cannot be reached.
+pub fn store_with(spec: &str, ssh: &SshOptions) -> Result<Arc<dyn Store>, BackupError> {
+    if let Some(parsed) = SshSpec::parse(spec) {
+        let parsed = parsed.map_err(BackupError::Invalid)?;
+        return Ok(Arc::new(remote::ssh::open(spec, &parsed, ssh)?));
+    }
     if spec.is_empty() {
         return Err(BackupError::Invalid(format!(
             "no repository given: use --repo REPO or set {REPO_ENV}"
@@ -155,6 +171,8 @@ impl Repository {
                     root.display()
                 )));
             }
+        } else if let Some(made) = store.init_root() {
+            made?;
         } else {
             store.check_reachable()?;
         }

@@ -274,6 +274,40 @@ pub trait Store: Send + Sync + fmt::Debug {
     ///
     /// [`StoreError::Unreachable`].
     fn check_reachable(&self) -> Result<(), StoreError>;
+    /// Whether an unfinished upload's bytes are read back to continue it
+    /// (a directory, here or on the far end of `btrsend serve`), rather
+    /// than rebuilt from the state its upload recorded (S3).
+    fn reads_back_unfinished(&self) -> bool {
+        self.local_root().is_some()
+    }
+    /// Whether the store refuses to delete or overwrite what it holds
+    /// (`btrsend serve --append-only`).
+    fn append_only(&self) -> bool {
+        false
+    }
+    /// Make the repository's root for `init` on a store that another
+    /// process serves: `None` when the store is not such a one.
+    ///
+    /// # Errors
+    ///
+    /// The root cannot be made, or holds files that are no repository.
+    fn init_root(&self) -> Option<Result<(), StoreError>> {
+        None
+    }
+    /// Take the repository's lock where the store is served (the far end
+    /// holds it for the connection's life); `None` when the store is not
+    /// served that way.
+    ///
+    /// # Errors
+    ///
+    /// [`HoldError::Held`] after `wait`; store errors.
+    fn hold_lock(
+        &self,
+        _exclusive: bool,
+        _wait: std::time::Duration,
+    ) -> Option<Result<Box<dyn HeldLock>, HoldError>> {
+        None
+    }
     /// The local directory, for a [`LocalStore`] (locks use `flock` there).
     fn local_root(&self) -> Option<&Path> {
         None
@@ -282,6 +316,19 @@ pub trait Store: Send + Sync + fmt::Debug {
     fn local(&self) -> Option<&LocalStore> {
         None
     }
+}
+
+/// A lock a store's far end holds ([`Store::hold_lock`]); dropping it
+/// lets go.
+pub trait HeldLock: Send + Sync + fmt::Debug {}
+
+/// Why [`Store::hold_lock`] did not take the lock.
+#[derive(Debug)]
+pub enum HoldError {
+    /// Another process holds it; who, as its lock file says.
+    Held(String),
+    /// The store failed.
+    Store(StoreError),
 }
 
 /// Whether `key` has the one shape a repository's keys have: one or two

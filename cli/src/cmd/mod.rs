@@ -10,6 +10,7 @@ pub mod list;
 pub mod manifest;
 pub mod receive;
 pub mod send;
+pub mod serve;
 
 /// `--limit-rate RATE` (see [`btrsend::rate::parse_rate`]).
 pub(crate) fn parse_rate(s: &str) -> Result<u64, String> {

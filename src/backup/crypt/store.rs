@@ -33,7 +33,9 @@ use super::seal::SealKey;
 use super::unfinished::{self, TmpKind, Unfinished};
 use crate::backup::STREAMS_DIR;
 use crate::backup::catalog::CATALOG_DIR;
-use crate::backup::store::{LocalStore, ObjectInfo, Recorded, Store, StoreError, TMP_DIR, Upload};
+use crate::backup::store::{
+    HeldLock, HoldError, LocalStore, ObjectInfo, Recorded, Store, StoreError, TMP_DIR, Upload,
+};
 use crate::backup::treehash::{hex, unhex};
 
 /// A store whose catalogs and stream objects are encrypted (see the
@@ -241,7 +243,7 @@ impl CryptStore {
     /// Whether unfinished uploads are read back (a directory), so their
     /// records are files of their own; else (S3) records ride in markers.
     fn reads_back(&self) -> bool {
-        self.inner.local_root().is_some()
+        self.inner.reads_back_unfinished()
     }
 
     /// The record of the partial file `tmp` (a directory's), opened.
@@ -627,6 +629,26 @@ impl Store for CryptStore {
 
     fn check_reachable(&self) -> Result<(), StoreError> {
         self.inner.check_reachable()
+    }
+
+    fn reads_back_unfinished(&self) -> bool {
+        self.inner.reads_back_unfinished()
+    }
+
+    fn append_only(&self) -> bool {
+        self.inner.append_only()
+    }
+
+    fn init_root(&self) -> Option<Result<(), StoreError>> {
+        self.inner.init_root()
+    }
+
+    fn hold_lock(
+        &self,
+        exclusive: bool,
+        wait: std::time::Duration,
+    ) -> Option<Result<Box<dyn HeldLock>, HoldError>> {
+        self.inner.hold_lock(exclusive, wait)
     }
 
     fn local_root(&self) -> Option<&Path> {

@@ -9,13 +9,15 @@
 
 use std::io::{Read, Write};
 use std::ops::Range;
+use std::process::Child;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use super::proto::{
     MAX_PAYLOAD, PROTOCOL_VERSION, ProtoError, Reply, Request, check_hello, kind, printable,
     read_frame, write_frame,
 };
-use crate::backup::store::{ObjectInfo, Store, StoreError, Upload};
+use crate::backup::store::{HeldLock, HoldError, ObjectInfo, Store, StoreError, Upload};
 
 /// Both directions of one connection.
 struct Conn {
@@ -25,6 +27,41 @@ struct Conn {
     /// sides are then out of step, and every later request fails
     /// rather than read a stale reply as its own.
     broken: bool,
+    /// The process at the other end of the pipes (ssh), reaped when the
+    /// connection ends.
+    child: Option<Child>,
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        // Closing our end tells the far end the connection is over.
+        self.output = Box::new(std::io::sink());
+        if let Some(child) = self.child.take() {
+            reap(child);
+        }
+    }
+}
+
+/// How long a process at the far end gets to exit once its input is
+/// closed, before it is killed.
+const REAP_WAIT: Duration = Duration::from_secs(10);
+
+/// Wait for `child` to exit (its input closed already), killing it after
+/// [`REAP_WAIT`]; its exit status.
+fn reap(mut child: Child) -> Option<std::process::ExitStatus> {
+    let start = std::time::Instant::now();
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) => return Some(status),
+            Ok(None) if start.elapsed() < REAP_WAIT => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Ok(None) | Err(_) => {
+                let _ = child.kill();
+                return child.wait().ok();
+            }
+        }
+    }
 }
 
 /// A repository served by `btrsend serve` at the other end of a pipe.
@@ -60,7 +97,69 @@ impl RemoteStore {
             input,
             output,
             broken: false,
+            child: None,
         };
+        let append_only = Self::handshake(name, path, &mut conn)?;
+        Ok(RemoteStore {
+            name: name.into(),
+            conn: Arc::new(Mutex::new(conn)),
+            append_only,
+        })
+    }
+
+    /// [`RemoteStore::connect`] over the standard input and output of
+    /// `child` (ssh, started with both piped), which is reaped when the
+    /// store is dropped. When the handshake fails, the error says how the
+    /// process ended (what it printed went to our standard error).
+    ///
+    /// # Errors
+    ///
+    /// As [`RemoteStore::connect`].
+    pub fn connect_process(
+        name: &str,
+        path: &str,
+        program: &str,
+        mut child: Child,
+    ) -> Result<RemoteStore, StoreError> {
+        let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+            reap(child);
+            return Err(StoreError::Unreachable {
+                location: name.into(),
+                error: "the pipes to the far end were not made".into(),
+            });
+        };
+        let conn = Conn {
+            input: Box::new(std::io::BufReader::with_capacity(1 << 20, stdout)),
+            output: Box::new(std::io::BufWriter::with_capacity(1 << 20, stdin)),
+            broken: false,
+            child: Some(child),
+        };
+        let mut conn = conn;
+        match Self::handshake(name, path, &mut conn) {
+            Ok(append_only) => Ok(RemoteStore {
+                name: name.into(),
+                conn: Arc::new(Mutex::new(conn)),
+                append_only,
+            }),
+            Err(StoreError::Unreachable { location, error }) => {
+                conn.output = Box::new(std::io::sink());
+                let how = match conn.child.take().and_then(reap) {
+                    Some(status) if !status.success() => {
+                        format!(" ({program} ended with {status}; what it said is above)")
+                    }
+                    _ => String::new(),
+                };
+                Err(StoreError::Unreachable {
+                    location,
+                    error: format!("{error}{how}").into(),
+                })
+            }
+            Err(other) => Err(other),
+        }
+    }
+
+    /// Shake hands over `conn`: whether the far end is append-only.
+    fn handshake(name: &str, path: &str, conn: &mut Conn) -> Result<bool, StoreError> {
         let hello = Request::Hello {
             protocol: PROTOCOL_VERSION,
             version: env!("CARGO_PKG_VERSION").into(),
@@ -73,15 +172,10 @@ impl RemoteStore {
         let reply = conn
             .call(&hello, &[])
             .map_err(|error| unreachable(error.to_string()))?;
-        let append_only = match reply {
-            Reply::Refused { why } => return Err(unreachable(printable(&why))),
-            reply => check_hello(&reply).map_err(|error| unreachable(error.to_string()))?,
-        };
-        Ok(RemoteStore {
-            name: name.into(),
-            conn: Arc::new(Mutex::new(conn)),
-            append_only,
-        })
+        match reply {
+            Reply::Refused { why } => Err(unreachable(printable(&why))),
+            reply => check_hello(&reply).map_err(|error| unreachable(error.to_string())),
+        }
     }
 
     /// Whether the far end refuses deletions and overwrites.
@@ -367,9 +461,76 @@ impl Store for RemoteStore {
         true
     }
 
+    fn reads_back_unfinished(&self) -> bool {
+        true
+    }
+
+    fn append_only(&self) -> bool {
+        self.append_only
+    }
+
+    fn init_root(&self) -> Option<Result<(), StoreError>> {
+        Some(
+            self.call("create", "", &Request::InitRoot, &[])
+                .and_then(|reply| self.expect_ok("create", "", reply)),
+        )
+    }
+
+    fn hold_lock(
+        &self,
+        exclusive: bool,
+        wait: Duration,
+    ) -> Option<Result<Box<dyn HeldLock>, HoldError>> {
+        let request = Request::Lock {
+            exclusive,
+            wait_ms: u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
+        };
+        let held = match self.call("lock", "lock", &request, &[]) {
+            Ok(Reply::Ok) => Ok(Box::new(RemoteLock {
+                conn: Arc::clone(&self.conn),
+            }) as Box<dyn HeldLock>),
+            Ok(Reply::LockHeld { holder }) => Err(HoldError::Held(printable(&holder))),
+            Ok(other) => Err(HoldError::Store(reply_error(
+                "lock",
+                &self.location("lock"),
+                other,
+            ))),
+            Err(error) => Err(HoldError::Store(error)),
+        };
+        Some(held)
+    }
+
     fn check_reachable(&self) -> Result<(), StoreError> {
         // The handshake reached it.
         Ok(())
+    }
+}
+
+/// The repository lock the far end holds for this connection.
+#[derive(Debug)]
+struct RemoteLock {
+    conn: Arc<Mutex<Conn>>,
+}
+
+impl std::fmt::Debug for Conn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Conn")
+            .field("broken", &self.broken)
+            .finish()
+    }
+}
+
+impl HeldLock for RemoteLock {}
+
+impl Drop for RemoteLock {
+    fn drop(&mut self) {
+        // The far end lets go when the connection ends too; a failed
+        // unlock is only an early end.
+        let mut conn = self
+            .conn
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner());
+        let _ = conn.call(&Request::Unlock, &[]);
     }
 }
 

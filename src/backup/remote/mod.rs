@@ -6,10 +6,10 @@
 //! checks each side applies to what the other sends), [`server`] the far
 //! end's loop over a directory store, [`client`] the near end's
 //! [`Store`](crate::backup::Store), and [`spec`] the `ssh://` address and
-//! the ssh command line that reaches the far end. Spawning that command
-//! and the `serve` command build on them.
+//! the ssh command line that reaches the far end, which [`ssh`] starts.
 
 pub mod client;
 pub mod proto;
 pub mod server;
 pub mod spec;
+pub mod ssh;

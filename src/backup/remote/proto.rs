@@ -95,6 +95,20 @@ pub enum Request {
     Complete,
     /// Drop the open upload.
     Abort,
+    /// Make the repository's directory for `init`: created when missing
+    /// (its parent must exist), refused when it holds other files.
+    InitRoot,
+    /// Take the repository's lock for as long as the connection lasts
+    /// (or until [`Request::Unlock`]), waiting up to `wait_ms` for a
+    /// holder to let go.
+    Lock {
+        /// Exclusive (writers) or shared (readers).
+        exclusive: bool,
+        /// How long to wait, in milliseconds.
+        wait_ms: u64,
+    },
+    /// Let go of the lock this connection holds.
+    Unlock,
 }
 
 /// What a server answers.
@@ -146,6 +160,11 @@ pub enum Reply {
     Failed {
         /// How, for the user.
         why: String,
+    },
+    /// The lock is held by another process after the wait.
+    LockHeld {
+        /// Who holds it, as the lock file says.
+        holder: String,
     },
 }
 
@@ -312,7 +331,13 @@ impl Checked for Request {
             Request::Hello { path, .. } if path.is_empty() || path.contains('\0') => {
                 Err("an empty repository path or one with a NUL".into())
             }
-            Request::Hello { .. } | Request::Write | Request::Complete | Request::Abort => Ok(()),
+            Request::Hello { .. }
+            | Request::Write
+            | Request::Complete
+            | Request::Abort
+            | Request::InitRoot
+            | Request::Lock { .. }
+            | Request::Unlock => Ok(()),
         }
     }
 }
@@ -376,6 +401,7 @@ pub fn kind(reply: &Reply) -> &'static str {
         Reply::Exists => "exists",
         Reply::Refused { .. } => "refused",
         Reply::Failed { .. } => "failed",
+        Reply::LockHeld { .. } => "lock held",
     }
 }
 

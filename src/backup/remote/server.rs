@@ -15,12 +15,16 @@
 
 use std::io::{Read, Write};
 use std::path::{Component, Path, PathBuf};
+use std::time::Duration;
 
 use super::proto::{
     MAX_HEADER, MAX_PAYLOAD, PROTOCOL_VERSION, ProtoError, Reply, Request, printable, read_frame,
     write_frame,
 };
-use crate::backup::store::{LocalStore, Store, StoreError, Upload};
+use crate::backup::CONFIG_KEY;
+use crate::backup::error::BackupError;
+use crate::backup::lock::{self, LockKind, RepoLock};
+use crate::backup::store::{DIR_MODE, LocalStore, Store, StoreError, Upload};
 
 /// How `btrsend serve` was started.
 #[derive(Debug, Clone, Default)]
@@ -81,6 +85,7 @@ pub fn serve(
         append_only: options.append_only,
         upload: None,
         failed: None,
+        lock: None,
     };
     while let Some(frame) = read_frame::<Request>(input)? {
         if let Some((reply, payload)) = session.handle(frame.message, &frame.payload) {
@@ -190,7 +195,12 @@ struct Session {
     upload: Option<Box<dyn Upload>>,
     /// The first error of the open upload's writes, answered at its end.
     failed: Option<String>,
+    /// The repository lock the client holds.
+    lock: Option<RepoLock>,
 }
+
+/// The longest a client may make the server wait for a lock.
+const MAX_LOCK_WAIT: Duration = Duration::from_secs(24 * 3600);
 
 impl Session {
     /// The reply to `request` (none for a write).
@@ -235,7 +245,10 @@ impl Session {
                     Err(error) => (error_reply(error), Vec::new()),
                 });
             }
-            Request::PutIfAbsent { key } => match self.check_catalog(&key) {
+            Request::PutIfAbsent { key } => match self
+                .check_catalog(&key)
+                .and_then(|()| self.check_entries_kept(&key, payload))
+            {
                 Err(why) => Reply::Refused { why },
                 Ok(()) => result(
                     self.store
@@ -249,12 +262,14 @@ impl Session {
                     done: true,
                 }))
             }
-            Request::Delete { key } if self.append_only => Reply::Refused {
-                why: format!(
-                    "deleting {key} is refused: this server is append-only \
+            Request::Delete { key } if self.append_only && !key.starts_with("tmp/") => {
+                Reply::Refused {
+                    why: format!(
+                        "deleting {key} is refused: this server is append-only \
                      (prune on the server, or with an unrestricted key)"
-                ),
-            },
+                    ),
+                }
+            }
             Request::Delete { key } => result(self.store.delete(&key).map(|()| Reply::Ok)),
             Request::Multipart { key } => match self.check_catalog(&key) {
                 Err(why) => Reply::Refused { why },
@@ -267,6 +282,31 @@ impl Session {
             Request::Hello { .. } => Reply::Refused {
                 why: "a second handshake".into(),
             },
+            Request::InitRoot => self.init_root(),
+            Request::Lock { exclusive, wait_ms } => {
+                // One lock per connection: a new request replaces it.
+                self.lock = None;
+                let kind = if exclusive {
+                    LockKind::Exclusive
+                } else {
+                    LockKind::Shared
+                };
+                let wait = Duration::from_millis(wait_ms).min(MAX_LOCK_WAIT);
+                match lock::lock_file(&self.store, kind, wait) {
+                    Ok(held) => {
+                        self.lock = Some(held);
+                        Reply::Ok
+                    }
+                    Err(BackupError::LockHeld { holder, .. }) => Reply::LockHeld { holder },
+                    Err(error) => Reply::Failed {
+                        why: error.to_string(),
+                    },
+                }
+            }
+            Request::Unlock => {
+                self.lock = None;
+                Reply::Ok
+            }
         };
         Some((reply, Vec::new()))
     }
@@ -293,6 +333,79 @@ impl Session {
         }
     }
 
+    /// `init`'s directory: made when missing (mode 0700; its parent
+    /// exists, as the handshake checked), refused when it holds files
+    /// but no repository.
+    fn init_root(&self) -> Reply {
+        use std::os::unix::fs::DirBuilderExt;
+        let root = self.store.root();
+        match std::fs::DirBuilder::new().mode(DIR_MODE).create(root) {
+            Ok(()) => return Reply::Ok,
+            Err(error) if error.kind() != std::io::ErrorKind::AlreadyExists => {
+                return Reply::Failed {
+                    why: format!("cannot create {}: {error}", root.display()),
+                };
+            }
+            Err(_) => {}
+        }
+        let mut names = match std::fs::read_dir(root) {
+            Ok(names) => names,
+            Err(error) => {
+                return Reply::Failed {
+                    why: format!("cannot read {}: {error}", root.display()),
+                };
+            }
+        };
+        if names.next().is_some() && !root.join(CONFIG_KEY).exists() {
+            return Reply::Refused {
+                why: format!(
+                    "{}: the directory is not empty and holds no repository: \
+                     init needs a new or empty directory",
+                    root.display()
+                ),
+            };
+        }
+        Reply::Ok
+    }
+
+    /// With append-only, a new catalog generation written in the clear
+    /// must keep every entry of the newest stored one as it was (a sealed
+    /// catalog the server cannot read; its generation number is checked).
+    fn check_entries_kept(&self, key: &str, payload: &[u8]) -> Result<(), String> {
+        if !self.append_only || catalog_generation(key).is_none() {
+            return Ok(());
+        }
+        let stored = self.store.list("catalog/").map_err(|e| e.to_string())?;
+        let Some(newest) = stored
+            .iter()
+            .filter_map(|o| Some((catalog_generation(&o.key)?, &o.key)))
+            .max()
+        else {
+            return Ok(());
+        };
+        let old = self.store.get(newest.1, None).map_err(|e| e.to_string())?;
+        let Some(old) = plain_entries(&old) else {
+            return Ok(());
+        };
+        let Some(new) = plain_entries(payload) else {
+            return Err(format!(
+                "{key} is refused: this server is append-only and {} is a catalog in \
+                 the clear, which a catalog it cannot read may not replace",
+                newest.1
+            ));
+        };
+        match old.iter().find(|entry| !new.contains(entry)) {
+            None => Ok(()),
+            Some(lost) => Err(format!(
+                "{key} is refused: this server is append-only and it drops or changes \
+                 entry {} of {} (prune on the server, or with an unrestricted key)",
+                lost.get("id")
+                    .map_or_else(|| "?".into(), ToString::to_string),
+                newest.1
+            )),
+        }
+    }
+
     /// With append-only, a catalog generation must be newer than every
     /// stored one.
     fn check_catalog(&self, key: &str) -> Result<(), String> {
@@ -314,6 +427,16 @@ impl Session {
             )),
             _ => Ok(()),
         }
+    }
+}
+
+/// The entries of a catalog in the clear, `None` for one that is not
+/// (sealed, or not a catalog at all).
+fn plain_entries(bytes: &[u8]) -> Option<Vec<serde_json::Value>> {
+    let value: serde_json::Value = serde_json::from_slice(bytes).ok()?;
+    match value.get("entries")? {
+        serde_json::Value::Array(entries) => Some(entries.clone()),
+        _ => None,
     }
 }
 

@@ -145,7 +145,7 @@ impl Repository {
     pub(crate) fn scan_partial(&self, key: &str, size: u64) -> Result<partial::Scan, String> {
         match self.store.recorded(key) {
             Ok(Some(r)) => partial::from_checkpoint(&r.state, r.stored_bytes, &r.key),
-            Ok(None) if self.store.local_root().is_some() => {
+            Ok(None) if self.store.reads_back_unfinished() => {
                 let mut scan = partial::scan(&*self.store, key, size)?;
                 scan.file = self.store.completes_as(key);
                 Ok(scan)

@@ -12,7 +12,7 @@ use std::ops::Range;
 use std::path::Path;
 use std::sync::Arc;
 
-use super::{LocalStore, ObjectInfo, Recorded, Store, StoreError, Upload};
+use super::{HeldLock, HoldError, LocalStore, ObjectInfo, Recorded, Store, StoreError, Upload};
 use crate::rate::RateLimit;
 
 /// `inner`, its reads and writes limited (see the module docs).
@@ -108,6 +108,26 @@ impl Store for LimitedStore {
 
     fn check_reachable(&self) -> Result<(), StoreError> {
         self.inner.check_reachable()
+    }
+
+    fn reads_back_unfinished(&self) -> bool {
+        self.inner.reads_back_unfinished()
+    }
+
+    fn append_only(&self) -> bool {
+        self.inner.append_only()
+    }
+
+    fn init_root(&self) -> Option<Result<(), StoreError>> {
+        self.inner.init_root()
+    }
+
+    fn hold_lock(
+        &self,
+        exclusive: bool,
+        wait: std::time::Duration,
+    ) -> Option<Result<Box<dyn HeldLock>, HoldError>> {
+        self.inner.hold_lock(exclusive, wait)
     }
 
     fn local_root(&self) -> Option<&Path> {

@@ -87,7 +87,12 @@ pub fn run(a: &CopyArgs) -> anyhow::Result<()> {
     let go = || -> anyhow::Result<()> {
         let to = match &a.to {
             Some(t) => t.clone(),
-            None => super::RepoSpec { repo: None }.spec()?,
+            None => super::RepoSpec {
+                repo: None,
+                ssh_command: None,
+                remote_path: None,
+            }
+            .spec()?,
         };
         let from = open_from(&a.from, &a.from_keys, a.limit_rate)?;
         let into = open_to(&to, &a.keys, a.limit_rate)?;

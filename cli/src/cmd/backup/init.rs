@@ -5,9 +5,9 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use btrsend::backup::Repository;
 use btrsend::backup::crypt::keys;
 use btrsend::backup::crypt::repo::{self, Encryption};
-use btrsend::backup::{self, Repository};
 use clap::{Args, ValueEnum};
 
 use super::RepoSpec;
@@ -161,7 +161,7 @@ pub fn run(a: &InitArgs) -> anyhow::Result<()> {
         }
         Mode::Recipients => Encryption::Recipients(recipients(a)?),
     };
-    let store = backup::store_for(&spec)?;
+    let store = a.repo.store(&spec)?;
     let location = repo::location_of(&*store);
     let (repo, keys) = Repository::init_encrypted(store, &enc)?;
     let name = printable(repo.store().name());

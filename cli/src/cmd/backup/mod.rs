@@ -109,10 +109,21 @@ Exit status:
 /// The repository option every subcommand takes.
 #[derive(Debug, Clone, Args)]
 pub struct RepoSpec {
-    /// The repository directory (default: the environment variable
+    /// The repository: a directory, s3://BUCKET[/PREFIX] or
+    /// ssh://[USER@]HOST[:PORT]/PATH (default: the environment variable
     /// BTRSEND_REPOSITORY).
     #[arg(long = "repo", value_name = "REPO")]
     pub repo: Option<String>,
+    /// With an ssh:// repository: the ssh command and its options, split
+    /// on whitespace (default: the environment variable BTRSEND_SSH, else
+    /// ssh), e.g. "ssh -i /root/.ssh/backup_key".
+    #[arg(long = "ssh-command", value_name = "COMMAND")]
+    pub ssh_command: Option<String>,
+    /// With an ssh:// repository: the btrsend program on the far end
+    /// (default: the environment variable BTRSEND_REMOTE_PATH, else
+    /// btrsend found on the far end's PATH).
+    #[arg(long = "remote-path", value_name = "PROGRAM")]
+    pub remote_path: Option<String>,
 }
 
 /// The repository and the secrets that open it, which every subcommand
@@ -158,6 +169,8 @@ impl RepoArg {
         RepoArg {
             spec: RepoSpec {
                 repo: Some(d.repo.get_ref().clone()),
+                ssh_command: self.spec.ssh_command.clone(),
+                remote_path: self.spec.remote_path.clone(),
             },
             keys,
         }
@@ -180,7 +193,7 @@ impl RepoArg {
         let name = crate::text::printable(&spec);
         let ask = move || secrets::prompt(&format!("Passphrase of {name}"), false);
         let secrets = self.keys.secrets(&ask)?;
-        let mut store = backup::store_for(&spec)?;
+        let mut store = self.spec.store(&spec)?;
         if let Some(rate) = rate {
             let limit = std::sync::Arc::new(btrsend::rate::RateLimit::new(rate));
             store = std::sync::Arc::new(backup::store::LimitedStore::new(store, limit));
@@ -190,6 +203,16 @@ impl RepoArg {
 }
 
 impl RepoSpec {
+    /// The store `spec` (what [`RepoSpec::spec`] gave) names, an ssh://
+    /// one reached as --ssh-command and --remote-path say.
+    pub(crate) fn store(&self, spec: &str) -> anyhow::Result<std::sync::Arc<dyn backup::Store>> {
+        let ssh = backup::remote::ssh::SshOptions {
+            command: self.ssh_command.clone(),
+            remote_path: self.remote_path.clone(),
+        };
+        Ok(backup::store_with(spec, &ssh)?)
+    }
+
     pub(crate) fn spec(&self) -> anyhow::Result<String> {
         match &self.repo {
             Some(r) => Ok(r.clone()),
