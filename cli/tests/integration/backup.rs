@@ -95,7 +95,7 @@ impl Env {
     }
 }
 
-/// Two tests from one body: `NAME::dir` and `NAME::s3`.
+/// Three tests from one body: `NAME::dir`, `NAME::s3` and `NAME::ssh`.
 macro_rules! both {
     ($name:ident, $body:expr) => {
         mod $name {
@@ -109,6 +109,12 @@ macro_rules! both {
             #[test]
             fn s3() {
                 if let Some(env) = Env::new(Kind::S3, concat!(stringify!($name), "::s3")) {
+                    $body(env);
+                }
+            }
+            #[test]
+            fn ssh() {
+                if let Some(env) = Env::new(Kind::Ssh, concat!(stringify!($name), "::ssh")) {
                     $body(env);
                 }
             }
@@ -551,9 +557,13 @@ impl Drop for Held {
 impl Env {
     fn hold_lock(&self, exclusive: bool, age_secs: i64) -> Held {
         match self.be.kind() {
-            Kind::Dir => {
+            // The far end of ssh takes the directory's own lock.
+            Kind::Dir | Kind::Ssh => {
+                // (Made by the first lock over ssh, by init here.)
                 let f = fs::OpenOptions::new()
                     .write(true)
+                    .create(true)
+                    .truncate(false)
                     .open(self.repo.files.join("lock"))
                     .unwrap();
                 if exclusive {
@@ -589,7 +599,7 @@ both!(
 fn exit_codes_case(env: Env) {
     // Nothing there: exit 10.
     let (gone, what) = match env.be.kind() {
-        Kind::Dir => (env.repo().to_owned(), "repository unreachable"),
+        Kind::Dir | Kind::Ssh => (env.repo().to_owned(), "repository unreachable"),
         Kind::S3 => (
             String::from("s3://no-such-bucket/repo"),
             "bucket \"no-such-bucket\" does not exist",
@@ -623,12 +633,45 @@ fn exit_codes_case(env: Env) {
             stderr(&o)
         );
     }
+    if env.be.kind() == Kind::Ssh {
+        // No sshd on that port: ssh fails, and btrsend says so (exit 10).
+        let closed = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let url = env.repo().replace(
+            &format!(":{}/", env.be.ssh_port().unwrap()),
+            &format!(":{closed}/"),
+        );
+        let o = env.backup(&["list", "--repo", &url]);
+        assert_eq!(o.status.code(), Some(10), "{}", stderr(&o));
+        assert!(
+            stderr(&o).contains("repository unreachable")
+                && stderr(&o).contains("ssh ended with exit status: 255"),
+            "{}",
+            stderr(&o)
+        );
+        // A far end that is not btrsend serve.
+        let o = env
+            .cmd()
+            .env("BTRSEND_REMOTE_PATH", "echo")
+            .args(["backup", "list", "--repo", env.repo()])
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(10), "{}", stderr(&o));
+        assert!(
+            stderr(&o).contains("repository unreachable"),
+            "{}",
+            stderr(&o)
+        );
+    }
     // No repository given at all: a usage error (issue 15).
     let o = env.backup(&["list"]);
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("use --repo REPO or set BTRSEND_REPOSITORY"));
     // BTRSEND_REPOSITORY: a place that holds no repository.
-    if env.be.kind() == Kind::Dir {
+    if env.be.kind() != Kind::S3 {
         fs::create_dir(&env.repo.files).unwrap();
     }
     let o = env

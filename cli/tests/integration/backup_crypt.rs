@@ -154,7 +154,7 @@ fn no_canary(env: &Env) {
     crate::common::assert_absent(&objects, &CANARIES);
 }
 
-/// Two tests from one body: `NAME::dir` and `NAME::s3`.
+/// Three tests from one body: `NAME::dir`, `NAME::s3` and `NAME::ssh`.
 macro_rules! both {
     ($name:ident, $body:expr) => {
         mod $name {
@@ -168,6 +168,12 @@ macro_rules! both {
             #[test]
             fn s3() {
                 if let Some(env) = Env::new(Kind::S3, concat!(stringify!($name), "::s3")) {
+                    $body(env);
+                }
+            }
+            #[test]
+            fn ssh() {
+                if let Some(env) = Env::new(Kind::Ssh, concat!(stringify!($name), "::ssh")) {
                     $body(env);
                 }
             }

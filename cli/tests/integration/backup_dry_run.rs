@@ -72,7 +72,7 @@ fn sizes_case(kind: Kind, test: &str) {
     ));
     // What the S3 server holds, the bucket's directory and its own files.
     let watched = match kind {
-        Kind::Dir => repo.files.clone(),
+        Kind::Dir | Kind::Ssh => repo.files.clone(),
         Kind::S3 => dir.path().join("s3"),
     };
     let before = tree(&watched);

@@ -36,7 +36,7 @@ fn backend(kind: Kind, test: &str, dir: &Path) -> Option<Backend> {
     Some(be)
 }
 
-/// Two tests from one body: `NAME::dir` and `NAME::s3`.
+/// Three tests from one body: `NAME::dir`, `NAME::s3` and `NAME::ssh`.
 macro_rules! both {
     ($name:ident, $body:ident) => {
         mod $name {
@@ -47,6 +47,10 @@ macro_rules! both {
             #[test]
             fn s3() {
                 super::$body(super::Kind::S3, concat!(stringify!($name), "::s3"));
+            }
+            #[test]
+            fn ssh() {
+                super::$body(super::Kind::Ssh, concat!(stringify!($name), "::ssh"));
             }
         }
     };

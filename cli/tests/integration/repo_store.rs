@@ -21,6 +21,9 @@ pub enum Kind {
     Dir,
     /// A bucket on a local `s3s-fs` server.
     S3,
+    /// A directory served by `btrsend serve` through a real `sshd` on
+    /// 127.0.0.1 (`ssh://USER@127.0.0.1:PORT/DIR`).
+    Ssh,
 }
 
 const BUCKET: &str = "btrsend-test";
@@ -163,12 +166,153 @@ impl Drop for S3Server {
     }
 }
 
+/// A running `sshd` on 127.0.0.1 that lets the test's key in as the
+/// user running the tests (with the key's options: a forced command),
+/// killed on drop.
+pub struct SshServer {
+    child: Child,
+    port: u16,
+    dir: PathBuf,
+}
+
+/// The user the tests run as.
+fn user_name() -> String {
+    let out = Command::new("id").arg("-un").output().expect("id -un");
+    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+}
+
+impl SshServer {
+    /// Start `sshd` with its keys and configuration in `dir` (made); the
+    /// client key's line in `authorized_keys` starts with `options` (e.g.
+    /// a forced command). `None` (after a loud notice) when OpenSSH's
+    /// server is not installed, a panic in CI.
+    pub fn start(test: &str, dir: &Path, options: &str) -> Option<SshServer> {
+        let sshd = Path::new("/usr/sbin/sshd");
+        if !sshd.is_file() {
+            btrsend::testing::skip_or_fail(
+                test,
+                "needs OpenSSH's sshd (apt-get install openssh-server; .ci/run installs it)",
+            );
+            return None;
+        }
+        std::fs::create_dir_all(dir).unwrap();
+        for key in ["host_key", "client_key"] {
+            let _ = std::fs::remove_file(dir.join(key));
+            let out = Command::new("ssh-keygen")
+                .args(["-q", "-t", "ed25519", "-N", "", "-f"])
+                .arg(dir.join(key))
+                .output()
+                .expect("ssh-keygen");
+            assert!(out.status.success(), "ssh-keygen: {out:?}");
+        }
+        let public = std::fs::read_to_string(dir.join("client_key.pub")).unwrap();
+        let line = if options.is_empty() {
+            public
+        } else {
+            format!("{options} {public}")
+        };
+        std::fs::write(dir.join("authorized_keys"), line).unwrap();
+        // The privilege-separation directory sshd wants when run as root.
+        let _ = std::fs::create_dir_all("/run/sshd");
+        for _ in 0..5 {
+            let port = TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port();
+            let config = format!(
+                "Port {port}\nListenAddress 127.0.0.1\nHostKey {d}/host_key\n\
+                 PidFile {d}/sshd.pid\nAuthorizedKeysFile {d}/authorized_keys\n\
+                 StrictModes no\nUsePAM no\nPasswordAuthentication no\n\
+                 KbdInteractiveAuthentication no\nPermitRootLogin prohibit-password\n\
+                 AllowUsers {user}\nMaxStartups 100\n",
+                d = dir.display(),
+                user = user_name(),
+            );
+            std::fs::write(dir.join("sshd_config"), config).unwrap();
+            let mut child = Command::new(sshd)
+                .args(["-D", "-e", "-f"])
+                .arg(dir.join("sshd_config"))
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(std::fs::File::create(dir.join("sshd.log")).unwrap())
+                .spawn()
+                .expect("start sshd");
+            let t = Instant::now();
+            while t.elapsed() < Duration::from_secs(20) {
+                if child.try_wait().unwrap().is_some() {
+                    break;
+                }
+                if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                    return Some(SshServer {
+                        child,
+                        port,
+                        dir: dir.to_path_buf(),
+                    });
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        panic!(
+            "sshd did not start listening on 127.0.0.1: {}",
+            std::fs::read_to_string(dir.join("sshd.log")).unwrap_or_default()
+        );
+    }
+
+    /// `ssh://USER@127.0.0.1:PORT` + `path`.
+    pub fn url(&self, path: &Path) -> String {
+        format!(
+            "ssh://{}@127.0.0.1:{}{}",
+            user_name(),
+            self.port,
+            path.display()
+        )
+    }
+
+    /// The ssh command (BTRSEND_SSH) that logs in with the test's key and
+    /// trusts the test's server.
+    pub fn ssh_command(&self) -> String {
+        format!(
+            "ssh -F /dev/null -i {}/client_key -o IdentitiesOnly=yes -o BatchMode=yes \
+             -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR",
+            self.dir.display()
+        )
+    }
+
+    /// The variables that point a `btrsend` at this server and at the
+    /// `btrsend` under test on the far end.
+    pub fn envs(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("BTRSEND_SSH", self.ssh_command()),
+            (
+                "BTRSEND_REMOTE_PATH",
+                env!("CARGO_BIN_EXE_btrsend").to_owned(),
+            ),
+        ]
+    }
+
+    /// The server's port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+}
+
+impl Drop for SshServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// Where a test's repositories live: directories under the test's
 /// directory, or prefixes of one bucket on the test's own S3 server.
 pub struct Backend {
     kind: Kind,
     dir: PathBuf,
     server: Option<S3Server>,
+    ssh: Option<SshServer>,
 }
 
 /// One repository of a [`Backend`].
@@ -184,14 +328,16 @@ impl Backend {
     /// The backend for `test`, with its data under `dir`; `None` when the
     /// S3 server is not available here (skipped loudly; a panic in CI).
     pub fn new(kind: Kind, test: &str, dir: &Path) -> Option<Backend> {
-        let server = match kind {
-            Kind::Dir => None,
-            Kind::S3 => Some(S3Server::start(test, &dir.join("s3"))?),
+        let (server, ssh) = match kind {
+            Kind::Dir => (None, None),
+            Kind::S3 => (Some(S3Server::start(test, &dir.join("s3"))?), None),
+            Kind::Ssh => (None, Some(SshServer::start(test, &dir.join("sshd"), "")?)),
         };
         Some(Backend {
             kind,
             dir: dir.to_path_buf(),
             server,
+            ssh,
         })
     }
 
@@ -206,10 +352,11 @@ impl Backend {
         match &self.server {
             None => {
                 let files = self.dir.join(name);
-                TestRepo {
-                    spec: files.to_str().unwrap().to_owned(),
-                    files,
-                }
+                let spec = match &self.ssh {
+                    Some(ssh) => ssh.url(&files),
+                    None => files.to_str().unwrap().to_owned(),
+                };
+                TestRepo { spec, files }
             }
             Some(s) => TestRepo {
                 spec: format!("s3://{BUCKET}/{name}"),
@@ -220,16 +367,15 @@ impl Backend {
 
     /// Point `cmd` at the S3 server (nothing for a directory).
     pub fn apply<'c>(&self, cmd: &'c mut Command) -> &'c mut Command {
-        if let Some(s) = &self.server {
-            cmd.envs(s.envs());
-        }
-        cmd
+        cmd.envs(self.envs())
     }
 
     /// The variables `btrsend` needs for this backend (none for a
     /// directory).
     pub fn envs(&self) -> Vec<(&'static str, String)> {
-        self.server.as_ref().map(S3Server::envs).unwrap_or_default()
+        let mut envs = self.server.as_ref().map(S3Server::envs).unwrap_or_default();
+        envs.extend(self.ssh.as_ref().map(SshServer::envs).unwrap_or_default());
+        envs
     }
 
     /// The parts of open multipart uploads the S3 server holds (`s3s-fs`
@@ -254,6 +400,11 @@ impl Backend {
             .collect();
         parts.sort();
         parts
+    }
+
+    /// The sshd's port (an ssh backend).
+    pub fn ssh_port(&self) -> Option<u16> {
+        self.ssh.as_ref().map(SshServer::port)
     }
 
     /// The server's address, for an unreachable-port test.

@@ -10,6 +10,7 @@
 use std::io::{Read, Write};
 use std::ops::Range;
 use std::process::Child;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -69,6 +70,8 @@ pub struct RemoteStore {
     name: String,
     conn: Arc<Mutex<Conn>>,
     append_only: bool,
+    /// Whether the repository's directory exists on the far end.
+    exists: AtomicBool,
 }
 
 impl std::fmt::Debug for RemoteStore {
@@ -99,11 +102,12 @@ impl RemoteStore {
             broken: false,
             child: None,
         };
-        let append_only = Self::handshake(name, path, &mut conn)?;
+        let (append_only, exists) = Self::handshake(name, path, &mut conn)?;
         Ok(RemoteStore {
             name: name.into(),
             conn: Arc::new(Mutex::new(conn)),
             append_only,
+            exists: AtomicBool::new(exists),
         })
     }
 
@@ -136,10 +140,11 @@ impl RemoteStore {
         };
         let mut conn = conn;
         match Self::handshake(name, path, &mut conn) {
-            Ok(append_only) => Ok(RemoteStore {
+            Ok((append_only, exists)) => Ok(RemoteStore {
                 name: name.into(),
                 conn: Arc::new(Mutex::new(conn)),
                 append_only,
+                exists: AtomicBool::new(exists),
             }),
             Err(StoreError::Unreachable { location, error }) => {
                 conn.output = Box::new(std::io::sink());
@@ -158,8 +163,9 @@ impl RemoteStore {
         }
     }
 
-    /// Shake hands over `conn`: whether the far end is append-only.
-    fn handshake(name: &str, path: &str, conn: &mut Conn) -> Result<bool, StoreError> {
+    /// Shake hands over `conn`: whether the far end is append-only, and
+    /// whether the repository's directory exists.
+    fn handshake(name: &str, path: &str, conn: &mut Conn) -> Result<(bool, bool), StoreError> {
         let hello = Request::Hello {
             protocol: PROTOCOL_VERSION,
             version: env!("CARGO_PKG_VERSION").into(),
@@ -470,10 +476,13 @@ impl Store for RemoteStore {
     }
 
     fn init_root(&self) -> Option<Result<(), StoreError>> {
-        Some(
-            self.call("create", "", &Request::InitRoot, &[])
-                .and_then(|reply| self.expect_ok("create", "", reply)),
-        )
+        let made = self
+            .call("create", "", &Request::InitRoot, &[])
+            .and_then(|reply| self.expect_ok("create", "", reply));
+        if made.is_ok() {
+            self.exists.store(true, Ordering::Relaxed);
+        }
+        Some(made)
     }
 
     fn hold_lock(
@@ -501,8 +510,16 @@ impl Store for RemoteStore {
     }
 
     fn check_reachable(&self) -> Result<(), StoreError> {
-        // The handshake reached it.
-        Ok(())
+        // The handshake reached the host and said whether the directory
+        // is there.
+        if self.exists.load(Ordering::Relaxed) {
+            Ok(())
+        } else {
+            Err(StoreError::Unreachable {
+                location: self.name.clone(),
+                error: "no such directory on the far end".into(),
+            })
+        }
     }
 }
 
@@ -658,6 +675,7 @@ mod tests {
                     protocol: PROTOCOL_VERSION,
                     version: "x".into(),
                     append_only: false,
+                    exists: true,
                 },
                 &[],
             )

@@ -123,6 +123,9 @@ pub enum Reply {
         version: String,
         /// Whether the server refuses deletions and overwrites.
         append_only: bool,
+        /// Whether the repository's directory exists (`init` makes it).
+        #[serde(default)]
+        exists: bool,
     },
     /// Done, nothing to return.
     Ok,
@@ -365,18 +368,20 @@ fn check_prefix(prefix: &str) -> Result<(), String> {
     check_key(&probe).map_err(|_| format!("invalid listing prefix {prefix:?}"))
 }
 
-/// Check the server's handshake answer against ours.
+/// Check the server's handshake answer against ours: whether the far
+/// end is append-only, and whether the repository's directory exists.
 ///
 /// # Errors
 ///
 /// [`ProtoError::Version`] for another protocol version.
-pub fn check_hello(reply: &Reply) -> Result<bool, ProtoError> {
+pub fn check_hello(reply: &Reply) -> Result<(bool, bool), ProtoError> {
     match reply {
         Reply::Hello {
             protocol,
             append_only,
+            exists,
             ..
-        } if *protocol == PROTOCOL_VERSION => Ok(*append_only),
+        } if *protocol == PROTOCOL_VERSION => Ok((*append_only, *exists)),
         Reply::Hello { protocol, .. } => Err(ProtoError::Version {
             theirs: *protocol,
             ours: PROTOCOL_VERSION,
@@ -535,8 +540,9 @@ mod tests {
             protocol,
             version: "0".into(),
             append_only: true,
+            exists: true,
         };
-        assert!(check_hello(&hello(PROTOCOL_VERSION)).unwrap());
+        assert_eq!(check_hello(&hello(PROTOCOL_VERSION)).unwrap(), (true, true));
         assert!(matches!(
             check_hello(&hello(PROTOCOL_VERSION + 1)),
             Err(ProtoError::Version { .. })

@@ -76,6 +76,7 @@ pub fn serve(
             protocol: PROTOCOL_VERSION,
             version: env!("CARGO_PKG_VERSION").into(),
             append_only: options.append_only,
+            exists: root.is_dir(),
         },
         &[],
     )?;
