@@ -24,6 +24,7 @@ mod backup_resume;
 mod backup_s3;
 mod backup_series;
 mod backup_snapshot;
+mod backup_ssh;
 mod backup_status;
 mod common;
 mod completions;

@@ -241,7 +241,7 @@ impl Conn {
         f: impl FnOnce(&mut Conn) -> Result<T, ProtoError>,
     ) -> Result<T, ProtoError> {
         if self.broken {
-            return Err(ProtoError::Closed);
+            return Err(ProtoError::OutOfStep);
         }
         let result = f(self);
         self.broken |= result.is_err();

@@ -181,6 +181,10 @@ pub enum ProtoError {
     /// The connection ended between frames.
     #[error("connection closed")]
     Closed,
+    /// An earlier exchange failed, so replies can no longer be matched
+    /// to requests.
+    #[error("the connection is out of step after an earlier failure")]
+    OutOfStep,
     /// A length over its cap.
     #[error("{what} of {len} bytes exceeds the limit of {max}")]
     TooLarge {
