@@ -103,6 +103,22 @@ const BACKUP_CRON: Block = Block::Example(
     "0 3 * * * /usr/local/bin/btrsend backup run --repo /backup/home --full-every-days 30 --device /dev/sdb1 'snaps/home.*'",
 );
 
+const BACKUP_SSH: Block = Block::Example(
+    "Store snapshots in a repository on another host, reached with the \
+     system's ssh (keys, ~/.ssh/config and known hosts apply) and served \
+     there by btrsend serve:",
+    "btrsend backup init --repo ssh://backup@nas.example/backup/host1 --encryption recipients --recipient age1...\n\
+     btrsend backup run --repo ssh://backup@nas.example/backup/host1 --device /dev/sdb1 'snaps/home.*'",
+);
+
+const SERVE: Block = Block::Example(
+    "On the backup host, in ~backup/.ssh/authorized_keys: the client's key \
+     may only add to repositories under /backup/host1, so a client that is \
+     broken into cannot delete its backups; pruning runs from the backup \
+     host's own cron (btrsend backup forget --repo /backup/host1 ...):",
+    "command=\"btrsend serve --append-only --restrict-to-path /backup/host1\",restrict ssh-ed25519 AAAA... root@host1",
+);
+
 const BACKUP_NIGHTLY: Block = Block::Example(
     "The whole nightly job in one crontab line: take a read-only snapshot of \
      /mnt/pool/home, store it, keep 7 source snapshots, then prune the \
@@ -192,8 +208,15 @@ pub fn extra_sections(page: &str) -> Vec<Section> {
         "btrsend-manifest" => vec![MANIFEST],
         "btrsend-completions" => vec![COMPLETIONS],
         "btrsend-backup" => vec![BACKUP_INIT, BACKUP_CRON, BACKUP_NIGHTLY, BACKUP_RESTORE],
-        "btrsend-backup-init" => vec![BACKUP_INIT],
-        "btrsend-backup-run" => vec![BACKUP_CRON, BACKUP_NIGHTLY, BACKUP_CONFIG, BACKUP_DRY_RUN],
+        "btrsend-backup-init" => vec![BACKUP_INIT, BACKUP_SSH],
+        "btrsend-backup-run" => vec![
+            BACKUP_CRON,
+            BACKUP_NIGHTLY,
+            BACKUP_SSH,
+            BACKUP_CONFIG,
+            BACKUP_DRY_RUN,
+        ],
+        "btrsend-serve" => vec![SERVE, BACKUP_SSH],
         "btrsend-backup-list" => vec![BACKUP_LIST],
         "btrsend-backup-verify" => vec![BACKUP_VERIFY, BACKUP_COMPARE],
         "btrsend-backup-copy" => vec![BACKUP_COPY],
@@ -213,6 +236,7 @@ pub fn extra_sections(page: &str) -> Vec<Section> {
         "btrsend-manifest(1)",
         "btrsend-completions(1)",
         "btrsend-backup(1)",
+        "btrsend-serve(1)",
     ]
     .into_iter()
     .filter(|p| p.strip_suffix("(1)") != Some(page))

@@ -16,7 +16,7 @@ pub const SECTIONS: &[(&str, &[&str])] = &[
     (
         "DESCRIPTION",
         &[
-            "A btrsend backup repository (made by btrsend backup init) is a directory, or the objects under s3://BUCKET[/PREFIX] in an S3-compatible object store, holding btrfs send streams as zstd files, a catalog that lists them, and a config object. An unencrypted repository (format 1, init --encryption none) is plain JSON and zstd: a backup can be read and restored with zstd(1) and btrfs-receive(8) alone (for S3, fetch the objects first, e.g. with aws s3 cp). An encrypted one (format 2, see ENCRYPTION) is the same with every stream file an age(1) file and every catalog sealed: it is restored with age(1), zstd(1) and btrfs-receive(8).",
+            "A btrsend backup repository (made by btrsend backup init) is a directory (here, or on another host over ssh: see ON ANOTHER HOST), or the objects under s3://BUCKET[/PREFIX] in an S3-compatible object store, holding btrfs send streams as zstd files, a catalog that lists them, and a config object. An unencrypted repository (format 1, init --encryption none) is plain JSON and zstd: a backup can be read and restored with zstd(1) and btrfs-receive(8) alone (for S3, fetch the objects first, e.g. with aws s3 cp). An encrypted one (format 2, see ENCRYPTION) is the same with every stream file an age(1) file and every catalog sealed: it is restored with age(1), zstd(1) and btrfs-receive(8).",
         ],
     ),
     (
@@ -98,6 +98,16 @@ pub const SECTIONS: &[(&str, &[&str])] = &[
         ],
     ),
     (
+        "ON ANOTHER HOST",
+        &[
+            "A directory repository on another host is reached as ssh://[USER@]HOST[:PORT]/PATH: btrsend runs ssh (or the command in --ssh-command or BTRSEND_SSH) with the command btrsend serve (the program in --remote-path or BTRSEND_REMOTE_PATH) on HOST, and speaks this protocol, version 1, over its standard input and output. The repository's layout on HOST is the one above; nothing about it changes.",
+            "A frame is the length of a JSON header (4 bytes, little-endian, at most 1 MiB), the length of a payload (4 bytes, at most 8 MiB), the header, then the payload's bytes. A request header has \"op\": hello {protocol, version, path}, get {key, range: [start, end] or null}, put_if_absent {key} (the payload is the object), list {prefix}, delete {key}, multipart {key} then write frames (payloads, no reply) then complete or abort, continue_upload {tmp, key, keep} (continue the partial file tmp/... kept up to keep bytes), init_root, lock {exclusive, wait_ms}, unlock. A reply has \"reply\": hello {protocol, version, append_only, exists}, ok, data {len, more} (the payload, and more frames of payload that follow), stored {stored}, listing {objects: [[key, size]...], done} (a long listing comes in parts), not_found, exists, refused {why}, failed {why}, lock_held {holder}. Unknown fields are refused. The path travels in hello, so a forced command in authorized_keys (command=\"btrsend serve --append-only --restrict-to-path DIR\") fixes the server's options whatever the client asks; a client of another protocol version is refused in the handshake.",
+            "Neither side trusts the other. The server checks every key against the rules in SHARED STORAGE, resolves the repository's path (symlinks included) and refuses one outside every --restrict-to-path DIR, and serves it as btrsend serves a local directory (relative opens, O_NOFOLLOW). The client checks every reply: its kind, a data reply's length against what was asked, a listing's keys and prefix; after a reply that fails a check the connection is not used again. What it reads is then checked as everything read from a repository is (frame hashes, trailers, the catalog, and in format 2 the keys): a far end that returns wrong bytes is found as damage, never restored. Text from the far end reaches a terminal with its control characters replaced.",
+            "The lock of a repository on another host is the lock file of its directory, taken by the server for the client (lock) and held until unlock or the end of the connection: a client and a process on HOST that uses the directory itself exclude each other as two local processes do.",
+            "With --append-only the server refuses delete (but of unfinished uploads in tmp/), an upload or put to a key that exists, and a catalog generation at or below the newest stored one; a catalog in the clear must also keep every entry of the newest stored one unchanged. It cannot read a sealed catalog (format 2): a client holding the write key can store a newer generation that lists fewer entries, but not remove the streams or the older generations, so the backups stay on HOST and the owner of HOST can go back to an older generation. btrsend backup forget through an append-only server is refused; run it on HOST against the directory.",
+        ],
+    ),
+    (
         "INDEX",
         &[
             "backup run and backup import index each stream as they store it (from the bytes the stream file is written from, on a thread of its own; run --no-index skips it), and btrsend backup index builds, for every entry that has none, the browsing index that backup ls, backup dump and backup mount read: what the entry's snapshot holds (directories, names, inodes with their type, mode, owner, size, times and link count, symlink targets, device numbers, xattrs) and, for each range of each file, where its bytes are in the repository's streams. It is made by applying the entry's stream to the index of its parent entry (or of nothing, for a full stream) with the receiver's rules, so file data is never copied: a range points into the stream that wrote it (the stream's object key, a byte offset in the raw stream, a length, and for compressed data sent encoded its compression and sizes), including ranges the parent's streams or a CLONE supplied. Reading one file reads the pages on its path and the frames that hold its data.",
@@ -107,7 +117,9 @@ pub const SECTIONS: &[(&str, &[&str])] = &[
     ),
     (
         "SEE ALSO",
-        &["btrsend-backup(1), age(1), age-keygen(1), zstd(1), btrfs-receive(8)"],
+        &[
+            "btrsend-backup(1), btrsend-serve(1), age(1), age-keygen(1), zstd(1), btrfs-receive(8), ssh(1), sshd(8)",
+        ],
     ),
 ];
 

@@ -31,9 +31,7 @@ const AFTER: &str = "\
 btrsend serve is not run by hand: btrsend backup ... --repo ssh://[USER@]HOST[:PORT]/PATH starts it on \
 HOST through ssh and speaks to it on its standard input and output. The repository's path travels \
 inside the protocol, not on the command line, so a forced command in ~/.ssh/authorized_keys on HOST \
-fixes the options and still serves every path it allows:
-
-  command=\"btrsend serve --append-only --restrict-to-path /backup/host1\",restrict ssh-ed25519 AAAA... root@host1
+fixes the options and still serves every path it allows (see EXAMPLES in btrsend-serve(1)).
 
 Each connection holds the repository's lock for the client while the client asks for it (the lock \
 file of a directory repository, as a local btrsend takes it), so a run over ssh and a forget on \
