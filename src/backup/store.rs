@@ -308,6 +308,17 @@ pub trait Store: Send + Sync + fmt::Debug {
     ) -> Option<Result<Box<dyn HeldLock>, HoldError>> {
         None
     }
+    /// Run `verify --read-data` of the (unencrypted) repository where it
+    /// lies, by the process that serves it, waiting up to `wait` for its
+    /// lock there: the report's JSON. `None`: read every byte here.
+    ///
+    /// # Errors
+    ///
+    /// [`HoldError::Held`] when the lock stayed held; the far end failed
+    /// or refused.
+    fn verify_far(&self, _wait: std::time::Duration) -> Option<Result<Vec<u8>, HoldError>> {
+        None
+    }
     /// The local directory, for a [`LocalStore`] (locks use `flock` there).
     fn local_root(&self) -> Option<&Path> {
         None

@@ -8,7 +8,7 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use stream_format::{ReaderOptions, StreamReader};
 
 use super::catalog::{Catalog, Entry};
@@ -16,7 +16,7 @@ use super::error::BackupError;
 use super::file::{self, Damage, StreamFile};
 use super::lock::LockKind;
 use super::repository::Repository;
-use super::store::{self, LocalStore, Store, StoreError};
+use super::store::{self, HoldError, LocalStore, Store, StoreError};
 use super::{frames, partial};
 use crate::progress::Progress;
 
@@ -65,8 +65,76 @@ pub(crate) fn check_frames_parallel(
     })
 }
 
+/// Where the damage of a stream file lies that [`check_frames_parallel`]
+/// found unsound: it is read again in order, for a message that names the
+/// file, the frame and the byte offset in the stream.
+pub(crate) fn locate_damage(store: &dyn Store, f: &StreamFile, name: &str) -> String {
+    let mut reader = StreamReader::with_options(
+        f.raw_reader(store),
+        ReaderOptions::new().with_max_version(3),
+    );
+    let mut commands = 0u64;
+    loop {
+        match reader.next_raw() {
+            Ok(Some(_)) => commands += 1,
+            Ok(None) => break,
+            Err(err) => {
+                // Damage found by the raw reader (hash) or the decoder
+                // (CRC, truncation).
+                let inner = match &err {
+                    stream_format::DecodeError::Io { error, .. } => {
+                        file::damage_of(error).map(ToString::to_string)
+                    }
+                    _ => None,
+                };
+                return inner
+                    .unwrap_or_else(|| format!("{name}: the raw stream does not decode: {err}"));
+            }
+        }
+    }
+    if reader.streams() != 1 || commands != f.trailer.commands {
+        return format!(
+            "{name}: the raw stream has {commands} commands in {} streams, the trailer says {} in 1",
+            reader.streams(),
+            f.trailer.commands
+        );
+    }
+    format!("{name}: its frames do not agree with its trailer")
+}
+
+/// The report a far end sent for `verify --read-data` of `repo`,
+/// checked: JSON of a [`VerifyReport`], its text without control
+/// characters.
+fn far_report(bytes: &[u8], repo: &str) -> Result<VerifyReport, BackupError> {
+    let mut rep: VerifyReport = serde_json::from_slice(bytes).map_err(|e| {
+        BackupError::Invalid(format!(
+            "{repo}: the far end's verify report does not parse: {e}"
+        ))
+    })?;
+    let clean = |s: &mut String| {
+        if s.chars().any(char::is_control) {
+            *s = s
+                .chars()
+                .map(|c| if c.is_control() { '?' } else { c })
+                .collect();
+        }
+    };
+    for p in &mut rep.problems {
+        clean(&mut p.message);
+        if let Some(f) = &mut p.file {
+            clean(f);
+        }
+    }
+    rep.unrestorable
+        .iter_mut()
+        .for_each(|(_, path)| clean(path));
+    rep.notices.iter_mut().for_each(clean);
+    Ok(rep)
+}
+
 /// One problem `verify` found.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Problem {
     /// The entry it concerns, if one.
     pub entry: Option<u64>,
@@ -77,7 +145,8 @@ pub struct Problem {
 }
 
 /// What `verify` found.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct VerifyReport {
     /// Entries checked.
     pub entries: usize,
@@ -113,6 +182,21 @@ impl Repository {
         progress: &dyn Progress,
     ) -> Result<VerifyReport, BackupError> {
         self.need_contents("verify")?;
+        if read_data
+            && self.keys.is_none()
+            && let Some(far) = self.store.verify_far(wait)
+        {
+            // The far end reads every byte where it lies (and takes the
+            // lock there); only its report comes back.
+            let far = far.map_err(|e| match e {
+                HoldError::Held(holder) => BackupError::LockHeld {
+                    repo: self.store.name().to_owned(),
+                    holder,
+                },
+                HoldError::Store(e) => e.into(),
+            })?;
+            return far_report(&far, self.store.name());
+        }
         if read_data {
             let _lock = self.lock(LockKind::Shared, wait, progress)?;
             return self.verify_once(true, progress);
@@ -246,42 +330,7 @@ impl Repository {
         if check_frames_parallel(&*self.store, &f, progress) {
             return Ok(f.size);
         }
-        // Damage: read it again in order, for a message that names the
-        // file, the frame and the byte offset in the stream.
-        let mut reader = StreamReader::with_options(
-            f.raw_reader(&*self.store),
-            ReaderOptions::new().with_max_version(3),
-        );
-        let mut commands = 0u64;
-        loop {
-            match reader.next_raw() {
-                Ok(Some(_)) => commands += 1,
-                Ok(None) => break,
-                Err(err) => {
-                    // Damage found by the raw reader (hash) or the decoder
-                    // (CRC, truncation).
-                    let inner = match &err {
-                        stream_format::DecodeError::Io { error, .. } => {
-                            file::damage_of(error).map(ToString::to_string)
-                        }
-                        _ => None,
-                    };
-                    return Err(match inner {
-                        Some(d) => d,
-                        None => format!("{}: the raw stream does not decode: {err}", e.file),
-                    });
-                }
-            }
-        }
-        if reader.streams() != 1 || commands != f.trailer.commands {
-            return Err(format!(
-                "{}: the raw stream has {commands} commands in {} streams, the trailer says {} in 1",
-                e.file,
-                reader.streams(),
-                f.trailer.commands
-            ));
-        }
-        Ok(f.size)
+        Err(locate_damage(&*self.store, &f, &e.file))
     }
 
     /// The structural check `forget` needs before it deletes anything:

@@ -231,7 +231,8 @@ fn an_append_only_forced_command_refuses_deletes_overwrites_and_rollbacks() {
 /// byte in the data of every stream-file read; `short` answers a
 /// stream-file read with one byte fewer (its length fixed to match);
 /// `garbage` and `truncate` answer the fourth request with bytes that
-/// are no frame, or half a frame, and hang up.
+/// are no frame, or half a frame, and hang up; `count=FILE` changes
+/// nothing and keeps in FILE how many payload bytes it passed on.
 const LIAR: &str = r#"
 import collections, json, struct, subprocess, sys, threading
 mode, real = sys.argv[1], sys.argv[2:]
@@ -277,12 +278,17 @@ def up():
 threading.Thread(target=up, daemon=True).start()
 answered = 0
 follow = 0
+data_bytes = 0
 while True:
     fr = frame(p.stdout)
     if fr is None:
         break
     h, pay = fr
     m = json.loads(h)
+    data_bytes += len(pay)
+    if mode.startswith("count="):
+        with open(mode[6:], "w") as f:
+            f.write(str(data_bytes))
     if follow:
         follow -= 1
         cout.write(pack(h, pay))
@@ -372,11 +378,24 @@ fn a_far_end_that_lies_is_caught_and_nothing_wrong_is_restored() {
             ),
         ]
     };
-    // The honest far end through the same relay: everything as it is.
+    // The honest far end through the same relay: everything as it is,
+    // and verify --read-data checks the stream files where they lie,
+    // reading only their trailers and first frames over ssh.
+    let counted = tmp.path().join("counted");
     ok(&backup(
-        &lying("none"),
+        &lying(&format!("count={}", counted.display())),
         &["verify", "--read-data", "--repo", &url],
     ));
+    let passed: u64 = fs::read_to_string(&counted).unwrap().parse().unwrap();
+    let stored: u64 = fs::read_dir(repo.join("streams"))
+        .unwrap()
+        .map(|e| e.unwrap().metadata().unwrap().len())
+        .sum();
+    eprintln!("verify --read-data over ssh: {passed} payload bytes of {stored} stored");
+    assert!(
+        passed < stored / 2,
+        "{passed} of {stored} bytes came over ssh"
+    );
     let clean = |o: &Output, what: &str| {
         let err = stderr(o);
         assert!(!o.status.success(), "{what}: {err}");
@@ -385,12 +404,14 @@ fn a_far_end_that_lies_is_caught_and_nothing_wrong_is_restored() {
     };
     for mode in ["flip", "short", "garbage", "truncate"] {
         let envs = lying(mode);
-        let v = backup(&envs, &["verify", "--read-data", "--repo", &url]);
-        clean(&v, &format!("{mode}: verify"));
+        // verify, which reads the trailers over ssh: flipped bytes are
+        // damage; a reply shorter than asked ends the connection.
+        let v = backup(&envs, &["verify", "--repo", &url]);
         if mode == "flip" {
-            // Read as damage of the stored files (their trailers, frames).
             assert_eq!(v.status.code(), Some(12), "{}", stderr(&v));
             assert!(stderr(&v).contains("btrsend: damage:"), "{}", stderr(&v));
+        } else {
+            clean(&v, &format!("{mode}: verify"));
         }
         let to = tmp.path().join(format!("to-{mode}"));
         fs::create_dir(&to).unwrap();

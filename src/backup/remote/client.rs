@@ -471,6 +471,19 @@ impl Store for RemoteStore {
         true
     }
 
+    fn verify_far(&self, wait: Duration) -> Option<Result<Vec<u8>, HoldError>> {
+        let request = Request::VerifyRead {
+            wait_ms: u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
+        };
+        let mut report = Vec::new();
+        Some(match self.lock().data(&request, None, &mut report) {
+            Ok(Ok(())) => Ok(report),
+            Ok(Err(Reply::LockHeld { holder })) => Err(HoldError::Held(printable(&holder))),
+            Ok(Err(reply)) => Err(HoldError::Store(reply_error("verify", &self.name, reply))),
+            Err(error) => Err(HoldError::Store(proto_error("verify", &self.name, error))),
+        })
+    }
+
     fn append_only(&self) -> bool {
         self.append_only
     }

@@ -109,6 +109,13 @@ pub enum Request {
     },
     /// Let go of the lock this connection holds.
     Unlock,
+    /// Run `verify --read-data` of the (unencrypted) repository on the
+    /// server, waiting up to `wait_ms` for its lock; the answer is the
+    /// report's JSON as [`Reply::Data`].
+    VerifyRead {
+        /// How long to wait for the lock, in milliseconds.
+        wait_ms: u64,
+    },
 }
 
 /// What a server answers.
@@ -344,7 +351,8 @@ impl Checked for Request {
             | Request::Abort
             | Request::InitRoot
             | Request::Lock { .. }
-            | Request::Unlock => Ok(()),
+            | Request::Unlock
+            | Request::VerifyRead { .. } => Ok(()),
         }
     }
 }

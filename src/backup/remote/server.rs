@@ -22,9 +22,12 @@ use super::proto::{
     write_frame,
 };
 use crate::backup::CONFIG_KEY;
+use crate::backup::Repository;
 use crate::backup::error::BackupError;
 use crate::backup::lock::{self, LockKind, RepoLock};
 use crate::backup::store::{DIR_MODE, LocalStore, Store, StoreError, Upload};
+use crate::progress::NoProgress;
+use std::sync::Arc;
 
 /// How `btrsend serve` was started.
 #[derive(Debug, Clone, Default)]
@@ -308,6 +311,19 @@ impl Session {
                 self.lock = None;
                 Reply::Ok
             }
+            Request::VerifyRead { wait_ms } => {
+                let wait = Duration::from_millis(wait_ms).min(MAX_LOCK_WAIT);
+                return Some(match self.verify_read(wait) {
+                    Ok(report) => (
+                        Reply::Data {
+                            len: u64::try_from(report.len()).unwrap_or(u64::MAX),
+                            more: more_frames(report.len()),
+                        },
+                        report,
+                    ),
+                    Err(reply) => (reply, Vec::new()),
+                });
+            }
         };
         Some((reply, Vec::new()))
     }
@@ -332,6 +348,18 @@ impl Session {
             },
             Err(error) => error_reply(error),
         }
+    }
+
+    /// `verify --read-data` of the repository here: its report's JSON.
+    fn verify_read(&self, wait: Duration) -> Result<Vec<u8>, Reply> {
+        let failed = |e: BackupError| match e {
+            BackupError::LockHeld { holder, .. } => Reply::LockHeld { holder },
+            e => Reply::Failed { why: e.to_string() },
+        };
+        let store: Arc<dyn Store> = Arc::new(LocalStore::new(self.store.root()));
+        let repo = Repository::open_in(store).map_err(failed)?;
+        let report = repo.verify(true, wait, &NoProgress).map_err(failed)?;
+        serde_json::to_vec(&report).map_err(|e| Reply::Failed { why: e.to_string() })
     }
 
     /// `init`'s directory: made when missing (mode 0700; its parent

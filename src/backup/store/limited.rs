@@ -130,6 +130,10 @@ impl Store for LimitedStore {
         self.inner.hold_lock(exclusive, wait)
     }
 
+    fn verify_far(&self, wait: std::time::Duration) -> Option<Result<Vec<u8>, HoldError>> {
+        self.inner.verify_far(wait)
+    }
+
     fn local_root(&self) -> Option<&Path> {
         self.inner.local_root()
     }
