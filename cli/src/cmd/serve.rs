@@ -50,6 +50,7 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<()> {
         append_only: args.append_only,
         restrict_to: args.restrict_to_path.clone(),
     };
+    server::widen_stdio_pipes();
     let mut input = BufReader::with_capacity(1 << 20, stdin.lock());
     let mut output = BufWriter::with_capacity(1 << 20, std::io::stdout().lock());
     server::serve(&mut input, &mut output, &options)

@@ -100,6 +100,14 @@ pub fn serve(
     Ok(())
 }
 
+/// Ask for pipes of 1 MiB on standard input and output, when they are
+/// pipes (sshd's): frames then cross in a few writes. Best effort.
+pub fn widen_stdio_pipes() {
+    const PIPE_BYTES: usize = 1 << 20;
+    let _ = rustix::pipe::fcntl_setpipe_size(std::io::stdin(), PIPE_BYTES);
+    let _ = rustix::pipe::fcntl_setpipe_size(std::io::stdout(), PIPE_BYTES);
+}
+
 /// The JSON bytes a listing part may take, counting each key at its worst
 /// (every byte a six-byte escape): half the header cap.
 const LISTING_PART: usize = (MAX_HEADER / 2) as usize;

@@ -70,5 +70,18 @@ pub fn open(name: &str, spec: &SshSpec, options: &SshOptions) -> Result<RemoteSt
             location: name.into(),
             error: format!("cannot start {program}: {error}").into(),
         })?;
+    // Pipes of 1 MiB (the default is 64 KiB): a frame then goes to ssh
+    // in a few writes, and the sender goes on while ssh encrypts it.
+    // Best effort: a smaller pipe only costs speed.
+    if let Some(stdin) = &child.stdin {
+        let _ = rustix::pipe::fcntl_setpipe_size(stdin, PIPE_BYTES);
+    }
+    if let Some(stdout) = &child.stdout {
+        let _ = rustix::pipe::fcntl_setpipe_size(stdout, PIPE_BYTES);
+    }
     RemoteStore::connect_process(name, &spec.path, program, child)
 }
+
+/// The size asked for the pipes to ssh (Linux's default cap for an
+/// unprivileged process, /proc/sys/fs/pipe-max-size).
+const PIPE_BYTES: usize = 1 << 20;
