@@ -155,7 +155,7 @@ fn kernel_parent_uuid(path: &str) -> String {
 /// The kernel manifest without hole maps: the fixture README explains
 /// that even `btrfs receive` of these incrementals differs there (protocol
 /// 1 writes punched holes as zeros).
-fn kernel_manifest(snap: &str) -> String {
+pub(crate) fn kernel_manifest(snap: &str) -> String {
     let text = fs::read_to_string(fixture_dir(FIX).join(format!("{snap}.manifest"))).unwrap();
     text.lines()
         .map(|l| {
@@ -592,6 +592,16 @@ impl Env {
     }
 }
 
+/// Exit status 10, "repository unreachable".
+fn assert_unreachable(o: &Output) {
+    assert_eq!(o.status.code(), Some(10), "{}", stderr(o));
+    assert!(
+        stderr(o).contains("repository unreachable"),
+        "{}",
+        stderr(o)
+    );
+}
+
 both!(
     exit_codes_for_missing_repository_and_held_lock,
     exit_codes_case
@@ -612,11 +622,7 @@ fn exit_codes_case(env: Env) {
     if let Some(port) = env.be.port() {
         // A server that does not answer: exit 10 too. (A port just freed;
         // the server's own port is busy, so this one is not it.)
-        let closed = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let closed = crate::repo_store::free_port();
         assert_ne!(closed, port);
         let o = env
             .cmd()
@@ -626,20 +632,11 @@ fn exit_codes_case(env: Env) {
             .args(["backup", "list", "--repo", env.repo()])
             .output()
             .unwrap();
-        assert_eq!(o.status.code(), Some(10), "{}", stderr(&o));
-        assert!(
-            stderr(&o).contains("repository unreachable"),
-            "{}",
-            stderr(&o)
-        );
+        assert_unreachable(&o);
     }
     if env.be.kind() == Kind::Ssh {
         // No sshd on that port: ssh fails, and btrsend says so (exit 10).
-        let closed = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let closed = crate::repo_store::free_port();
         let url = env.repo().replace(
             &format!(":{}/", env.be.ssh_port().unwrap()),
             &format!(":{closed}/"),
@@ -659,12 +656,7 @@ fn exit_codes_case(env: Env) {
             .args(["backup", "list", "--repo", env.repo()])
             .output()
             .unwrap();
-        assert_eq!(o.status.code(), Some(10), "{}", stderr(&o));
-        assert!(
-            stderr(&o).contains("repository unreachable"),
-            "{}",
-            stderr(&o)
-        );
+        assert_unreachable(&o);
     }
     // No repository given at all: a usage error (issue 15).
     let o = env.backup(&["list"]);

@@ -12,7 +12,8 @@ use btrsend::backup::Store;
 use btrsend::backup::remote::spec::SshSpec;
 use btrsend::backup::remote::ssh::{self, SshOptions};
 
-use crate::common::{btrsend, fixture_dir, stderr, unpack};
+use crate::backup::kernel_manifest;
+use crate::common::{btrsend, stderr, unpack};
 use crate::repo_store::SshServer;
 
 const FIX: &str = "014-incremental";
@@ -49,22 +50,6 @@ fn files(dir: &Path) -> Vec<(String, Vec<u8>)> {
     }
     out.sort();
     out
-}
-
-/// The kernel mount's manifest of snapshot `snap` of the fixture, without
-/// its data maps (`btrsend manifest` without `--holes` prints none).
-fn kernel_manifest(snap: &str) -> String {
-    let text = fs::read_to_string(fixture_dir(FIX).join(format!("{snap}.manifest"))).unwrap();
-    text.lines()
-        .map(|l| {
-            l.split(' ')
-                .filter(|w| !w.starts_with("data="))
-                .collect::<Vec<_>>()
-                .join(" ")
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
-        + "\n"
 }
 
 fn manifest(dir: &Path) -> String {

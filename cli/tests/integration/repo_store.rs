@@ -50,6 +50,17 @@ fn s3s_fs() -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
+/// A free port on 127.0.0.1: bound, noted, released (another process
+/// could take it meanwhile: a server started on it then exits, and the
+/// caller tries again; a client finds nobody listening).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
 /// A running `s3s-fs`, killed on drop.
 pub struct S3Server {
     child: Child,
@@ -99,13 +110,7 @@ impl S3Server {
         };
         std::fs::create_dir_all(root.join(BUCKET)).unwrap();
         for _ in 0..5 {
-            // A free port: bind, note, release (another process could take
-            // it meanwhile: then the server exits and we try again).
-            let port = TcpListener::bind("127.0.0.1:0")
-                .unwrap()
-                .local_addr()
-                .unwrap()
-                .port();
+            let port = free_port();
             if let Some(child) = spawn_s3s(&bin, port, root) {
                 return Some(S3Server {
                     child,
@@ -215,11 +220,7 @@ impl SshServer {
         // The privilege-separation directory sshd wants when run as root.
         let _ = std::fs::create_dir_all("/run/sshd");
         for _ in 0..5 {
-            let port = TcpListener::bind("127.0.0.1:0")
-                .unwrap()
-                .local_addr()
-                .unwrap()
-                .port();
+            let port = free_port();
             let config = format!(
                 "Port {port}\nListenAddress 127.0.0.1\nHostKey {d}/host_key\n\
                  PidFile {d}/sshd.pid\nAuthorizedKeysFile {d}/authorized_keys\n\
