@@ -10,6 +10,7 @@
 //! against the test's own S3 server (`repo_store`).
 
 use std::fs;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -645,6 +646,32 @@ fn errors_and_config_check() {
         )
     );
     code(&check(&["--quiet"]), 0);
+    // An ssh:// repository: check only parses it (it starts no ssh); the
+    // commands run the destination's ssh_command.
+    let marker = env.path("ssh-ran");
+    let fake_ssh = env.path("fake-ssh");
+    fs::write(&fake_ssh, format!("#!/bin/sh\ntouch {marker}\nexit 255\n")).unwrap();
+    fs::set_permissions(&fake_ssh, fs::Permissions::from_mode(0o755)).unwrap();
+    let ssh_dest = format!(
+        "[job.home]\ndevice = \"{}\"\nsnapshots = [\"snaps/s1\"]\n\n[[job.home.destination]]\n\
+         repo = \"ssh://backup@nas.invalid/srv/home\"\nssh_command = \"{fake_ssh}\"\n",
+        env.img.display()
+    );
+    env.write_config(&ssh_dest);
+    code(&check(&["--quiet"]), 0);
+    assert!(!Path::new(&marker).exists(), "config check started ssh");
+    let o = env.with_config("list", &[]);
+    assert!(Path::new(&marker).exists(), "{}", stderr(&o));
+    code(&o, 10);
+    env.write_config(&ssh_dest.replace("nas.invalid/srv/home", "nas.invalid"));
+    let o = check(&[]);
+    code(&o, 2);
+    assert!(
+        stderr(&o).contains("repo: repository \"ssh://backup@nas.invalid\": no path"),
+        "{}",
+        stderr(&o)
+    );
+    env.write_config(&format!("{base}keep_daily = 7\n"));
     // An unreadable file: 1.
     let o = env.backup(&["config", "check", "--config", "/nonexistent/b.toml"]);
     code(&o, 1);

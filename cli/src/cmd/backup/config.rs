@@ -154,6 +154,10 @@ pub struct Destination {
     pub identity: Option<Spanned<SecretPaths>>,
     /// `--write-key`.
     pub write_key: Option<Spanned<SecretPath>>,
+    /// `--ssh-command` (an ssh:// repo).
+    pub ssh_command: Option<String>,
+    /// `--remote-path` (an ssh:// repo).
+    pub remote_path: Option<String>,
     /// Refused: secrets only by reference.
     #[serde(default, rename = "password")]
     _password: Option<Inline>,

@@ -84,7 +84,8 @@ Keys: every option has one, named as the option with _ for -. A job
 snapshot_dir, keep_snapshots, and the hooks before, after, on_error. A
 destination ([[job.NAME.destination]]) holds repo and everything per
 repository: password_file, password_command, identity (or identity_file;
-a path or an array), write_key, full_every, full_every_days,
+a path or an array), write_key, ssh_command, remote_path, full_every,
+full_every_days,
 compression_level, limit_rate, retry_lock, keep_last, keep_hourly,
 keep_daily, keep_weekly, keep_monthly, keep_yearly, keep_within (forget),
 max_age (status), read_data (verify). Durations and rates are strings as
@@ -167,8 +168,16 @@ fn check(a: &CheckArgs) -> anyhow::Result<()> {
                     &w.get_ref().0,
                 )?;
             }
-            btrsend::backup::store_for(d.repo.get_ref())
-                .map_err(|e| cfg.error_at(d.repo.span(), "repo", e.to_string()))?;
+            // An ssh:// repository is only parsed: opening it would start
+            // ssh, and config check opens no repository.
+            match btrsend::backup::remote::spec::SshSpec::parse(d.repo.get_ref()) {
+                Some(parsed) => parsed
+                    .map(drop)
+                    .map_err(|e| cfg.error_at(d.repo.span(), "repo", e)),
+                None => btrsend::backup::store_for(d.repo.get_ref())
+                    .map(drop)
+                    .map_err(|e| cfg.error_at(d.repo.span(), "repo", e.to_string())),
+            }?;
         }
         if a.quiet {
             continue;

@@ -169,8 +169,16 @@ impl RepoArg {
         RepoArg {
             spec: RepoSpec {
                 repo: Some(d.repo.get_ref().clone()),
-                ssh_command: self.spec.ssh_command.clone(),
-                remote_path: self.spec.remote_path.clone(),
+                ssh_command: self
+                    .spec
+                    .ssh_command
+                    .clone()
+                    .or_else(|| d.ssh_command.clone()),
+                remote_path: self
+                    .spec
+                    .remote_path
+                    .clone()
+                    .or_else(|| d.remote_path.clone()),
             },
             keys,
         }
