@@ -250,9 +250,9 @@ fn browse_case(kind: Kind, encryption: &str, test: &str) {
             let listed = json_lines(&ok(&repo.backup(&["ls", "-R", "--json", &id.to_string()])));
             let (want, got) = (expected_lines(&manifest), listed_lines(&listed));
             assert_eq!(got, want, "{fx} {snap} ({encryption}, {kind:?})");
-            // Every regular file's bytes (on S3, where each command costs
-            // round trips, every fifth).
-            let every = if kind == Kind::S3 { 5 } else { 1 };
+            // Every regular file's bytes (on S3 and over ssh, where each
+            // command costs round trips or a handshake, every fifth).
+            let every = if kind == Kind::Dir { 1 } else { 5 };
             let mut files = 0;
             for line in manifest.lines().skip(1).step_by(every) {
                 let mut f = line.split(' ');
@@ -312,6 +312,15 @@ fn ls_and_dump_give_the_kernels_snapshots_encrypted_on_s3() {
         Kind::S3,
         "passphrase",
         "ls_and_dump_give_the_kernels_snapshots_encrypted_on_s3",
+    );
+}
+
+#[test]
+fn ls_and_dump_give_the_kernels_snapshots_encrypted_over_ssh() {
+    browse_case(
+        Kind::Ssh,
+        "passphrase",
+        "ls_and_dump_give_the_kernels_snapshots_encrypted_over_ssh",
     );
 }
 

@@ -245,6 +245,15 @@ fn mount_shows_the_kernels_snapshots_encrypted_on_s3() {
 }
 
 #[test]
+fn mount_shows_the_kernels_snapshots_over_ssh() {
+    mount_case(
+        Kind::Ssh,
+        "none",
+        "mount_shows_the_kernels_snapshots_over_ssh",
+    );
+}
+
+#[test]
 fn mount_gives_eio_for_a_damaged_index_page() {
     const TEST: &str = "mount_gives_eio_for_a_damaged_index_page";
     if !live(TEST) {
