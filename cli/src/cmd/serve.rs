@@ -16,7 +16,7 @@ pub struct ServeArgs {
     /// encrypted one must have a newer generation): new streams and new
     /// catalog generations only. For an authorized_keys forced command,
     /// so that a client whose key is stolen cannot destroy its backups.
-    /// `btrsend backup forget` through such a server is refused: prune on
+    /// btrsend backup forget through such a server is refused: prune on
     /// the server itself or with another key.
     #[arg(long)]
     pub append_only: bool,

@@ -109,9 +109,9 @@ Exit status:
 /// The repository option every subcommand takes.
 #[derive(Debug, Clone, Args)]
 pub struct RepoSpec {
-    /// The repository: a directory, s3://BUCKET[/PREFIX] or
-    /// ssh://[USER@]HOST[:PORT]/PATH (default: the environment variable
-    /// BTRSEND_REPOSITORY).
+    /// The repository: a directory, s3://BUCKET/PREFIX (PREFIX optional)
+    /// or ssh://USER@HOST:PORT/PATH (USER@ and :PORT optional) (default:
+    /// the environment variable BTRSEND_REPOSITORY).
     #[arg(long = "repo", value_name = "REPO")]
     pub repo: Option<String>,
     /// With an ssh:// repository: the ssh command and its options, split
