@@ -15,6 +15,7 @@ use super::catalog::{Catalog, Entry};
 use super::error::BackupError;
 use super::file::{self, Damage, StreamFile};
 use super::lock::LockKind;
+use super::remote::proto::printable;
 use super::repository::Repository;
 use super::store::{self, HoldError, LocalStore, Store, StoreError};
 use super::{frames, partial};
@@ -111,14 +112,7 @@ fn far_report(bytes: &[u8], repo: &str) -> Result<VerifyReport, BackupError> {
             "{repo}: the far end's verify report does not parse: {e}"
         ))
     })?;
-    let clean = |s: &mut String| {
-        if s.chars().any(char::is_control) {
-            *s = s
-                .chars()
-                .map(|c| if c.is_control() { '?' } else { c })
-                .collect();
-        }
-    };
+    let clean = |s: &mut String| *s = printable(s);
     for p in &mut rep.problems {
         clean(&mut p.message);
         if let Some(f) = &mut p.file {

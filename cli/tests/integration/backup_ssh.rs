@@ -326,13 +326,7 @@ fn a_far_end_that_lies_is_caught_and_nothing_wrong_is_restored() {
     fs::write(&liar, LIAR).unwrap();
     let img = unpack(tmp.path(), FIX, "dev1.img");
     let repo = tmp.path().join("repo");
-    let honest = [
-        ("BTRSEND_SSH", sshd.ssh_command()),
-        (
-            "BTRSEND_REMOTE_PATH",
-            env!("CARGO_BIN_EXE_btrsend").to_owned(),
-        ),
-    ];
+    let honest = sshd.envs();
     let url = sshd.url(&repo);
     ok(&backup(
         &honest,

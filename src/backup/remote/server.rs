@@ -257,10 +257,7 @@ impl Session {
                     Err(error) => (error_reply(error), Vec::new()),
                 });
             }
-            Request::PutIfAbsent { key } => match self
-                .check_catalog(&key)
-                .and_then(|()| self.check_entries_kept(&key, payload))
-            {
+            Request::PutIfAbsent { key } => match self.check_catalog(&key, Some(payload)) {
                 Err(why) => Reply::Refused { why },
                 Ok(()) => result(
                     self.store
@@ -283,11 +280,11 @@ impl Session {
                 }
             }
             Request::Delete { key } => result(self.store.delete(&key).map(|()| Reply::Ok)),
-            Request::Multipart { key } => match self.check_catalog(&key) {
+            Request::Multipart { key } => match self.check_catalog(&key, None) {
                 Err(why) => Reply::Refused { why },
                 Ok(()) => self.open(self.store.multipart(&key).map(Some)),
             },
-            Request::ContinueUpload { tmp, key, keep } => match self.check_catalog(&key) {
+            Request::ContinueUpload { tmp, key, keep } => match self.check_catalog(&key, None) {
                 Err(why) => Reply::Refused { why },
                 Ok(()) => self.open(self.store.continue_upload(&tmp, keep, &key)),
             },
@@ -405,47 +402,12 @@ impl Session {
         Reply::Ok
     }
 
-    /// With append-only, a new catalog generation written in the clear
-    /// must keep every entry of the newest stored one as it was (a sealed
-    /// catalog the server cannot read; its generation number is checked).
-    fn check_entries_kept(&self, key: &str, payload: &[u8]) -> Result<(), String> {
-        if !self.append_only || catalog_generation(key).is_none() {
-            return Ok(());
-        }
-        let stored = self.store.list("catalog/").map_err(|e| e.to_string())?;
-        let Some(newest) = stored
-            .iter()
-            .filter_map(|o| Some((catalog_generation(&o.key)?, &o.key)))
-            .max()
-        else {
-            return Ok(());
-        };
-        let old = self.store.get(newest.1, None).map_err(|e| e.to_string())?;
-        let Some(old) = plain_entries(&old) else {
-            return Ok(());
-        };
-        let Some(new) = plain_entries(payload) else {
-            return Err(format!(
-                "{key} is refused: this server is append-only and {} is a catalog in \
-                 the clear, which a catalog it cannot read may not replace",
-                newest.1
-            ));
-        };
-        match old.iter().find(|entry| !new.contains(entry)) {
-            None => Ok(()),
-            Some(lost) => Err(format!(
-                "{key} is refused: this server is append-only and it drops or changes \
-                 entry {} of {} (prune on the server, or with an unrestricted key)",
-                lost.get("id")
-                    .map_or_else(|| "?".into(), ToString::to_string),
-                newest.1
-            )),
-        }
-    }
-
     /// With append-only, a catalog generation must be newer than every
-    /// stored one.
-    fn check_catalog(&self, key: &str) -> Result<(), String> {
+    /// stored one, and one written in the clear (`payload`, when the
+    /// whole object is at hand) must keep every entry of the newest
+    /// stored one as it was (a sealed catalog the server cannot read: its
+    /// generation number is checked).
+    fn check_catalog(&self, key: &str, payload: Option<&[u8]>) -> Result<(), String> {
         let Some(generation) = catalog_generation(key) else {
             return Ok(());
         };
@@ -453,16 +415,43 @@ impl Session {
             return Ok(());
         }
         let stored = self.store.list("catalog/").map_err(|e| e.to_string())?;
-        let newest = stored
+        let Some((newest, newest_key)) = stored
             .iter()
-            .filter_map(|o| catalog_generation(&o.key))
-            .max();
-        match newest {
-            Some(newest) if generation <= newest => Err(format!(
+            .filter_map(|o| Some((catalog_generation(&o.key)?, &o.key)))
+            .max()
+        else {
+            return Ok(());
+        };
+        if generation <= newest {
+            return Err(format!(
                 "catalog generation {generation} is refused: this server is append-only \
                  and holds generation {newest}"
+            ));
+        }
+        let Some(payload) = payload else {
+            return Ok(());
+        };
+        let old = self
+            .store
+            .get(newest_key, None)
+            .map_err(|e| e.to_string())?;
+        let Some(old) = plain_entries(&old) else {
+            return Ok(());
+        };
+        let Some(new) = plain_entries(payload) else {
+            return Err(format!(
+                "{key} is refused: this server is append-only and {newest_key} is a \
+                 catalog in the clear, which a catalog it cannot read may not replace"
+            ));
+        };
+        match old.iter().find(|entry| !new.contains(entry)) {
+            None => Ok(()),
+            Some(lost) => Err(format!(
+                "{key} is refused: this server is append-only and it drops or changes \
+                 entry {} of {newest_key} (prune on the server, or with an unrestricted key)",
+                lost.get("id")
+                    .map_or_else(|| "?".into(), ToString::to_string),
             )),
-            _ => Ok(()),
         }
     }
 }
