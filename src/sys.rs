@@ -613,6 +613,8 @@ pub struct SubvolInfo {
     pub stransid: u64,
     /// rtransid (when it was received).
     pub rtransid: u64,
+    /// When it was made on this filesystem (seconds, nanoseconds).
+    pub otime: (u64, u32),
 }
 
 /// The subvolume that `fd` is in (any fd in it; no privileges needed).
@@ -643,6 +645,7 @@ pub fn subvol_info(fd: BorrowedFd<'_>) -> Result<SubvolInfo, Errno> {
         otransid: a.otransid,
         stransid: a.stransid,
         rtransid: a.rtransid,
+        otime: (a.otime.sec, a.otime.nsec),
     })
 }
 

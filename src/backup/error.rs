@@ -72,6 +72,15 @@ pub enum BackupError {
         /// Why.
         error: Box<ReceiveError>,
     },
+    /// Receiving into a received-subvolume target failed (here, or on
+    /// the far end, whose words `error` carries, made printable).
+    #[error("cannot receive into {target}: {error}")]
+    TargetReceive {
+        /// The target, as the user named it.
+        target: String,
+        /// Why.
+        error: String,
+    },
     /// A snapshot's index could not be read.
     #[error("{what}: {error}")]
     Index {

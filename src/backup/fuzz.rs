@@ -292,7 +292,8 @@ pub fn index(data: &[u8]) {
 
 /// Bytes a far end of `btrsend serve` may send either way: as a client's
 /// requests to the server loop (first byte even: into a new directory,
-/// append-only when the second byte is odd), or as a server's replies to
+/// append-only when the second byte is odd, a target when its bit 1
+/// is set), or as a server's replies to
 /// a client that shakes hands and then gets, lists, puts, uploads and
 /// locks.
 pub fn remote(data: &[u8]) {
@@ -318,10 +319,22 @@ pub fn remote(data: &[u8]) {
         // The handshake the fuzzer cannot guess (a path in the test's
         // directory), then its bytes as the requests.
         let mut input = Vec::new();
+        // The second byte's next bit picks a target connection (the
+        // `Target*` requests, receiving into the test's directory).
+        let target = rest.first().is_some_and(|b| b & 2 == 2);
+        let path = if target {
+            dir.join("target")
+        } else {
+            dir.join("repo")
+        };
+        if target {
+            let _ = std::fs::create_dir_all(&path);
+        }
         let hello = proto::Request::Hello {
             protocol: proto::PROTOCOL_VERSION,
             version: String::new(),
-            path: dir.join("repo").display().to_string(),
+            path: path.display().to_string(),
+            target,
         };
         if proto::write_frame(&mut input, &hello, &[]).is_ok() {
             input.extend_from_slice(rest);

@@ -13,8 +13,8 @@
 //! generations into the repository, nor list a stream that is not whole.
 
 mod dry;
-mod select;
-mod snapshot_dir;
+pub(crate) mod select;
+pub(crate) mod snapshot_dir;
 pub(crate) mod unfinished;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -22,7 +22,9 @@ use std::io::{self, Write};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use select::{Selected, Sources, full_time_of, origin_of, otime_of, otime_ts, select, stream_uuid};
+use select::{
+    Selected, Sources, full_time_of, in_catalog, origin_of, otime_of, otime_ts, select, stream_uuid,
+};
 use snapshot_dir::{prune_snapshots, take_snapshots, write_holds};
 use unfinished::{Resumed, VerifyHead};
 
@@ -171,7 +173,7 @@ impl RunOptions {
         self
     }
 
-    fn read_options(&self) -> crate::device::readahead::ReadOptions {
+    pub(crate) fn read_options(&self) -> crate::device::readahead::ReadOptions {
         crate::device::readahead::ReadOptions::default().with_degraded(self.degraded)
     }
 }
@@ -273,7 +275,7 @@ impl Repository {
             Some(so) => take_snapshots(so, &mut report, progress)?,
             None => Vec::new(),
         };
-        let mut src = select(opts, specs, &mut found, &cat)?;
+        let mut src = select(opts, specs, &mut found, &in_catalog(&cat))?;
         // The partial stream files of the snapshots this run stores stay,
         // to be continued.
         let todo: BTreeSet<(String, u64)> = src
@@ -347,9 +349,10 @@ impl Repository {
             }
         }
         if let Some(so) = &opts.snapshots {
-            write_holds(self, so, &found, &cat, progress);
+            let holder = (self.config.id.as_str(), self.store.name());
+            write_holds(holder, so, &found, &in_catalog(&cat), progress);
             if let Some(keep) = so.keep {
-                prune_snapshots(so, keep, &found, &cat, &mut report, progress);
+                prune_snapshots(so, keep, &found, &in_catalog(&cat), &mut report, progress);
             }
         }
         Ok(report)

@@ -18,7 +18,9 @@ use super::proto::{
     MAX_PAYLOAD, PROTOCOL_VERSION, ProtoError, Reply, Request, check_hello, kind, printable,
     read_frame, write_frame,
 };
+use crate::backup::error::BackupError;
 use crate::backup::store::{HeldLock, HoldError, ObjectInfo, Store, StoreError, Upload};
+use crate::backup::target::{Received, TargetEnd, check_listing};
 
 /// Both directions of one connection.
 struct Conn {
@@ -96,13 +98,29 @@ impl RemoteStore {
         input: Box<dyn Read + Send>,
         output: Box<dyn Write + Send>,
     ) -> Result<RemoteStore, StoreError> {
+        Self::connect_as(name, path, false, input, output)
+    }
+
+    /// [`RemoteStore::connect`] for a repository, or (`target`) for a
+    /// received-subvolume target directory.
+    ///
+    /// # Errors
+    ///
+    /// As [`RemoteStore::connect`].
+    pub fn connect_as(
+        name: &str,
+        path: &str,
+        target: bool,
+        input: Box<dyn Read + Send>,
+        output: Box<dyn Write + Send>,
+    ) -> Result<RemoteStore, StoreError> {
         let mut conn = Conn {
             input,
             output,
             broken: false,
             child: None,
         };
-        let (append_only, exists) = Self::handshake(name, path, &mut conn)?;
+        let (append_only, exists) = Self::handshake(name, path, target, &mut conn)?;
         Ok(RemoteStore {
             name: name.into(),
             conn: Arc::new(Mutex::new(conn)),
@@ -122,6 +140,7 @@ impl RemoteStore {
     pub fn connect_process(
         name: &str,
         path: &str,
+        target: bool,
         program: &str,
         mut child: Child,
     ) -> Result<RemoteStore, StoreError> {
@@ -139,7 +158,7 @@ impl RemoteStore {
             child: Some(child),
         };
         let mut conn = conn;
-        match Self::handshake(name, path, &mut conn) {
+        match Self::handshake(name, path, target, &mut conn) {
             Ok((append_only, exists)) => Ok(RemoteStore {
                 name: name.into(),
                 conn: Arc::new(Mutex::new(conn)),
@@ -165,11 +184,17 @@ impl RemoteStore {
 
     /// Shake hands over `conn`: whether the far end is append-only, and
     /// whether the repository's directory exists.
-    fn handshake(name: &str, path: &str, conn: &mut Conn) -> Result<(bool, bool), StoreError> {
+    fn handshake(
+        name: &str,
+        path: &str,
+        target: bool,
+        conn: &mut Conn,
+    ) -> Result<(bool, bool), StoreError> {
         let hello = Request::Hello {
             protocol: PROTOCOL_VERSION,
             version: env!("CARGO_PKG_VERSION").into(),
             path: path.into(),
+            target,
         };
         let unreachable = |error: String| StoreError::Unreachable {
             location: name.into(),
@@ -612,6 +637,200 @@ impl Drop for RemoteUpload {
             .lock()
             .unwrap_or_else(|poison| poison.into_inner());
         let _ = conn.call(&Request::Abort, &[]);
+    }
+}
+
+/// A received-subvolume target served by `btrsend serve` at the other
+/// end of a pipe: the `Target*` requests over a [`RemoteStore`]'s
+/// connection. What the far end answers is checked as a repository's
+/// replies are: a listing must pass
+/// [`check_listing`](crate::backup::target::check_listing), a resume
+/// token its own hash, and its words reach messages made printable.
+#[derive(Debug)]
+pub struct RemoteTarget {
+    store: RemoteStore,
+}
+
+impl RemoteTarget {
+    /// The target on the connection `store` shook hands on (as a target).
+    pub fn new(store: RemoteStore) -> RemoteTarget {
+        RemoteTarget { store }
+    }
+
+    /// Whether the far end refuses deletions.
+    pub fn append_only(&self) -> bool {
+        self.store.append_only
+    }
+
+    fn far(&self, op: &'static str, error: ProtoError) -> BackupError {
+        BackupError::Store(proto_error(op, &self.store.name, error))
+    }
+
+    fn wrong(&self, op: &'static str, reply: Reply) -> BackupError {
+        BackupError::Store(reply_error(op, &self.store.name, reply))
+    }
+
+    /// A `Data` answer to `request`, or `None` for `NotFound`.
+    fn data(&self, op: &'static str, request: &Request) -> Result<Option<Vec<u8>>, BackupError> {
+        let mut buf = Vec::new();
+        match self.store.lock().data(request, None, &mut buf) {
+            Ok(Ok(())) => Ok(Some(buf)),
+            Ok(Err(Reply::NotFound)) => Ok(None),
+            Ok(Err(other)) => Err(self.wrong(op, other)),
+            Err(error) => Err(self.far(op, error)),
+        }
+    }
+
+    fn expect_ok(&self, op: &'static str, request: &Request) -> Result<(), BackupError> {
+        match self.store.lock().call(request, &[]) {
+            Ok(Reply::Ok) => Ok(()),
+            Ok(other) => Err(self.wrong(op, other)),
+            Err(error) => Err(self.far(op, error)),
+        }
+    }
+}
+
+impl TargetEnd for RemoteTarget {
+    fn name(&self) -> &str {
+        &self.store.name
+    }
+
+    fn list(&mut self) -> Result<Vec<Received>, BackupError> {
+        let json = self.data("list", &Request::TargetList)?.unwrap_or_default();
+        let list: Vec<Received> = serde_json::from_slice(&json).map_err(|e| {
+            self.far(
+                "list",
+                ProtoError::Malformed(format!("a listing that is not one: {e}")),
+            )
+        })?;
+        check_listing(&list).map_err(|why| self.far("list", ProtoError::Malformed(why)))?;
+        Ok(list)
+    }
+
+    fn resume_token(&mut self, name: &str) -> Result<Option<crate::resume::Token>, BackupError> {
+        let Some(text) = self.data(
+            "resume",
+            &Request::TargetToken {
+                name: name.to_owned(),
+            },
+        )?
+        else {
+            return Ok(None);
+        };
+        let token = std::str::from_utf8(&text)
+            .ok()
+            .and_then(|t| crate::resume::Token::parse(t).ok())
+            .ok_or_else(|| {
+                self.far(
+                    "resume",
+                    ProtoError::Malformed("an invalid resume token".into()),
+                )
+            })?;
+        Ok(Some(token))
+    }
+
+    fn receive(
+        &mut self,
+        send: &mut dyn FnMut(&mut dyn Write) -> Result<(), BackupError>,
+    ) -> Result<(), BackupError> {
+        self.expect_ok("receive", &Request::TargetReceive)?;
+        let mut conn = self.store.lock();
+        let mut frames = Frames {
+            conn: &mut conn,
+            buf: Vec::with_capacity(FRAME_BYTES),
+        };
+        let sent = send(&mut frames).and_then(|()| {
+            frames
+                .flush()
+                .map_err(|error| self.far("receive", ProtoError::Io(error)))
+        });
+        drop(frames);
+        let end = if sent.is_ok() {
+            Request::Complete
+        } else {
+            Request::Abort
+        };
+        let answer = conn.call(&end, &[]);
+        drop(conn);
+        sent?;
+        match answer {
+            Ok(Reply::Ok) => Ok(()),
+            Ok(Reply::Failed { why }) => Err(BackupError::TargetReceive {
+                target: self.store.name.clone(),
+                error: printable(&why),
+            }),
+            Ok(other) => Err(self.wrong("receive", other)),
+            Err(error) => Err(self.far("receive", error)),
+        }
+    }
+
+    fn discard(&mut self, name: &str) -> Result<(), BackupError> {
+        self.expect_ok(
+            "discard",
+            &Request::TargetDiscard {
+                name: name.to_owned(),
+            },
+        )
+    }
+
+    fn delete(&mut self, name: &str) -> Result<(), BackupError> {
+        self.expect_ok(
+            "delete",
+            &Request::TargetDelete {
+                name: name.to_owned(),
+            },
+        )
+    }
+}
+
+/// The bytes of a stream in a frame: enough that the frames cost
+/// nothing, well under [`MAX_PAYLOAD`].
+const FRAME_BYTES: usize = 1 << 20;
+
+/// A stream sent as `Write` frames of [`FRAME_BYTES`], with no reply.
+struct Frames<'c> {
+    conn: &'c mut Conn,
+    buf: Vec<u8>,
+}
+
+impl Frames<'_> {
+    fn frame(&mut self, data: &[u8]) -> std::io::Result<()> {
+        if self.conn.broken {
+            return Err(std::io::Error::other(ProtoError::OutOfStep));
+        }
+        let r = write_frame(&mut self.conn.output, &Request::Write, data);
+        self.conn.broken |= r.is_err();
+        r.map_err(|e| match e {
+            ProtoError::Io(e) => e,
+            other => std::io::Error::other(other),
+        })
+    }
+}
+
+impl Write for Frames<'_> {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        if self.buf.is_empty() && data.len() >= FRAME_BYTES {
+            let n = data.len().min(FRAME_BYTES);
+            self.frame(&data[..n])?;
+            return Ok(n);
+        }
+        let n = data.len().min(FRAME_BYTES - self.buf.len());
+        self.buf.extend_from_slice(&data[..n]);
+        if self.buf.len() == FRAME_BYTES {
+            let buf = std::mem::take(&mut self.buf);
+            self.frame(&buf)?;
+            self.buf = buf;
+            self.buf.clear();
+        }
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        if !self.buf.is_empty() {
+            let buf = std::mem::take(&mut self.buf);
+            self.frame(&buf)?;
+        }
+        self.conn.output.flush()
     }
 }
 

@@ -29,7 +29,7 @@ use crate::backup::store::check_key;
 
 /// The protocol version this build speaks. Both sides must speak the
 /// same one: a frame format change bumps it.
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 2;
 
 /// The largest header a side accepts (a listing of many keys travels as
 /// several replies, each under this).
@@ -49,8 +49,13 @@ pub enum Request {
         protocol: u32,
         /// The client's program version (for messages).
         version: String,
-        /// The repository's path on the server.
+        /// The repository's path on the server (or the target's
+        /// directory).
         path: String,
+        /// Whether `path` is a received-subvolume target (a directory
+        /// the `Target*` requests receive into) rather than a repository.
+        #[serde(default)]
+        target: bool,
     },
     /// An object, or a range of it.
     Get {
@@ -115,6 +120,33 @@ pub enum Request {
     VerifyRead {
         /// How long to wait for the lock, in milliseconds.
         wait_ms: u64,
+    },
+    /// The subvolumes of the target directory (complete and partial), as
+    /// [`Reply::Data`]: a JSON array of
+    /// [`Received`](crate::backup::target::Received).
+    TargetList,
+    /// The resume token of the partial subvolume `name`, as
+    /// [`Reply::Data`], or [`Reply::NotFound`] when it has no resume
+    /// point.
+    TargetToken {
+        /// The subvolume's name in the target directory.
+        name: String,
+    },
+    /// Receive a send stream into the target directory: the stream comes
+    /// in `Write` frames with no reply, and `Complete` ends it (the
+    /// answer says whether it was received), `Abort` drops it.
+    TargetReceive,
+    /// Remove what an interrupted receive left of `name` (refused unless
+    /// it is incomplete and the receive's own resume directory names it).
+    TargetDiscard {
+        /// The subvolume's name in the target directory.
+        name: String,
+    },
+    /// Delete the received subvolume `name` (refused by an append-only
+    /// server).
+    TargetDelete {
+        /// The subvolume's name in the target directory.
+        name: String,
     },
 }
 
@@ -345,7 +377,12 @@ impl Checked for Request {
             Request::Hello { path, .. } if path.is_empty() || path.contains('\0') => {
                 Err("an empty repository path or one with a NUL".into())
             }
+            Request::TargetToken { name }
+            | Request::TargetDiscard { name }
+            | Request::TargetDelete { name } => crate::backup::target::check_name(name),
             Request::Hello { .. }
+            | Request::TargetList
+            | Request::TargetReceive
             | Request::Write
             | Request::Complete
             | Request::Abort

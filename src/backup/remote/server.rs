@@ -53,7 +53,13 @@ pub fn serve(
     let Some(hello) = read_frame::<Request>(input)? else {
         return Ok(());
     };
-    let Request::Hello { protocol, path, .. } = hello.message else {
+    let Request::Hello {
+        protocol,
+        path,
+        target,
+        ..
+    } = hello.message
+    else {
         refuse(output, "the first request must be the handshake".into())?;
         return Ok(());
     };
@@ -73,6 +79,16 @@ pub fn serve(
             return Ok(());
         }
     };
+    if target && !root.is_dir() {
+        refuse(
+            output,
+            format!(
+                "target directory {} does not exist",
+                printable(&root.display().to_string())
+            ),
+        )?;
+        return Ok(());
+    }
     write_frame(
         output,
         &Reply::Hello {
@@ -84,6 +100,16 @@ pub fn serve(
         &[],
     )?;
     output.flush()?;
+    if target {
+        let mut session = super::target::TargetSession::new(root, options.append_only);
+        while let Some(frame) = read_frame::<Request>(input)? {
+            if let Some((reply, payload)) = session.handle(frame.message, &frame.payload) {
+                send(output, &reply, &payload)?;
+                output.flush()?;
+            }
+        }
+        return Ok(());
+    }
     let mut session = Session {
         store: LocalStore::new(&root),
         append_only: options.append_only,
@@ -291,6 +317,13 @@ impl Session {
             Request::Hello { .. } => Reply::Refused {
                 why: "a second handshake".into(),
             },
+            Request::TargetList
+            | Request::TargetToken { .. }
+            | Request::TargetReceive
+            | Request::TargetDiscard { .. }
+            | Request::TargetDelete { .. } => Reply::Refused {
+                why: "a target request on a repository connection".into(),
+            },
             Request::InitRoot => self.init_root(),
             Request::Lock { exclusive, wait_ms } => {
                 // One lock per connection: a new request replaces it.
@@ -476,6 +509,14 @@ fn catalog_generation(key: &str) -> Option<u64> {
     digits.parse().ok()
 }
 
+/// A [`Reply::Data`] announcing `len` bytes.
+pub(super) fn data_reply(len: usize) -> Reply {
+    Reply::Data {
+        len: u64::try_from(len).unwrap_or(u64::MAX),
+        more: more_frames(len),
+    }
+}
+
 fn more_frames(len: usize) -> u32 {
     let cap = usize::try_from(MAX_PAYLOAD).unwrap_or(usize::MAX);
     u32::try_from(len.saturating_sub(1) / cap).unwrap_or(u32::MAX)
@@ -506,6 +547,7 @@ mod tests {
             protocol: PROTOCOL_VERSION,
             version: "test".into(),
             path: root.display().to_string(),
+            target: false,
         };
         write_frame(&mut wire, &hello, &[]).unwrap();
         for (request, payload) in requests {

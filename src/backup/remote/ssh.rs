@@ -55,6 +55,31 @@ impl SshOptions {
 /// [`StoreError::Unreachable`]: ssh cannot be started, the far end
 /// cannot be reached, or it refuses the path.
 pub fn open(name: &str, spec: &SshSpec, options: &SshOptions) -> Result<RemoteStore, StoreError> {
+    connect(name, spec, false, options)
+}
+
+/// Connect to the received-subvolume target `spec` names (as the user
+/// typed it: `name`).
+///
+/// # Errors
+///
+/// As [`open`], as a [`BackupError`](crate::backup::BackupError).
+pub fn open_target(
+    name: &str,
+    spec: &SshSpec,
+    options: &SshOptions,
+) -> Result<super::client::RemoteTarget, crate::backup::BackupError> {
+    Ok(super::client::RemoteTarget::new(connect(
+        name, spec, true, options,
+    )?))
+}
+
+fn connect(
+    name: &str,
+    spec: &SshSpec,
+    target: bool,
+    options: &SshOptions,
+) -> Result<RemoteStore, StoreError> {
     let line = spec.command(&options.command(), &options.remote_path());
     let (program, args) = line.split_first().ok_or_else(|| StoreError::Unreachable {
         location: name.into(),
@@ -79,7 +104,7 @@ pub fn open(name: &str, spec: &SshSpec, options: &SshOptions) -> Result<RemoteSt
     if let Some(stdout) = &child.stdout {
         let _ = rustix::pipe::fcntl_setpipe_size(stdout, PIPE_BYTES);
     }
-    RemoteStore::connect_process(name, &spec.path, program, child)
+    RemoteStore::connect_process(name, &spec.path, target, program, child)
 }
 
 /// The size asked for the pipes to ssh (Linux's default cap for an

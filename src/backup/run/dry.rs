@@ -99,7 +99,7 @@ impl Repository {
             Some(so) => would_take(so, &mut report)?,
             None => Vec::new(),
         };
-        let mut src = select(opts, specs, &mut found, &cat)?;
+        let mut src = select(opts, specs, &mut found, &super::select::in_catalog(&cat))?;
         report.failed = std::mem::take(&mut src.rejected);
         src.selected.sort_by_key(|s| {
             (

@@ -19,16 +19,16 @@ use crate::send::mounted::Source;
 use super::RunOptions;
 
 /// A selected snapshot and the filesystem it lives in.
-pub(super) struct Selected {
-    pub(super) fs: usize,
-    pub(super) subvol: Subvolume,
+pub(crate) struct Selected {
+    pub(crate) fs: usize,
+    pub(crate) subvol: Subvolume,
     /// Its path as entries record it.
-    pub(super) path: String,
+    pub(crate) path: String,
 }
 
 /// The UUID a stream carries for a subvolume: its received UUID if set,
 /// else its UUID.
-pub(super) fn stream_uuid(s: &Subvolume) -> String {
+pub(crate) fn stream_uuid(s: &Subvolume) -> String {
     let u = if s.root.received_uuid.is_nil() {
         s.root.uuid
     } else {
@@ -38,7 +38,7 @@ pub(super) fn stream_uuid(s: &Subvolume) -> String {
 }
 
 /// The origin of a snapshot: the subvolume it was taken of, else itself.
-pub(super) fn origin_of(s: &Subvolume) -> String {
+pub(crate) fn origin_of(s: &Subvolume) -> String {
     let u = if s.root.parent_uuid.is_nil() {
         s.root.uuid
     } else {
@@ -48,14 +48,14 @@ pub(super) fn origin_of(s: &Subvolume) -> String {
 }
 
 /// The creation time of a snapshot.
-pub(super) fn otime_ts(s: &Subvolume) -> jiff::Timestamp {
+pub(crate) fn otime_ts(s: &Subvolume) -> jiff::Timestamp {
     let (sec, nsec) = (s.root.otime.sec, s.root.otime.nsec);
     jiff::Timestamp::new(sec, i32::try_from(nsec).unwrap_or(0))
         .unwrap_or(jiff::Timestamp::UNIX_EPOCH)
 }
 
 /// The creation time of a snapshot, RFC 3339.
-pub(super) fn otime_of(s: &Subvolume) -> String {
+pub(crate) fn otime_of(s: &Subvolume) -> String {
     otime_ts(s).to_string()
 }
 
@@ -70,17 +70,17 @@ fn has_glob(s: &str) -> bool {
 }
 
 /// The filesystems and snapshots a run reads.
-pub(super) struct Sources {
+pub(crate) struct Sources {
     /// The filesystems, each with the policy for a mounted one
     /// ([`send::mounted`]).
-    pub(super) fss: Vec<Source>,
+    pub(crate) fss: Vec<Source>,
     /// Per filesystem: its subvolumes.
-    pub(super) subvols: Vec<Vec<Subvolume>>,
-    pub(super) selected: Vec<Selected>,
+    pub(crate) subvols: Vec<Vec<Subvolume>>,
+    pub(crate) selected: Vec<Selected>,
     /// Snapshots that cannot be backed up (path, why); the others go on.
-    pub(super) rejected: Vec<(String, BackupError)>,
+    pub(crate) rejected: Vec<(String, BackupError)>,
     /// How the devices are read ([`RunOptions::degraded`]).
-    pub(super) read: crate::device::readahead::ReadOptions,
+    pub(crate) read: crate::device::readahead::ReadOptions,
 }
 
 fn fs_error(what: String) -> impl FnOnce(crate::Error) -> BackupError {
@@ -99,7 +99,7 @@ fn source_error(what: String) -> impl FnOnce(SendError) -> BackupError {
 
 /// Snapshots of one subvolume found in a snapshot directory (`run
 /// --snapshot`): stored when newer than the newest of them stored.
-pub(super) struct Found {
+pub(crate) struct Found {
     /// The subvolume roots in the snapshot directory (`DIR/NAME`).
     pub(super) paths: Vec<String>,
     /// The subvolume they are snapshots of.
@@ -150,11 +150,20 @@ impl Sources {
     }
 }
 
-pub(super) fn select(
+/// Whether a snapshot (its stream UUID and ctransid) is stored already: in
+/// a repository's catalog, or received by a target.
+pub(crate) type IsStored<'a> = &'a dyn Fn(&str, u64) -> bool;
+
+/// [`IsStored`] of a repository's catalog.
+pub(crate) fn in_catalog(cat: &Catalog) -> impl Fn(&str, u64) -> bool + '_ {
+    move |uuid, ctransid| cat.find(uuid, ctransid).is_some()
+}
+
+pub(crate) fn select(
     opts: &RunOptions,
     specs: &[String],
     found: &mut [Found],
-    cat: &Catalog,
+    stored: IsStored<'_>,
 ) -> Result<Sources, BackupError> {
     let mut src = Sources {
         fss: Vec::new(),
@@ -237,7 +246,7 @@ pub(super) fn select(
     for f in found.iter_mut() {
         // A subvolume that cannot be read is its own failure: the others
         // proceed.
-        if let Err(e) = select_found(&mut src, f, cat, &mut by_devices) {
+        if let Err(e) = select_found(&mut src, f, stored, &mut by_devices) {
             src.rejected.push((f.origin.display().to_string(), e));
         }
     }
@@ -249,7 +258,7 @@ pub(super) fn select(
 fn select_found(
     src: &mut Sources,
     f: &mut Found,
-    cat: &Catalog,
+    stored: IsStored<'_>,
     by_devices: &mut BTreeMap<Vec<PathBuf>, usize>,
 ) -> Result<(), BackupError> {
     let origin = f.origin.display().to_string();
@@ -287,8 +296,10 @@ fn select_found(
     let seen: Vec<(u64, bool)> = snaps
         .iter()
         .map(|(_, s)| {
-            let stored = cat.find(&stream_uuid(s), s.root.ctransid.get()).is_some();
-            (s.root.otransid.get(), stored)
+            (
+                s.root.otransid.get(),
+                stored(&stream_uuid(s), s.root.ctransid.get()),
+            )
         })
         .collect();
     for ((top, s), new) in snaps.into_iter().zip(plan::newer_than_stored(&seen)) {

@@ -10,19 +10,17 @@
 
 use std::collections::BTreeSet;
 
-use crate::backup::catalog::Catalog;
 use crate::backup::error::BackupError;
-use crate::backup::repository::Repository;
 use crate::backup::{holds, snapshots};
 use crate::progress::Progress;
 
-use super::select::{Found, stream_uuid};
+use super::select::{Found, IsStored, stream_uuid};
 use super::{RunReport, SnapshotOptions};
 
 /// Take a read-only snapshot of each subvolume (`--snapshot`), then find
 /// the snapshots of each in the snapshot directory. A snapshot that cannot
 /// be taken is a failure of its own; the others proceed.
-pub(super) fn take_snapshots(
+pub(crate) fn take_snapshots(
     so: &SnapshotOptions,
     report: &mut RunReport,
     progress: &dyn Progress,
@@ -76,11 +74,11 @@ pub(super) fn take_snapshots(
 /// (see [`holds`]); the record's time is renewed in any case. A record that cannot be written is a warning: the run
 /// stored what it should, but another repository's pruning may now delete
 /// this one's next parent.
-pub(super) fn write_holds(
-    repo: &Repository,
+pub(crate) fn write_holds(
+    holder: (&str, &str),
     so: &SnapshotOptions,
     found: &[Found],
-    cat: &Catalog,
+    stored: IsStored<'_>,
     progress: &dyn Progress,
 ) {
     let mut subvols = BTreeSet::new();
@@ -90,7 +88,7 @@ pub(super) fn write_holds(
         let newest = f
             .snaps
             .iter()
-            .filter(|(_, s)| cat.find(&stream_uuid(s), s.root.ctransid.get()).is_some())
+            .filter(|(_, s)| stored(&stream_uuid(s), s.root.ctransid.get()))
             .max_by_key(|(name, s)| (s.root.otransid.get(), name.clone()));
         // Without one (nothing stored yet, or the source could not be
         // read this time) the record keeps what it held for the subvolume.
@@ -102,7 +100,7 @@ pub(super) fn write_holds(
             subvols.insert(base);
         }
     }
-    if let Err(e) = holds::write(&so.dir, &repo.config.id, repo.store.name(), &subvols, &held) {
+    if let Err(e) = holds::write(&so.dir, holder.0, holder.1, &subvols, &held) {
         progress.warning(&format!(
             "{e}: another repository's --keep-snapshots may delete the snapshot this one's next incremental stream needs"
         ));
@@ -111,11 +109,11 @@ pub(super) fn write_holds(
 
 /// Delete the source snapshots btrsend took beyond the newest `keep`
 /// (see [`snapshots::prune_plan`]), but none a hold record names.
-pub(super) fn prune_snapshots(
+pub(crate) fn prune_snapshots(
     so: &SnapshotOptions,
     keep: usize,
     found: &[Found],
-    cat: &Catalog,
+    stored: IsStored<'_>,
     report: &mut RunReport,
     progress: &dyn Progress,
 ) {
@@ -145,7 +143,7 @@ pub(super) fn prune_snapshots(
                 taken: snapshots::parse_snapshot_seq(&base, name),
                 name: name.clone(),
                 otransid: s.root.otransid.get(),
-                stored: cat.find(&stream_uuid(s), s.root.ctransid.get()).is_some(),
+                stored: stored(&stream_uuid(s), s.root.ctransid.get()),
                 held: held.contains(name),
             })
             .collect();

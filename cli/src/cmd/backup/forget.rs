@@ -21,6 +21,8 @@ pub struct ForgetArgs {
     #[command(flatten)]
     pub(super) repo: RepoArg,
     #[command(flatten)]
+    pub(super) target: super::target::TargetArg,
+    #[command(flatten)]
     pub(super) config: ConfigArg,
     /// Keep the N newest entries (-1: all).
     #[arg(long = "keep-last", value_name = "N", allow_negative_numbers = true)]
@@ -128,6 +130,10 @@ pub fn run(a: &ForgetArgs, m: &mut Metrics) -> anyhow::Result<()> {
             "refusing an empty policy, which would delete every backup: give at least one --keep-* option",
         ))
         .into());
+    }
+    if let Some(t) = &a.target.target {
+        return super::target::forget(t, &a.repo.ssh_options(), &policy, a.dry_run, a.json)
+            .map_err(|e| json_error(a.json, e));
     }
     let repo = a.repo.open()?;
     let opts = ForgetOptions::new()

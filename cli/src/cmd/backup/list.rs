@@ -18,6 +18,8 @@ pub struct BackupListArgs {
     #[command(flatten)]
     pub(super) repo: RepoArg,
     #[command(flatten)]
+    pub(super) target: super::target::TargetArg,
+    #[command(flatten)]
     pub(super) config: ConfigArg,
     /// Print a JSON array, one object per stored stream (id, path, uuid,
     /// ctransid, parent_uuid, parent_id, kind, time, origin, stream_bytes,
@@ -44,6 +46,9 @@ impl BackupListArgs {
 
 /// Run `btrsend backup list`.
 pub fn run(a: &BackupListArgs) -> anyhow::Result<()> {
+    if let Some(t) = &a.target.target {
+        return super::target::list(t, &a.repo.ssh_options(), a.json);
+    }
     let repo = a.repo.open()?;
     let entries = repo.list()?;
     let mut out = crate::exit::stdout();

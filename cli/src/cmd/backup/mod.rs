@@ -27,6 +27,7 @@ mod run;
 mod secrets;
 mod status;
 mod tar;
+mod target;
 mod verify;
 
 use std::path::{Path, PathBuf};
@@ -184,6 +185,11 @@ impl RepoArg {
         }
     }
 
+    /// How to reach an ssh:// repository or target.
+    pub(crate) fn ssh_options(&self) -> backup::remote::ssh::SshOptions {
+        self.spec.ssh_options()
+    }
+
     /// The secrets' options.
     pub(crate) fn keys(&self) -> &secrets::KeyArgs {
         &self.keys
@@ -214,11 +220,15 @@ impl RepoSpec {
     /// The store `spec` (what [`RepoSpec::spec`] gave) names, an ssh://
     /// one reached as --ssh-command and --remote-path say.
     pub(crate) fn store(&self, spec: &str) -> anyhow::Result<std::sync::Arc<dyn backup::Store>> {
-        let ssh = backup::remote::ssh::SshOptions {
+        Ok(backup::store_with(spec, &self.ssh_options())?)
+    }
+
+    /// How to reach an ssh:// repository or target.
+    pub(crate) fn ssh_options(&self) -> backup::remote::ssh::SshOptions {
+        backup::remote::ssh::SshOptions {
             command: self.ssh_command.clone(),
             remote_path: self.remote_path.clone(),
-        };
-        Ok(backup::store_with(spec, &ssh)?)
+        }
     }
 
     pub(crate) fn spec(&self) -> anyhow::Result<String> {
@@ -417,7 +427,7 @@ pub fn run(args: &BackupArgs) -> anyhow::Result<()> {
         BackupCommand::Init(a) => init::run(a),
         BackupCommand::Run(a) => per_job(
             &a.config,
-            a.repo.given(),
+            a.repo.given() || a.target.target.is_some(),
             jobs::Each {
                 command: "run",
                 json: a.json,
@@ -434,7 +444,7 @@ pub fn run(args: &BackupArgs) -> anyhow::Result<()> {
         ),
         BackupCommand::List(a) => per_job(
             &a.config,
-            a.repo.given(),
+            a.repo.given() || a.target.target.is_some(),
             jobs::Each {
                 command: "list",
                 json: a.json,
@@ -477,7 +487,7 @@ pub fn run(args: &BackupArgs) -> anyhow::Result<()> {
                 |_: &config::Job, d: &config::Destination| a.for_destination(d).policy().is_empty();
             per_job(
                 &a.config,
-                a.repo.given(),
+                a.repo.given() || a.target.target.is_some(),
                 jobs::Each {
                     command: "forget",
                     json: a.json,

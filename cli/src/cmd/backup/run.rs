@@ -13,6 +13,7 @@ use serde_json::json;
 
 use super::config::{ConfigArg, Destination, Job, sources_agree};
 use super::metrics::Metrics;
+use super::target::TargetArg;
 use super::{LockArg, MetricsArg, RepoArg};
 use crate::exit::{Exit, ExitWith, exit_of, json_error, stored_or_failed};
 use crate::progress::backup::BackupReporter;
@@ -24,6 +25,8 @@ use crate::text::iec;
 pub struct RunArgs {
     #[command(flatten)]
     pub(super) repo: RepoArg,
+    #[command(flatten)]
+    pub(super) target: TargetArg,
     #[command(flatten)]
     pub(super) config: ConfigArg,
     /// A device or image file of the filesystem (repeat for multi-device
@@ -89,7 +92,7 @@ pub struct RunArgs {
     /// space of a local repository and, with --limit-rate, how long the
     /// transfer would take; take no snapshot (--snapshot: say which it
     /// would take), no lock, and write nothing (see DRY RUN below).
-    #[arg(long = "dry-run", conflicts_with = "metrics_file")]
+    #[arg(long = "dry-run", conflicts_with_all = ["metrics_file", "target"])]
     dry_run: bool,
     /// Store even when a directory repository's filesystem has less free
     /// space than the raw size of the streams (by default such a run is
@@ -265,6 +268,9 @@ fn run_options(a: &RunArgs) -> RunOptions {
 
 /// Run `btrsend backup run`.
 pub fn run(a: &RunArgs, m: &mut Metrics) -> anyhow::Result<()> {
+    if let Some(target) = &a.target.target {
+        return run_target(a, target, m).map_err(|e| json_error(a.json, e));
+    }
     if a.dry_run {
         return super::dry_run::run(a, &a.repo, run_options(a)).map_err(|e| json_error(a.json, e));
     }
@@ -377,4 +383,97 @@ pub fn run(a: &RunArgs, m: &mut Metrics) -> anyhow::Result<()> {
         stored_or_failed(report.stored.len(), report.failed.len(), "snapshots")
     };
     go(m).map_err(|e| json_error(a.json, e))
+}
+
+/// `backup run --target`: receive the snapshots into a target directory,
+/// here or over ssh.
+fn run_target(a: &RunArgs, target: &str, m: &mut Metrics) -> anyhow::Result<()> {
+    sources_agree(
+        &a.snapshots,
+        &a.devices,
+        &a.snapshot,
+        a.snapshot_dir.is_some(),
+        a.keep_snapshots.is_some(),
+        true,
+    )
+    .map_err(|e| anyhow::Error::new(crate::exit::UsageError(e)))?;
+    let mut end = backup::target::open(target, &a.repo.ssh_options())?;
+    let opts = run_options(a);
+    let progress = BackupReporter::new(a.json, "listing the target");
+    let start = jiff::Timestamp::now();
+    let clock = std::time::Instant::now();
+    let holder_id = backup::target::hold_id(target);
+    let report = backup::target::run(
+        end.as_mut(),
+        (&holder_id, target),
+        &a.snapshots,
+        &opts,
+        &progress,
+    );
+    progress.finish();
+    let report = report?;
+    let elapsed = clock.elapsed();
+    let sent_bytes: u64 = report.received.iter().map(|r| r.sent_bytes).sum();
+    m.int(
+        "btrsend_sent_bytes",
+        "Bytes of raw send stream the run sent (not counting what it continued).",
+        None,
+        sent_bytes,
+    );
+    if a.json {
+        for r in &report.received {
+            progress.line(json!({
+                "message_type": "received",
+                "snapshot": r.path,
+                "name": r.name,
+                "uuid": r.uuid,
+                "ctransid": r.ctransid,
+                "kind": r.kind.as_str(),
+                "parent": r.parent,
+                "sent_bytes": r.sent_bytes,
+                "resumed": r.resumed,
+            }));
+        }
+        progress.line(json!({
+            "message_type": "summary",
+            "start": start.to_string(),
+            "end": jiff::Timestamp::now().to_string(),
+            "duration_seconds": elapsed.as_secs_f64(),
+            "received": report.received.len(),
+            "already_received": report.skipped.len(),
+            "failed": report.failed.len(),
+            "snapshots_taken": report.source.taken.len(),
+            "unchanged": report.source.unchanged.len(),
+            "snapshots_deleted": report.source.pruned.len(),
+            "snapshot_failures": report.source.snapshot_failed.len(),
+            "sent_bytes": sent_bytes,
+        }));
+    } else if progress.has_bar() {
+        eprintln!(
+            "btrsend: received {} of {} snapshots into {}: {} of stream sent, in {}",
+            report.received.len(),
+            report.received.len() + report.skipped.len() + report.failed.len(),
+            crate::text::printable(target),
+            iec(sent_bytes),
+            indicatif::HumanDuration(elapsed)
+        );
+    }
+    let failed = report.failed.len() + report.source.snapshot_failed.len();
+    if !report.source.snapshot_failed.is_empty()
+        && (report.failed.is_empty() || !report.received.is_empty())
+    {
+        return Err(
+            anyhow::Error::new(ExitWith::quiet(Exit::Partial)).context(format!(
+                "{failed} failed, {} received",
+                report.received.len()
+            )),
+        );
+    }
+    if report.failed.len() == 1
+        && report.received.is_empty()
+        && let Some((_, e)) = report.failed.first()
+    {
+        return Err(anyhow::Error::new(ExitWith::quiet(exit_of(e))));
+    }
+    stored_or_failed(report.received.len(), report.failed.len(), "snapshots")
 }

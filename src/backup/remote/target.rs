@@ -1,0 +1,182 @@
+//! The far end of a received-subvolume target: `btrsend serve` answering
+//! the `Target*` requests for the directory its handshake named, with
+//! [`target::local`](crate::backup::target::local)'s functions, so that
+//! a target over ssh lists, receives and deletes exactly as a local one.
+//!
+//! The stream a client sends is hostile input like any other: it is
+//! received by [`receive`](crate::receive), which keeps every path beneath
+//! the directory. With `--append-only` a target receives new subvolumes
+//! and removes what an interrupted receive left, but deletes nothing
+//! received completely.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use super::proto::{Reply, Request};
+use crate::backup::target::local;
+use crate::receive::{self, ReceiveOptions};
+
+/// A receive in progress: the pipe its stream goes into, and the thread
+/// that receives it.
+struct Receiving {
+    writer: Option<std::io::BufWriter<std::io::PipeWriter>>,
+    thread: Option<std::thread::JoinHandle<Result<(), String>>>,
+    /// The first write that failed (the receive stopped): the rest of the
+    /// stream is dropped and the answer at its end says why.
+    failed: bool,
+}
+
+impl Receiving {
+    fn start(dir: PathBuf) -> std::io::Result<Receiving> {
+        let (reader, writer) = std::io::pipe()?;
+        let _ = rustix::pipe::fcntl_setpipe_size(&writer, 1 << 20);
+        let thread = std::thread::spawn(move || {
+            receive::receive(
+                reader,
+                &dir,
+                &ReceiveOptions::new(),
+                &mut crate::progress::NoProgress,
+            )
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+        });
+        Ok(Receiving {
+            writer: Some(std::io::BufWriter::with_capacity(1 << 20, writer)),
+            thread: Some(thread),
+            failed: false,
+        })
+    }
+
+    fn write(&mut self, data: &[u8]) {
+        if self.failed {
+            return;
+        }
+        if let Some(w) = self.writer.as_mut()
+            && w.write_all(data).is_err()
+        {
+            self.failed = true;
+            self.writer = None;
+        }
+    }
+
+    /// End the stream and wait for the receive: its verdict.
+    fn finish(&mut self) -> Result<(), String> {
+        if let Some(mut w) = self.writer.take() {
+            let _ = w.flush();
+        }
+        match self.thread.take().map(std::thread::JoinHandle::join) {
+            Some(Ok(r)) => r,
+            Some(Err(_)) => Err("the receive stopped unexpectedly".into()),
+            None => Err("no receive is open".into()),
+        }
+    }
+}
+
+impl Drop for Receiving {
+    fn drop(&mut self) {
+        // A connection that ends mid-stream: the receive sees the stream
+        // cut and leaves its resume point.
+        let _ = self.finish();
+    }
+}
+
+/// One target connection after the handshake.
+pub(super) struct TargetSession {
+    pub(super) dir: PathBuf,
+    pub(super) append_only: bool,
+    receiving: Option<Receiving>,
+}
+
+impl TargetSession {
+    pub(super) fn new(dir: PathBuf, append_only: bool) -> TargetSession {
+        TargetSession {
+            dir,
+            append_only,
+            receiving: None,
+        }
+    }
+
+    /// The reply to `request` (none for a write), with its payload.
+    pub(super) fn handle(&mut self, request: Request, payload: &[u8]) -> Option<(Reply, Vec<u8>)> {
+        let failed = |e: crate::backup::BackupError| Reply::Failed { why: e.to_string() };
+        let reply = match request {
+            Request::Write => {
+                match self.receiving.as_mut() {
+                    Some(r) => r.write(payload),
+                    None => {
+                        // Answered at Complete: nothing is open.
+                    }
+                }
+                return None;
+            }
+            Request::TargetList => {
+                return Some(match local::list(&self.dir) {
+                    Ok(list) => match serde_json::to_vec(&list) {
+                        Ok(json) => (super::server::data_reply(json.len()), json),
+                        Err(e) => (Reply::Failed { why: e.to_string() }, Vec::new()),
+                    },
+                    Err(e) => (failed(e), Vec::new()),
+                });
+            }
+            Request::TargetToken { name } => {
+                return Some(match local::resume_token(&self.dir, &name) {
+                    Some(t) => {
+                        let text = t.to_string().into_bytes();
+                        (super::server::data_reply(text.len()), text)
+                    }
+                    None => (Reply::NotFound, Vec::new()),
+                });
+            }
+            Request::TargetReceive => {
+                if self.receiving.is_some() {
+                    Reply::Refused {
+                        why: "a receive is open already (one at a time per connection)".into(),
+                    }
+                } else {
+                    match Receiving::start(self.dir.clone()) {
+                        Ok(r) => {
+                            self.receiving = Some(r);
+                            Reply::Ok
+                        }
+                        Err(e) => Reply::Failed {
+                            why: format!("cannot start the receive: {e}"),
+                        },
+                    }
+                }
+            }
+            Request::Complete => match self.receiving.take() {
+                Some(mut r) => match r.finish() {
+                    Ok(()) => Reply::Ok,
+                    Err(why) => Reply::Failed { why },
+                },
+                None => Reply::Failed {
+                    why: "no open receive".into(),
+                },
+            },
+            Request::Abort => {
+                // Dropping it ends the stream where it is.
+                self.receiving = None;
+                Reply::Ok
+            }
+            Request::TargetDiscard { name } => match local::discard(&self.dir, &name) {
+                Ok(()) => Reply::Ok,
+                Err(e) => failed(e),
+            },
+            Request::TargetDelete { name } if self.append_only => Reply::Refused {
+                why: format!(
+                    "deleting {name} is refused: this server is append-only \
+                     (prune on the server, or with an unrestricted key)"
+                ),
+            },
+            Request::TargetDelete { name } => match local::delete(&self.dir, &name) {
+                Ok(()) => Reply::Ok,
+                Err(e) => failed(e),
+            },
+            _ => Reply::Refused {
+                why: "not a request for a target (this connection serves a target directory)"
+                    .into(),
+            },
+        };
+        Some((reply, Vec::new()))
+    }
+}
