@@ -657,11 +657,6 @@ impl RemoteTarget {
         RemoteTarget { store }
     }
 
-    /// Whether the far end refuses deletions.
-    pub fn append_only(&self) -> bool {
-        self.store.append_only
-    }
-
     fn far(&self, op: &'static str, error: ProtoError) -> BackupError {
         BackupError::Store(proto_error(op, &self.store.name, error))
     }
@@ -693,6 +688,10 @@ impl RemoteTarget {
 impl TargetEnd for RemoteTarget {
     fn name(&self) -> &str {
         &self.store.name
+    }
+
+    fn append_only(&self) -> bool {
+        self.store.append_only
     }
 
     fn list(&mut self) -> Result<Vec<Received>, BackupError> {

@@ -52,6 +52,12 @@ pub fn forget(
     policy: &Policy,
     opts: &ForgetOptions,
 ) -> Result<TargetForget, BackupError> {
+    if target.append_only() && !opts.dry_run {
+        return Err(BackupError::Invalid(format!(
+            "{} is served append-only: it refuses deletions; prune on the server (backup forget --target DIR there), or with an unrestricted key",
+            target.name()
+        )));
+    }
     let listed = target.list()?;
     let mut cands = Vec::new();
     let mut verdicts: BTreeMap<String, TargetVerdict> = BTreeMap::new();

@@ -122,6 +122,10 @@ pub fn check_listing(list: &[Received]) -> Result<(), String> {
 pub trait TargetEnd {
     /// The target as the user named it (for messages).
     fn name(&self) -> &str;
+    /// Whether it refuses deletions (an append-only far end).
+    fn append_only(&self) -> bool {
+        false
+    }
     /// The subvolumes in the directory, checked ([`check_listing`]).
     ///
     /// # Errors

@@ -38,8 +38,9 @@ pub struct TargetStored {
     pub parent: Option<String>,
     /// Bytes of stream sent by this run.
     pub sent_bytes: u64,
-    /// Whether this run continued an interrupted receive.
-    pub resumed: bool,
+    /// Where this run continued an interrupted receive: the offset in the
+    /// stream its resume point was at (`None`: the whole stream sent).
+    pub resumed_from: Option<u64>,
 }
 
 /// What a run into a target did.
@@ -220,7 +221,6 @@ fn receive_one(
     };
     progress.start(&sel.path, kind, 0);
     let source = &mut src.fss[sel.fs];
-    let resumed = token.is_some();
     let sent = match send_into(target, source, &req, sel, token.as_ref(), progress) {
         Err(BackupError::Send { error, .. })
             if token.is_some() && matches!(*error, SendError::ResumeMismatch(_)) =>
@@ -244,7 +244,7 @@ fn receive_one(
         kind,
         parent: parent.map(|p| String::from_utf8_lossy(&p.path).into_owned()),
         sent_bytes: sent,
-        resumed: resumed && token.is_some(),
+        resumed_from: token.map(|t| t.offset),
     })
 }
 

@@ -431,7 +431,7 @@ fn run_target(a: &RunArgs, target: &str, m: &mut Metrics) -> anyhow::Result<()> 
                 "kind": r.kind.as_str(),
                 "parent": r.parent,
                 "sent_bytes": r.sent_bytes,
-                "resumed": r.resumed,
+                "resumed_from_bytes": r.resumed_from,
             }));
         }
         progress.line(json!({
