@@ -523,3 +523,95 @@ fn append_only_targets_refuse_deletions() {
     assert_eq!(left.len(), 1, "{left:?}");
     assert_eq!(left[0]["name"], "vol.2");
 }
+
+/// The names in `dir` (subvolumes and directories), sorted.
+fn names_in(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| !n.starts_with('.'))
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn keep_snapshots_keeps_what_the_targets_need() {
+    let test = "keep_snapshots_keeps_what_the_targets_need";
+    if !testing::require_live(test) {
+        return;
+    }
+    let src = LiveBtrfs::with_options(1 << 30, &[], "").expect("source btrfs");
+    let vol = src.path().join("vol");
+    let snaps = src.path().join("snaps");
+    sh(Command::new("btrfs")
+        .args(["-q", "subvolume", "create"])
+        .arg(&vol));
+    std::fs::create_dir(&snaps).unwrap();
+    let Some(s) = Setup::new(test, src, None) else {
+        return;
+    };
+    let (t1, t2) = (s.dir.join("t1"), s.dir.join("t2"));
+    std::fs::create_dir(&t1).unwrap();
+    std::fs::create_dir(&t2).unwrap();
+    let run = |target: &Path, keep: bool, n: u32| -> Output {
+        std::fs::write(vol.join(format!("f{n}")), format!("change {n}")).unwrap();
+        // Snapshot names have a second's resolution.
+        std::thread::sleep(Duration::from_millis(1100));
+        let mut c = btrsend();
+        c.args(["backup", "run", "--json", "--target"])
+            .arg(target)
+            .arg("--snapshot")
+            .arg(&vol)
+            .arg("--snapshot-dir")
+            .arg(&snaps);
+        if keep {
+            c.args(["--keep-snapshots", "1"]);
+        }
+        c.output().unwrap()
+    };
+    // t2 receives A and then is not run again: its hold keeps A.
+    sh_ok(run(&t2, false, 0));
+    let a = names_in(&snaps);
+    assert_eq!(a.len(), 1);
+    sh_ok(run(&t1, true, 1));
+    sh_ok(run(&t1, true, 2));
+    let now = names_in(&snaps);
+    assert_eq!(now.len(), 2, "{now:?}");
+    assert_eq!(now[0], a[0], "the snapshot t2's hold names was deleted");
+    let c = now[1].clone();
+    assert_eq!(names_in(&t1).len(), 3);
+    assert!(names_in(&t1).contains(&c));
+    // A run whose receive fails keeps the newest snapshot t1 has (the
+    // next incremental's parent) besides the new one.
+    sh(Command::new("chattr").arg("+i").arg(&t1));
+    let out = run(&t1, true, 3);
+    sh(Command::new("chattr").arg("-i").arg(&t1));
+    assert!(!out.status.success(), "{out:?}");
+    let now = names_in(&snaps);
+    assert_eq!(now.len(), 3, "{now:?}");
+    assert!(now.contains(&c), "{c} was deleted: {now:?}");
+    // The next run receives the new one, incrementally from c.
+    let out = run(&t1, true, 4);
+    let lines = json_lines(&String::from_utf8(sh_ok(out).stdout).unwrap());
+    let received: Vec<&Value> = lines
+        .iter()
+        .filter(|l| l["message_type"] == "received")
+        .collect();
+    assert_eq!(received.len(), 2, "{lines:?}");
+    assert!(
+        received[0]["parent"].as_str().unwrap().ends_with(&c),
+        "{lines:?}"
+    );
+}
+
+/// `out` of a command that must have succeeded.
+fn sh_ok(out: Output) -> Output {
+    assert!(
+        out.status.success(),
+        "{:?}: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}

@@ -897,6 +897,68 @@ mod tests {
     }
 
     #[test]
+    fn a_hostile_target_gives_clean_errors() {
+        use crate::backup::target::TargetEnd;
+        let far = |wire: Vec<u8>| {
+            let mut hello = Vec::new();
+            let reply = Reply::Hello {
+                protocol: PROTOCOL_VERSION,
+                version: "x".into(),
+                append_only: false,
+                exists: true,
+            };
+            write_frame(&mut hello, &reply, &[]).unwrap();
+            hello.extend_from_slice(&wire);
+            RemoteTarget::new(
+                RemoteStore::connect_as(
+                    "ssh://evil/t",
+                    "/t",
+                    true,
+                    Box::new(std::io::Cursor::new(hello)),
+                    Box::new(std::io::sink()),
+                )
+                .unwrap(),
+            )
+        };
+        let data = |payload: &[u8]| {
+            let mut wire = Vec::new();
+            let reply = Reply::Data {
+                len: payload.len() as u64,
+                more: 0,
+            };
+            write_frame(&mut wire, &reply, payload).unwrap();
+            wire
+        };
+        // A name that reaches outside, a bad UUID, not JSON at all.
+        for listing in [
+            &br#"[{"name":"../etc","received_uuid":null,"stransid":0,"complete":false,"subvolume":true,"partial":true,"made":null}]"#[..],
+            br#"[{"name":"a","received_uuid":"nope","stransid":0,"complete":true,"subvolume":true,"partial":false,"made":null}]"#,
+            b"\x1b[2J",
+        ] {
+            let e = far(data(listing)).list().unwrap_err().to_string();
+            assert!(!e.contains('\u{1b}'), "{e}");
+        }
+        // A token that is not one.
+        assert!(far(data(b"btrsend-resume-1-00")).resume_token("a").is_err());
+        // A receive answered with another kind of reply, or nothing.
+        let mut wire = Vec::new();
+        write_frame(&mut wire, &Reply::Stored { stored: true }, &[]).unwrap();
+        let mut t = far(wire);
+        assert!(t.receive(&mut |_| Ok(())).is_err());
+        let mut t = far(Vec::new());
+        assert!(t.receive(&mut |_| Ok(())).is_err());
+        // The far end's words reach the message without control codes.
+        let mut wire = Vec::new();
+        write_frame(&mut wire, &Reply::Ok, &[]).unwrap();
+        let failed = Reply::Failed {
+            why: "disk full\u{1b}[2J".into(),
+        };
+        write_frame(&mut wire, &failed, &[]).unwrap();
+        let e = far(wire).receive(&mut |_| Ok(())).unwrap_err().to_string();
+        assert!(e.contains("disk full") && !e.contains('\u{1b}'), "{e}");
+    }
+
+    #[test]
     fn a_hostile_server_gives_clean_errors() {
         let garbage = |wire: Vec<u8>| {
             let mut hello = Vec::new();

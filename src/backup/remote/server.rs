@@ -542,12 +542,21 @@ mod tests {
     use crate::backup::remote::proto::Frame;
 
     fn exchange(root: &Path, options: &ServeOptions, requests: &[(Request, &[u8])]) -> Vec<Reply> {
+        exchange_as(root, false, options, requests)
+    }
+
+    fn exchange_as(
+        root: &Path,
+        target: bool,
+        options: &ServeOptions,
+        requests: &[(Request, &[u8])],
+    ) -> Vec<Reply> {
         let mut wire = Vec::new();
         let hello = Request::Hello {
             protocol: PROTOCOL_VERSION,
             version: "test".into(),
             path: root.display().to_string(),
-            target: false,
+            target,
         };
         write_frame(&mut wire, &hello, &[]).unwrap();
         for (request, payload) in requests {
@@ -561,6 +570,84 @@ mod tests {
             replies.push(message);
         }
         replies
+    }
+
+    #[test]
+    fn a_target_connection_serves_only_its_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("target");
+        std::fs::create_dir(&root).unwrap();
+        // Not receive's: a directory without a record, a subvolume-less
+        // name that no resume point names.
+        std::fs::create_dir(root.join("mine")).unwrap();
+        let options = ServeOptions {
+            append_only: true,
+            restrict_to: vec![dir.path().to_path_buf()],
+        };
+        let name = |n: &str| n.to_owned();
+        let replies = exchange_as(
+            &root,
+            true,
+            &options,
+            &[
+                (Request::TargetList, b""),
+                (Request::TargetDelete { name: name("mine") }, b""),
+                (Request::TargetDiscard { name: name("mine") }, b""),
+                (Request::TargetToken { name: name("mine") }, b""),
+                (
+                    Request::Get {
+                        key: "config".into(),
+                        range: None,
+                    },
+                    b"",
+                ),
+                (Request::Complete, b""),
+                (Request::TargetReceive, b""),
+                (Request::Write, b"not a stream"),
+                (Request::Complete, b""),
+            ],
+        );
+        assert!(matches!(replies[0], Reply::Hello { .. }), "{replies:?}");
+        // The listing: `mine` is not receive's, so it is not listed.
+        assert_eq!(replies[1], Reply::Data { len: 2, more: 0 });
+        assert!(
+            matches!(&replies[2], Reply::Refused { why } if why.contains("append-only")),
+            "{replies:?}"
+        );
+        assert!(matches!(replies[3], Reply::Failed { .. }), "{replies:?}");
+        assert_eq!(replies[4], Reply::NotFound);
+        assert!(matches!(replies[5], Reply::Refused { .. }), "{replies:?}");
+        assert!(matches!(replies[6], Reply::Failed { .. }), "{replies:?}");
+        assert_eq!(replies[7], Reply::Ok);
+        assert!(
+            matches!(&replies[8], Reply::Failed { why } if why.contains("stream")),
+            "{replies:?}"
+        );
+        assert!(root.join("mine").is_dir());
+        // A missing target directory is refused at the handshake, and a
+        // name that reaches outside is refused as the frame is read.
+        let replies = exchange_as(&dir.path().join("absent"), true, &options, &[]);
+        assert!(matches!(replies[0], Reply::Refused { .. }), "{replies:?}");
+        let mut wire = Vec::new();
+        write_frame(
+            &mut wire,
+            &Request::Hello {
+                protocol: PROTOCOL_VERSION,
+                version: "test".into(),
+                path: root.display().to_string(),
+                target: true,
+            },
+            &[],
+        )
+        .unwrap();
+        write_frame(
+            &mut wire,
+            &Request::TargetDelete { name: name("../x") },
+            &[],
+        )
+        .unwrap();
+        let mut out = Vec::new();
+        assert!(serve(&mut wire.as_slice(), &mut out, &options).is_err());
     }
 
     #[test]
