@@ -17,10 +17,11 @@ pub struct ServeArgs {
     /// catalog generations only. For an authorized_keys forced command,
     /// so that a client whose key is stolen cannot destroy its backups.
     /// btrsend backup forget through such a server is refused: prune on
-    /// the server itself or with another key.
+    /// the server itself or with another key. A target (--target) served
+    /// so receives new subvolumes and refuses to delete any.
     #[arg(long)]
     pub append_only: bool,
-    /// Serve only repositories inside DIR (after symlinks are resolved);
+    /// Serve only repositories and targets inside DIR (after symlinks are resolved);
     /// give it again for more directories. Without it any path the
     /// ssh user can reach is served.
     #[arg(long = "restrict-to-path", value_name = "DIR")]
@@ -29,7 +30,11 @@ pub struct ServeArgs {
 
 const AFTER: &str = "\
 btrsend serve is not run by hand: btrsend backup ... --repo ssh://[USER@]HOST[:PORT]/PATH starts it on \
-HOST through ssh and speaks to it on its standard input and output. The repository's path travels \
+HOST through ssh and speaks to it on its standard input and output; so does backup run, list or \
+forget --target ssh://[USER@]HOST[:PORT]/DIR, for which it receives snapshots into DIR as btrsend \
+receive does (a read-only subvolume with its received UUID each), lists and deletes them \
+(--append-only: receives, and removes what an interrupted receive left, but deletes nothing \
+received completely). The repository's path travels \
 inside the protocol, not on the command line, so a forced command in ~/.ssh/authorized_keys on HOST \
 fixes the options and still serves every path it allows (see EXAMPLES in btrsend-serve(1)).
 

@@ -87,9 +87,23 @@ chains still need; --json marks them kept_for_chain.
 Without any --keep-* option (or with only zeros) nothing is deleted and the
 exit status is 2.
 
+With --target (a received-subvolume target: see TARGETS in
+btrsend-backup-run(1)) the policy applies to the subvolumes received
+completely into the target directory, per group: a name up to its last '.'
+when a time or number follows (home.2026-11-20T024500Z and home.7 are in
+group home), else the whole name. Their time is the one in a name that
+backup run --snapshot gave, else when the subvolume was received. There are
+no chains, but the newest of each group is always kept (\"newest: the next
+incremental's parent\"), as are partial receives (backup run continues
+them) and subvolumes whose time is unknown. An append-only server (btrsend
+serve --append-only) refuses: prune on the backup host with --target DIR.
+--json gives name, group, time, received_uuid, stransid, action, reasons
+and deleted.
+
 Examples:
   btrsend backup forget --repo /backup/home --keep-daily 7 --keep-weekly 4 --keep-monthly 12
-  btrsend backup forget --repo s3://bucket/home --keep-within 30d --dry-run";
+  btrsend backup forget --repo s3://bucket/home --keep-within 30d --dry-run
+  btrsend backup forget --target /backup/host1 --keep-daily 14 --keep-monthly 6";
 
 impl ForgetArgs {
     pub(super) fn policy(&self) -> Policy {

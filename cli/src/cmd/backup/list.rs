@@ -25,7 +25,10 @@ pub struct BackupListArgs {
     /// ctransid, parent_uuid, parent_id, kind, time, origin, stream_bytes,
     /// stored_bytes, …; times in UTC, sizes in bytes). Without it, a table
     /// with times in the local time zone and sizes in IEC units (KiB,
-    /// MiB, GiB).
+    /// MiB, GiB). With --target: one object per subvolume of the target
+    /// (name, received_uuid, stransid, complete, subvolume, partial: a
+    /// resume point names it, made: when it was made there); the table
+    /// says complete, partial or incomplete.
     #[arg(long)]
     pub(super) json: bool,
     /// Accepted for scripts written for older versions: `list` takes no

@@ -66,7 +66,7 @@ pub struct RunArgs {
     keep_snapshots: Option<usize>,
     /// Make every N-th stream of a chain a full one (default 0: no limit by
     /// count; see --full-every-days).
-    #[arg(long = "full-every", value_name = "N")]
+    #[arg(long = "full-every", value_name = "N", conflicts_with = "target")]
     full_every: Option<u32>,
     /// Make a new full stream once the chain's full stream is D days older
     /// than the snapshot (entry times: the snapshots' creation times;
@@ -74,10 +74,10 @@ pub struct RunArgs {
     /// a full stream and `backup forget` keeps every ancestor of a kept
     /// entry, so this is what lets retention free space: default 30, about
     /// one full stream per month --keep-monthly keeps; 0: never.
-    #[arg(long = "full-every-days", value_name = "D")]
+    #[arg(long = "full-every-days", value_name = "D", conflicts_with = "target")]
     full_every_days: Option<u32>,
     /// The zstd level of the stored streams (1-19, default 3).
-    #[arg(long = "compression-level", value_name = "L",
+    #[arg(long = "compression-level", value_name = "L", conflicts_with = "target",
           value_parser = clap::value_parser!(i32).range(1..=19))]
     level: Option<i32>,
     /// Write to the repository at most RATE bytes per second on average
@@ -85,7 +85,7 @@ pub struct RunArgs {
     /// that a nightly job leaves room on an uplink. The progress bar's ETA
     /// follows the limit. S3 parts leave whole, at the link's speed, at
     /// the rate on average.
-    #[arg(long = "limit-rate", value_name = "RATE", value_parser = crate::cmd::parse_rate)]
+    #[arg(long = "limit-rate", value_name = "RATE", value_parser = crate::cmd::parse_rate, conflicts_with = "target")]
     pub(super) limit_rate: Option<u64>,
     /// Store nothing: print each stream the run would store with its exact
     /// raw size (as `btrfs send` would write it), the total, the free
@@ -98,13 +98,13 @@ pub struct RunArgs {
     /// space than the raw size of the streams (by default such a run is
     /// refused before anything is stored: zstd may not shrink them); for
     /// data known to compress well.
-    #[arg(long = "no-space-check")]
+    #[arg(long = "no-space-check", conflicts_with = "target")]
     no_space_check: bool,
     /// Store the streams without indexing them (the index is what `backup
     /// ls`, `find`, `dump`, `diff`, `mount` and `restore --include`
     /// read; `backup index` builds what is missing later). By default each
     /// stream is indexed while it is stored, from the bytes being written.
-    #[arg(long = "no-index")]
+    #[arg(long = "no-index", conflicts_with = "target")]
     no_index: bool,
     /// Print JSON Lines on standard output (message_type status, stored,
     /// then summary; a subvolume not snapshotted because it is unchanged
@@ -222,6 +222,36 @@ raw size of the streams the run stores (zstd may not shrink them) is
 refused before anything is stored, with exit status 1 and both figures
 (--no-space-check stores all the same, for data known to compress).
 Finding the sizes costs a pass over the snapshots' metadata, no file data.
+
+TARGETS: with --target DIR or --target ssh://[USER@]HOST[:PORT]/DIR instead
+of --repo, each selected snapshot the target does not have yet is received
+into DIR (by btrsend receive here, or by btrsend serve on HOST) as DIR/NAME,
+NAME the snapshot's own name: on btrfs as root a read-only subvolume with
+the snapshot's UUID as its received UUID, exactly as btrfs receive leaves
+it (so btrfs send -p and btrbk take it for their own), elsewhere a
+directory with its record in DIR/.btrsend/. A snapshot is on the target
+when a subvolume there received completely carries its UUID and ctransid.
+Each stream is incremental from the newest snapshot of the same origin
+that both sides have, else full (there are no chains on a target: every
+received subvolume is whole). A run that is interrupted leaves DIR/NAME
+partial with a resume point; the next run asks for its resume token and
+sends only the rest of the stream (at most 48 MiB + 16 MiB again), or,
+when the partial cannot be continued (no resume point yet, another parent),
+removes it with a notice and sends the whole stream. A subvolume DIR/NAME
+of another snapshot is an error for that snapshot, and is left alone.
+--snapshot, --snapshot-dir and --keep-snapshots work as for a repository:
+the hold record in DIR/.btrsend-holds/ names the newest snapshot the target
+has, which --keep-snapshots never deletes. With --json: a received line
+per snapshot (snapshot, name, uuid, ctransid, kind, parent, sent_bytes,
+resumed_from_bytes: where a continued receive's resume point was, else
+null), then a summary (received, already_received, failed, sent_bytes and
+the --snapshot counts). The repository's options (--full-every*,
+--compression-level, --limit-rate, --no-index, --no-space-check,
+--dry-run) do not apply.
+
+  btrsend backup run --target ssh://backup@nas.example/backup/host1 \
+      --snapshot /mnt/pool/home --snapshot-dir /mnt/pool/snaps --keep-snapshots 7
+  btrsend backup forget --target /backup/host1 --keep-daily 14   # on the backup host
 
 DRY RUN: --dry-run plans as the run would (the same snapshots, parents and
 full streams) and prints, for each stream, \"would store PATH: full|

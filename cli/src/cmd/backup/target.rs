@@ -22,7 +22,7 @@ pub struct TargetArg {
     /// :PORT optional; `btrsend serve` on the far end, as for an ssh://
     /// repository). Each snapshot becomes DIR/NAME, a read-only btrfs
     /// subvolume with its received UUID (on btrfs as root), as btrbk's
-    /// send-receive makes them (see TARGETS in btrsend-backup(1)).
+    /// send-receive makes them (see TARGETS in btrsend-backup-run(1)).
     #[arg(long = "target", value_name = "TARGET", conflicts_with = "repo")]
     pub target: Option<String>,
 }
