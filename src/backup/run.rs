@@ -289,14 +289,7 @@ impl Repository {
             progress.failed(&path, &err);
             report.failed.push((path, err));
         }
-        src.selected.sort_by_key(|s| {
-            (
-                s.subvol.root.otransid.get(),
-                s.subvol.root.ctransid.get(),
-                s.subvol.id().get(),
-            )
-        });
-        let selected = std::mem::take(&mut src.selected);
+        let selected = src.take_oldest_first();
         // A local repository needs the sizes for its room check: a full
         // disk found halfway leaves a partial stream and wasted hours.
         let local = opts.space_check && self.store.local_root().is_some();

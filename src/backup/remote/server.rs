@@ -103,7 +103,7 @@ pub fn serve(
     if target {
         let mut session = super::target::TargetSession::new(root, options.append_only);
         while let Some(frame) = read_frame::<Request>(input)? {
-            if let Some((reply, payload)) = session.handle(frame.message, &frame.payload) {
+            if let Some((reply, payload)) = session.handle(frame.message, frame.payload) {
                 send(output, &reply, &payload)?;
                 output.flush()?;
             }

@@ -9,61 +9,75 @@
 //! and removes what an interrupted receive left, but deletes nothing
 //! received completely.
 
-use std::io::Write;
 use std::path::PathBuf;
 
 use super::proto::{Reply, Request};
 use crate::backup::target::local;
 use crate::receive::{self, ReceiveOptions};
 
-/// A receive in progress: the pipe its stream goes into, and the thread
-/// that receives it.
+/// A receive in progress: the channel its stream's frames go into, and
+/// the thread that receives them ([`receive::receive_blocks`]: each
+/// frame's payload is a block of the stream, never copied again).
 struct Receiving {
-    writer: Option<std::io::BufWriter<std::io::PipeWriter>>,
+    frames: Option<std::sync::mpsc::SyncSender<Vec<u8>>>,
     thread: Option<std::thread::JoinHandle<Result<(), String>>>,
-    /// The first write that failed (the receive stopped): the rest of the
-    /// stream is dropped and the answer at its end says why.
+    /// The receive stopped: the rest of the stream is dropped and the
+    /// answer at its end says why.
     failed: bool,
 }
 
+/// The frames of a stream as [`receive::StreamBlocks`].
+struct Frames(std::sync::mpsc::Receiver<Vec<u8>>);
+
+impl receive::StreamBlocks for Frames {
+    fn next_block(&mut self) -> Option<std::io::Result<(Vec<u8>, usize)>> {
+        let b = self.0.recv().ok()?;
+        let n = b.len();
+        Some(Ok((b, n)))
+    }
+}
+
+/// Frames queued for the receive at most (of up to 8 MiB, typically 1).
+const QUEUED_FRAMES: usize = 8;
+
 impl Receiving {
     fn start(dir: PathBuf) -> std::io::Result<Receiving> {
-        let (reader, writer) = std::io::pipe()?;
-        let _ = rustix::pipe::fcntl_setpipe_size(&writer, 1 << 20);
-        let thread = std::thread::spawn(move || {
-            receive::receive(
-                reader,
-                &dir,
-                &ReceiveOptions::new(),
-                &mut crate::progress::NoProgress,
-            )
-            .map(|_| ())
-            .map_err(|e| e.to_string())
-        });
+        let (tx, rx) = std::sync::mpsc::sync_channel(QUEUED_FRAMES);
+        let thread = std::thread::Builder::new()
+            .name("receive".into())
+            .spawn(move || {
+                receive::receive_blocks(
+                    Frames(rx),
+                    QUEUED_FRAMES,
+                    &dir,
+                    &ReceiveOptions::new(),
+                    &mut crate::progress::NoProgress,
+                )
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+            })?;
         Ok(Receiving {
-            writer: Some(std::io::BufWriter::with_capacity(1 << 20, writer)),
+            frames: Some(tx),
             thread: Some(thread),
             failed: false,
         })
     }
 
-    fn write(&mut self, data: &[u8]) {
-        if self.failed {
+    fn write(&mut self, data: Vec<u8>) {
+        if self.failed || data.is_empty() {
             return;
         }
-        if let Some(w) = self.writer.as_mut()
-            && w.write_all(data).is_err()
+        if let Some(tx) = self.frames.as_ref()
+            && tx.send(data).is_err()
         {
             self.failed = true;
-            self.writer = None;
+            self.frames = None;
         }
     }
 
     /// End the stream and wait for the receive: its verdict.
     fn finish(&mut self) -> Result<(), String> {
-        if let Some(mut w) = self.writer.take() {
-            let _ = w.flush();
-        }
+        self.frames = None;
         match self.thread.take().map(std::thread::JoinHandle::join) {
             Some(Ok(r)) => r,
             Some(Err(_)) => Err("the receive stopped unexpectedly".into()),
@@ -97,7 +111,7 @@ impl TargetSession {
     }
 
     /// The reply to `request` (none for a write), with its payload.
-    pub(super) fn handle(&mut self, request: Request, payload: &[u8]) -> Option<(Reply, Vec<u8>)> {
+    pub(super) fn handle(&mut self, request: Request, payload: Vec<u8>) -> Option<(Reply, Vec<u8>)> {
         let failed = |e: crate::backup::BackupError| Reply::Failed { why: e.to_string() };
         let reply = match request {
             Request::Write => {

@@ -110,6 +110,21 @@ pub(crate) struct Found {
 }
 
 impl Sources {
+    /// The selected snapshots, taken out, oldest first (by creation
+    /// transaction): the order a run stores or receives them in, each
+    /// the next one's parent.
+    pub(crate) fn take_oldest_first(&mut self) -> Vec<Selected> {
+        let mut selected = std::mem::take(&mut self.selected);
+        selected.sort_by_key(|s| {
+            (
+                s.subvol.root.otransid.get(),
+                s.subvol.root.ctransid.get(),
+                s.subvol.id().get(),
+            )
+        });
+        selected
+    }
+
     fn push(&mut self, fs: usize, s: &Subvolume, path: String) {
         if self
             .selected

@@ -102,14 +102,7 @@ pub fn run(
         progress.failed(&path, &err);
         report.failed.push((path, err));
     }
-    let mut selected = std::mem::take(&mut src.selected);
-    selected.sort_by_key(|s| {
-        (
-            s.subvol.root.otransid.get(),
-            s.subvol.root.ctransid.get(),
-            s.subvol.id().get(),
-        )
-    });
+    let selected = src.take_oldest_first();
     for sel in &selected {
         let uuid = stream_uuid(&sel.subvol);
         let ctransid = sel.subvol.root.ctransid.get();

@@ -296,6 +296,20 @@ fn run_options(a: &RunArgs) -> RunOptions {
     opts
 }
 
+/// The snapshots given agree with --device and --snapshot: a usage error
+/// otherwise.
+fn check_sources(a: &RunArgs) -> anyhow::Result<()> {
+    sources_agree(
+        &a.snapshots,
+        &a.devices,
+        &a.snapshot,
+        a.snapshot_dir.is_some(),
+        a.keep_snapshots.is_some(),
+        true,
+    )
+    .map_err(|e| anyhow::Error::new(crate::exit::UsageError(e)))
+}
+
 /// Run `btrsend backup run`.
 pub fn run(a: &RunArgs, m: &mut Metrics) -> anyhow::Result<()> {
     if let Some(target) = &a.target.target {
@@ -305,15 +319,7 @@ pub fn run(a: &RunArgs, m: &mut Metrics) -> anyhow::Result<()> {
         return super::dry_run::run(a, &a.repo, run_options(a)).map_err(|e| json_error(a.json, e));
     }
     let go = |m: &mut Metrics| -> anyhow::Result<()> {
-        sources_agree(
-            &a.snapshots,
-            &a.devices,
-            &a.snapshot,
-            a.snapshot_dir.is_some(),
-            a.keep_snapshots.is_some(),
-            true,
-        )
-        .map_err(|e| anyhow::Error::new(crate::exit::UsageError(e)))?;
+        check_sources(a)?;
         let repo = a.repo.open_limited(a.limit_rate)?;
         let opts = run_options(a);
         let progress = BackupReporter::new(a.json, "computing the streams' sizes");
@@ -418,15 +424,7 @@ pub fn run(a: &RunArgs, m: &mut Metrics) -> anyhow::Result<()> {
 /// `backup run --target`: receive the snapshots into a target directory,
 /// here or over ssh.
 fn run_target(a: &RunArgs, target: &str, m: &mut Metrics) -> anyhow::Result<()> {
-    sources_agree(
-        &a.snapshots,
-        &a.devices,
-        &a.snapshot,
-        a.snapshot_dir.is_some(),
-        a.keep_snapshots.is_some(),
-        true,
-    )
-    .map_err(|e| anyhow::Error::new(crate::exit::UsageError(e)))?;
+    check_sources(a)?;
     let mut end = backup::target::open(target, &a.repo.ssh_options())?;
     let opts = run_options(a);
     let progress = BackupReporter::new(a.json, "listing the target");
