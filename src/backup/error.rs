@@ -26,11 +26,9 @@ pub enum BackupError {
         what: String,
     },
     /// Another process holds the lock.
-    #[error(
-        "{repo}: the repository is locked by {holder} (wait for it with --retry-lock DURATION)"
-    )]
+    #[error("{repo}: locked by {holder} (wait for it with --retry-lock DURATION)")]
     LockHeld {
-        /// The repository.
+        /// The repository (or target).
         repo: String,
         /// Who holds it.
         holder: String,

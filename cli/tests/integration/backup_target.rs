@@ -242,6 +242,28 @@ fn series_case(test: &str, ssh: Option<&str>) {
     let summary = again.last().unwrap();
     assert_eq!(summary["received"], 0, "{again:?}");
     assert_eq!(summary["already_received"], SNAPSHOTS, "{again:?}");
+    // status: one group (vol.N), fresh; stale once older than --max-age.
+    let out = s.ok(&["status", "--json", "--max-age", "1h"]);
+    let st: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(st["stale"], false, "{st}");
+    assert_eq!(st["groups"].as_array().unwrap().len(), 1, "{st}");
+    assert_eq!(st["groups"][0]["group"], "vol", "{st}");
+    assert_eq!(st["groups"][0]["complete"], SNAPSHOTS, "{st}");
+    assert_eq!(
+        st["groups"][0]["newest"]["name"],
+        names[SNAPSHOTS - 1].as_str(),
+        "{st}"
+    );
+    std::thread::sleep(Duration::from_millis(2100));
+    let out = s
+        .cmd(&["status", "--max-age", "2", "--target", &s.spec])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(14), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("stale"),
+        "{out:?}"
+    );
     // The stock tools take the received subvolumes for their own.
     let third = LiveBtrfs::with_options(1 << 30, &[], "").expect("third btrfs");
     let (a, b) = (&names[SNAPSHOTS - 2], &names[SNAPSHOTS - 1]);
@@ -603,6 +625,40 @@ fn keep_snapshots_keeps_what_the_targets_need() {
         received[0]["parent"].as_str().unwrap().ends_with(&c),
         "{lines:?}"
     );
+    // The target's lock: flock(1) on the directory, as another run holds
+    // it. A run says so (exit 11) and changes nothing; with --retry-lock
+    // it waits for the holder.
+    let holder = Command::new("flock")
+        .arg(&t1)
+        .args(["sleep", "3"])
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let before = names_in(&t1);
+    let out = run(&t1, false, 5);
+    assert_eq!(out.status.code(), Some(11), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("locked by"),
+        "{out:?}"
+    );
+    assert_eq!(names_in(&t1), before);
+    let out = btrsend()
+        .args([
+            "backup",
+            "forget",
+            "--keep-last",
+            "1",
+            "--retry-lock",
+            "20s",
+            "--target",
+        ])
+        .arg(&t1)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let mut holder = holder;
+    assert!(holder.wait().unwrap().success());
+    assert_eq!(names_in(&t1).len(), 1);
 }
 
 /// `out` of a command that must have succeeded.

@@ -694,6 +694,22 @@ impl TargetEnd for RemoteTarget {
         self.store.append_only
     }
 
+    fn lock(&mut self, wait: Duration) -> Result<(), BackupError> {
+        let request = Request::Lock {
+            exclusive: true,
+            wait_ms: u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
+        };
+        match self.store.lock().call(&request, &[]) {
+            Ok(Reply::Ok) => Ok(()),
+            Ok(Reply::LockHeld { holder }) => Err(BackupError::LockHeld {
+                repo: self.store.name.clone(),
+                holder: printable(&holder),
+            }),
+            Ok(other) => Err(self.wrong("lock", other)),
+            Err(error) => Err(self.far("lock", error)),
+        }
+    }
+
     fn list(&mut self) -> Result<Vec<Received>, BackupError> {
         let json = self.data("list", &Request::TargetList)?.unwrap_or_default();
         let list: Vec<Received> = serde_json::from_slice(&json).map_err(|e| {

@@ -94,11 +94,16 @@ impl Drop for Receiving {
     }
 }
 
+/// The longest a client may make the server wait for the lock.
+const MAX_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
+
 /// One target connection after the handshake.
 pub(super) struct TargetSession {
     pub(super) dir: PathBuf,
     pub(super) append_only: bool,
     receiving: Option<Receiving>,
+    /// The directory's lock the client holds.
+    lock: Option<local::TargetLock>,
 }
 
 impl TargetSession {
@@ -107,11 +112,16 @@ impl TargetSession {
             dir,
             append_only,
             receiving: None,
+            lock: None,
         }
     }
 
     /// The reply to `request` (none for a write), with its payload.
-    pub(super) fn handle(&mut self, request: Request, payload: Vec<u8>) -> Option<(Reply, Vec<u8>)> {
+    pub(super) fn handle(
+        &mut self,
+        request: Request,
+        payload: Vec<u8>,
+    ) -> Option<(Reply, Vec<u8>)> {
         let failed = |e: crate::backup::BackupError| Reply::Failed { why: e.to_string() };
         let reply = match request {
             Request::Write => {
@@ -170,6 +180,28 @@ impl TargetSession {
             Request::Abort => {
                 // Dropping it ends the stream where it is.
                 self.receiving = None;
+                Reply::Ok
+            }
+            Request::Lock {
+                exclusive: true,
+                wait_ms,
+            } => {
+                // One lock per connection: a new request replaces it.
+                self.lock = None;
+                let wait = std::time::Duration::from_millis(wait_ms).min(MAX_LOCK_WAIT);
+                match local::lock(&self.dir, wait) {
+                    Ok(held) => {
+                        self.lock = Some(held);
+                        Reply::Ok
+                    }
+                    Err(crate::backup::BackupError::LockHeld { holder, .. }) => {
+                        Reply::LockHeld { holder }
+                    }
+                    Err(e) => failed(e),
+                }
+            }
+            Request::Unlock => {
+                self.lock = None;
                 Reply::Ok
             }
             Request::TargetDiscard { name } => match local::discard(&self.dir, &name) {

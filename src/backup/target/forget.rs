@@ -58,6 +58,9 @@ pub fn forget(
             target.name()
         )));
     }
+    if !opts.dry_run {
+        target.lock(opts.wait_lock)?;
+    }
     let listed = target.list()?;
     let mut cands = Vec::new();
     let mut verdicts: BTreeMap<String, TargetVerdict> = BTreeMap::new();

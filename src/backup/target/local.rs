@@ -23,6 +23,7 @@ use crate::receive::{self, RESUME_DIR, ReceiveOptions};
 pub struct LocalTarget {
     dir: PathBuf,
     name: String,
+    lock: Option<TargetLock>,
 }
 
 fn io_error(what: String) -> impl FnOnce(std::io::Error) -> BackupError {
@@ -49,7 +50,60 @@ impl LocalTarget {
         Ok(LocalTarget {
             dir: dir.to_path_buf(),
             name: dir.display().to_string(),
+            lock: None,
         })
+    }
+}
+
+/// The lock of a target directory: `flock(2)` on the directory itself,
+/// exclusive, held until dropped. `run` and `forget` take it (here, or
+/// `btrsend serve` for a client), so that two of them never receive or
+/// delete in one directory at once; `list` takes none.
+#[derive(Debug)]
+pub struct TargetLock {
+    _fd: std::os::fd::OwnedFd,
+}
+
+/// Take the lock of the target directory `dir`, waiting up to `wait` for
+/// its holder.
+///
+/// # Errors
+///
+/// [`BackupError::LockHeld`] after the wait; [`BackupError::Io`] when the
+/// directory cannot be opened.
+pub fn lock(dir: &Path, wait: std::time::Duration) -> Result<TargetLock, BackupError> {
+    use rustix::fs::FlockOperation;
+    let fd = rustix::fs::open(
+        dir,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| {
+        io_error(format!(
+            "cannot open the target directory {}",
+            dir.display()
+        ))(e.into())
+    })?;
+    let deadline = std::time::Instant::now() + wait;
+    loop {
+        match rustix::fs::flock(&fd, FlockOperation::NonBlockingLockExclusive) {
+            Ok(()) => return Ok(TargetLock { _fd: fd }),
+            Err(rustix::io::Errno::WOULDBLOCK) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+            Err(rustix::io::Errno::WOULDBLOCK) => {
+                return Err(BackupError::LockHeld {
+                    repo: dir.display().to_string(),
+                    holder: String::from("another backup run or forget of this target"),
+                });
+            }
+            Err(e) => {
+                return Err(io_error(format!(
+                    "cannot lock the target directory {}",
+                    dir.display()
+                ))(e.into()));
+            }
+        }
     }
 }
 
@@ -257,6 +311,11 @@ pub fn delete(dir: &Path, name: &str) -> Result<(), BackupError> {
 impl TargetEnd for LocalTarget {
     fn name(&self) -> &str {
         &self.name
+    }
+
+    fn lock(&mut self, wait: std::time::Duration) -> Result<(), BackupError> {
+        self.lock = Some(lock(&self.dir, wait)?);
+        Ok(())
     }
 
     fn list(&mut self) -> Result<Vec<Received>, BackupError> {

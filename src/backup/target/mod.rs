@@ -18,11 +18,13 @@
 //! The parts: [`local`] (a directory on this host: the listing and the
 //! receive), the far end's side of the protocol in
 //! [`remote`](crate::backup::remote) (the same `Target*` requests), the
-//! run in `run` and the pruning in `forget`.
+//! run in `run`, the pruning in [`forget`] and `status`'s view in
+//! [`status`].
 
 pub mod forget;
 pub mod local;
 mod run;
+pub mod status;
 
 use std::io::Write;
 
@@ -30,6 +32,7 @@ use serde::{Deserialize, Serialize};
 
 pub use forget::{TargetForget, TargetVerdict, forget};
 pub use run::{TargetReport, TargetStored, run};
+pub use status::{GroupStatus, TargetStatus, status};
 
 use super::error::BackupError;
 use super::remote::spec::SshSpec;
@@ -126,6 +129,13 @@ pub trait TargetEnd {
     fn append_only(&self) -> bool {
         false
     }
+    /// Take the target directory's lock (see [`local::lock`]) for as long
+    /// as this end lives, waiting up to `wait` for its holder.
+    ///
+    /// # Errors
+    ///
+    /// [`BackupError::LockHeld`] after the wait, or the far end's error.
+    fn lock(&mut self, wait: std::time::Duration) -> Result<(), BackupError>;
     /// The subvolumes in the directory, checked ([`check_listing`]).
     ///
     /// # Errors

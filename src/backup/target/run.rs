@@ -88,6 +88,7 @@ pub fn run(
     opts: &RunOptions,
     progress: &dyn Progress,
 ) -> Result<TargetReport, BackupError> {
+    target.lock(opts.wait_lock)?;
     let mut report = TargetReport::default();
     let mut found = match &opts.snapshots {
         Some(so) => take_snapshots(so, &mut report.source, progress)?,

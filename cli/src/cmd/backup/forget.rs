@@ -146,8 +146,15 @@ pub fn run(a: &ForgetArgs, m: &mut Metrics) -> anyhow::Result<()> {
         .into());
     }
     if let Some(t) = &a.target.target {
-        return super::target::forget(t, &a.repo.ssh_options(), &policy, a.dry_run, a.json)
-            .map_err(|e| json_error(a.json, e));
+        return super::target::forget(
+            t,
+            &a.repo.ssh_options(),
+            &policy,
+            a.dry_run,
+            a.json,
+            a.lock.wait(),
+        )
+        .map_err(|e| json_error(a.json, e));
     }
     let repo = a.repo.open()?;
     let opts = ForgetOptions::new()

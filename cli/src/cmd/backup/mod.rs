@@ -519,7 +519,7 @@ pub fn run(args: &BackupArgs) -> anyhow::Result<()> {
         BackupCommand::Diff(a) => query::diff_cmd(a),
         BackupCommand::Status(a) => per_job(
             &a.config,
-            a.repo.given(),
+            a.repo.given() || a.target.target.is_some(),
             jobs::Each {
                 command: "status",
                 json: a.json,

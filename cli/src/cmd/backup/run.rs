@@ -239,6 +239,9 @@ sends only the rest of the stream (at most 48 MiB + 16 MiB again), or,
 when the partial cannot be continued (no resume point yet, another parent),
 removes it with a notice and sends the whole stream. A subvolume DIR/NAME
 of another snapshot is an error for that snapshot, and is left alone.
+The run holds the target directory's lock (flock(2) on DIR, taken by
+btrsend serve for an ssh:// target; forget --target takes it too;
+--retry-lock waits for it, else exit status 11).
 --snapshot, --snapshot-dir and --keep-snapshots work as for a repository:
 the hold record in DIR/.btrsend-holds/ names the newest snapshot the target
 has, which --keep-snapshots never deletes. With --json: a received line

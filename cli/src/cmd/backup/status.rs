@@ -23,6 +23,8 @@ pub struct StatusArgs {
     #[command(flatten)]
     pub(super) repo: RepoArg,
     #[command(flatten)]
+    pub(super) target: super::target::TargetArg,
+    #[command(flatten)]
     pub(super) config: ConfigArg,
     /// Exit with status 14 unless every origin's newest stored snapshot is
     /// younger than DURATION (e.g. 90m, 26h; a number alone is seconds);
@@ -63,7 +65,17 @@ Exit status 14 when, with --max-age, some origin's newest snapshot is that
 old or older (or its time is unreadable), or the repository holds none;
 and when an origin's newest chain does not resolve. For example, in cron
 or a Nagios check:
-  btrsend backup status --repo /backup/home --max-age 26h || echo stale";
+  btrsend backup status --repo /backup/home --max-age 26h || echo stale
+
+With --target (a received-subvolume target: see TARGETS in
+btrsend-backup-run(1)) the same per group of received subvolumes (the
+groups of backup forget --target): the newest one received completely,
+its time (in its name when backup run --snapshot named it, else when it was
+received), its age, and how many are complete and partial. The JSON object
+has target, checked_at, max_age_seconds, stale and groups: an array of
+objects with group, complete, partial, newest (name, received_uuid,
+stransid, or null), time, age_seconds and stale. A group with nothing
+complete, and with --max-age an empty target, is stale.";
 
 impl StatusArgs {
     /// These options for the config file's destination `d` (the command
@@ -78,6 +90,9 @@ impl StatusArgs {
 
 /// Run `btrsend backup status`.
 pub fn run(a: &StatusArgs, m: &mut Metrics) -> anyhow::Result<()> {
+    if let Some(t) = &a.target.target {
+        return target_status(a, t).map_err(|e| json_error(a.json, e));
+    }
     let go = |m: &mut Metrics| -> anyhow::Result<()> {
         let repo = a.repo.open()?;
         let now = jiff::Timestamp::now();
@@ -184,6 +199,115 @@ pub fn run(a: &StatusArgs, m: &mut Metrics) -> anyhow::Result<()> {
         Ok(())
     };
     go(m).map_err(|e| json_error(a.json, e))
+}
+
+/// `backup status --target`.
+fn target_status(a: &StatusArgs, spec: &str) -> anyhow::Result<()> {
+    let mut end = btrsend::backup::target::open(spec, &a.repo.ssh_options())?;
+    let list = end.list()?;
+    let now = jiff::Timestamp::now();
+    let st = btrsend::backup::target::status(&list, now, a.max_age);
+    let mut out = crate::exit::stdout();
+    if a.json {
+        let groups: Vec<_> = st
+            .groups
+            .iter()
+            .map(|g| {
+                json!({
+                    "group": g.group,
+                    "complete": g.complete,
+                    "partial": g.partial,
+                    "newest": g.newest.as_ref().map(|r| json!({
+                        "name": r.name,
+                        "received_uuid": r.received_uuid,
+                        "stransid": r.stransid,
+                    })),
+                    "time": g.time.map(|t| t.to_string()),
+                    "age_seconds": g.age_seconds,
+                    "stale": g.stale,
+                })
+            })
+            .collect();
+        let v = crate::exit::with_json_context(json!({
+            "target": spec,
+            "checked_at": now.to_string(),
+            "max_age_seconds": a.max_age.map(|d| d.as_secs()),
+            "stale": st.stale,
+            "groups": groups,
+        }));
+        serde_json::to_writer_pretty(&mut out, &v)?;
+        writeln!(out)?;
+    } else if std::io::stdout().is_terminal() {
+        let rows: Vec<[String; 6]> = st
+            .groups
+            .iter()
+            .map(|g| {
+                [
+                    if g.stale { "stale" } else { "ok" }.to_owned(),
+                    g.time
+                        .map_or_else(|| "-".into(), |t| local_time(&t.to_string())),
+                    g.age_seconds.map_or_else(|| String::from("?"), age),
+                    format!("{}+{}", g.complete, g.partial),
+                    g.newest
+                        .as_ref()
+                        .map_or_else(|| "-".into(), |r| printable(&r.name).into_owned()),
+                    printable(&g.group).into_owned(),
+                ]
+            })
+            .collect();
+        let head = [
+            "state",
+            "newest",
+            "age",
+            "complete+partial",
+            "name",
+            "group",
+        ];
+        let mut width = head.map(str::len);
+        for r in &rows {
+            for (w, c) in width.iter_mut().zip(r) {
+                *w = (*w).max(c.chars().count());
+            }
+        }
+        let [w0, w1, w2, w3, w4, _] = width;
+        for r in std::iter::once(head.map(String::from)).chain(rows) {
+            writeln!(
+                out,
+                "{:<w0$}  {:<w1$}  {:>w2$}  {:>w3$}  {:<w4$}  {}",
+                r[0], r[1], r[2], r[3], r[4], r[5]
+            )?;
+        }
+        if st.groups.is_empty() {
+            writeln!(out, "nothing received")?;
+        }
+    } else {
+        for g in st.groups.iter().filter(|g| g.stale) {
+            eprintln!(
+                "btrsend: stale: {}: group {}: newest {}, {} old",
+                printable(spec),
+                printable(&g.group),
+                g.newest.as_ref().map_or_else(
+                    || "none received completely".into(),
+                    |r| printable(&r.name).into_owned()
+                ),
+                g.age_seconds.map_or_else(|| String::from("unknown"), age),
+            );
+        }
+    }
+    if st.stale {
+        let n = st.groups.iter().filter(|g| g.stale).count();
+        let what = if st.groups.is_empty() {
+            format!("{}: nothing received", printable(spec))
+        } else {
+            format!(
+                "{}: {n} of {} groups stale",
+                printable(spec),
+                st.groups.len()
+            )
+        };
+        return Err(anyhow::Error::new(ExitWith::new(Exit::Stale, what)));
+    }
+    Ok(())
 }
 
 /// An age as people read it: `3d 4h`, `2h 5m`, `40s`.

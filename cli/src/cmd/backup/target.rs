@@ -90,9 +90,12 @@ pub fn forget(
     policy: &Policy,
     dry_run: bool,
     json: bool,
+    wait: std::time::Duration,
 ) -> anyhow::Result<()> {
     let mut end = target::open(spec, ssh)?;
-    let opts = ForgetOptions::new().with_dry_run(dry_run);
+    let opts = ForgetOptions::new()
+        .with_dry_run(dry_run)
+        .with_wait_lock(wait);
     let report = target::forget(end.as_mut(), policy, &opts)?;
     let mut out = crate::exit::stdout();
     if json {
