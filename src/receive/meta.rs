@@ -168,6 +168,20 @@ impl Records {
         Ok(Records { fd, path })
     }
 
+    /// When `name`'s record was last written (for a complete one: when
+    /// it was received completely), as seconds and nanoseconds since the
+    /// epoch; `None` without one.
+    pub fn written(&self, name: &[u8]) -> Option<(i64, u32)> {
+        let fd = self.fd.as_ref()?;
+        let st = rustix::fs::statat(
+            fd,
+            OsStr::from_bytes(&record_file(name, SUFFIX)),
+            rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+        )
+        .ok()?;
+        Some((st.st_mtime, u32::try_from(st.st_mtime_nsec).ok()?))
+    }
+
     /// The path of `name`'s record, for messages.
     pub fn path_of(&self, name: &[u8]) -> PathBuf {
         self.path

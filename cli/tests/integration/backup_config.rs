@@ -820,3 +820,87 @@ fn snapshot_keys_on_a_live_btrfs() {
         btrsend::manifest::manifest(snap, opts).unwrap()
     );
 }
+
+/// A job with a repository and a received-subvolume target (a directory
+/// here: received as directories with records unless it is on btrfs as
+/// root): `run --config` fills both, the target's copies have the
+/// kernel's manifests; list, status and forget reach the target, verify
+/// skips it; keys only a repository takes are refused at the target.
+#[test]
+fn a_target_destination() {
+    let env = Env::new(Kind::Dir, "a_target_destination").unwrap();
+    let repo = env.path("repo");
+    let target = env.path("target");
+    fs::create_dir(&target).unwrap();
+    env.init(&repo, &[]);
+    let base = format!(
+        "[job.j]\ndevice = \"{}\"\nsnapshots = [\"snaps/s1\", \"snaps/s2\"]\n\
+         [[job.j.destination]]\nrepo = \"{repo}\"\n\
+         [[job.j.destination]]\ntarget = \"{target}\"\nkeep_last = 1\nmax_age = \"1h\"\n",
+        env.img.display()
+    );
+    env.write_config(&base);
+    let o = env.with_config("run", &["--json"]);
+    code(&o, 0);
+    let lines = json_lines(&String::from_utf8(o.stdout).unwrap());
+    let received: Vec<&Value> = lines
+        .iter()
+        .filter(|l| l["message_type"] == "received")
+        .collect();
+    assert_eq!(received.len(), 2, "{lines:?}");
+    assert!(received.iter().all(|l| l["destination"] == target.as_str()));
+    assert_eq!(received[1]["kind"], "incremental", "{lines:?}");
+    assert_eq!(kinds(&env.list(&repo, &[])).len(), 2);
+    for s in ["s1", "s2"] {
+        let want = fs::read_to_string(fixture_dir(FIX).join(format!("{s}.manifest"))).unwrap();
+        let got = btrsend::manifest::manifest(
+            &Path::new(&target).join(s),
+            btrsend::manifest::Options::default(),
+        )
+        .unwrap();
+        let (want, got) = (
+            btrsend::manifest::strip_holes(&want),
+            btrsend::manifest::strip_holes(&got),
+        );
+        assert!(
+            btrsend::manifest::diff(&want, &got, 20).is_none(),
+            "{s}: {}",
+            btrsend::manifest::diff(&want, &got, 20).unwrap_or_default()
+        );
+    }
+    let o = env.with_config("status", &["--json"]);
+    code(&o, 0);
+    let text = String::from_utf8(o.stdout).unwrap();
+    assert!(
+        text.contains(&format!("\"target\": \"{target}\"")),
+        "{text}"
+    );
+    let o = env.with_config("list", &["--json"]);
+    code(&o, 0);
+    let o = env.with_config("verify", &[]);
+    code(&o, 0);
+    let o = env.with_config("forget", &["--json"]);
+    code(&o, 0);
+    let names: Vec<String> = fs::read_dir(&target)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| !n.starts_with('.'))
+        .collect();
+    assert_eq!(names, ["s2"], "the target after forget --keep-last 1");
+    // A key only a repository takes, and a destination with both.
+    for (extra, want) in [
+        (
+            "compression_level = 5\n",
+            "compression_level applies to a repository, not to a target",
+        ),
+        (
+            &format!("repo = \"{repo}\"\n")[..],
+            "a destination has either repo or target",
+        ),
+    ] {
+        env.write_config(&format!("{base}{extra}"));
+        let o = env.with_config("run", &[]);
+        code(&o, 2);
+        assert!(stderr(&o).contains(want), "{}", stderr(&o));
+    }
+}

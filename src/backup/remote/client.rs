@@ -644,7 +644,7 @@ impl Drop for RemoteUpload {
 /// end of a pipe: the `Target*` requests over a [`RemoteStore`]'s
 /// connection. What the far end answers is checked as a repository's
 /// replies are: a listing must pass
-/// [`check_listing`](crate::backup::target::check_listing), a resume
+/// [`check_listing`], a resume
 /// token its own hash, and its words reach messages made printable.
 #[derive(Debug)]
 pub struct RemoteTarget {

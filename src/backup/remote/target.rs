@@ -4,7 +4,7 @@
 //! a target over ssh lists, receives and deletes exactly as a local one.
 //!
 //! The stream a client sends is hostile input like any other: it is
-//! received by [`receive`](crate::receive), which keeps every path beneath
+//! received by [`receive`], which keeps every path beneath
 //! the directory. With `--append-only` a target receives new subvolumes
 //! and removes what an interrupted receive left, but deletes nothing
 //! received completely.

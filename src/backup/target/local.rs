@@ -115,9 +115,8 @@ pub fn lock(dir: &Path, wait: std::time::Duration) -> Result<TargetLock, BackupE
 pub fn list(dir: &Path) -> Result<Vec<Received>, BackupError> {
     let what = || format!("cannot read the target directory {}", dir.display());
     let rdir = ReceiveDir::open(dir).map_err(io_error(what()))?;
-    let records = Records::open(&rdir)
-        .and_then(|r| r.list())
-        .map_err(io_error(what()))?;
+    let records_dir = Records::open(&rdir).map_err(io_error(what()))?;
+    let records = records_dir.list().map_err(io_error(what()))?;
     let partial = resume_names(&rdir);
     let fd = crate::receive::subvol::reopen_dir(rdir.fd()).map_err(io_error(what()))?;
     let entries = rustix::fs::Dir::read_from(&fd).map_err(|e| io_error(what())(e.into()))?;
@@ -151,8 +150,7 @@ pub fn list(dir: &Path) -> Result<Vec<Received>, BackupError> {
             let read_only = info.flags & ROOT_SUBVOL_RDONLY != 0;
             let made = i64::try_from(info.otime.0)
                 .ok()
-                .and_then(|s| jiff::Timestamp::new(s, i32::try_from(info.otime.1).ok()?).ok())
-                .map(|t| t.to_string());
+                .and_then(|s| timestamp(s, info.otime.1));
             out.push(Received {
                 name: name.to_owned(),
                 received_uuid: received.then(|| hyphenated(info.received_uuid)),
@@ -174,12 +172,21 @@ pub fn list(dir: &Path) -> Result<Vec<Received>, BackupError> {
                 complete,
                 subvolume: false,
                 partial: is_partial,
-                made: None,
+                // A directory has no otime: its record's time, written
+                // when it was received completely.
+                made: records_dir
+                    .written(name.as_bytes())
+                    .and_then(|(s, ns)| timestamp(s, ns)),
             });
         }
     }
     out.sort_by(|a, b| a.name.cmp(&b.name));
     Ok(out)
+}
+
+fn timestamp(sec: i64, nsec: u32) -> Option<String> {
+    let t = jiff::Timestamp::new(sec, i32::try_from(nsec).ok()?).ok()?;
+    Some(t.to_string())
 }
 
 fn hyphenated(u: [u8; 16]) -> String {

@@ -18,8 +18,8 @@
 //! The parts: [`local`] (a directory on this host: the listing and the
 //! receive), the far end's side of the protocol in
 //! [`remote`](crate::backup::remote) (the same `Target*` requests), the
-//! run in `run`, the pruning in [`forget`] and `status`'s view in
-//! [`status`].
+//! run in `run`, the pruning in [`mod@forget`] and `status`'s view in
+//! [`mod@status`].
 
 pub mod forget;
 pub mod local;
@@ -203,18 +203,32 @@ pub fn hold_id(target: &str) -> String {
     h.to_hex()[..32].to_owned()
 }
 
-/// The group a received subvolume's retention counts in: its name up to
-/// the last `.` when what follows starts with a digit (a time or a
-/// number, as `backup run --snapshot` and btrbk name snapshots:
-/// `home.2026-11-20T030000Z`, `home.20261120T0300`, `home.7` are in group
-/// `home`), else the whole name.
+/// The group a received subvolume's retention counts in: its name without
+/// the time or number at its end, that is, without the longest tail that
+/// starts with a digit (after one optional `.`, `-` or `_`) and holds only
+/// digits and `T`, `Z`, `:`, `+`, `-`, `_`, `.`: snapshot names as
+/// `backup run --snapshot` and btrbk make them (`home.2026-11-20T030000Z`,
+/// `home.2026-11-20T030000Z_2`, `home.20261120T0300`) and numbered ones
+/// (`home.7`, `home7`) are all in group `home`. A name that is all such a
+/// tail, or has none, is its own group.
 pub fn group_of(name: &str) -> &str {
-    match name.rsplit_once('.') {
-        Some((base, suffix))
-            if !base.is_empty() && suffix.as_bytes().first().is_some_and(u8::is_ascii_digit) =>
-        {
-            base
+    let b = name.as_bytes();
+    let tail = |c: u8| c.is_ascii_digit() || b"TZ:+-_.".contains(&c);
+    // The longest run of tail characters at the end.
+    let mut i = b.len();
+    while i > 0 && tail(b[i - 1]) {
+        i -= 1;
+    }
+    // It must start with a digit, or a separator and then a digit.
+    while i < b.len() && !b[i].is_ascii_digit() {
+        let sep = b"._-".contains(&b[i]) && b.get(i + 1).is_some_and(u8::is_ascii_digit);
+        if sep {
+            break;
         }
+        i += 1;
+    }
+    match name.get(..i) {
+        Some(base) if !base.is_empty() && i < b.len() => base,
         _ => name,
     }
 }
@@ -260,10 +274,16 @@ mod tests {
         assert_eq!(group_of("home.2026-11-20T030000Z"), "home");
         assert_eq!(group_of("home.2026-11-20T030000Z_2"), "home");
         assert_eq!(group_of("home.20261120T0300"), "home");
+        assert_eq!(group_of("home.20261120T030000+0100"), "home");
         assert_eq!(group_of("home.7"), "home");
-        assert_eq!(group_of("day1"), "day1");
+        assert_eq!(group_of("day1"), "day");
+        assert_eq!(group_of("backup-2024-01"), "backup");
         assert_eq!(group_of("a.b"), "a.b");
+        assert_eq!(group_of("DATAZ"), "DATAZ");
+        assert_eq!(group_of("x1y"), "x1y");
         assert_eq!(group_of(".7"), ".7");
+        assert_eq!(group_of("2026"), "2026");
+        assert_eq!(group_of("v.T1"), "v.T");
         let r = Received {
             name: "home.2026-11-20T030000Z".into(),
             received_uuid: None,

@@ -139,12 +139,15 @@ pub struct Job {
     pub destination: Vec<Spanned<Destination>>,
 }
 
-/// `[[job.NAME.destination]]`: a repository and its options.
+/// `[[job.NAME.destination]]`: a repository (or a received-subvolume
+/// target) and its options.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Destination {
     /// `--repo`.
-    pub repo: Spanned<String>,
+    pub repo: Option<Spanned<String>>,
+    /// `--target` (instead of `repo`: run, list, forget and status only).
+    pub target: Option<Spanned<String>>,
     /// `--password-file`.
     pub password_file: Option<Spanned<SecretPath>>,
     /// `--password-command`.
@@ -558,12 +561,39 @@ impl Config {
             )
             .map_err(|e| here(&e))?;
             for d in &j.destination {
-                let repo = d.get_ref().repo.get_ref();
-                if repo.is_empty() {
+                let dest = d.get_ref();
+                let (key, loc) = match (&dest.repo, &dest.target) {
+                    (Some(r), None) => ("repo", r),
+                    (None, Some(t)) => ("target", t),
+                    _ => {
+                        return Err(self.error_at(
+                            d.span(),
+                            &format!("job.{name}.destination"),
+                            String::from("a destination has either repo or target (one of them)"),
+                        ));
+                    }
+                };
+                if loc.get_ref().is_empty() {
                     return Err(self.error_at(
-                        d.get_ref().repo.span(),
-                        "repo",
-                        String::from("an empty repository"),
+                        loc.span(),
+                        key,
+                        format!(
+                            "an empty {}",
+                            if key == "repo" {
+                                "repository"
+                            } else {
+                                "target"
+                            }
+                        ),
+                    ));
+                }
+                if dest.target.is_some()
+                    && let Some(k) = dest.repository_only()
+                {
+                    return Err(self.error_at(
+                        loc.span(),
+                        k,
+                        format!("{k} applies to a repository, not to a target"),
                     ));
                 }
             }
@@ -615,6 +645,32 @@ impl Config {
 }
 
 impl Destination {
+    /// The repository or target it names (one of them, as checked when
+    /// the file is read; empty for neither).
+    pub fn location(&self) -> &str {
+        self.repo
+            .as_ref()
+            .or(self.target.as_ref())
+            .map_or("", |r| r.get_ref().as_str())
+    }
+
+    /// The first key given that only a repository takes.
+    fn repository_only(&self) -> Option<&'static str> {
+        [
+            ("password_file", self.password_file.is_some()),
+            ("password_command", self.password_command.is_some()),
+            ("identity", self.identity.is_some()),
+            ("write_key", self.write_key.is_some()),
+            ("full_every", self.full_every.is_some()),
+            ("full_every_days", self.full_every_days.is_some()),
+            ("compression_level", self.compression_level.is_some()),
+            ("limit_rate", self.limit_rate.is_some()),
+            ("read_data", self.read_data.is_some()),
+        ]
+        .into_iter()
+        .find_map(|(k, given)| given.then_some(k))
+    }
+
     /// The retention policy's keys, as `forget` reads them.
     pub fn keeps(&self) -> [Option<Keep>; 6] {
         [

@@ -78,12 +78,18 @@ file if it exists: the one BTRSEND_CONFIG names, else
   snapshots = [\"snaps/media.*\"]    # the SNAPSHOTs
   [[job.media.destination]]
   repo = \"/backup/media\"
+  [[job.media.destination]]         # a received-subvolume target
+  target = \"ssh://backup@nas.example/backup/media\"
+  keep_daily = 14
 
 Keys: every option has one, named as the option with _ for -. A job
 ([job.NAME]) holds the sources: snapshots, device, degraded, snapshot,
 snapshot_dir, keep_snapshots, and the hooks before, after, on_error. A
-destination ([[job.NAME.destination]]) holds repo and everything per
-repository: password_file, password_command, identity (or identity_file;
+destination ([[job.NAME.destination]]) holds repo (or target: a
+received-subvolume target, see TARGETS in btrsend-backup-run(1); run,
+list, forget and status use it, verify skips it; the keys that only a
+repository takes are refused there) and everything per repository:
+password_file, password_command, identity (or identity_file;
 a path or an array), write_key, ssh_command, remote_path, full_every,
 full_every_days,
 compression_level, limit_rate, retry_lock, keep_last, keep_hourly,
@@ -168,15 +174,21 @@ fn check(a: &CheckArgs) -> anyhow::Result<()> {
                     &w.get_ref().0,
                 )?;
             }
-            // An ssh:// repository is only parsed: opening it would start
-            // ssh, and config check opens no repository.
-            match btrsend::backup::remote::spec::SshSpec::parse(d.repo.get_ref()) {
+            // An ssh:// repository or target is only parsed: opening it
+            // would start ssh, and config check opens nothing.
+            let (key, loc) = match (&d.repo, &d.target) {
+                (Some(r), _) => ("repo", r),
+                (None, Some(t)) => ("target", t),
+                (None, None) => continue,
+            };
+            match btrsend::backup::remote::spec::SshSpec::parse(loc.get_ref()) {
                 Some(parsed) => parsed
                     .map(drop)
-                    .map_err(|e| cfg.error_at(d.repo.span(), "repo", e)),
-                None => btrsend::backup::store_for(d.repo.get_ref())
+                    .map_err(|e| cfg.error_at(loc.span(), key, e)),
+                None if key == "target" => Ok(()),
+                None => btrsend::backup::store_for(loc.get_ref())
                     .map(drop)
-                    .map_err(|e| cfg.error_at(d.repo.span(), "repo", e.to_string())),
+                    .map_err(|e| cfg.error_at(loc.span(), key, e.to_string())),
             }?;
         }
         if a.quiet {
@@ -242,8 +254,9 @@ fn check(a: &CheckArgs) -> anyhow::Result<()> {
             }
             writeln!(
                 out,
-                "  destination {}: {}",
-                printable(d.repo.get_ref()),
+                "  destination {}{}: {}",
+                if d.target.is_some() { "target " } else { "" },
+                printable(d.location()),
                 what.join(", ")
             )?;
         }

@@ -89,9 +89,10 @@ exit status is 2.
 
 With --target (a received-subvolume target: see TARGETS in
 btrsend-backup-run(1)) the policy applies to the subvolumes received
-completely into the target directory, per group: a name up to its last '.'
-when a time or number follows (home.2026-11-20T024500Z and home.7 are in
-group home), else the whole name. Their time is the one in a name that
+completely into the target directory, per group: the name without the
+time or number at its end (home.2026-11-20T024500Z, btrbk's
+home.20261120T0245, home.7 and home7 are in group home), else the whole
+name. Their time is the one in a name that
 backup run --snapshot gave, else when the subvolume was received. There are
 no chains, but the newest of each group is always kept (\"newest: the next
 incremental's parent\"), as are partial receives (backup run continues
@@ -123,6 +124,7 @@ impl ForgetArgs {
     pub(super) fn for_destination(&self, d: &Destination) -> ForgetArgs {
         let mut a = self.clone();
         a.repo = self.repo.for_destination(d);
+        a.target = self.target.for_destination(d);
         let [last, hourly, daily, weekly, monthly, yearly] = d.keeps();
         a.keep_last = a.keep_last.or(last);
         a.keep_hourly = a.keep_hourly.or(hourly);

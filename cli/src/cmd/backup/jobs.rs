@@ -124,7 +124,7 @@ pub(super) fn each_destination(
         if dests.is_empty() {
             continue;
         }
-        let repos: Vec<String> = dests.iter().map(|d| d.repo.get_ref().clone()).collect();
+        let repos: Vec<String> = dests.iter().map(|d| d.location().to_owned()).collect();
         let mut env: Vec<(&str, String)> = vec![
             ("BTRSEND_JOB", (*name).to_owned()),
             ("BTRSEND_COMMAND", each.command.to_owned()),
@@ -146,11 +146,11 @@ pub(super) fn each_destination(
                 first_error = Some(error_text(&e));
                 hook_failed = true;
                 for d in &dests {
-                    let mut m = Metrics::of_job(each.command, name, d.repo.get_ref());
+                    let mut m = Metrics::of_job(each.command, name, d.location());
                     m.end();
                     metrics.push((m, Exit::Failure));
                     done.push(Done {
-                        repo: d.repo.get_ref().clone(),
+                        repo: d.location().to_owned(),
                         exit: Exit::Failure,
                         error: first_error.clone(),
                     });
@@ -158,10 +158,10 @@ pub(super) fn each_destination(
             }
             Ok(()) => {
                 for d in &dests {
-                    let repo = d.repo.get_ref();
+                    let repo = d.location();
                     let mut ctx = serde_json::Map::new();
                     ctx.insert("job".into(), (*name).into());
-                    ctx.insert("destination".into(), repo.as_str().into());
+                    ctx.insert("destination".into(), repo.into());
                     set_json_context(Some(ctx));
                     let mut m = Metrics::of_job(each.command, name, repo);
                     let r = f(name, job, d, &mut m);
@@ -179,7 +179,7 @@ pub(super) fn each_destination(
                     }
                     metrics.push((m, exit));
                     done.push(Done {
-                        repo: repo.clone(),
+                        repo: repo.to_owned(),
                         exit,
                         error,
                     });

@@ -43,6 +43,7 @@ impl BackupListArgs {
     pub(super) fn for_destination(&self, d: &Destination) -> BackupListArgs {
         let mut a = self.clone();
         a.repo = self.repo.for_destination(d);
+        a.target = self.target.for_destination(d);
         a
     }
 }

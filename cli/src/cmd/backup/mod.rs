@@ -169,7 +169,7 @@ impl RepoArg {
         }
         RepoArg {
             spec: RepoSpec {
-                repo: Some(d.repo.get_ref().clone()),
+                repo: d.repo.as_ref().map(|r| r.get_ref().clone()),
                 ssh_command: self
                     .spec
                     .ssh_command
@@ -395,7 +395,7 @@ fn header(job: &str, d: &config::Destination) {
         crate::exit::stdout(),
         "job {}: {}",
         crate::text::printable(job),
-        crate::text::printable(d.repo.get_ref())
+        crate::text::printable(d.location())
     );
 }
 
@@ -469,7 +469,8 @@ pub fn run(args: &BackupArgs) -> anyhow::Result<()> {
                 metrics_file: a.metrics.file(),
                 names: &a.config.job,
             },
-            &no_skip,
+            // A target has no streams to verify.
+            &|_, d| d.target.is_some(),
             &mut |_, _, d, m| verify::run(&a.for_destination(d), m),
             || {
                 metrics::with_metrics(a.metrics.file(), "verify", a.repo.spec().ok(), |m| {

@@ -140,6 +140,7 @@ impl RunArgs {
     pub(super) fn for_destination(&self, job: &Job, d: &Destination) -> RunArgs {
         let mut a = self.clone();
         a.repo = self.repo.for_destination(d);
+        a.target = self.target.for_destination(d);
         if a.devices.is_empty() {
             a.devices.clone_from(&job.device.0);
         }

@@ -83,6 +83,7 @@ impl StatusArgs {
     pub(super) fn for_destination(&self, d: &Destination) -> StatusArgs {
         let mut a = self.clone();
         a.repo = self.repo.for_destination(d);
+        a.target = self.target.for_destination(d);
         a.max_age = a.max_age.or(d.max_age.map(|m| m.0));
         a
     }

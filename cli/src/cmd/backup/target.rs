@@ -27,6 +27,19 @@ pub struct TargetArg {
     pub target: Option<String>,
 }
 
+impl TargetArg {
+    /// The target of the config file's destination `d`, unless one is
+    /// given on the command line.
+    pub(super) fn for_destination(&self, d: &super::config::Destination) -> TargetArg {
+        TargetArg {
+            target: self
+                .target
+                .clone()
+                .or_else(|| d.target.as_ref().map(|t| t.get_ref().clone())),
+        }
+    }
+}
+
 /// `backup list --target`: the subvolumes in the target directory.
 pub fn list(
     spec: &str,
