@@ -26,7 +26,7 @@ pub enum BackupError {
         what: String,
     },
     /// Another process holds the lock.
-    #[error("{repo}: locked by {holder} (wait for it with --retry-lock DURATION)")]
+    #[error("{repo} is locked by {holder} (wait for it with --retry-lock DURATION)")]
     LockHeld {
         /// The repository (or target).
         repo: String,
