@@ -250,7 +250,25 @@ fn kill_at(repo: &Path, snap: &Path, points: &[u64], extra: &[&str], log: &mut V
     let mut prev: Option<u64> = None;
     let mut max_resent = 0;
     for &at in points {
-        let r = run(repo, snap, Some(at), extra);
+        // The kill waits until the partial file stops growing: the run's
+        // threads write the frames in flight after its sender stopped,
+        // and on a loaded machine a kill at once can find not even the
+        // first frame whole.
+        let last = std::cell::Cell::new((u64::MAX, std::time::Instant::now()));
+        let settled = || {
+            let size: u64 = partials(repo)
+                .iter()
+                .filter_map(|p| std::fs::metadata(p).ok())
+                .map(|m| m.len())
+                .sum();
+            let (prev, since) = last.get();
+            if size != prev {
+                last.set((size, std::time::Instant::now()));
+                return false;
+            }
+            since.elapsed() >= Duration::from_millis(1000)
+        };
+        let r = run_in(repo.as_os_str(), &[], snap, Some(at), Some(&settled), extra);
         let paused = r
             .paused_at
             .unwrap_or_else(|| panic!("the run of {} ended before {at} bytes", snap.display()));
