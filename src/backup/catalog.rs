@@ -473,6 +473,7 @@ mod tests {
             commands: 3,
             proto: 1,
             stored_at: "2026-11-20T01:00:00Z".into(),
+            synthesized_from: None,
         }
     }
 

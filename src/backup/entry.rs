@@ -70,6 +70,12 @@ pub struct Entry {
     pub proto: u32,
     /// When it was stored (RFC 3339).
     pub stored_at: String,
+    /// A synthetic full stream ([`Kind::Full`]): the ids of the entries
+    /// whose streams it was made from (its old chain, full stream first),
+    /// when `forget` or `backup synthesize` replaced this entry's
+    /// incremental stream by a full one made from the repository alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub synthesized_from: Option<Vec<u64>>,
 }
 
 impl Entry {

@@ -232,6 +232,7 @@ mod tests {
             commands: 1,
             proto: 1,
             stored_at: time.into(),
+            synthesized_from: None,
         }
     }
 

@@ -8,12 +8,22 @@
 //! old catalog (nothing deleted) or the new one (with at most stream files
 //! no entry names, which `verify` reports and the next `run` removes):
 //! never a kept entry whose chain is broken.
+//!
+//! Where the policy keeps an entry whose ancestors it would drop, the
+//! oldest such kept entry of each chain gets a synthetic full stream
+//! ([`super::synthesize`]), made and proven before the catalog changes;
+//! the catalog that names it is the one that drops the ancestors, so the
+//! same crash rules hold. Without synthesis (`--no-synthesize`, a key
+//! that cannot read the streams, an append-only store) those ancestors
+//! are kept for the chain, as [`ChainHeld`] reports.
 
 use std::time::Duration;
 
 use jiff::Timestamp;
 use jiff::tz::TimeZone;
 use serde::Serialize;
+
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::retention::{self, Candidate, Policy, RetentionError};
 use super::{BackupError, Catalog, Entry, LockKind, Repository};
@@ -31,6 +41,9 @@ pub struct ForgetOptions {
     pub now: Timestamp,
     /// The time zone of the periods (hours, days, weeks, …).
     pub tz: TimeZone,
+    /// Replace the oldest kept entry of a chain whose ancestors the
+    /// policy drops by a synthetic full stream, so they can go.
+    pub synthesize: bool,
 }
 
 impl ForgetOptions {
@@ -41,7 +54,15 @@ impl ForgetOptions {
             wait_lock: Duration::ZERO,
             now: Timestamp::now(),
             tz: TimeZone::system(),
+            synthesize: true,
         }
+    }
+
+    /// Synthesize full streams (the default) or keep ancestors for their
+    /// chains.
+    pub fn with_synthesize(mut self, synthesize: bool) -> ForgetOptions {
+        self.synthesize = synthesize;
+        self
     }
 
     /// Decide and report only.
@@ -76,6 +97,22 @@ pub struct Verdict {
     /// Kept only because kept entries' chains need it (every reason is
     /// `parent of …`): the policy alone would delete it.
     pub kept_for_chain: bool,
+    /// Kept, and its incremental stream is (in a dry run: would be)
+    /// replaced by a synthetic full stream so its ancestors can go.
+    pub synthesize: bool,
+}
+
+/// A synthetic full stream `forget` made (or would make).
+#[derive(Debug, Clone, Serialize)]
+pub struct SynthesizedEntry {
+    /// The entry.
+    pub id: u64,
+    /// The entries whose streams it is made from, full stream first.
+    pub from: Vec<u64>,
+    /// The stored bytes of the incremental stream it replaces.
+    pub replaced_bytes: u64,
+    /// The stored bytes of the new full stream (none in a dry run).
+    pub stored_bytes: Option<u64>,
 }
 
 /// The outcome of `forget`.
@@ -92,6 +129,14 @@ pub struct ForgetReport {
     /// ([`Verdict::kept_for_chain`]): how many, and their stream files'
     /// bytes, which this policy could not free.
     pub chain_held: ChainHeld,
+    /// The synthetic full streams made (or, in a dry run, to make).
+    pub synthesized: Vec<SynthesizedEntry>,
+    /// Stored bytes of the stream files deleted (or to delete): the
+    /// deleted entries' and the incremental streams replaced.
+    pub freed_bytes: u64,
+    /// Why no synthetic full stream could be made for entries that needed
+    /// one (their ancestors are kept), if so.
+    pub synthesis_skipped: Vec<String>,
 }
 
 /// What the policy would drop but the chains of kept entries need.
@@ -162,16 +207,112 @@ impl Repository {
             Some(self.lock(LockKind::Exclusive, opts.wait_lock, progress)?)
         };
         let mut catalog = self.catalog()?;
-        let plan = plan(&catalog, policy, opts, self.store().name())?;
-        if !opts.dry_run && !plan.delete_order.is_empty() {
+        let mut planned = plan(
+            &catalog,
+            policy,
+            opts,
+            self.store().name(),
+            &BTreeSet::new(),
+        )?;
+        let mut skipped = Vec::new();
+        let mut wanted = if opts.synthesize {
+            synthesis_candidates(&catalog, &planned)
+        } else {
+            Vec::new()
+        };
+        if !wanted.is_empty()
+            && let Some(why) = self.why_no_synthesis()
+        {
+            skipped.push(why);
+            wanted.clear();
+        }
+        let cut: BTreeSet<u64> = wanted.iter().copied().collect();
+        if !cut.is_empty() {
+            planned = plan(&catalog, policy, opts, self.store().name(), &cut)?;
+        }
+        if !opts.dry_run && !planned.delete_order.is_empty() {
             // Deleting by links the streams do not confirm could take the
             // parent of a kept entry.
             self.check_structure(&catalog)?;
         }
-        if !opts.dry_run {
-            if !plan.delete_order.is_empty() {
-                catalog.remove_entries(&**self.store(), &plan.delete_order)?;
+        let mut made = BTreeMap::new();
+        if !opts.dry_run && !cut.is_empty() {
+            for id in &cut {
+                match self.synthesize_full(&catalog, *id, progress) {
+                    Ok(s) => {
+                        made.insert(*id, s);
+                    }
+                    Err(e) => {
+                        let why = format!(
+                            "entry {id} keeps its incremental stream and its ancestors: {e}"
+                        );
+                        progress.warning(&why);
+                        skipped.push(why);
+                    }
+                }
             }
+            if made.len() < cut.len() {
+                // Ancestors stay for the entries that kept their chains.
+                let done: BTreeSet<u64> = made.keys().copied().collect();
+                planned = plan(&catalog, policy, opts, self.store().name(), &done)?;
+            }
+        }
+        let synthesized: Vec<SynthesizedEntry> = if opts.dry_run {
+            cut.iter()
+                .filter_map(|id| catalog.get(*id))
+                .map(|e| SynthesizedEntry {
+                    id: e.id,
+                    from: catalog
+                        .chain(e.id)
+                        .map(|c| c.iter().map(|x| x.id).collect())
+                        .unwrap_or_default(),
+                    replaced_bytes: e.stored_bytes,
+                    stored_bytes: None,
+                })
+                .collect()
+        } else {
+            made.values()
+                .map(|s| SynthesizedEntry {
+                    id: s.entry.id,
+                    from: s.entry.synthesized_from.clone().unwrap_or_default(),
+                    replaced_bytes: s.old.stored_bytes,
+                    stored_bytes: Some(s.entry.stored_bytes),
+                })
+                .collect()
+        };
+        let freed_bytes = planned
+            .delete_order
+            .iter()
+            .filter_map(|id| catalog.get(*id))
+            .chain(synthesized.iter().filter_map(|s| catalog.get(s.id)))
+            .map(|e| e.stored_bytes)
+            .sum();
+        for v in &mut planned.verdicts {
+            v.synthesize = synthesized.iter().any(|s| s.id == v.entry.id);
+        }
+        if !opts.dry_run {
+            for s in made.values() {
+                catalog = catalog.with_synthesized(s);
+            }
+            if !planned.delete_order.is_empty() {
+                catalog.remove_entries(&**self.store(), &planned.delete_order)?;
+            } else if !made.is_empty() {
+                catalog.commit(&**self.store())?;
+            }
+            for s in made.values() {
+                // The incremental stream the new full one replaces.
+                let _ = self.store().delete(&s.old.file);
+                progress.notice(&format!(
+                    "entry {} ({}) is now a synthetic full stream of {} bytes",
+                    s.entry.id,
+                    crate::manifest::escape(s.entry.path.as_bytes()),
+                    s.entry.stored_bytes
+                ));
+            }
+            // The indexes of the synthesized entries' descendants pointed
+            // into the streams just deleted (or an interrupted forget
+            // left them so).
+            self.refresh_stale_indexes(&catalog, progress)?;
             // Stream files of entries that an interrupted forget (or run)
             // had already dropped from the catalog.
             // A run's partial stream files stay for the next run, unless
@@ -180,27 +321,67 @@ impl Repository {
             // The indexes of the deleted entries, and the pages only they
             // used.
             if let Some(why) = self
-                .sweep_indexes(&catalog, !plan.delete_order.is_empty())?
+                .sweep_indexes(
+                    &catalog,
+                    !planned.delete_order.is_empty() || !made.is_empty(),
+                )?
                 .skipped
             {
                 progress.warning(&why);
             }
         }
-        let chain_held =
-            plan.verdicts
-                .iter()
-                .filter(|v| v.kept_for_chain)
-                .fold(ChainHeld::default(), |h, v| ChainHeld {
-                    entries: h.entries + 1,
-                    stored_bytes: h.stored_bytes.saturating_add(v.entry.stored_bytes),
-                });
+        let chain_held = planned.verdicts.iter().filter(|v| v.kept_for_chain).fold(
+            ChainHeld::default(),
+            |h, v| ChainHeld {
+                entries: h.entries + 1,
+                stored_bytes: h.stored_bytes.saturating_add(v.entry.stored_bytes),
+            },
+        );
         Ok(ForgetReport {
             chain_held,
-            verdicts: plan.verdicts,
-            deleted: plan.delete_order,
+            verdicts: planned.verdicts,
+            deleted: planned.delete_order,
             dry_run: opts.dry_run,
+            synthesized,
+            freed_bytes,
+            synthesis_skipped: skipped,
         })
     }
+
+    /// Why this forget cannot synthesize full streams, if it cannot.
+    fn why_no_synthesis(&self) -> Option<String> {
+        self.need_contents("synthesizing a full stream")
+            .err()
+            .map(|e| e.to_string())
+    }
+}
+
+/// The entries to give synthetic full streams: each kept entry (by the
+/// policy itself) whose ancestors are all kept only for chains, oldest
+/// first. A kept entry below another one keeps its incremental stream:
+/// that one's synthesis, not a second full stream, frees the chain.
+fn synthesis_candidates(catalog: &Catalog, planned: &Planned) -> Vec<u64> {
+    let by_policy: BTreeSet<u64> = planned
+        .verdicts
+        .iter()
+        .filter(|v| v.keep && !v.kept_for_chain)
+        .map(|v| v.entry.id)
+        .collect();
+    let mut out: Vec<u64> = by_policy
+        .iter()
+        .copied()
+        .filter(|&id| {
+            let Ok(chain) = catalog.chain(id) else {
+                return false;
+            };
+            chain.len() > 1
+                && chain[..chain.len() - 1]
+                    .iter()
+                    .all(|a| !by_policy.contains(&a.id))
+        })
+        .collect();
+    out.sort_unstable();
+    out
 }
 
 struct Planned {
@@ -208,12 +389,14 @@ struct Planned {
     delete_order: Vec<u64>,
 }
 
-/// [`retention::plan`] over the catalog's entries.
+/// [`retention::plan`] over the catalog's entries, those of `cut` taken
+/// as full streams (they are to get synthetic ones).
 fn plan(
     catalog: &Catalog,
     policy: &Policy,
     opts: &ForgetOptions,
     repo: &str,
+    cut: &BTreeSet<u64>,
 ) -> Result<Planned, BackupError> {
     let invalid = |what: String| BackupError::Invalid(format!("{repo}: {what}"));
     let candidates = catalog
@@ -230,7 +413,7 @@ fn plan(
                 id: e.id,
                 origin: e.origin.clone(),
                 time,
-                parent: e.parent_id,
+                parent: e.parent_id.filter(|_| !cut.contains(&e.id)),
             })
         })
         .collect::<Result<Vec<_>, BackupError>>()?;
@@ -244,6 +427,7 @@ fn plan(
             Some(Verdict {
                 entry,
                 kept_for_chain: d.kept_only_for_chain(),
+                synthesize: false,
                 keep: d.keep,
                 reasons: d.reasons.iter().map(ToString::to_string).collect(),
             })

@@ -83,6 +83,7 @@ pub mod s3;
 pub mod snapshots;
 pub mod status;
 pub mod store;
+pub mod synthesize;
 pub mod target;
 mod treehash;
 mod verify;

@@ -686,6 +686,7 @@ impl Repository {
             commands: trailer.commands,
             proto: trailer.proto,
             stored_at: now_rfc3339(),
+            synthesized_from: None,
         };
         self.record_inline_index(&entry, index, &|w| progress.warning(w));
         let mut next = cat.clone();

@@ -165,6 +165,7 @@ mod tests {
             commands: 1,
             proto: 1,
             stored_at: time.to_owned(),
+            synthesized_from: None,
         }
     }
 

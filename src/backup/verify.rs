@@ -517,6 +517,7 @@ mod compare_tests {
             commands: 3,
             proto: 1,
             stored_at: String::new(),
+            synthesized_from: None,
         }
     }
 

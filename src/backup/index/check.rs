@@ -233,8 +233,66 @@ impl Repository {
         Ok(sweep)
     }
 
-    /// `verify`'s part for indexes: a missing index is a notice, a
-    /// damaged one a problem. With `read_data` every page is read, and
+    /// Whether `e`'s index names a stream no entry of `cat` lists (its
+    /// data moved to a synthetic full stream): out of date, not damaged.
+    /// Such an index is never read ([`Repository::index_root`] refuses
+    /// it).
+    ///
+    /// # Errors
+    ///
+    /// The store's.
+    pub(crate) fn stale_index(&self, cat: &Catalog, e: &Entry) -> Result<bool, BackupError> {
+        let Some(key) = root_key(&e.file) else {
+            return Ok(false);
+        };
+        let bytes = match self.store.get(&key, None) {
+            Ok(b) => b,
+            Err(s) if s.is_not_found() => return Ok(false),
+            Err(s) => return Err(s.into()),
+        };
+        let Ok(root) = serde_json::from_slice::<IndexRoot>(&bytes) else {
+            return Ok(false);
+        };
+        let files: HashSet<&str> = cat.entries.iter().map(|x| x.file.as_str()).collect();
+        Ok(root.sources.iter().any(|s| !files.contains(s.as_str())))
+    }
+
+    /// Build again, parents first, the indexes [`Repository::stale_index`]
+    /// finds; one that fails is a warning (`backup index` tries again).
+    ///
+    /// # Errors
+    ///
+    /// The store's.
+    pub(crate) fn refresh_stale_indexes(
+        &self,
+        cat: &Catalog,
+        progress: &dyn crate::progress::Progress,
+    ) -> Result<(), BackupError> {
+        let mut stale = Vec::new();
+        let mut order: Vec<&Entry> = cat.entries.iter().collect();
+        order.sort_by_key(|e| e.id);
+        for e in order {
+            if self.stale_index(cat, e)? {
+                stale.push(e);
+            }
+        }
+        for e in &stale {
+            if let Some(k) = root_key(&e.file) {
+                self.store.delete(&k)?;
+            }
+        }
+        let mut report = super::repo::IndexReport::default();
+        self.index_entries(cat, &stale, &mut report, progress);
+        for (id, why) in report.failed {
+            progress.warning(&format!(
+                "the index of entry {id} could not be built again ({why}); `btrsend backup index` tries again"
+            ));
+        }
+        Ok(())
+    }
+
+    /// `verify`'s part for indexes: a missing or out-of-date index is a
+    /// notice, a damaged one a problem. With `read_data` every page is read, and
     /// each index is built again from its stream (unless the stream is in
     /// `bad`) and must come out the same.
     ///
@@ -261,6 +319,7 @@ impl Repository {
         let pages = Pages::new(&store, self.page_name_key());
         let mut seen = HashSet::new();
         let mut missing = 0usize;
+        let mut stale = 0usize;
         let mut damaged: BTreeSet<u64> = BTreeSet::new();
         let mut order: Vec<&Entry> = cat.entries.iter().collect();
         order.sort_by_key(|e| e.id);
@@ -272,6 +331,10 @@ impl Repository {
             };
             if !root_key(&e.file).is_some_and(|k| roots.contains(k.as_str())) {
                 missing += 1;
+                continue;
+            }
+            if self.stale_index(cat, e)? {
+                stale += 1;
                 continue;
             }
             let root = if read_data {
@@ -325,6 +388,11 @@ impl Repository {
                     damaged.insert(e.id);
                 }
             }
+        }
+        if stale > 0 {
+            rep.notices.push(format!(
+                "{stale} stored snapshot(s) have an index that points into streams a synthetic full stream replaced (a `forget` was interrupted): the next `forget` or `btrsend backup index` builds them again"
+            ));
         }
         if missing > 0 {
             rep.notices.push(format!(

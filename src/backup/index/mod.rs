@@ -31,6 +31,7 @@ mod extract;
 pub mod glob;
 pub mod inline;
 pub mod model;
+pub mod proof;
 pub mod read;
 pub mod repo;
 pub mod synth;

@@ -95,7 +95,7 @@ pub enum FileType {
 }
 
 impl FileType {
-    fn code(self) -> u8 {
+    pub(crate) fn code(self) -> u8 {
         match self {
             FileType::File => 1,
             FileType::Dir => 2,

@@ -457,7 +457,7 @@ impl Repository {
 
     /// Index each of `todo` (parents first) from its stream; failures go
     /// to the report, and an entry whose parent failed is not tried.
-    fn index_entries(
+    pub(crate) fn index_entries(
         &self,
         cat: &Catalog,
         todo: &[&Entry],
@@ -519,6 +519,21 @@ impl Repository {
             }
             r => r?,
         };
+        self.with_index_root(cat, root, f)
+    }
+
+    /// Open the index `root` for reading, with the streams of `cat`'s
+    /// entries as its data.
+    ///
+    /// # Errors
+    ///
+    /// What `f` returns.
+    pub fn with_index_root<T>(
+        &self,
+        cat: &Catalog,
+        root: IndexRoot,
+        f: impl FnOnce(&Snapshot<'_, '_>, &RepoData<'_>) -> Result<T, BackupError>,
+    ) -> Result<T, BackupError> {
         let store = self.page_store();
         let pages = Pages::new(&store, self.page_name_key());
         let snap = Snapshot::open(&pages, root);

@@ -25,7 +25,10 @@ use stream_format::{Command, StreamWriter, Timespec};
 use super::IndexError;
 use super::glob::Glob;
 use super::model::{FileType, Inode, ROOT_INO};
+use super::proof::{Content, TreeDigest};
 use super::read::{DataSource, Snapshot, Visit};
+use super::tree::Record;
+use crate::manifest::ContentHasher;
 
 /// Bytes of file data in one WRITE: the kernel's `BTRFS_SEND_READ_SIZE`.
 const WRITE_SIZE: usize = 48 << 10;
@@ -102,6 +105,34 @@ pub fn write_stream<W: Write>(
     head: Head<'_>,
     out: &mut StreamWriter<W>,
 ) -> Result<Written, IndexError> {
+    write(snap, data, sel, head, out, None)
+}
+
+/// Write the whole of `snap` as [`write_stream`] does, recording in
+/// `proof` the digest of the tree written ([`super::proof`]): each file's
+/// content is hashed from the data as it is written.
+///
+/// # Errors
+///
+/// As [`write_stream`].
+pub fn write_proved<W: Write>(
+    snap: &Snapshot<'_, '_>,
+    data: &dyn DataSource,
+    head: Head<'_>,
+    out: &mut StreamWriter<W>,
+    proof: &mut TreeDigest,
+) -> Result<Written, IndexError> {
+    write(snap, data, &Selection::default(), head, out, Some(proof))
+}
+
+fn write<W: Write>(
+    snap: &Snapshot<'_, '_>,
+    data: &dyn DataSource,
+    sel: &Selection,
+    head: Head<'_>,
+    out: &mut StreamWriter<W>,
+    proof: Option<&mut TreeDigest>,
+) -> Result<Written, IndexError> {
     let mut s = Synth {
         snap,
         data,
@@ -111,14 +142,18 @@ pub fn write_stream<W: Write>(
         links: HashMap::new(),
         written: Written::default(),
         buf: vec![0u8; READ_SIZE],
+        proof,
     };
     s.put(&Command::Subvol {
         path: head.name.into(),
         uuid: head.uuid,
         ctransid: head.ctransid,
     })?;
-    snap.visit_below(ROOT_INO, &mut Vec::new(), &mut s)?;
     let root = snap.inode(ROOT_INO)?;
+    if let Some(p) = &mut s.proof {
+        p.path(b"", ROOT_INO, &root, &snap.xattrs(ROOT_INO)?, None);
+    }
+    snap.visit_below(ROOT_INO, &mut Vec::new(), &mut s)?;
     s.attributes(b"", ROOT_INO, &root)?;
     s.put(&Command::End)?;
     s.out.flush().map_err(output)?;
@@ -149,6 +184,8 @@ struct Synth<'a, 'p, 's, W: Write> {
     links: HashMap<u64, Vec<u8>>,
     written: Written,
     buf: Vec<u8>,
+    /// The digest of what is written, for a synthetic full's proof.
+    proof: Option<&'a mut TreeDigest>,
 }
 
 fn time(t: (i64, u32)) -> Timespec {
@@ -188,6 +225,9 @@ impl<W: Write> Synth<'_, '_, '_, W> {
         if inode.kind != FileType::Dir && inode.nlink > 1 {
             if let Some(first) = self.links.get(&ino) {
                 let first = first.clone();
+                if let Some(p) = &mut self.proof {
+                    p.link(path, ino);
+                }
                 return self.put(&Command::Link {
                     path: p(),
                     path_link: first.into(),
@@ -225,23 +265,38 @@ impl<W: Write> Synth<'_, '_, '_, W> {
         };
         self.put(&cmd)?;
         if inode.kind != FileType::Dir {
-            self.attributes(path, ino, inode)?;
+            let (xattrs, content) = self.attributes(path, ino, inode)?;
+            if let Some(p) = &mut self.proof {
+                p.path(path, ino, inode, &xattrs, content.as_ref());
+            }
+        } else if self.proof.is_some() {
+            let xattrs = self.snap.xattrs(ino)?;
+            if let Some(p) = &mut self.proof {
+                p.path(path, ino, inode, &xattrs, None);
+            }
         }
         Ok(())
     }
 
-    /// Send the xattrs, data, owner, mode and times of `path`.
-    fn attributes(&mut self, path: &[u8], ino: u64, inode: &Inode) -> Result<(), IndexError> {
+    /// Send the xattrs, data, owner, mode and times of `path`; the xattrs
+    /// and, for a file in a proved stream, its content.
+    fn attributes(
+        &mut self,
+        path: &[u8],
+        ino: u64,
+        inode: &Inode,
+    ) -> Result<(Vec<Record>, Option<Content>), IndexError> {
         let p = || path.into();
+        let all = self.snap.xattrs(ino)?;
         // File capabilities go last: a CHOWN drops them.
-        let (caps, xattrs): (Vec<_>, Vec<_>) = self
-            .snap
-            .xattrs(ino)?
-            .into_iter()
+        let (caps, xattrs): (Vec<_>, Vec<_>) = all
+            .iter()
+            .cloned()
             .partition(|(name, _)| name == CAPABILITY);
         self.set_xattrs(path, xattrs)?;
+        let mut content = None;
         if inode.kind == FileType::File {
-            self.file_data(path, ino, inode)?;
+            content = self.file_data(path, ino, inode)?;
             self.put(&Command::Truncate {
                 path: p(),
                 size: inode.size,
@@ -272,7 +327,8 @@ impl<W: Write> Synth<'_, '_, '_, W> {
             mtime: t,
             ctime: t,
             otime: None,
-        })
+        })?;
+        Ok((all, content))
     }
 
     fn set_xattrs(
@@ -290,10 +346,18 @@ impl<W: Write> Synth<'_, '_, '_, W> {
         Ok(())
     }
 
-    fn file_data(&mut self, path: &[u8], ino: u64, inode: &Inode) -> Result<(), IndexError> {
+    /// Send the data of file `path`; its content, in a proved stream.
+    fn file_data(
+        &mut self,
+        path: &[u8],
+        ino: u64,
+        inode: &Inode,
+    ) -> Result<Option<Content>, IndexError> {
         let mut buf = std::mem::take(&mut self.buf);
-        let res = (|| {
-            for (start, len) in self.snap.data_ranges(ino, inode.size)? {
+        let mut hasher = self.proof.is_some().then(|| ContentHasher::new(inode.size));
+        let res = (|| -> Result<Vec<(u64, u64)>, IndexError> {
+            let ranges = self.snap.data_ranges(ino, inode.size)?;
+            for &(start, len) in &ranges {
                 let end = start.saturating_add(len);
                 let mut at = start;
                 while at < end {
@@ -306,6 +370,9 @@ impl<W: Write> Synth<'_, '_, '_, W> {
                     if n == 0 {
                         break;
                     }
+                    if let Some(h) = &mut hasher {
+                        h.feed(at, &buf[..n]);
+                    }
                     for (i, piece) in buf[..n].chunks(WRITE_SIZE).enumerate() {
                         self.put(&Command::Write {
                             path: path.into(),
@@ -317,10 +384,11 @@ impl<W: Write> Synth<'_, '_, '_, W> {
                     self.written.bytes += n as u64;
                 }
             }
-            Ok(())
+            Ok(ranges)
         })();
         self.buf = buf;
-        res
+        let ranges = res?;
+        Ok(hasher.map(|h| (ranges, h.finish())))
     }
 }
 

@@ -322,6 +322,7 @@ mod tests {
             commands: 0,
             proto: 2,
             stored_at: time.into(),
+            synthesized_from: None,
         }
     }
 

@@ -12,6 +12,7 @@ use super::config::{ConfigArg, Destination};
 use super::metrics::Metrics;
 use super::{LockArg, MetricsArg, RepoArg};
 use crate::exit::{UsageError, json_error};
+use crate::progress::backup::BackupReporter;
 use crate::text::printable;
 
 /// Arguments of `btrsend backup forget`.
@@ -55,10 +56,16 @@ pub struct ForgetArgs {
     /// dry run takes no lock, so it never waits for a run.
     #[arg(long = "dry-run", short = 'n')]
     pub(super) dry_run: bool,
+    /// Keep the ancestors kept entries need instead of replacing the
+    /// oldest kept entry of each such chain by a synthetic full stream
+    /// (see SYNTHETIC FULL STREAMS below).
+    #[arg(long = "no-synthesize")]
+    no_synthesize: bool,
     /// Print the decisions as a JSON array, one object per entry (id, path,
     /// uuid, time, origin, kind, action: "keep" or "delete", reasons,
-    /// stored_bytes, and kept_for_chain: true when the entry is kept only
-    /// because kept entries' chains need it).
+    /// stored_bytes, kept_for_chain: true when the entry is kept only
+    /// because kept entries' chains need it, and synthesize: true when its
+    /// stream is replaced by a synthetic full stream).
     #[arg(long)]
     pub(super) json: bool,
     #[command(flatten)]
@@ -78,9 +85,21 @@ incremental stream, and so on down to its full stream) is kept as well
 time is in the future are never deleted. The catalog is replaced
 atomically before any stream file is deleted.
 
-A chain is freed only once a newer full stream starts the next one: `backup
-run` makes one when the chain's full stream is 30 days old
-(--full-every-days). The listing (--dry-run, or on a terminal) ends with
+SYNTHETIC FULL STREAMS: where the policy keeps an entry whose ancestors it
+drops, the oldest kept entry of each such chain gets a synthetic full
+stream of its snapshot, made from the repository alone (see
+btrsend-backup-synthesize(1): proven equal to what the chain restores
+before anything is replaced), and its ancestors are deleted; the chain's
+later entries stay incremental on top of it. So `--keep-last 3` over a
+chain of 12 leaves about one full stream and two incremental ones, and
+no periodic full send from the source is needed to free space. The
+listing marks such an entry \"synthetic full\" and ends with the bytes the
+stream files deleted held; --dry-run says what would be synthesized. A
+synthesis that fails keeps its chain as it was (a warning says why).
+Synthesis reads the streams: with only the write key of an encrypted
+repository, or with --no-synthesize, a chain is freed only once a newer
+full stream starts the next one (`backup run` makes one when the chain's
+full stream is 30 days old, --full-every-days), and the listing ends with
 how many entries, and how many bytes, the policy would drop but kept
 chains still need; --json marks them kept_for_chain.
 
@@ -161,10 +180,12 @@ pub fn run(a: &ForgetArgs, m: &mut Metrics) -> anyhow::Result<()> {
     let repo = a.repo.open()?;
     let opts = ForgetOptions::new()
         .with_dry_run(a.dry_run)
-        .with_wait_lock(a.lock.wait());
-    let report = repo
-        .forget(&policy, &opts, &btrsend::backup::NoProgress)
-        .map_err(|e| json_error(a.json, e.into()))?;
+        .with_wait_lock(a.lock.wait())
+        .with_synthesize(!a.no_synthesize);
+    let progress = BackupReporter::bar(!a.json, "forgetting");
+    let report = repo.forget(&policy, &opts, &progress);
+    progress.finish();
+    let report = report.map_err(|e| json_error(a.json, e.into()))?;
     let mut deleted: std::collections::BTreeMap<&str, u64> = Default::default();
     for v in &report.verdicts {
         *deleted.entry(v.entry.origin.as_str()).or_default() += u64::from(!v.keep && !a.dry_run);
@@ -196,6 +217,7 @@ pub fn run(a: &ForgetArgs, m: &mut Metrics) -> anyhow::Result<()> {
                     "reasons": v.reasons,
                     "stored_bytes": v.entry.stored_bytes,
                     "kept_for_chain": v.kept_for_chain,
+                    "synthesize": v.synthesize,
                 })
             })
             .collect();
@@ -205,6 +227,10 @@ pub fn run(a: &ForgetArgs, m: &mut Metrics) -> anyhow::Result<()> {
         let deleted = if a.dry_run { "would delete" } else { "deleted" };
         for v in &report.verdicts {
             let action = if v.keep { "keep" } else { deleted };
+            let mut reasons = v.reasons.clone();
+            if v.synthesize {
+                reasons.push(String::from("synthetic full"));
+            }
             writeln!(
                 out,
                 "{action:<12}  {:>5}  {:<25}  {}{}{}",
@@ -212,14 +238,25 @@ pub fn run(a: &ForgetArgs, m: &mut Metrics) -> anyhow::Result<()> {
                 printable(&v.entry.time),
                 printable(&v.entry.path),
                 if v.keep { "  (" } else { "" },
-                v.reasons.join(", ") + if v.keep { ")" } else { "" },
+                reasons.join(", ") + if v.keep { ")" } else { "" },
             )?;
         }
         let kept = report.verdicts.iter().filter(|v| v.keep).count();
+        let synthesized = if report.synthesized.is_empty() {
+            String::new()
+        } else {
+            format!(
+                ", {} {} a synthetic full stream",
+                report.synthesized.len(),
+                if a.dry_run { "would get" } else { "got" }
+            )
+        };
         writeln!(
             out,
-            "{kept} kept, {} {deleted}",
-            report.verdicts.len() - kept
+            "{kept} kept, {} {deleted}{synthesized}; {} bytes of stream files {}",
+            report.verdicts.len() - kept,
+            report.freed_bytes,
+            if a.dry_run { "to delete" } else { "deleted" },
         )?;
         let why = report.chain_held.explain();
         if !why.is_empty() {

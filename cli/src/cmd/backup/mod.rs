@@ -26,6 +26,7 @@ mod restore;
 mod run;
 mod secrets;
 mod status;
+mod synthesize;
 mod tar;
 mod target;
 mod verify;
@@ -336,6 +337,10 @@ pub enum BackupCommand {
     /// Delete old entries by a retention policy (restic's --keep-*
     /// options), never one a kept entry's chain needs.
     Forget(forget::ForgetArgs),
+    /// Replace a stored incremental snapshot's stream by a full stream
+    /// made from the repository alone (a synthetic full), so the entries
+    /// before it can go.
+    Synthesize(synthesize::SynthesizeArgs),
     /// Per origin, the newest stored snapshot, its age and its chain's
     /// health, from the catalog alone; exit status 14 when one is older
     /// than --max-age.
@@ -511,6 +516,7 @@ pub fn run(args: &BackupArgs) -> anyhow::Result<()> {
                 },
             )
         }
+        BackupCommand::Synthesize(a) => synthesize::run(a),
         BackupCommand::Key(a) => key::run(a),
         BackupCommand::Index(a) => browse::index(a),
         BackupCommand::Ls(a) => browse::ls(a),
