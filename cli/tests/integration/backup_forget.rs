@@ -174,10 +174,37 @@ fn keeps_case(kind: Kind, test: &str) {
     assert_eq!(d[&a1], keep(&["last"]));
     assert_eq!(d[&s2], delete());
     assert_eq!(d[&s1], delete());
-    // --keep-last 2: s2 is kept, and with it its parent s1.
-    let d = decisions(repo, &["--keep-last", "2"], false);
+    // --keep-last 2 --no-synthesize: s2 is kept, and with it its parent
+    // s1.
+    let d = decisions(repo, &["--keep-last", "2", "--no-synthesize"], false);
     assert_eq!(d[&s2], keep(&["last"]));
     assert_eq!(d[&s1], keep(&[&format!("parent of {s2}")]));
+    // --keep-last 2: s2 gets a synthetic full stream, so s1 can go.
+    let rows: Value = serde_json::from_str(&ok(&[
+        "backup",
+        "forget",
+        "--repo",
+        repo,
+        "--json",
+        "--dry-run",
+        "--keep-last",
+        "2",
+    ]))
+    .unwrap();
+    let row = |id: u64| {
+        rows.as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["id"] == id)
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(
+        (&row(s2)["action"], &row(s2)["synthesize"]),
+        (&"keep".into(), &true.into())
+    );
+    assert_eq!(row(s1)["action"], "delete");
+    assert_eq!(row(s3)["synthesize"], false);
     // --keep-daily 5 with three days: all kept, the oldest as a day too
     // (and as the parent of s2).
     let d = decisions(repo, &["--keep-daily", "5"], false);
@@ -194,8 +221,29 @@ fn keeps_case(kind: Kind, test: &str) {
         "--keep-last",
         "1",
     ]);
+    // s1 and s2 hold these bytes (the files' sizes).
+    let freed: u64 = ["s1", "s2"]
+        .iter()
+        .map(|n| {
+            let rows: Value =
+                serde_json::from_str(&ok(&["backup", "list", "--repo", repo, "--json"])).unwrap();
+            let e = rows
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|e| e["path"] == *n)
+                .unwrap()
+                .clone();
+            fs::metadata(r.files.join(e["file"].as_str().unwrap()))
+                .unwrap()
+                .len()
+        })
+        .sum();
     assert!(
-        text.contains("would delete") && text.ends_with("2 kept, 2 would delete\n"),
+        text.contains("would delete")
+            && text.ends_with(&format!(
+                "2 kept, 2 would delete; {freed} bytes of stream files to delete\n"
+            )),
         "{text}"
     );
 
@@ -215,8 +263,45 @@ fn keeps_case(kind: Kind, test: &str) {
     }
     assert_eq!(listed(repo).len(), 4);
 
-    // The real thing: silent without a terminal, the chain s1 <- s2 gone
-    // with its files, the rest verifies.
+    // The real thing with --keep-last 2: s2's stream is replaced by a
+    // synthetic full stream (same entry, now full, made from s1 and s2),
+    // s1 goes; the repository verifies and s2 restores to the kernel's
+    // tree below (root).
+    let out = run(&["backup", "forget", "--repo", repo, "--keep-last", "2"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let after: Value =
+        serde_json::from_str(&ok(&["backup", "list", "--repo", repo, "--json"])).unwrap();
+    let e2 = after
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["id"] == s2)
+        .unwrap()
+        .clone();
+    assert_eq!(e2["kind"], "full", "{e2}");
+    assert_eq!(e2["parent_id"], Value::Null, "{e2}");
+    assert_eq!(e2["synthesized_from"], serde_json::json!([s1, s2]), "{e2}");
+    assert_eq!(listed(repo).keys().collect::<Vec<_>>(), ["a1", "s2", "s3"]);
+    assert_eq!(fs::read_dir(r.files.join("streams")).unwrap().count(), 3);
+    ok(&["backup", "verify", "--repo", repo, "--read-data"]);
+    let restored_s2 = dir.path().join("restored-s2");
+    fs::create_dir(&restored_s2).unwrap();
+    let s2_restore = run(&[
+        "backup",
+        "restore",
+        "--repo",
+        repo,
+        "s2",
+        "--to",
+        restored_s2.to_str().unwrap(),
+    ]);
+
+    // Then --keep-last 1: silent without a terminal, s2 gone with its
+    // file, the rest verifies.
     let out = run(&["backup", "forget", "--repo", repo, "--keep-last", "1"]);
     assert!(
         out.status.success(),
@@ -263,6 +348,18 @@ fn keeps_case(kind: Kind, test: &str) {
     let got = manifest::manifest(&to.join("s3"), Options { holes: true }).unwrap();
     let want = fs::read_to_string(inc.join("s3.manifest")).unwrap();
     assert_eq!(got, want);
+    // The synthetic full stream of s2 restored as the kernel's s2. Not
+    // its hole map: the kernel's incremental stream s1--s2 sends a hole
+    // punched in data-punch as written zeros, so the chain (and the full
+    // stream made from it) restores them as data.
+    assert!(
+        s2_restore.status.success(),
+        "{}",
+        String::from_utf8_lossy(&s2_restore.stderr)
+    );
+    let got = manifest::manifest(&restored_s2.join("s2"), Options::default()).unwrap();
+    let want = fs::read_to_string(inc.join("s2.manifest")).unwrap();
+    assert_eq!(got, manifest::strip_holes(&want));
 }
 
 // kill -9 of `forget` at 24 points in time: the repository always lists
@@ -297,9 +394,12 @@ fn killed_case(kind: Kind, test: &str) {
         import(base_s, &time, *origin, &fixture.join(name));
     }
     let all = listed(base_s);
-    // --keep-last 1: b2 of "imported" (a full stream), and a3 with its
-    // chain a1 <- a2 <- a3 of "a".
-    let end: Vec<&str> = vec!["a1", "a2", "a3", "b2"];
+    // --keep-last 1: b2 of "imported" (a full stream), and a3 of "a",
+    // which gets a synthetic full stream made from its chain a1 <- a2 <-
+    // a3 (whose a2 clones from b1), so a1 and a2 go. Each kill lands
+    // before the new catalog (every entry listed, a3 incremental; maybe a
+    // stream file no entry names) or after it.
+    let end: Vec<&str> = vec!["a3", "b2"];
     // How long a whole forget takes here: the kill points spread over it.
     // (A copy of the files is a copy of the repository, on the S3 server
     // too.)
@@ -346,6 +446,25 @@ fn killed_case(kind: Kind, test: &str) {
             end.len()
         );
         ok(&["backup", "verify", "--repo", repo_s, "--read-data"]);
+        // a3, now a synthetic full stream, restores to the kernel's a3
+        // (root: owners).
+        if rustix::process::geteuid().is_root() {
+            let to = dir.path().join(format!("restored{point}"));
+            fs::create_dir(&to).unwrap();
+            ok(&[
+                "backup",
+                "restore",
+                "--repo",
+                repo_s,
+                "a3",
+                "--to",
+                to.to_str().unwrap(),
+            ]);
+            let got = manifest::manifest(&to.join("a3"), Options { holes: true }).unwrap();
+            let want = fs::read_to_string(clones.join("a3.manifest")).unwrap();
+            assert_eq!(got, want, "point {point}");
+            fs::remove_dir_all(&to).unwrap();
+        }
     }
 }
 
@@ -385,9 +504,13 @@ pub(crate) fn change(root: &Path, night: u32) {
 /// ≥ 400 nights: each night changes the subvolume, takes a read-only
 /// snapshot, has the kernel send it (a full stream every 10th night, else
 /// an incremental from the night before), imports it with that night's
-/// time and runs forget; the kernel's snapshot of the night before is then
-/// deleted (the repository is all that is left of it). At the end every
-/// kept entry must restore to the manifest of its night's kernel mount.
+/// time and runs forget, which synthesizes full streams; the kernel's
+/// snapshot of the night before is then deleted (the repository is all
+/// that is left of it). Every night, each entry that got a synthetic full
+/// stream restores to the manifest of its night's kernel mount, and
+/// nothing is kept below the oldest entry the policy keeps in each chain
+/// (the repository is bounded by the policy). At the end every kept
+/// entry must restore to the manifest of its night's kernel mount.
 #[test]
 fn four_hundred_nights_of_import_and_forget() {
     const TEST: &str = "four_hundred_nights_of_import_and_forget";
@@ -418,6 +541,7 @@ fn four_hundred_nights_of_import_and_forget() {
     let start: jiff::Timestamp = "2024-01-01T02:00:00Z".parse().unwrap();
     let mut manifests: BTreeMap<String, String> = BTreeMap::new();
     let mut most = 0;
+    let mut synthesized = 0;
     for night in 0..NIGHTS {
         change(&sub, night);
         let name = format!("home.{night:03}");
@@ -443,9 +567,52 @@ fn four_hundred_nights_of_import_and_forget() {
             .unwrap()
             .to_string();
         import(repo, &time, Some("home"), &stream);
-        let mut forget = vec!["backup", "forget", "--repo", repo];
+        let mut forget = vec!["backup", "forget", "--repo", repo, "--json"];
         forget.extend_from_slice(&policy);
-        ok(&forget);
+        let rows: Value = serde_json::from_str(&ok(&forget)).unwrap();
+        let rows = rows.as_array().unwrap();
+        let by_id: BTreeMap<u64, &Value> = rows
+            .iter()
+            .map(|r| (r["id"].as_u64().unwrap(), r))
+            .collect();
+        for r in rows.iter().filter(|r| r["kept_for_chain"] == true) {
+            // A kept entry the policy keeps lies below it in its chain.
+            let mut cur = r;
+            let held = loop {
+                match cur["parent_id"].as_u64().map(|p| by_id[&p]) {
+                    Some(p) if p["action"] == "keep" && p["kept_for_chain"] == false => {
+                        break true;
+                    }
+                    Some(p) => cur = p,
+                    None => break false,
+                }
+            };
+            assert!(
+                held,
+                "night {night}: {r} is kept below the policy's entries"
+            );
+        }
+        for r in rows.iter().filter(|r| r["synthesize"] == true) {
+            let (name, id) = (r["path"].as_str().unwrap(), r["id"].as_u64().unwrap());
+            let to = work.path().join(format!("synth-{id}"));
+            fs::create_dir(&to).unwrap();
+            ok(&[
+                "backup",
+                "restore",
+                "--repo",
+                repo,
+                &id.to_string(),
+                "--to",
+                to.to_str().unwrap(),
+            ]);
+            let got = manifest::manifest(&to.join(name), Options::default()).unwrap();
+            assert!(
+                got == manifests[name],
+                "night {night}: {name} (entry {id}, synthesized) restores to another tree"
+            );
+            fs::remove_dir_all(&to).unwrap();
+            synthesized += 1;
+        }
         if night > 0 {
             sh(Command::new("btrfs")
                 .args(["-q", "subvolume", "delete"])
@@ -455,11 +622,15 @@ fn four_hundred_nights_of_import_and_forget() {
     }
     ok(&["backup", "verify", "--repo", repo, "--read-data"]);
     let kept = listed(repo);
-    // 7 days + 3 more weeks + 5 more months + 1 more year, at least, plus
-    // the chains they need (a full stream every 10 nights: at most 9
-    // ancestors for each of the at most 19 entries the policy keeps).
-    assert!(kept.len() >= 16, "{kept:?}");
+    // From Monday 2024-01-01 to night 399 (Monday 2025-02-03): 7 days, 2
+    // more weeks and 4 more months (the years coincide with them), plus
+    // what lies between kept entries of a chain (a full stream every 10
+    // nights: at most 9 for each of the at most 19 entries the policy
+    // keeps).
+    assert!(kept.len() >= 13, "{kept:?}");
     assert!(most <= 19 * 10, "the repository grew to {most} entries");
+    assert!(synthesized > 0, "no synthetic full stream in 400 nights");
+    eprintln!("{TEST}: {synthesized} synthetic full streams, at most {most} entries");
     let newest = format!("home.{:03}", NIGHTS - 1);
     assert!(kept.contains_key(&newest), "{kept:?}");
     for (name, id) in &kept {

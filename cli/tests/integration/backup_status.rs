@@ -592,7 +592,8 @@ fn run_forget_verify_metrics_files() {
     assert_eq!(sample(&s, "btrsend_last_attempt_exit_status", &verify), 0.0);
     let success = sample(&s, "btrsend_last_success_timestamp_seconds", &verify);
 
-    // forget: keep the last one; the chain keeps both. (Its own file: a
+    // forget: keep the last one; the chain keeps both (no synthetic full
+    // stream). (Its own file: a
     // file holds one command's series, and verify's failure below keeps
     // the success time its file held.)
     let forget_prom = r.dir.path().join("forget.prom");
@@ -602,6 +603,7 @@ fn run_forget_verify_metrics_files() {
             "forget",
             "--repo",
             &r.spec,
+            "--no-synthesize",
             "--keep-last",
             "1",
             "--metrics-file",

@@ -26,6 +26,7 @@ mod backup_series;
 mod backup_snapshot;
 mod backup_ssh;
 mod backup_status;
+mod backup_synthesize;
 mod backup_target;
 mod common;
 mod completions;
