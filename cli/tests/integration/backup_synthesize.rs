@@ -19,7 +19,6 @@
 //! * `verify --read-data` passes, and a next `backup run` stores an
 //!   incremental stream on top of the kept chain, which restores too.
 
-use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
 use btrsend::manifest::{self, Options};
@@ -55,13 +54,12 @@ fn forget_synthesizes_a_full_stream_that_restores_encrypted() {
 }
 
 /// The repository and how commands reach it.
-struct Repo<'a> {
+struct Repo {
     spec: String,
-    files: &'a Path,
     encrypted: bool,
 }
 
-impl Repo<'_> {
+impl Repo {
     fn output(&self, args: &[&str]) -> Output {
         let mut c = common::btrsend();
         c.env_remove("BTRSEND_PASSWORD")
@@ -148,7 +146,6 @@ fn case(test: &str, seed: u64, encrypted: bool) {
     let files = dir.path().join("repo");
     let r = Repo {
         spec: files.to_str().unwrap().to_owned(),
-        files: &files,
         encrypted,
     };
     let enc = if encrypted { "passphrase" } else { "none" };
