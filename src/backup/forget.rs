@@ -438,3 +438,58 @@ fn plan(
         delete_order: plan.delete_order,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backup::catalog::tests::entry_in;
+
+    /// Which entries get synthetic full streams when the policy keeps
+    /// `kept` (the rest of each kept entry's chain kept for it).
+    fn candidates(cat: &Catalog, kept: &[u64]) -> Vec<u64> {
+        let mut needed = BTreeSet::new();
+        for id in kept {
+            for e in cat.chain(*id).unwrap() {
+                needed.insert(e.id);
+            }
+        }
+        let verdicts = cat
+            .entries
+            .iter()
+            .map(|e| Verdict {
+                entry: e.clone(),
+                keep: needed.contains(&e.id),
+                reasons: Vec::new(),
+                kept_for_chain: needed.contains(&e.id) && !kept.contains(&e.id),
+                synthesize: false,
+            })
+            .collect();
+        let planned = Planned {
+            verdicts,
+            delete_order: Vec::new(),
+        };
+        synthesis_candidates(cat, &planned)
+    }
+
+    #[test]
+    fn the_oldest_kept_entry_of_each_chain_is_synthesized() {
+        // f <- a <- b <- c, and a branch f <- a <- d; g alone.
+        let mut cat = Catalog::empty();
+        let f = cat.add(entry_in(&cat, None));
+        let a = cat.add(entry_in(&cat, Some(f)));
+        let b = cat.add(entry_in(&cat, Some(a)));
+        let c = cat.add(entry_in(&cat, Some(b)));
+        let d = cat.add(entry_in(&cat, Some(a)));
+        let g = cat.add(entry_in(&cat, None));
+        // The oldest kept of the chain only: c rides on b.
+        assert_eq!(candidates(&cat, &[b, c]), [b]);
+        assert_eq!(candidates(&cat, &[c]), [c]);
+        // A kept full stream needs nothing; nor what is kept above it.
+        assert_eq!(candidates(&cat, &[f, c]), Vec::<u64>::new());
+        assert_eq!(candidates(&cat, &[g]), Vec::<u64>::new());
+        // Two branches: each one's oldest kept entry.
+        assert_eq!(candidates(&cat, &[c, d]), [c, d]);
+        // a kept: both branches ride on it.
+        assert_eq!(candidates(&cat, &[a, c, d]), [a]);
+    }
+}

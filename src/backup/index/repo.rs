@@ -39,8 +39,11 @@ pub const INDEX_DIR: &str = "index/";
 /// may be 64 KiB of xattr).
 const MAX_PAGE_BYTES: usize = 1 << 20;
 
-/// Decompressed frames kept while reading file data.
-const FRAME_CACHE: usize = 4;
+/// Decompressed frames kept while reading file data, the least recently
+/// used dropped first: reading a snapshot's files in path order reads
+/// each stream of its chain forward, so one frame a stream is what
+/// stays hot (a chain of ten streams thrashed a cache of 4, 2026-11-29).
+const FRAME_CACHE: usize = 12;
 
 fn hex(b: &[u8]) -> String {
     super::hex(b)
@@ -228,13 +231,17 @@ impl<'r> RepoData<'r> {
     }
 
     fn frame(&self, file: &StreamFile, i: usize) -> Result<Rc<Vec<u8>>, IndexError> {
-        if let Some((_, _, b)) = self
-            .frames
-            .borrow()
-            .iter()
-            .find(|(k, n, _)| *k == file.key && *n == i)
         {
-            return Ok(Rc::clone(b));
+            let mut frames = self.frames.borrow_mut();
+            if let Some(at) = frames
+                .iter()
+                .position(|(k, n, _)| *k == file.key && *n == i)
+            {
+                let hit = frames.remove(at);
+                let b = Rc::clone(&hit.2);
+                frames.push(hit);
+                return Ok(b);
+            }
         }
         let bad = |e: String| IndexError::Data {
             path: file.key.clone(),

@@ -258,6 +258,9 @@ pub fn run(a: &ForgetArgs, m: &mut Metrics) -> anyhow::Result<()> {
             report.freed_bytes,
             if a.dry_run { "to delete" } else { "deleted" },
         )?;
+        for why in &report.synthesis_skipped {
+            writeln!(out, "no synthetic full stream: {}", printable(why))?;
+        }
         let why = report.chain_held.explain();
         if !why.is_empty() {
             writeln!(out, "{why}")?;
