@@ -413,6 +413,7 @@ impl Catalog {
         let mut next = self.clone();
         next.entries.retain(|e| !gone.contains(&e.id));
         next.commit(store)?;
+        crate::backup::synthesize::pause("committed");
         // Children before parents: newest ids first (a child always has a
         // larger id than its parent).
         let mut files: Vec<(u64, String)> = self

@@ -294,10 +294,13 @@ impl Repository {
             for s in made.values() {
                 catalog = catalog.with_synthesized(s);
             }
+            // The synthetic full streams and the deletions go in one
+            // generation, stored before any file is deleted.
             if !planned.delete_order.is_empty() {
                 catalog.remove_entries(&**self.store(), &planned.delete_order)?;
             } else if !made.is_empty() {
                 catalog.commit(&**self.store())?;
+                super::synthesize::pause("committed");
             }
             for s in made.values() {
                 // The incremental stream the new full one replaces.
@@ -309,10 +312,16 @@ impl Repository {
                     s.entry.stored_bytes
                 ));
             }
+            if !made.is_empty() {
+                super::synthesize::pause("replaced");
+            }
             // The indexes of the synthesized entries' descendants pointed
             // into the streams just deleted (or an interrupted forget
             // left them so).
             self.refresh_stale_indexes(&catalog, progress)?;
+            if !made.is_empty() {
+                super::synthesize::pause("reindexed");
+            }
             // Stream files of entries that an interrupted forget (or run)
             // had already dropped from the catalog.
             // A run's partial stream files stay for the next run, unless

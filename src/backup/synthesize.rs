@@ -41,6 +41,29 @@ use crate::progress::Progress;
 /// zstd level of synthetic streams (the default of `run`).
 const LEVEL: i32 = 3;
 
+/// The steps of a synthesizing `forget` or `synthesize` at which a test
+/// can have the process stop for good (`BTRSEND_TEST_PAUSE_SYNTH=STEP`),
+/// to kill it there: every window between two durable changes.
+pub const PAUSE_STEPS: &[&str] = &[
+    "start",
+    "stored",
+    "proven",
+    "committed",
+    "replaced",
+    "reindexed",
+];
+
+/// A test hook: when `BTRSEND_TEST_PAUSE_SYNTH` names `step`, say so on
+/// standard error and stop here until killed.
+pub(crate) fn pause(step: &str) {
+    if std::env::var("BTRSEND_TEST_PAUSE_SYNTH").is_ok_and(|s| s == step) {
+        eprintln!("btrsend: test pause at {step}");
+        loop {
+            std::thread::sleep(std::time::Duration::from_secs(3600));
+        }
+    }
+}
+
 /// A synthetic full stream made for an entry, not yet in the catalog.
 #[derive(Debug, Clone)]
 pub struct Synthesized {
@@ -118,6 +141,7 @@ impl Repository {
             crate::manifest::escape(old.path.as_bytes()),
             chain.len()
         ));
+        pause("start");
         let made = self.write_synthetic(cat, &old, &head_name, &key);
         let (entry, root, digest, written) = match made {
             Ok(m) => m,
@@ -126,6 +150,7 @@ impl Repository {
                 return Err(e);
             }
         };
+        pause("stored");
         let entry = Entry {
             synthesized_from: Some(chain),
             ..entry
@@ -140,6 +165,7 @@ impl Repository {
             let _ = self.store().delete(&key);
             return Err(e);
         }
+        pause("proven");
         Ok(s)
     }
 
@@ -331,8 +357,11 @@ impl Repository {
         let s = self.synthesize_full(&cat, id, progress)?;
         let mut next = cat.with_synthesized(&s);
         next.commit(&**self.store())?;
+        pause("committed");
         let _ = self.store().delete(&s.old.file);
+        pause("replaced");
         self.refresh_stale_indexes(&next, progress)?;
+        pause("reindexed");
         if let Some(why) = self.sweep_indexes(&next, true)?.skipped {
             progress.warning(&why);
         }

@@ -13,7 +13,7 @@ use btrsend::testing::{self, LiveBtrfs};
 use serde_json::Value;
 
 use crate::common::{self, sh};
-use crate::repo_store::{Backend, Kind};
+use crate::repo_store::{Backend, Kind, TestRepo};
 
 std::thread_local! {
     /// The S3 server variables of the test running on this thread (none
@@ -362,7 +362,8 @@ fn keeps_case(kind: Kind, test: &str) {
     assert_eq!(got, manifest::strip_holes(&want));
 }
 
-// kill -9 of `forget` at 24 points in time: the repository always lists
+// kill -9 of a synthesizing `forget` at 24 points in time and at each of
+// its 6 steps: the repository always lists
 // either every entry or the final ones, verifies, and a rerun of forget
 // ends with the final ones and no file of a deleted entry.
 both!(
@@ -415,32 +416,27 @@ fn killed_case(kind: Kind, test: &str) {
         "1",
     ]);
     let took = started.elapsed();
-    for point in 0..24u32 {
-        let r = be.repo(&format!("r{point}"));
-        sh(Command::new("cp").arg("-a").arg(base).arg(&r.files));
+    // After the kill: either catalog, a repository that verifies, and a
+    // forget run again that ends as one never killed, whose a3 restores.
+    let after_kill = |point: &str, r: &TestRepo, last_step: Option<bool>| {
         let (repo, repo_s) = (&r.files, r.spec.as_str());
-        let mut child = btrsend()
-            .args(["backup", "forget", "--repo", repo_s, "--keep-last", "1"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        std::thread::sleep(took * point / 20);
-        let _ = child.kill();
-        let _ = child.wait();
         let now = listed(repo_s);
         let names: Vec<&str> = now.keys().map(String::as_str).collect();
-        assert!(now == all || names == end, "point {point}: {names:?}");
+        match last_step {
+            // Before the new catalog, or after it.
+            Some(false) => assert!(now == all, "{point}: {names:?}"),
+            Some(true) => assert_eq!(names, end, "{point}"),
+            None => assert!(now == all || names == end, "{point}: {names:?}"),
+        }
         let leftovers = fs::read_dir(repo.join("streams")).unwrap().count() - now.len();
         eprintln!(
-            "kill point {point}: {} entries listed, {leftovers} leftover files",
+            "kill {point}: {} entries listed, {leftovers} leftover files",
             now.len()
         );
         ok(&["backup", "verify", "--repo", repo_s, "--read-data"]);
         ok(&["backup", "forget", "--repo", repo_s, "--keep-last", "1"]);
         let names: Vec<String> = listed(repo_s).into_keys().collect();
-        assert_eq!(names, end, "point {point}");
+        assert_eq!(names, end, "{point}");
         assert_eq!(
             fs::read_dir(repo.join("streams")).unwrap().count(),
             end.len()
@@ -449,7 +445,7 @@ fn killed_case(kind: Kind, test: &str) {
         // a3, now a synthetic full stream, restores to the kernel's a3
         // (root: owners).
         if rustix::process::geteuid().is_root() {
-            let to = dir.path().join(format!("restored{point}"));
+            let to = dir.path().join(format!("restored-{point}"));
             fs::create_dir(&to).unwrap();
             ok(&[
                 "backup",
@@ -462,9 +458,55 @@ fn killed_case(kind: Kind, test: &str) {
             ]);
             let got = manifest::manifest(&to.join("a3"), Options { holes: true }).unwrap();
             let want = fs::read_to_string(clones.join("a3.manifest")).unwrap();
-            assert_eq!(got, want, "point {point}");
+            assert_eq!(got, want, "{point}");
             fs::remove_dir_all(&to).unwrap();
         }
+    };
+    for point in 0..24u32 {
+        let r = be.repo(&format!("r{point}"));
+        sh(Command::new("cp").arg("-a").arg(base).arg(&r.files));
+        let mut child = btrsend()
+            .args(["backup", "forget", "--repo", &r.spec, "--keep-last", "1"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(took * point / 20);
+        let _ = child.kill();
+        let _ = child.wait();
+        after_kill(&format!("at point {point}"), &r, None);
+    }
+    // And at each step of the synthesis, where a test hook stops the
+    // process for good until it is killed: every window between two
+    // durable changes.
+    let steps = btrsend::backup::synthesize::PAUSE_STEPS;
+    for (i, step) in steps.iter().enumerate() {
+        let r = be.repo(&format!("step-{step}"));
+        sh(Command::new("cp").arg("-a").arg(base).arg(&r.files));
+        let err = dir.path().join(format!("{step}.stderr"));
+        let mut child = btrsend()
+            .args(["backup", "forget", "--repo", &r.spec, "--keep-last", "1"])
+            .env("BTRSEND_TEST_PAUSE_SYNTH", step)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(fs::File::create(&err).unwrap())
+            .spawn()
+            .unwrap();
+        let waiting = std::time::Instant::now();
+        let said = format!("test pause at {step}");
+        while !fs::read_to_string(&err).unwrap().contains(&said) {
+            assert!(
+                child.try_wait().unwrap().is_none() && waiting.elapsed().as_secs() < 120,
+                "forget never paused at {step}: {}",
+                fs::read_to_string(&err).unwrap()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        let committed = steps.iter().position(|s| *s == "committed").unwrap();
+        after_kill(&format!("at step {step}"), &r, Some(i >= committed));
     }
 }
 
