@@ -28,7 +28,7 @@ use super::restore::ChainReader;
 use super::run::Counted;
 use super::run::unfinished::{Resumed, VerifyHead};
 use super::treehash::TreeHasher;
-use super::verify::entry_differences;
+use super::verify::{either_synthesized, entry_differences};
 use super::{STREAMS_DIR, store};
 use crate::progress::{NoProgress, Progress};
 
@@ -187,7 +187,10 @@ impl Repository {
             }
             if let Some(have) = cat.find(&e.uuid, e.ctransid) {
                 let diff = entry_differences(e, have);
-                if diff.is_empty() {
+                // A synthetic full stream on either side is another
+                // proven stream of the same snapshot: the entries based
+                // on it apply to either.
+                if diff.is_empty() || either_synthesized(e, have) {
                     progress.skipped(&e.path, have);
                     report.present.push((e.path.clone(), e.id));
                 } else {

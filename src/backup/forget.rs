@@ -150,21 +150,28 @@ pub struct ChainHeld {
 
 impl ChainHeld {
     /// Why these entries stay and what frees them, for people (empty when
-    /// there are none).
-    pub fn explain(&self) -> String {
+    /// there are none); `synthesized` when this forget made (or would
+    /// make) the synthetic full streams it needed, so what stays lies
+    /// between entries the policy keeps.
+    pub fn explain(&self, synthesized: bool) -> String {
         if self.entries == 0 {
             return String::new();
         }
+        let (what, are) = if self.entries == 1 {
+            ("entry", "is")
+        } else {
+            ("entries", "are")
+        };
+        if synthesized {
+            return format!(
+                "{} {what} ({} bytes) the policy would drop {are} kept because kept incremental entries are based on them and a kept entry below them is too: a synthetic full stream frees them once the policy drops the entries below them",
+                self.entries, self.stored_bytes,
+            );
+        }
         format!(
-            "{} {} ({} bytes) the policy would drop {} kept because kept incremental entries are based on them: a chain is freed only once a newer full stream starts the next one (backup run --full-every-days D, default {}, or --full-every N)",
+            "{} {what} ({} bytes) the policy would drop {are} kept because kept incremental entries are based on them: a chain is freed only once a newer full stream starts the next one (backup run --full-every-days D, default {}, or --full-every N), or by synthetic full streams (forget without --no-synthesize, with a key that reads the streams)",
             self.entries,
-            if self.entries == 1 {
-                "entry"
-            } else {
-                "entries"
-            },
             self.stored_bytes,
-            if self.entries == 1 { "is" } else { "are" },
             super::plan::DEFAULT_FULL_EVERY_DAYS,
         )
     }

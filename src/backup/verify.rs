@@ -412,6 +412,11 @@ pub struct CompareReport {
     pub shared: usize,
     /// Of those, the ones whose records disagree: damage.
     pub disagree: Vec<Disagreement>,
+    /// Of those, the ones one repository stores as a synthetic full
+    /// stream and the other as another stream (the original one, or
+    /// another synthetic one): two proven streams of one snapshot, not
+    /// damage.
+    pub other_stream: Vec<Disagreement>,
     /// Entries only the first holds.
     pub only_in_first: Vec<EntryRef>,
     /// Entries only the second holds.
@@ -421,7 +426,8 @@ pub struct CompareReport {
 /// Compare two repositories from their catalogs alone (no stream data is
 /// read): the entries they share, by snapshot (uuid and ctransid), must
 /// record the same stream: kind, parent snapshot, raw size, BLAKE3 of the
-/// raw stream, command count and protocol. The stored bytes may differ
+/// raw stream, command count and protocol, unless one of them is a
+/// synthetic full stream ([`CompareReport::other_stream`]). The stored bytes may differ
 /// (compression, encryption) and are not compared; the paths, times and
 /// origins are labels and are not compared either. Takes no lock: each
 /// catalog generation is replaced atomically.
@@ -444,11 +450,16 @@ pub fn compare(first: &Repository, second: &Repository) -> Result<CompareReport,
         rep.shared += 1;
         let differences = entry_differences(ea, eb);
         if !differences.is_empty() {
-            rep.disagree.push(Disagreement {
+            let d = Disagreement {
                 first: EntryRef::of(ea),
                 second_id: eb.id,
                 differences,
-            });
+            };
+            if either_synthesized(ea, eb) {
+                rep.other_stream.push(d);
+            } else {
+                rep.disagree.push(d);
+            }
         }
     }
     rep.only_in_second = b
@@ -458,6 +469,14 @@ pub fn compare(first: &Repository, second: &Repository) -> Result<CompareReport,
         .map(EntryRef::of)
         .collect();
     Ok(rep)
+}
+
+/// Whether either of two records of one snapshot is a synthetic full
+/// stream: then they may record different streams, both of the snapshot
+/// (a synthetic full replaces the stream it was made for in one
+/// repository, not in its copies).
+pub(crate) fn either_synthesized(a: &Entry, b: &Entry) -> bool {
+    a.synthesized_from.is_some() || b.synthesized_from.is_some()
 }
 
 /// The fields of two records of one snapshot's stream that differ.

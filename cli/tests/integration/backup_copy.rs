@@ -560,3 +560,54 @@ fn a_damaged_stream_is_not_copied() {
     let out = env.backup(&["copy", "--from", &r1, "--to", &r3, "snaps/s2"]);
     assert_eq!(out.status.code(), Some(12), "{}", stderr(&out));
 }
+
+/// A synthetic full stream in one repository (issue 34) is another
+/// stream of a snapshot the copy holds as the kernel's incremental one:
+/// `verify --compare` lists it apart and agrees, and a copy goes on
+/// with the entries based on it, which restore from the copy to the
+/// kernel's bytes.
+#[test]
+fn copies_go_on_past_a_synthetic_full_stream() {
+    let env = Env::new(Kind::Dir, "synthetic").unwrap();
+    let (r1, r2) = (env.path("r1"), env.path("r2"));
+    for r in [&r1, &r2] {
+        ok(&env.backup(&["init", "--repo", r, "--encryption", "none"]));
+    }
+    let img = env.img.to_str().unwrap().to_owned();
+    ok(&env.backup(&["run", "--repo", &r1, "--device", &img, "snaps/s[12]"]));
+    ok(&env.backup(&["copy", "--from", &r1, "--to", &r2]));
+    // s2 becomes a synthetic full stream in R1 only.
+    ok(&env.backup(&["synthesize", "--repo", &r1, "snaps/s2"]));
+    let s2 = env
+        .list(&r1, &[])
+        .into_iter()
+        .find(|e| e["path"] == "snaps/s2")
+        .unwrap();
+    assert_eq!(
+        (&s2["kind"], &s2["parent_id"]),
+        (&"full".into(), &serde_json::Value::Null)
+    );
+    let out = env.backup(&["verify", "--compare", &r1, &r2]);
+    let text = ok(&out);
+    assert!(
+        text.contains("another stream: entry 2 (snaps/s2")
+            && text.contains("agree on the 2 stored snapshots they share"),
+        "{text}"
+    );
+    let out = env.backup(&["verify", "--compare", &r1, &r2, "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&ok(&out)).unwrap();
+    assert_eq!(v["agree"], true);
+    assert_eq!(v["other_stream"][0]["first"]["id"], 2);
+    // s3, incremental from s2, stored in R1 and copied on.
+    ok(&env.backup(&["run", "--repo", &r1, "--device", &img, "snaps/s3"]));
+    let out = env.backup(&["copy", "--from", &r1, "--to", &r2, "--json"]);
+    let s = summary(&out);
+    assert_eq!(s["copied"], 1, "{s}");
+    ok(&env.backup(&["verify", "--repo", &r2, "--read-data"]));
+    // R2's chain of s3 is the kernel's: s1, s1--s2, then the s2--s3 that
+    // R1 stored from the same source.
+    assert!(env.restore(&r2, &[], "snaps/s3") == kernel_chain(false));
+    // R1's chain of s3 starts with the synthetic full stream of s2.
+    let chain = env.restore(&r1, &[], "snaps/s3");
+    assert!(chain.ends_with(&kernel("s2--s3.inc.v1")));
+}

@@ -90,6 +90,17 @@ pub(super) fn run(
                 printable(&d.differences.join("; "))
             );
         }
+        for d in &rep.other_stream {
+            writeln!(
+                crate::exit::stdout(),
+                "another stream: {} of {} and entry {} of {} store the snapshot as different streams, one of them a synthetic full stream (not damage): {}",
+                named(&d.first),
+                printable(na),
+                d.second_id,
+                printable(nb),
+                printable(&d.differences.join("; "))
+            )?;
+        }
         for e in &rep.only_in_first {
             writeln!(
                 crate::exit::stdout(),

@@ -261,7 +261,9 @@ pub fn run(a: &ForgetArgs, m: &mut Metrics) -> anyhow::Result<()> {
         for why in &report.synthesis_skipped {
             writeln!(out, "no synthetic full stream: {}", printable(why))?;
         }
-        let why = report.chain_held.explain();
+        let why = report
+            .chain_held
+            .explain(!a.no_synthesize && report.synthesis_skipped.is_empty());
         if !why.is_empty() {
             writeln!(out, "{why}")?;
         }

@@ -32,7 +32,9 @@ pub struct VerifyArgs {
     /// catalogs alone (no stream read): every snapshot both store must
     /// record the same stream (kind, parent, raw size, BLAKE3 of the raw
     /// stream, commands, protocol; stored sizes differ with compression
-    /// and keys), else exit status 12; entries only in one are listed. R1
+    /// and keys), else exit status 12, unless one of them is a synthetic
+    /// full stream (listed as another stream, not damage); entries only in
+    /// one are listed. R1
     /// opens with the --from-* secrets, R2 with the others (as copy --from
     /// R1 --to R2).
     #[arg(
