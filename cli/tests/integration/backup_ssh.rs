@@ -174,11 +174,19 @@ fn an_append_only_forced_command_refuses_deletes_overwrites_and_rollbacks() {
         stderr(&o)
     );
 
-    // The server's own forget prunes; runs over ssh go on after it.
+    // The server's own forget prunes; runs over ssh go on after it. (It
+    // keeps the chain whole: here s1 stays for s2.)
     let local = repo.to_str().unwrap();
     ok(&backup(
         &[],
-        &["forget", "--repo", local, "--keep-last", "1"],
+        &[
+            "forget",
+            "--repo",
+            local,
+            "--keep-last",
+            "1",
+            "--no-synthesize",
+        ],
     ));
     ok(&backup(
         &envs,

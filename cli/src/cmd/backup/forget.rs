@@ -99,7 +99,7 @@ synthesis that fails keeps its chain as it was (a warning says why).
 Synthesis reads the streams: with only the write key of an encrypted
 repository, or with --no-synthesize, a chain is freed only once a newer
 full stream starts the next one (`backup run` makes one when the chain's
-full stream is 30 days old, --full-every-days), and the listing ends with
+full stream is 30 days old (--full-every-days)), and the listing ends with
 how many entries, and how many bytes, the policy would drop but kept
 chains still need; --json marks them kept_for_chain.
 
