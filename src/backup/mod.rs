@@ -54,6 +54,7 @@
 //! file in `tmp/` that the next `run` of the same snapshot continues
 //! ([`partial`]), and never a listed stream that is not whole.
 
+mod against;
 pub mod catalog;
 mod copy;
 pub mod crypt;
@@ -88,6 +89,7 @@ pub mod target;
 mod treehash;
 mod verify;
 
+pub use against::{Comparison, Outcome, SourceCheck, SourceOptions, SourceReport};
 pub use catalog::Catalog;
 pub use copy::{CopyOptions, CopyReport};
 pub use entry::{Entry, Kind};

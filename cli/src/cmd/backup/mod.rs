@@ -7,6 +7,7 @@
 //! Exit statuses and JSON error lines are not made here but in
 //! [`crate::exit`]; progress is rendered by [`crate::progress::backup`].
 
+mod against;
 mod browse;
 mod compare;
 mod config;
