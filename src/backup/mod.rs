@@ -33,7 +33,8 @@
 //! * [`lock`]: exclusive for `run`, shared for the readers.
 //!
 //! One module per operation, each built on the above: `run` (and its
-//! `--dry-run`), `verify` (and `--compare`), `restore`, `import`, `copy`,
+//! `--dry-run`), `verify` (and `--compare`; `--against-source` in
+//! `against`), `repair`, `restore`, `import`, `copy`,
 //! [`forget`] and [`status`]. What they decide without I/O is in
 //! pure, tested modules:
 //!
@@ -75,6 +76,7 @@ pub mod mount;
 pub mod partial;
 pub mod plan;
 pub mod remote;
+mod repair;
 mod repository;
 mod restore;
 pub mod retention;
@@ -99,6 +101,7 @@ pub use forget::{ChainHeld, ForgetOptions, ForgetReport, Verdict};
 pub use import::{ImportOptions, ImportReport};
 pub use lock::{LockKind, RepoLock};
 pub use plan::glob_match;
+pub use repair::{NotRepaired, RepairOptions, RepairReport, Repaired};
 pub use repository::{Config, Repository, store_for, store_with};
 pub use restore::RestoreTarget;
 pub use run::{DryRunReport, PlannedStream, RunOptions, RunReport, SnapshotOptions};
@@ -121,3 +124,13 @@ pub const CONFIG_KEY: &str = "config";
 pub const STREAMS_DIR: &str = "streams/";
 /// The environment variable `--repo` falls back to.
 pub const REPO_ENV: &str = "BTRSEND_REPOSITORY";
+
+/// A new key for a stream file of the snapshot `uuid` `ctransid`: random
+/// at its end, so that a stream stored again (a copy, a repair) never
+/// takes the name of a file that may still be listed.
+pub(crate) fn new_stream_key(uuid: &str, ctransid: u64) -> String {
+    format!(
+        "{STREAMS_DIR}{uuid}-{ctransid}-{:08x}.btrs.zst",
+        store::random_u64() & 0xffff_ffff
+    )
+}

@@ -35,9 +35,9 @@ use super::error::BackupError;
 use super::file::{FileWriter, StreamIdentity, WriterOptions};
 use super::index::{IndexTee, InlineIndex};
 use super::lock::LockKind;
+use super::plan;
 use super::repository::{Repository, now_rfc3339};
 use super::treehash::TreeHasher;
-use super::{STREAMS_DIR, plan, store};
 use crate::fs::subvol::Subvolume;
 use crate::progress::Progress;
 use crate::send::SendOptions;
@@ -594,10 +594,7 @@ impl Repository {
             error: Box::new(source),
         };
         progress.start(&sel.path, kind, estimate);
-        let key = format!(
-            "{STREAMS_DIR}{uuid}-{ctransid}-{:08x}.btrs.zst",
-            store::random_u64() & 0xffff_ffff
-        );
+        let key = super::new_stream_key(&uuid, ctransid);
         let wopts = WriterOptions::new()
             .with_level(opts.level)
             .with_frame_bytes(opts.frame_bytes);
