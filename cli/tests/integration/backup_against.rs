@@ -253,3 +253,163 @@ fn verify_against_source_proves_a_series_and_skips_what_is_gone() {
     assert!(detail(3).contains("its parent's snapshot"), "{rep}");
     assert_eq!(rep["skipped"], 2, "{rep}");
 }
+
+/// Restore `path` from `repo` with btrsend's receiver into `to` and
+/// compare it with the kernel's manifest of the snapshot (`expected`),
+/// but for the mtimes of directories whose orphans the chain creates
+/// without their UTIMES (see `backup_series`).
+fn check_restore(repo: &str, path: &str, expected: &str, to: &Path) {
+    use btrsend::manifest::{self, Options};
+    let chain = ok(&["backup", "restore", "--repo", repo, "--stdout", path]).stdout;
+    let exempt = testing::compare::orphan_dirs_without_utimes(chain.as_slice()).unwrap();
+    std::fs::create_dir_all(to).unwrap();
+    ok(&[
+        "backup",
+        "restore",
+        "--repo",
+        repo,
+        "--to",
+        to.to_str().unwrap(),
+        path,
+    ]);
+    let name = Path::new(path).file_name().unwrap();
+    let got = manifest::manifest(&to.join(name), Options::default()).unwrap();
+    let got = testing::compare::exempt_mtimes(expected, &got, &exempt);
+    if let Some(d) = manifest::diff(
+        &manifest::strip_holes(expected),
+        &manifest::strip_holes(&got),
+        30,
+    ) {
+        panic!("{path} restored differs from the kernel's snapshot:\n{d}");
+    }
+    std::fs::remove_dir_all(to).unwrap();
+}
+
+/// The stream file of entry `i` (catalog order) of the repository in
+/// `dir`.
+fn stream_file(dir: &Path, i: usize) -> PathBuf {
+    let (_, cat) = newest_catalog(dir);
+    dir.join(cat["entries"][i]["file"].as_str().unwrap())
+}
+
+/// Flip one byte in the middle of a stream file.
+fn flip_byte(file: &Path) {
+    let mut b = std::fs::read(file).unwrap();
+    let at = b.len() / 3;
+    b[at] ^= 0x40;
+    std::fs::write(file, b).unwrap();
+}
+
+#[test]
+fn repair_stores_deleted_and_flipped_streams_again() {
+    const TEST: &str = "repair_stores_deleted_and_flipped_streams_again";
+    if !testing::require_live(TEST) {
+        return;
+    }
+    let live = LiveBtrfs::with_options(1 << 30, &[], "").expect("scratch btrfs");
+    let mnt = live.path().to_path_buf();
+    let vol = mnt.join("vol");
+    std::fs::create_dir(mnt.join("snaps")).unwrap();
+    sh(Command::new("btrfs")
+        .args(["-q", "subvolume", "create"])
+        .arg(&vol));
+    let mut w = Workload::new(&vol, 3535);
+    let paths: Vec<String> = (0..3).map(|i| format!("snaps/vol.{i}")).collect();
+    let mut expected = Vec::new();
+    for (i, p) in paths.iter().enumerate() {
+        let step = if i == 0 { w.populate(150) } else { w.run(80) };
+        step.unwrap_or_else(|e| panic!("workload: {e}\n{}", w.log().join("\n")));
+        sh(Command::new("btrfs")
+            .args(["-q", "subvolume", "snapshot", "-r"])
+            .arg(&vol)
+            .arg(mnt.join(p)));
+        expected.push(
+            live.manifest(p, btrsend::manifest::Options::default())
+                .unwrap(),
+        );
+    }
+    sh(Command::new("sync").arg("-f").arg(&mnt));
+    let img = live.image().to_str().unwrap().to_owned();
+    let work = tempfile::tempdir().unwrap();
+    let a_dir = work.path().join("a");
+    let b_dir = work.path().join("b");
+    let (a, b) = (a_dir.to_str().unwrap(), b_dir.to_str().unwrap());
+    for r in [a, b] {
+        ok(&["backup", "init", "--repo", r, "--encryption", "none"]);
+    }
+    ok(&[
+        "backup",
+        "run",
+        "--repo",
+        a,
+        "--device",
+        &img,
+        "snaps/vol.*",
+    ]);
+    ok(&["backup", "copy", "--from", a, "--to", b]);
+    let verify = |r: &str| {
+        btrsend(&["backup", "verify", "--repo", r, "--read-data"])
+            .status
+            .code()
+    };
+    let restore_dir = work.path().join("restored");
+
+    for (how, extra) in [("source", ["--device", img.as_str()]), ("b", ["--from", b])] {
+        // A deleted stream file (the middle of the chain) and a flipped
+        // byte (its end).
+        std::fs::remove_file(stream_file(&a_dir, 1)).unwrap();
+        flip_byte(&stream_file(&a_dir, 2));
+        assert_eq!(verify(a), Some(12), "{how}: the damage is not found");
+        let out = ok(&[
+            "backup", "repair", "--repo", a, extra[0], extra[1], "--json",
+        ]);
+        let rep: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(rep["damaged"], 2, "{how}: {rep}");
+        let repaired: Vec<(&str, &str)> = rep["repaired"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| (r["path"].as_str().unwrap(), r["from"].as_str().unwrap()))
+            .collect();
+        let from = if how == "source" { "source" } else { b };
+        assert_eq!(
+            repaired,
+            [(paths[1].as_str(), from), (paths[2].as_str(), from)],
+            "{how}: {rep}"
+        );
+        assert_eq!(verify(a), Some(0), "{how}: not repaired");
+        // Every stream file the catalog names is there, and no other.
+        let (_, cat) = newest_catalog(&a_dir);
+        let mut named: Vec<String> = cat["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["file"].as_str().unwrap().to_owned())
+            .collect();
+        named.sort();
+        let mut present: Vec<String> = std::fs::read_dir(a_dir.join("streams"))
+            .unwrap()
+            .map(|d| format!("streams/{}", d.unwrap().file_name().to_str().unwrap()))
+            .collect();
+        present.sort();
+        assert_eq!(named, present, "{how}");
+        for (p, want) in paths.iter().zip(&expected) {
+            check_restore(a, p, want, &restore_dir);
+        }
+        // The index follows the new files.
+        ok(&["backup", "ls", "--repo", a, &paths[2]]);
+    }
+    // A stream the source no longer makes is not stored: after the
+    // snapshot is gone, repair from the source alone fails.
+    std::fs::remove_file(stream_file(&a_dir, 2)).unwrap();
+    sh(Command::new("btrfs")
+        .args(["-q", "subvolume", "delete"])
+        .arg(mnt.join(&paths[2])));
+    sh(Command::new("btrfs")
+        .args(["-q", "subvolume", "sync"])
+        .arg(&mnt));
+    sh(Command::new("sync").arg("-f").arg(&mnt));
+    let out = btrsend(&["backup", "repair", "--repo", a, "--device", &img]);
+    assert_eq!(out.status.code(), Some(12));
+    assert_eq!(verify(a), Some(12));
+}

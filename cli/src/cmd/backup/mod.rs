@@ -23,6 +23,7 @@ mod list;
 mod metrics;
 mod mount;
 mod query;
+mod repair;
 mod restore;
 mod run;
 mod secrets;
@@ -391,6 +392,9 @@ pub enum BackupCommand {
     /// Copy the entries one repository holds and another lacks, with their
     /// chains, every hash checked (3-2-1 copies).
     Copy(copy::CopyArgs),
+    /// Store again the damaged or missing stream files verify finds,
+    /// byte-identical, from the source or a second repository.
+    Repair(repair::RepairArgs),
 }
 
 /// A header naming the job and destination before a table, when a config
@@ -549,6 +553,7 @@ pub fn run(args: &BackupArgs) -> anyhow::Result<()> {
         ),
         BackupCommand::Config(a) => config_check::run(a),
         BackupCommand::Copy(a) => copy::run(a),
+        BackupCommand::Repair(a) => repair::run(a),
     }
 }
 

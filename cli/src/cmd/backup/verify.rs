@@ -155,6 +155,12 @@ pub fn run(a: &VerifyArgs, m: &mut Metrics) -> anyhow::Result<()> {
         for (id, path) in &rep.unrestorable {
             eprintln!("btrsend: unrestorable: entry {id} ({})", printable(path));
         }
+        if rep.problems.iter().any(|p| p.entry.is_some()) {
+            eprintln!(
+                "btrsend: hint: `btrsend backup repair --repo {} --device DEV` stores a damaged or missing stream file again, byte-identical, while its snapshot and its parent's are on the source; `--from R2` takes it from another repository that holds it",
+                printable(repo.store().name())
+            );
+        }
     }
     if rep.problems.is_empty() {
         if !a.json {
