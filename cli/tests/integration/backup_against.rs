@@ -3,7 +3,9 @@
 //! `btrsend::testing` for the skip/fail policy), backed up from the image
 //! by `backup run`:
 //!
-//! * every entry is proven by its stream made again;
+//! * every entry is proven by its stream made again, in an S3 copy of
+//!   the repository too, with its stream objects deleted (nothing but the
+//!   catalog is read);
 //! * an entry whose catalog hash is changed (the stream made again no
 //!   longer matches it) is proven by its content, and one whose index is
 //!   gone as well differs (exit status 12);
@@ -20,6 +22,7 @@ use btrsend::testing::{self, LiveBtrfs};
 use serde_json::Value;
 
 use crate::common::{self, sh};
+use crate::repo_store::{Backend, Kind};
 
 /// Snapshots in the series.
 const SNAPSHOTS: usize = 5;
@@ -67,16 +70,25 @@ fn store_catalog(repo: &Path, mut cat: Value) {
 
 /// `verify --against-source --json`: its exit status and report.
 fn against(repo: &str, img: &str) -> (Option<i32>, Value) {
-    let out = btrsend(&[
-        "backup",
-        "verify",
-        "--repo",
-        repo,
-        "--against-source",
-        "--device",
-        img,
-        "--json",
-    ]);
+    against_with(repo, img, &[])
+}
+
+/// [`against`] with these environment variables (an S3 server's).
+fn against_with(repo: &str, img: &str, envs: &[(&str, String)]) -> (Option<i32>, Value) {
+    let out = common::btrsend()
+        .envs(envs.iter().map(|(k, v)| (k, v)))
+        .args([
+            "backup",
+            "verify",
+            "--repo",
+            repo,
+            "--against-source",
+            "--device",
+            img,
+            "--json",
+        ])
+        .output()
+        .expect("spawn btrsend");
     let text = String::from_utf8_lossy(&out.stdout);
     let v = serde_json::from_str(&text)
         .unwrap_or_else(|e| panic!("{e}: {text}\n{}", String::from_utf8_lossy(&out.stderr)));
@@ -163,6 +175,36 @@ fn verify_against_source_proves_a_series_and_skips_what_is_gone() {
     assert_eq!(code, Some(0), "{rep}");
     assert_eq!(outcomes(&rep), all_by("stream"), "{rep}");
     assert_eq!(rep["proven"], SNAPSHOTS, "{rep}");
+
+    // An S3 copy is proven from its catalog alone: with every stream
+    // object gone from the bucket.
+    if let Some(backend) = Backend::new(Kind::S3, TEST, work.path()) {
+        let s3 = backend.repo("s3");
+        let envs = backend.envs();
+        for args in [
+            vec!["init", "--repo", &s3.spec, "--encryption", "none"],
+            vec!["copy", "--from", repo, "--to", &s3.spec],
+        ] {
+            let out = common::btrsend()
+                .envs(envs.iter().map(|(k, v)| (k, v)))
+                .arg("backup")
+                .args(&args)
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "{args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        let streams = s3.files.join("streams");
+        let gone = std::fs::read_dir(&streams).unwrap().count();
+        assert_eq!(gone, SNAPSHOTS);
+        std::fs::remove_dir_all(&streams).unwrap();
+        let (code, rep) = against_with(&s3.spec, &img, &envs);
+        assert_eq!(code, Some(0), "{rep}");
+        assert_eq!(outcomes(&rep), all_by("stream"), "{rep}");
+    }
 
     // A stored stream this send does not make (its hash, in the catalog
     // and in the stream file's trailer, is another's), of the same
