@@ -26,8 +26,8 @@ use super::error::BackupError;
 use super::lock::LockKind;
 use super::repository::Repository;
 use super::run::RunSend;
-use super::run::select::stream_uuid;
-use crate::fs::subvol::{Subvolume, list_subvolumes};
+use super::run::select::{open_devices, stream_uuid};
+use crate::fs::subvol::Subvolume;
 use crate::manifest;
 use crate::progress::Progress;
 use crate::send::mounted::Source;
@@ -150,27 +150,13 @@ pub(crate) struct OnSource {
 impl OnSource {
     /// Open the filesystem on `opts.devices` and list its subvolumes.
     pub(crate) fn open(opts: &SourceOptions) -> Result<OnSource, BackupError> {
-        let list = opts
-            .devices
-            .iter()
-            .map(|d| d.display().to_string())
-            .collect::<Vec<_>>()
-            .join(", ");
         if opts.devices.is_empty() {
             return Err(BackupError::Invalid(String::from(
                 "no source device given (--device)",
             )));
         }
         let read = crate::device::readahead::ReadOptions::default().with_degraded(opts.degraded);
-        let source =
-            Source::open_devices_with(&opts.devices, &read).map_err(|e| BackupError::Send {
-                snapshot: list.clone(),
-                error: Box::new(e),
-            })?;
-        let subvols = list_subvolumes(source.fs()).map_err(|e| BackupError::Fs {
-            what: format!("cannot list the subvolumes on {list}"),
-            error: Box::new(e),
-        })?;
+        let (source, subvols, _) = open_devices(&opts.devices, &read)?;
         Ok(OnSource { source, subvols })
     }
 
