@@ -29,7 +29,6 @@ use super::run::Counted;
 use super::run::unfinished::{Resumed, VerifyHead};
 use super::treehash::TreeHasher;
 use super::verify::{either_synthesized, entry_differences};
-use super::{STREAMS_DIR, store};
 use crate::progress::{NoProgress, Progress};
 
 /// How to copy.
@@ -250,6 +249,47 @@ impl Repository {
             })?),
             _ => None,
         };
+        let parent_id = parent.as_ref().map(|p| (p.uuid.clone(), p.ctransid));
+        let wopts = WriterOptions::new()
+            .with_level(opts.level)
+            .with_frame_bytes(opts.frame_bytes);
+        let (file, trailer, size) = self.store_copy(from, e, parent_id, wopts, progress)?;
+        let entry = Entry {
+            id: 0,
+            parent_id: parent.as_ref().map(|p| p.id),
+            file,
+            stored_bytes: size,
+            commands: trailer.commands,
+            proto: trailer.proto,
+            stored_at: now_rfc3339(),
+            ..e.clone()
+        };
+        let mut next = cat.clone();
+        let id = next.add(entry);
+        next.commit(&*self.store)?;
+        *cat = next;
+        cat.get(id)
+            .cloned()
+            .ok_or_else(|| BackupError::Invalid(String::from("entry vanished")))
+    }
+
+    /// Store `from`'s stream of `e` (whose parent snapshot is `parent_id`)
+    /// as a new stream file here, every byte read checked against its
+    /// hash and the copy's raw stream against `e`'s BLAKE3: its key, its
+    /// trailer and its stored size. Nothing is listed; a copy that does
+    /// not hash to `e`'s value is deleted.
+    ///
+    /// # Errors
+    ///
+    /// Damage in `from`'s file, store errors, a copy that differs.
+    pub(super) fn store_copy(
+        &self,
+        from: &Repository,
+        e: &Entry,
+        parent_id: Option<(String, u64)>,
+        wopts: WriterOptions,
+        progress: &dyn Progress,
+    ) -> Result<(String, file::Trailer, u64), BackupError> {
         let damage = |d: Damage| BackupError::Damage {
             repo: from.store.name().to_owned(),
             damage: Box::new(d),
@@ -264,16 +304,7 @@ impl Repository {
         let f = from.open_file(e)?;
         from.check_ident(e, &f)?;
         progress.start(&e.path, e.kind, e.stream_bytes);
-        let key = format!(
-            "{STREAMS_DIR}{}-{}-{:08x}.btrs.zst",
-            e.uuid,
-            e.ctransid,
-            store::random_u64() & 0xffff_ffff
-        );
-        let wopts = WriterOptions::new()
-            .with_level(opts.level)
-            .with_frame_bytes(opts.frame_bytes);
-        let parent_id = parent.as_ref().map(|p| (p.uuid.clone(), p.ctransid));
+        let key = super::new_stream_key(&e.uuid, e.ctransid);
         let files = [f];
         let work = frames::Work {
             hash: true,
@@ -376,22 +407,6 @@ impl Repository {
                 e.stream_blake3
             )));
         }
-        let entry = Entry {
-            id: 0,
-            parent_id: parent.as_ref().map(|p| p.id),
-            file,
-            stored_bytes: size,
-            commands: trailer.commands,
-            proto: trailer.proto,
-            stored_at: now_rfc3339(),
-            ..e.clone()
-        };
-        let mut next = cat.clone();
-        let id = next.add(entry);
-        next.commit(&*self.store)?;
-        *cat = next;
-        cat.get(id)
-            .cloned()
-            .ok_or_else(|| BackupError::Invalid(String::from("entry vanished")))
+        Ok((file, trailer, size))
     }
 }

@@ -18,7 +18,7 @@ use super::file::{FileWriter, StreamIdentity, WriterOptions};
 use super::index::IndexTee;
 use super::lock::LockKind;
 use super::repository::{Repository, now_rfc3339};
-use super::{STREAMS_DIR, plan, store};
+use super::plan;
 use crate::progress::Progress;
 
 /// How to import.
@@ -245,12 +245,7 @@ impl Repository {
         opts: &ImportOptions,
         warn: &dyn Fn(&str),
     ) -> Result<Entry, BackupError> {
-        let key = format!(
-            "{STREAMS_DIR}{}-{}-{:08x}.btrs.zst",
-            p.uuid,
-            p.ctransid,
-            store::random_u64() & 0xffff_ffff
-        );
+        let key = super::new_stream_key(&p.uuid, p.ctransid);
         let upload = self.store.multipart(&key)?;
         let wopts = WriterOptions::new().with_level(opts.level.unwrap_or(3));
         let mut index = self.inline_index(cat, &key, parent);

@@ -33,7 +33,8 @@
 //! * [`lock`]: exclusive for `run`, shared for the readers.
 //!
 //! One module per operation, each built on the above: `run` (and its
-//! `--dry-run`), `verify` (and `--compare`), `restore`, `import`, `copy`,
+//! `--dry-run`), `verify` (and `--compare`; `--against-source` in
+//! `against`), `repair`, `restore`, `import`, `copy`,
 //! [`forget`] and [`status`]. What they decide without I/O is in
 //! pure, tested modules:
 //!
@@ -54,6 +55,7 @@
 //! file in `tmp/` that the next `run` of the same snapshot continues
 //! ([`partial`]), and never a listed stream that is not whole.
 
+mod against;
 pub mod catalog;
 mod copy;
 pub mod crypt;
@@ -74,6 +76,7 @@ pub mod mount;
 pub mod partial;
 pub mod plan;
 pub mod remote;
+mod repair;
 mod repository;
 mod restore;
 pub mod retention;
@@ -88,6 +91,7 @@ pub mod target;
 mod treehash;
 mod verify;
 
+pub use against::{Comparison, Outcome, SourceCheck, SourceOptions, SourceReport};
 pub use catalog::Catalog;
 pub use copy::{CopyOptions, CopyReport};
 pub use entry::{Entry, Kind};
@@ -97,6 +101,7 @@ pub use forget::{ChainHeld, ForgetOptions, ForgetReport, Verdict};
 pub use import::{ImportOptions, ImportReport};
 pub use lock::{LockKind, RepoLock};
 pub use plan::glob_match;
+pub use repair::{NotRepaired, RepairOptions, RepairReport, Repaired};
 pub use repository::{Config, Repository, store_for, store_with};
 pub use restore::RestoreTarget;
 pub use run::{DryRunReport, PlannedStream, RunOptions, RunReport, SnapshotOptions};
@@ -119,3 +124,13 @@ pub const CONFIG_KEY: &str = "config";
 pub const STREAMS_DIR: &str = "streams/";
 /// The environment variable `--repo` falls back to.
 pub const REPO_ENV: &str = "BTRSEND_REPOSITORY";
+
+/// A new key for a stream file of the snapshot `uuid` `ctransid`: random
+/// at its end, so that a stream stored again (a copy, a repair) never
+/// takes the name of a file that may still be listed.
+pub(crate) fn new_stream_key(uuid: &str, ctransid: u64) -> String {
+    format!(
+        "{STREAMS_DIR}{uuid}-{ctransid}-{:08x}.btrs.zst",
+        store::random_u64() & 0xffff_ffff
+    )
+}

@@ -35,9 +35,9 @@ use super::error::BackupError;
 use super::file::{FileWriter, StreamIdentity, WriterOptions};
 use super::index::{IndexTee, InlineIndex};
 use super::lock::LockKind;
+use super::plan;
 use super::repository::{Repository, now_rfc3339};
 use super::treehash::TreeHasher;
-use super::{STREAMS_DIR, plan, store};
 use crate::fs::subvol::Subvolume;
 use crate::progress::Progress;
 use crate::send::SendOptions;
@@ -222,6 +222,43 @@ impl<W: Write> Write for Counted<'_, W> {
 
     fn flush(&mut self) -> io::Result<()> {
         self.inner.flush()
+    }
+}
+
+/// The protocol version of the streams a run stores.
+pub(crate) const RUN_PROTO: u32 = 1;
+
+/// The send a run makes of a snapshot, incremental from `parent` when
+/// there is one: what `verify --against-source` and `repair` make again,
+/// so it is built in one place.
+pub(crate) struct RunSend {
+    /// The snapshot, by id: unambiguous on devices and in a mount alike.
+    subvol: String,
+    /// The parent's snapshot, by id.
+    parent: Option<String>,
+}
+
+impl RunSend {
+    /// The send of `subvol`, incremental from `parent`.
+    pub(crate) fn new(subvol: &Subvolume, parent: Option<&Subvolume>) -> RunSend {
+        RunSend {
+            subvol: format!("id:{}", subvol.id().get()),
+            parent: parent.map(|p| format!("id:{}", p.id().get())),
+        }
+    }
+
+    /// The request for [`Source::send`](crate::send::mounted::Source::send).
+    pub(crate) fn request(&self) -> Request<'_> {
+        Request {
+            subvol: &self.subvol,
+            parent: self.parent.as_deref(),
+            clone_sources: &[],
+        }
+    }
+
+    /// The send options of a run: protocol [`RUN_PROTO`], data verified.
+    pub(crate) fn options(&self) -> SendOptions {
+        SendOptions::new(RUN_PROTO)
     }
 }
 
@@ -411,16 +448,10 @@ impl Repository {
                 }
             };
             let chain = plan::Chain::after(chain.filter(|_| parent.is_some()), time);
-            let subvol = format!("id:{}", sel.subvol.id().get());
-            let parent_spec = parent.as_ref().map(|p| format!("id:{}", p.id().get()));
-            let req = Request {
-                subvol: &subvol,
-                parent: parent_spec.as_deref(),
-                clone_sources: &[],
-            };
+            let send = RunSend::new(&sel.subvol, parent.as_ref());
             let stream_bytes = match src.fss.get(sel.fs) {
                 Some(s) => s
-                    .estimate(&req, SendOptions::new(1))
+                    .estimate(&send.request(), send.options())
                     .map(|st| st.stream_bytes)
                     .map_err(|e| BackupError::Send {
                         snapshot: sel.path.clone(),
@@ -563,22 +594,13 @@ impl Repository {
             error: Box::new(source),
         };
         progress.start(&sel.path, kind, estimate);
-        let key = format!(
-            "{STREAMS_DIR}{uuid}-{ctransid}-{:08x}.btrs.zst",
-            store::random_u64() & 0xffff_ffff
-        );
+        let key = super::new_stream_key(&uuid, ctransid);
         let wopts = WriterOptions::new()
             .with_level(opts.level)
             .with_frame_bytes(opts.frame_bytes);
-        let sopts = SendOptions::new(1);
-        // By id: unambiguous on devices and in a mount alike.
-        let subvol = format!("id:{}", sel.subvol.id().get());
-        let parent_spec = parent.as_ref().map(|(_, p)| format!("id:{}", p.id().get()));
-        let req = Request {
-            subvol: &subvol,
-            parent: parent_spec.as_deref(),
-            clone_sources: &[],
-        };
+        let send = RunSend::new(&sel.subvol, parent.as_ref().map(|(_, p)| p));
+        let sopts = send.options();
+        let req = send.request();
         let parent_id = parent.as_ref().map(|(e, _)| (e.uuid.clone(), e.ctransid));
         let mut partial = self.find_partial(&uuid, ctransid, parent_id.as_ref(), progress);
         // The key the stream file gets (a continued S3 upload keeps its own).

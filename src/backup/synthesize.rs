@@ -35,7 +35,7 @@ use super::index::proof::{self, TreeDigest};
 use super::index::synth::{self, Head};
 use super::index::{IndexError, IndexTee};
 use super::repository::{Repository, now_rfc3339};
-use super::{STREAMS_DIR, index, store};
+use super::index;
 use crate::progress::Progress;
 
 /// zstd level of synthetic streams (the default of `run`).
@@ -130,12 +130,7 @@ impl Repository {
             .collect();
         self.index_chain(cat, &chain, progress)?;
         let head_name = self.subvolume_name(&old)?;
-        let key = format!(
-            "{STREAMS_DIR}{}-{}-{:08x}.btrs.zst",
-            old.uuid,
-            old.ctransid,
-            store::random_u64() & 0xffff_ffff
-        );
+        let key = super::new_stream_key(&old.uuid, old.ctransid);
         progress.notice(&format!(
             "synthesizing a full stream of entry {id} ({}) from {} stream(s)",
             crate::manifest::escape(old.path.as_bytes()),

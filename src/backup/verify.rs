@@ -209,7 +209,7 @@ impl Repository {
         }
     }
 
-    fn verify_once(
+    pub(super) fn verify_once(
         &self,
         read_data: bool,
         progress: &dyn Progress,

@@ -9,6 +9,7 @@
 //! regenerates `man/`.
 
 mod backup;
+mod backup_against;
 mod backup_browse;
 mod backup_config;
 mod backup_copy;

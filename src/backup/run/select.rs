@@ -174,6 +174,27 @@ pub(crate) fn in_catalog(cat: &Catalog) -> impl Fn(&str, u64) -> bool + '_ {
     move |uuid, ctransid| cat.find(uuid, ctransid).is_some()
 }
 
+/// The filesystem on `devices` (mounted or not), its subvolumes, and the
+/// devices' names as messages give them.
+///
+/// # Errors
+///
+/// The devices cannot be opened, or the subvolumes listed.
+pub(crate) fn open_devices(
+    devices: &[PathBuf],
+    read: &crate::device::readahead::ReadOptions,
+) -> Result<(Source, Vec<Subvolume>, String), BackupError> {
+    let list = devices
+        .iter()
+        .map(|d| d.display().to_string())
+        .collect::<Vec<_>>()
+        .join(", ");
+    let source = Source::open_devices_with(devices, read).map_err(source_error(list.clone()))?;
+    let subs = list_subvolumes(source.fs())
+        .map_err(fs_error(format!("cannot list the subvolumes on {list}")))?;
+    Ok((source, subs, list))
+}
+
 pub(crate) fn select(
     opts: &RunOptions,
     specs: &[String],
@@ -191,16 +212,7 @@ pub(crate) fn select(
         return Err(BackupError::Invalid(String::from("no snapshot given")));
     }
     if !opts.devices.is_empty() {
-        let list = opts
-            .devices
-            .iter()
-            .map(|d| d.display().to_string())
-            .collect::<Vec<_>>()
-            .join(", ");
-        let source = Source::open_devices_with(&opts.devices, &src.read)
-            .map_err(source_error(list.clone()))?;
-        let subs = list_subvolumes(source.fs())
-            .map_err(fs_error(format!("cannot list the subvolumes on {list}")))?;
+        let (source, subs, list) = open_devices(&opts.devices, &src.read)?;
         let mut chosen = Vec::new();
         for spec in specs {
             let matched: Vec<&Subvolume> = if let Some(id) = spec.strip_prefix("id:") {

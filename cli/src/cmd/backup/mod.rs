@@ -7,6 +7,7 @@
 //! Exit statuses and JSON error lines are not made here but in
 //! [`crate::exit`]; progress is rendered by [`crate::progress::backup`].
 
+mod against;
 mod browse;
 mod compare;
 mod config;
@@ -22,6 +23,7 @@ mod list;
 mod metrics;
 mod mount;
 mod query;
+mod repair;
 mod restore;
 mod run;
 mod secrets;
@@ -390,6 +392,9 @@ pub enum BackupCommand {
     /// Copy the entries one repository holds and another lacks, with their
     /// chains, every hash checked (3-2-1 copies).
     Copy(copy::CopyArgs),
+    /// Store again the damaged or missing stream files verify finds,
+    /// byte-identical, from the source or a second repository.
+    Repair(repair::RepairArgs),
 }
 
 /// A header naming the job and destination before a table, when a config
@@ -548,6 +553,7 @@ pub fn run(args: &BackupArgs) -> anyhow::Result<()> {
         ),
         BackupCommand::Config(a) => config_check::run(a),
         BackupCommand::Copy(a) => copy::run(a),
+        BackupCommand::Repair(a) => repair::run(a),
     }
 }
 

@@ -46,6 +46,35 @@ pub struct VerifyArgs {
     compare: Vec<String>,
     #[command(flatten)]
     from_keys: FromKeyArgs,
+    /// Instead, prove each stored snapshot still on the source (--device)
+    /// equal to it: its stream is sent again as `run` sent it (same
+    /// parent, same protocol) and only hashed, and its length and BLAKE3
+    /// compared with the catalog's, reading nothing of the repository but
+    /// the catalog. Where the stream differs (a balance since may change
+    /// clone choices), the snapshot's manifest is compared with that of
+    /// the entry's index (which reads its data from the repository).
+    /// Entries whose snapshot or parent's snapshot is gone are skipped.
+    /// Exit status 12 when any differs.
+    #[arg(
+        long = "against-source",
+        requires = "devices",
+        conflicts_with_all = ["read_data", "compare"]
+    )]
+    against_source: bool,
+    /// With --against-source: a device or image file of the source
+    /// filesystem, mounted or not (repeat for multi-device filesystems).
+    #[arg(
+        short = 'd',
+        long = "device",
+        value_name = "DEV",
+        requires = "against_source"
+    )]
+    devices: Vec<std::path::PathBuf>,
+    /// With --against-source: read a source filesystem some of whose
+    /// devices are missing from the remaining copies, as `mount -o
+    /// degraded` does.
+    #[arg(long, requires = "against_source")]
+    degraded: bool,
     /// Print the report as JSON.
     #[arg(long)]
     pub(super) json: bool,
@@ -73,6 +102,9 @@ pub fn run(a: &VerifyArgs, m: &mut Metrics) -> anyhow::Result<()> {
         return super::compare::run(first, second, &a.from_keys, a.repo.keys(), a.json);
     }
     let repo = a.repo.open()?;
+    if a.against_source {
+        return super::against::run(&repo, &a.devices, a.degraded, a.lock.wait(), a.json);
+    }
     let start = jiff::Timestamp::now();
     let clock = std::time::Instant::now();
     // A bar only for the long form (every byte read).
@@ -124,6 +156,12 @@ pub fn run(a: &VerifyArgs, m: &mut Metrics) -> anyhow::Result<()> {
         }
         for (id, path) in &rep.unrestorable {
             eprintln!("btrsend: unrestorable: entry {id} ({})", printable(path));
+        }
+        if rep.problems.iter().any(|p| p.entry.is_some()) {
+            eprintln!(
+                "btrsend: hint: `btrsend backup repair --repo {} --device DEV` stores a damaged or missing stream file again, byte-identical, while its snapshot and its parent's are on the source; `--from R2` takes it from another repository that holds it",
+                printable(repo.store().name())
+            );
         }
     }
     if rep.problems.is_empty() {
