@@ -17,8 +17,8 @@ use super::error::BackupError;
 use super::file::{FileWriter, StreamIdentity, WriterOptions};
 use super::index::IndexTee;
 use super::lock::LockKind;
-use super::repository::{Repository, now_rfc3339};
 use super::plan;
+use super::repository::{Repository, now_rfc3339};
 use crate::progress::Progress;
 
 /// How to import.

@@ -31,11 +31,11 @@ use super::catalog::{Catalog, Entry, Kind};
 use super::error::BackupError;
 use super::file::format::hyphenated;
 use super::file::{FileWriter, StreamIdentity, WriterOptions};
+use super::index;
 use super::index::proof::{self, TreeDigest};
 use super::index::synth::{self, Head};
 use super::index::{IndexError, IndexTee};
 use super::repository::{Repository, now_rfc3339};
-use super::index;
 use crate::progress::Progress;
 
 /// zstd level of synthetic streams (the default of `run`).
