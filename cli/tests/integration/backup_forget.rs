@@ -581,7 +581,27 @@ fn four_hundred_nights_of_import_and_forget() {
         "2",
     ];
     let start: jiff::Timestamp = "2024-01-01T02:00:00Z".parse().unwrap();
-    let mut manifests: BTreeMap<String, String> = BTreeMap::new();
+    let manifests: std::cell::RefCell<BTreeMap<String, String>> = Default::default();
+    // Entry `id` restores to the manifest of the night `name` was taken.
+    let restores = |name: &str, id: u64, when: &str| {
+        let to = work.path().join(format!("restore-{id}"));
+        fs::create_dir(&to).unwrap();
+        ok(&[
+            "backup",
+            "restore",
+            "--repo",
+            repo,
+            &id.to_string(),
+            "--to",
+            to.to_str().unwrap(),
+        ]);
+        let got = manifest::manifest(&to.join(name), Options::default()).unwrap();
+        assert!(
+            got == manifests.borrow()[name],
+            "{when}: {name} (entry {id}) restores to another tree"
+        );
+        fs::remove_dir_all(&to).unwrap();
+    };
     let mut most = 0;
     let mut synthesized = 0;
     for night in 0..NIGHTS {
@@ -592,7 +612,7 @@ fn four_hundred_nights_of_import_and_forget() {
             .args(["-q", "subvolume", "snapshot", "-r"])
             .arg(&sub)
             .arg(&snap));
-        manifests.insert(
+        manifests.borrow_mut().insert(
             name.clone(),
             manifest::manifest(&snap, Options::default()).unwrap(),
         );
@@ -636,23 +656,7 @@ fn four_hundred_nights_of_import_and_forget() {
         }
         for r in rows.iter().filter(|r| r["synthesize"] == true) {
             let (name, id) = (r["path"].as_str().unwrap(), r["id"].as_u64().unwrap());
-            let to = work.path().join(format!("synth-{id}"));
-            fs::create_dir(&to).unwrap();
-            ok(&[
-                "backup",
-                "restore",
-                "--repo",
-                repo,
-                &id.to_string(),
-                "--to",
-                to.to_str().unwrap(),
-            ]);
-            let got = manifest::manifest(&to.join(name), Options::default()).unwrap();
-            assert!(
-                got == manifests[name],
-                "night {night}: {name} (entry {id}, synthesized) restores to another tree"
-            );
-            fs::remove_dir_all(&to).unwrap();
+            restores(name, id, &format!("night {night}, synthesized"));
             synthesized += 1;
         }
         if night > 0 {
@@ -676,22 +680,6 @@ fn four_hundred_nights_of_import_and_forget() {
     let newest = format!("home.{:03}", NIGHTS - 1);
     assert!(kept.contains_key(&newest), "{kept:?}");
     for (name, id) in &kept {
-        let to = work.path().join(format!("restore-{id}"));
-        fs::create_dir(&to).unwrap();
-        ok(&[
-            "backup",
-            "restore",
-            "--repo",
-            repo,
-            &id.to_string(),
-            "--to",
-            to.to_str().unwrap(),
-        ]);
-        let got = manifest::manifest(&to.join(name), Options::default()).unwrap();
-        assert!(
-            got == manifests[name],
-            "{name} (entry {id}) restores to another tree"
-        );
-        fs::remove_dir_all(&to).unwrap();
+        restores(name, *id, "at the end");
     }
 }
