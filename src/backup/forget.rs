@@ -294,8 +294,9 @@ impl Repository {
             .chain(synthesized.iter().filter_map(|s| catalog.get(s.id)))
             .map(|e| e.stored_bytes)
             .sum();
+        let marked: BTreeSet<u64> = synthesized.iter().map(|s| s.id).collect();
         for v in &mut planned.verdicts {
-            v.synthesize = synthesized.iter().any(|s| s.id == v.entry.id);
+            v.synthesize = marked.contains(&v.entry.id);
         }
         if !opts.dry_run {
             for s in made.values() {
@@ -375,7 +376,9 @@ impl Repository {
 /// The entries to give synthetic full streams: each kept entry (by the
 /// policy itself) whose ancestors are all kept only for chains, oldest
 /// first. A kept entry below another one keeps its incremental stream:
-/// that one's synthesis, not a second full stream, frees the chain.
+/// that one's synthesis, not a second full stream, frees the chain. One
+/// pass in id order (a parent's id is below its child's, as the catalog
+/// checks), so a catalog of many entries costs no walk per entry.
 fn synthesis_candidates(catalog: &Catalog, planned: &Planned) -> Vec<u64> {
     let by_policy: BTreeSet<u64> = planned
         .verdicts
@@ -383,20 +386,17 @@ fn synthesis_candidates(catalog: &Catalog, planned: &Planned) -> Vec<u64> {
         .filter(|v| v.keep && !v.kept_for_chain)
         .map(|v| v.entry.id)
         .collect();
-    let mut out: Vec<u64> = by_policy
-        .iter()
-        .copied()
-        .filter(|&id| {
-            let Ok(chain) = catalog.chain(id) else {
-                return false;
-            };
-            chain.len() > 1
-                && chain[..chain.len() - 1]
-                    .iter()
-                    .all(|a| !by_policy.contains(&a.id))
-        })
-        .collect();
-    out.sort_unstable();
+    // Entries with an ancestor the policy keeps.
+    let mut below_kept: BTreeSet<u64> = BTreeSet::new();
+    let mut out = Vec::new();
+    for e in &catalog.entries {
+        let Some(p) = e.parent_id else { continue };
+        if by_policy.contains(&p) || below_kept.contains(&p) {
+            below_kept.insert(e.id);
+        } else if by_policy.contains(&e.id) {
+            out.push(e.id);
+        }
+    }
     out
 }
 
