@@ -110,6 +110,12 @@ fn contents_digest(pages: &Pages<'_>, top: Option<PageRef>) -> Result<[u8; 32], 
     Ok(*h.finalize().as_bytes())
 }
 
+/// The stream files of `cat`'s entries: built once for a pass over every
+/// entry's index, not once per entry.
+fn stream_files(cat: &Catalog) -> HashSet<&str> {
+    cat.entries.iter().map(|x| x.file.as_str()).collect()
+}
+
 impl Repository {
     /// The state of `e`'s index, its pages walked (`read_leaves`: every
     /// page read and checked; else the internal ones), skipping those in
@@ -233,15 +239,20 @@ impl Repository {
         Ok(sweep)
     }
 
-    /// Whether `e`'s index names a stream no entry of `cat` lists (its
-    /// data moved to a synthetic full stream): out of date, not damaged.
+    /// Whether `e`'s index names a stream not in `files`, the stream files
+    /// of the catalog's entries (its data moved to a synthetic full
+    /// stream): out of date, not damaged.
     /// Such an index is never read ([`Repository::index_root`] refuses
     /// it).
     ///
     /// # Errors
     ///
     /// The store's.
-    pub(crate) fn stale_index(&self, cat: &Catalog, e: &Entry) -> Result<bool, BackupError> {
+    pub(crate) fn stale_index(
+        &self,
+        files: &HashSet<&str>,
+        e: &Entry,
+    ) -> Result<bool, BackupError> {
         let Some(key) = root_key(&e.file) else {
             return Ok(false);
         };
@@ -253,7 +264,6 @@ impl Repository {
         let Ok(root) = serde_json::from_slice::<IndexRoot>(&bytes) else {
             return Ok(false);
         };
-        let files: HashSet<&str> = cat.entries.iter().map(|x| x.file.as_str()).collect();
         Ok(root.sources.iter().any(|s| !files.contains(s.as_str())))
     }
 
@@ -271,8 +281,9 @@ impl Repository {
         let mut stale = Vec::new();
         let mut order: Vec<&Entry> = cat.entries.iter().collect();
         order.sort_by_key(|e| e.id);
+        let files = stream_files(cat);
         for e in order {
-            if self.stale_index(cat, e)? {
+            if self.stale_index(&files, e)? {
                 stale.push(e);
             }
         }
@@ -320,6 +331,7 @@ impl Repository {
         let mut seen = HashSet::new();
         let mut missing = 0usize;
         let mut stale = 0usize;
+        let files = stream_files(cat);
         let mut damaged: BTreeSet<u64> = BTreeSet::new();
         let mut order: Vec<&Entry> = cat.entries.iter().collect();
         order.sort_by_key(|e| e.id);
@@ -333,7 +345,7 @@ impl Repository {
                 missing += 1;
                 continue;
             }
-            if self.stale_index(cat, e)? {
+            if self.stale_index(&files, e)? {
                 stale += 1;
                 continue;
             }
