@@ -146,8 +146,8 @@ impl<'a> TreeView<'a> {
             fs,
             root,
             inodes: InodeMemo::default(),
-            lookups: Rc::new(RefCell::new(Cursor::new(fs.volume(), root))),
-            root_dir: Rc::new(RefCell::new(Cursor::new(fs.volume(), root))),
+            lookups: Rc::new(RefCell::new(Cursor::new(fs.volume(), root).point_lookups())),
+            root_dir: Rc::new(RefCell::new(Cursor::new(fs.volume(), root).point_lookups())),
             orphans: Rc::new(RefCell::new(OrphanNames::Probing(0))),
         })
     }
