@@ -9,6 +9,7 @@
 
 mod against;
 mod browse;
+mod btrbk;
 mod compare;
 mod config;
 mod config_check;
@@ -387,7 +388,7 @@ pub enum BackupCommand {
     /// snapshots of one origin, from their indexes.
     Diff(query::DiffArgs),
     /// The config file of run, forget, verify, status and list --config:
-    /// check it.
+    /// check it, or make one from a btrbk.conf.
     Config(config_check::ConfigCmdArgs),
     /// Copy the entries one repository holds and another lacks, with their
     /// chains, every hash checked (3-2-1 copies).
