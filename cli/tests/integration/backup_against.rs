@@ -493,6 +493,62 @@ fn repair_stores_deleted_and_flipped_streams_again() {
         // The index follows the new files.
         ok(&["backup", "ls", "--repo", a, &paths[2]]);
     }
+    // Driven by a config file: the job's device is the source of verify
+    // --against-source and of repair, and each writes its metrics file
+    // (parsed by prometheus_client), labelled with the job, the
+    // destination and the command. All three snapshots are still on the
+    // source and stored unchanged, so all three are proven; one deleted
+    // stream file is the one damaged and repaired.
+    let config = work.path().join("btrsend.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[job.vol]\ndevice = \"{img}\"\nsnapshots = \"snaps/vol.*\"\n\
+             [[job.vol.destination]]\nrepo = \"{a}\"\n"
+        ),
+    )
+    .unwrap();
+    let cfg = config.to_str().unwrap();
+    let labels = |command: &'static str| [("job", "vol"), ("destination", a), ("command", command)];
+    let prom = work.path().join("verify.prom");
+    let prom_s = prom.to_str().unwrap();
+    ok(&[
+        "backup",
+        "verify",
+        "--config",
+        cfg,
+        "--against-source",
+        "--metrics-file",
+        prom_s,
+    ]);
+    if let Some(m) = crate::backup_status::parse_metrics(TEST, &prom) {
+        let v = |name: &str| crate::backup_status::sample(&m, name, &labels("verify"));
+        assert_eq!(v("btrsend_verify_against_source_proven"), 3.0);
+        assert_eq!(v("btrsend_verify_against_source_differing"), 0.0);
+        assert_eq!(v("btrsend_verify_against_source_skipped"), 0.0);
+        assert_eq!(v("btrsend_verify_problems"), 0.0);
+        assert_eq!(v("btrsend_last_attempt_exit_status"), 0.0);
+    }
+    std::fs::remove_file(stream_file(&a_dir, 1)).unwrap();
+    assert_eq!(verify(a), Some(12));
+    let prom = work.path().join("repair.prom");
+    ok(&[
+        "backup",
+        "repair",
+        "--config",
+        cfg,
+        "--metrics-file",
+        prom.to_str().unwrap(),
+    ]);
+    assert_eq!(verify(a), Some(0), "not repaired from the job's device");
+    if let Some(m) = crate::backup_status::parse_metrics(TEST, &prom) {
+        let v = |name: &str| crate::backup_status::sample(&m, name, &labels("repair"));
+        assert_eq!(v("btrsend_repair_damaged"), 1.0);
+        assert_eq!(v("btrsend_repair_repaired"), 1.0);
+        assert_eq!(v("btrsend_repair_failed"), 0.0);
+        assert_eq!(v("btrsend_last_attempt_exit_status"), 0.0);
+    }
+
     // A stream the source no longer makes is not stored: after the
     // snapshot is gone, repair from the source alone fails.
     std::fs::remove_file(stream_file(&a_dir, 2)).unwrap();

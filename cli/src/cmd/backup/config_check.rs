@@ -114,13 +114,13 @@ pub struct CheckArgs {
 }
 
 const CONFIG_HELP: &str = "\
-`run`, `forget`, `verify`, `status` and `list` act on the jobs of a config
+`run`, `forget`, `verify`, `status`, `list` and `repair` act on the jobs of a config
 file with --config FILE (--job NAME: only that job, repeatable). Without
 --config, and without --repo or BTRSEND_REPOSITORY, they read the default
 file if it exists: the one BTRSEND_CONFIG names, else
 /etc/btrsend/btrsend.toml. The file is TOML:
 
-  # Per command: the --metrics-file of run, forget, verify, status.
+  # Per command: the --metrics-file of run, forget, verify, status, repair.
   [run]
   metrics_file = \"/var/lib/prometheus/node-exporter/btrsend-run.prom\"
 
@@ -160,7 +160,7 @@ Keys: every option has one, named as the option with _ for -. A job
 snapshot_dir, keep_snapshots, and the hooks before, after, on_error. A
 destination ([[job.NAME.destination]]) holds repo (or target: a
 received-subvolume target, see TARGETS in btrsend-backup-run(1); run,
-list, forget and status use it, verify skips it; the keys that only a
+list, forget and status use it, verify and repair skip it; the keys that only a
 repository takes are refused there) and everything per repository:
 password_file, password_command, identity (or identity_file;
 a path or an array), write_key, ssh_command, remote_path, full_every,
