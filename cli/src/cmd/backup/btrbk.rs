@@ -1119,6 +1119,66 @@ mod tests {
         assert!(is_remote("ssh://h/x") && is_remote("host:/x") && !is_remote("/a:b"));
     }
 
+    /// Every mix of sections, options and odd values (a few thousand
+    /// files) converts without a panic, to TOML the config parser reads
+    /// whenever a job comes out.
+    #[test]
+    fn any_mix_never_panics() {
+        let lines = [
+            "volume /v",
+            "volume ssh://h:22/v",
+            "volume h:/v",
+            "subvolume a",
+            "subvolume /abs/é",
+            "subvolume *",
+            "subvolume .",
+            "target /t",
+            "target raw ssh://[::1]:2/r",
+            "target send-receive x:/y",
+            "target odd /z",
+            "snapshot_dir s",
+            "snapshot_dir /s",
+            "snapshot_create no",
+            "snapshot_preserve_min latest",
+            "target_preserve_min no",
+            "target_preserve 1h *d 0w 3m 2y",
+            "target_preserve 2é",
+            "target_preserve_min 9999999999999d",
+            "raw_target_compress zstd",
+            "raw_target_compress_level 99",
+            "rate_limit 1t",
+            "rate_limit 99999999999999t",
+            "ssh_identity \"/a b\"",
+            "ssh_user \"u\\\"q\"",
+            "incremental maybe",
+            "# comment",
+            "\u{1b}[2J",
+        ];
+        let mut seed = 35_u64;
+        let mut made = 0;
+        for _ in 0..3000 {
+            let mut text = String::new();
+            for _ in 0..8 {
+                seed = seed
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                let i = usize::try_from(seed >> 33).unwrap_or(0) % lines.len();
+                text.push_str(lines[i]);
+                text.push('\n');
+            }
+            let out = convert("t", &text);
+            if out.jobs > 0 {
+                made += 1;
+                crate::cmd::backup::config::Config::parse(
+                    std::path::Path::new("o.toml"),
+                    out.toml.clone(),
+                )
+                .unwrap_or_else(|e| panic!("{e}\n{text}\n{}", out.toml));
+            }
+        }
+        assert!(made > 100, "{made} files made a job");
+    }
+
     #[test]
     fn bad_lines_never_panic() {
         for text in [

@@ -82,7 +82,8 @@ that does the same, on standard output or to -o OUT:
   - incremental no on a raw target is full_every = 1; raw_target_compress
     zstd with raw_target_compress_level N is compression_level; rate_limit
     on a raw target is limit_rate (the same units: k, m, g, t are powers of
-    1024).
+    1024; limit_rate counts the stored zstd bytes, rate_limit the raw
+    stream, as a comment in the output says).
 
 Everything else is reported on standard error, one line each: FILE:LINE,
 the line (control characters escaped) and why it was not carried over:
