@@ -171,7 +171,8 @@ fn pairs(v: &[(&str, &str)]) -> Vec<(String, String)> {
 }
 
 /// btrbk.conf.example, "Simple setup" with its "Example retention
-/// policy": no volume section, so the subvolumes and snapshot_dir are
+/// policy" (the README's "Example: Backups to USB Disk" has the same
+/// policy): no volume section, so the subvolumes and snapshot_dir are
 /// absolute paths; one target in global context for both. btrbk.conf(5):
 /// target_preserve_min no means only target_preserve applies;
 /// target_preserve "20d 10w *m" keeps daily backups 20 days back, weekly
@@ -301,12 +302,14 @@ volume /mnt/data
 }
 
 /// btrbk.conf.example, "Backup data to external disk as well as remote
-/// host", and the README's "Example: Multiple Backup Targets": one
-/// subvolume, two targets, a local disk and ssh://HOST/DIR. btrbk.conf(5):
-/// ssh_user defaults to root, ssh_identity is ssh's -i, ssh_compression
-/// yes its compression (-C), ssh_cipher_spec its -c; options given in a
-/// target section apply to that target only (here a port and a user of
-/// its own, HOST:DIR being the short form of ssh://HOST/DIR).
+/// host", and the README's "Example: Host-initiated Backup on
+/// Fileserver": one subvolume, four targets: a local disk,
+/// ssh://HOST/DIR, HOST:DIR (btrbk's short form of ssh://HOST/DIR) and
+/// an IPv6 host with a port. btrbk.conf(5): ssh_user defaults to root,
+/// ssh_identity is ssh's -i, ssh_compression yes its compression (-C),
+/// ssh_cipher_spec its -c; options given in a target section apply to
+/// that target only (here the third target's user, compression and
+/// retention).
 #[test]
 fn multiple_targets_local_and_ssh() {
     let c = Conf::new(
@@ -374,7 +377,7 @@ volume /mnt/data
     );
 }
 
-/// The README's "Example: encrypted backups" shape: a raw target over ssh
+/// The README's "Example: Encrypted Backup to non-btrfs Target" shape: a raw target over ssh
 /// with xz compression and gpg encryption, ssh_user in the target section,
 /// and a raw target of our own with zstd at level 9, incremental no
 /// (btrbk.conf(5): no incremental backups, every one full), rate_limit 10m
@@ -446,7 +449,8 @@ volume /mnt/pool
 /// character *"); btrbk.conf.example's "Backup from remote host, with
 /// different naming" has a volume on another host and a snapshot_name of
 /// its own, and its "Resume backups from remote host which runs its own
-/// btrbk instance" snapshot_create no; a subvolume without a target is
+/// btrbk instance" (the README's "Example: Multiple Btrbk Instances")
+/// snapshot_create no; a subvolume without a target is
 /// only snapshotted; preserve_day_of_week, group, noauto, timestamp_format
 /// and backend have no equivalent; incremental strict is not ours; rate_limit
 /// applies to repositories only; a schedule token that is not
@@ -507,7 +511,8 @@ volume /mnt/pool
     assert!(report.contains("`bogus_option 1\\x1b[2J`"), "{report}");
 }
 
-/// keep_snapshots: btrbk.conf(5) snapshot_preserve_min latest with
+/// keep_snapshots (the README's "Example: Backup from non-btrfs Source"
+/// keeps the latest snapshot): btrbk.conf(5) snapshot_preserve_min latest with
 /// snapshot_preserve no keeps the latest snapshot only, which is
 /// keep_snapshots = 1; all (the default) keeps every one, no key. Job
 /// names: two subvolumes of one name on two volumes get the volume's name
