@@ -10,7 +10,8 @@
 //!   longer matches it) is proven by its content, and one whose index is
 //!   gone as well differs (exit status 12);
 //! * after a full balance of the mounted source every entry is still
-//!   proven, by its stream or by its content;
+//!   proven: by its stream exactly where `btrsend send` makes the stored
+//!   bytes again (checked apart from verify), else by its content;
 //! * after a snapshot is deleted from the source, it and the snapshot
 //!   whose stream is incremental from it are skipped, the others proven.
 
@@ -260,18 +261,69 @@ fn verify_against_source_proves_a_series_and_skips_what_is_gone() {
     assert_eq!(code, Some(0), "{rep}");
     assert_eq!(outcomes(&rep), all_by("stream"), "{rep}");
 
-    // A full balance moves every extent: whatever it changes in the
-    // streams, every snapshot is still proven.
+    // Whether a stream is still what a send makes is found apart from
+    // verify: each snapshot sent again with `btrsend send` from its stored
+    // parent, compared byte for byte with the stored stream. Before the
+    // balance every one is the same (which checks the method).
+    let (_, cat) = newest_catalog(&repo_dir);
+    let work_dir = work.path().to_path_buf();
+    let resent_equal = || -> Vec<bool> {
+        let entries = cat["entries"].as_array().unwrap();
+        entries
+            .iter()
+            .enumerate()
+            .map(|(i, e)| {
+                let out = work_dir.join(format!("resent.{i}"));
+                let proto = e["proto"].as_u64().unwrap().to_string();
+                let mut args = vec![
+                    String::from("send"),
+                    String::from("--device"),
+                    img.clone(),
+                    String::from("--proto"),
+                    proto,
+                    String::from("-f"),
+                    out.to_str().unwrap().to_owned(),
+                ];
+                if let Some(parent) = e["parent_id"].as_u64() {
+                    let p = entries.iter().find(|p| p["id"].as_u64() == Some(parent));
+                    args.push(String::from("-p"));
+                    args.push(p.unwrap()["path"].as_str().unwrap().to_owned());
+                }
+                args.push(e["path"].as_str().unwrap().to_owned());
+                let args: Vec<&str> = args.iter().map(String::as_str).collect();
+                ok(&args);
+                let stored_file = std::fs::File::open(repo_dir.join(e["file"].as_str().unwrap()));
+                let stored = zstd::decode_all(stored_file.unwrap()).unwrap();
+                std::fs::read(&out).unwrap() == stored
+            })
+            .collect()
+    };
+    assert_eq!(resent_equal(), vec![true; SNAPSHOTS], "before the balance");
+
+    // A full balance moves every extent (the clones too): each snapshot
+    // is still proven, by its stream where the send makes the stored bytes
+    // again, else by its content.
     sh(Command::new("btrfs")
         .args(["balance", "start", "--full-balance"])
         .arg(&mnt));
     sync();
+    let equal = resent_equal();
     let (code, rep) = against(repo, &img);
     assert_eq!(code, Some(0), "{rep}");
-    for (path, outcome, how) in outcomes(&rep) {
-        assert_eq!(outcome, "proven", "{path}: {rep}");
-        assert!(how == "stream" || how == "content", "{path}: {rep}");
-    }
+    let want: Vec<(String, String, String)> = paths
+        .iter()
+        .zip(&equal)
+        .map(|(p, &same)| {
+            let how = if same { "stream" } else { "content" };
+            (p.clone(), String::from("proven"), how.to_owned())
+        })
+        .collect();
+    assert_eq!(
+        outcomes(&rep),
+        want,
+        "stream equal after the balance: {equal:?}\n{rep}"
+    );
+    eprintln!("{TEST}: streams equal after a full balance: {equal:?}");
 
     // A deleted snapshot is skipped, and so is the one whose stream is
     // incremental from it (a single run: each from the one before).
@@ -441,6 +493,62 @@ fn repair_stores_deleted_and_flipped_streams_again() {
         // The index follows the new files.
         ok(&["backup", "ls", "--repo", a, &paths[2]]);
     }
+    // Driven by a config file: the job's device is the source of verify
+    // --against-source and of repair, and each writes its metrics file
+    // (parsed by prometheus_client), labelled with the job, the
+    // destination and the command. All three snapshots are still on the
+    // source and stored unchanged, so all three are proven; one deleted
+    // stream file is the one damaged and repaired.
+    let config = work.path().join("btrsend.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[job.vol]\ndevice = \"{img}\"\nsnapshots = \"snaps/vol.*\"\n\
+             [[job.vol.destination]]\nrepo = \"{a}\"\n"
+        ),
+    )
+    .unwrap();
+    let cfg = config.to_str().unwrap();
+    let labels = |command: &'static str| [("job", "vol"), ("destination", a), ("command", command)];
+    let prom = work.path().join("verify.prom");
+    let prom_s = prom.to_str().unwrap();
+    ok(&[
+        "backup",
+        "verify",
+        "--config",
+        cfg,
+        "--against-source",
+        "--metrics-file",
+        prom_s,
+    ]);
+    if let Some(m) = crate::backup_status::parse_metrics(TEST, &prom) {
+        let v = |name: &str| crate::backup_status::sample(&m, name, &labels("verify"));
+        assert_eq!(v("btrsend_verify_against_source_proven"), 3.0);
+        assert_eq!(v("btrsend_verify_against_source_differing"), 0.0);
+        assert_eq!(v("btrsend_verify_against_source_skipped"), 0.0);
+        assert_eq!(v("btrsend_verify_problems"), 0.0);
+        assert_eq!(v("btrsend_last_attempt_exit_status"), 0.0);
+    }
+    std::fs::remove_file(stream_file(&a_dir, 1)).unwrap();
+    assert_eq!(verify(a), Some(12));
+    let prom = work.path().join("repair.prom");
+    ok(&[
+        "backup",
+        "repair",
+        "--config",
+        cfg,
+        "--metrics-file",
+        prom.to_str().unwrap(),
+    ]);
+    assert_eq!(verify(a), Some(0), "not repaired from the job's device");
+    if let Some(m) = crate::backup_status::parse_metrics(TEST, &prom) {
+        let v = |name: &str| crate::backup_status::sample(&m, name, &labels("repair"));
+        assert_eq!(v("btrsend_repair_damaged"), 1.0);
+        assert_eq!(v("btrsend_repair_repaired"), 1.0);
+        assert_eq!(v("btrsend_repair_failed"), 0.0);
+        assert_eq!(v("btrsend_last_attempt_exit_status"), 0.0);
+    }
+
     // A stream the source no longer makes is not stored: after the
     // snapshot is gone, repair from the source alone fails.
     std::fs::remove_file(stream_file(&a_dir, 2)).unwrap();

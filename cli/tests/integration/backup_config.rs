@@ -904,3 +904,75 @@ fn a_target_destination() {
         assert!(stderr(&o).contains(want), "{}", stderr(&o));
     }
 }
+
+/// limit_rate and retry_lock given in the file take effect. limit_rate
+/// "1K" is 1024 bytes per second (the README: K as curl reads it): a dry
+/// run says so for that destination alone, and that the job's streams (the
+/// kernel's own s1 and s1→s2, whose lengths are the raw total) take their
+/// length over 1024 seconds at it. retry_lock: with both destinations'
+/// locks held, the one with retry_lock = "30s" waits until its lock is
+/// released two seconds later and stores the job; the one without fails
+/// at once with exit status 11 (lock held); the run's status is 3.
+#[test]
+fn limit_rate_and_retry_lock_keys_take_effect() {
+    let env = Env::new(Kind::Dir, "limit_rate_retry_lock").unwrap();
+    let (a, b) = (env.be.repo("a"), env.be.repo("b"));
+    env.init(&a.spec, &[]);
+    env.init(&b.spec, &[]);
+    let config = |a_keys: &str| {
+        format!(
+            "[job.fixture]\ndevice = [\"{img}\"]\nsnapshots = [\"snaps/s1\", \"snaps/s2\"]\n\
+             [[job.fixture.destination]]\nrepo = \"{a}\"\n{a_keys}\n\
+             [[job.fixture.destination]]\nrepo = \"{b}\"\n",
+            img = env.img.display(),
+            a = a.spec,
+            b = b.spec,
+        )
+    };
+    env.write_config(&config("limit_rate = \"1K\""));
+    let o = env.with_config("run", &["--dry-run", "--json"]);
+    code(&o, 0);
+    let lines = json_lines(&String::from_utf8(o.stdout).unwrap());
+    let totals: Vec<&Value> = lines
+        .iter()
+        .filter(|l| l["message_type"] == "dry_run_total")
+        .collect();
+    assert_eq!(totals.len(), 2, "{lines:?}");
+    let raw = (kernel_stream("s1.full.v1.stream.zst").len()
+        + kernel_stream("s1--s2.inc.v1.stream.zst").len()) as u64;
+    assert_eq!(totals[0]["destination"], a.spec.as_str());
+    assert_eq!(totals[0]["stream_bytes"], raw);
+    assert_eq!(totals[0]["limit_rate"], 1024);
+    assert_eq!(totals[0]["seconds_at_limit_rate"], raw.div_ceil(1024));
+    assert_eq!(totals[1]["destination"], b.spec.as_str());
+    assert!(totals[1]["limit_rate"].is_null(), "{}", totals[1]);
+    assert!(totals[1]["seconds_at_limit_rate"].is_null());
+
+    env.write_config(&config("retry_lock = \"30s\""));
+    let hold = |r: &crate::repo_store::TestRepo| {
+        let f = fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(r.files.join("lock"))
+            .unwrap();
+        f.lock().unwrap();
+        f
+    };
+    let (lock_a, _lock_b) = (hold(&a), hold(&b));
+    let start = std::time::Instant::now();
+    let release = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_secs(2));
+        drop(lock_a);
+    });
+    let o = env.with_config("run", &["--json"]);
+    release.join().unwrap();
+    code(&o, 3);
+    assert!(start.elapsed() >= std::time::Duration::from_secs(2));
+    let lines = json_lines(&String::from_utf8(o.stdout).unwrap());
+    let dests = &lines.last().unwrap()["jobs"][0]["destinations"];
+    assert_eq!(dests[0]["exit_code"], 0, "{lines:?}");
+    assert_eq!(dests[1]["exit_code"], 11, "{lines:?}");
+    assert_eq!(env.list(&a.spec, &[]).len(), 2);
+    assert!(env.list(&b.spec, &[]).is_empty());
+}

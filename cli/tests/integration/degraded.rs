@@ -6,7 +6,8 @@
 //! inspect-internal dump-super` prints them) and the option; with it, the
 //! send (a warning names the missing device) is received by the stock
 //! `btrfs receive` into a subvolume whose manifest is the kernel mount's
-//! of the original snapshot — from either mirror.
+//! of the original snapshot — from either mirror. The config file's job
+//! key `degraded` does the same for `backup run --config`.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -158,4 +159,51 @@ fn missing_device_needs_degraded() {
         assert!(o.status.success(), "{}", stderr(&o));
         assert!(String::from_utf8_lossy(&o.stdout).contains("snap\n"));
     }
+
+    // The job key degraded = true of a config file does what the option
+    // does: without it the job's run fails naming the option; with it,
+    // the stored snapshot restores to the kernel mount's manifest.
+    let repo = tmp.path().join("repo");
+    let repo = repo.to_str().unwrap();
+    let o = btrsend()
+        .args(["backup", "init", "--encryption", "none", "--repo", repo])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let config = tmp.path().join("btrsend.toml");
+    let run = |degraded: bool| {
+        std::fs::write(
+            &config,
+            format!(
+                "[job.alone]\ndevice = \"{}\"\nsnapshots = [\"snap\"]\ndegraded = {degraded}\n\
+                 [[job.alone.destination]]\nrepo = \"{repo}\"\n",
+                imgs[0].display()
+            ),
+        )
+        .unwrap();
+        btrsend()
+            .args(["backup", "run", "--config"])
+            .arg(&config)
+            .output()
+            .unwrap()
+    };
+    let o = run(false);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("--degraded"), "{}", stderr(&o));
+    let o = run(true);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let stream = tmp.path().join("restored.stream");
+    let o = btrsend()
+        .args(["backup", "restore", "--stdout", "--repo", repo, "snap"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    std::fs::write(&stream, &o.stdout).unwrap();
+    target
+        .receive("from-config", &[&stream])
+        .expect("btrfs receive");
+    let got = target
+        .manifest("from-config/snap", Options::default())
+        .unwrap();
+    assert_eq!(got, manifest_want, "stored by the config's job");
 }

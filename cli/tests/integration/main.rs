@@ -11,6 +11,7 @@
 mod backup;
 mod backup_against;
 mod backup_browse;
+mod backup_btrbk;
 mod backup_config;
 mod backup_copy;
 mod backup_crypt;

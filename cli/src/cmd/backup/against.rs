@@ -9,17 +9,20 @@ use std::time::Duration;
 
 use btrsend::backup::{Comparison, Outcome, Repository, SourceOptions};
 
+use super::metrics::Metrics;
 use crate::exit::{Exit, ExitWith};
 use crate::progress::backup::BackupReporter;
 use crate::text::printable;
 
-/// Run `verify --against-source` on `repo` with the source on `devices`.
+/// Run `verify --against-source` on `repo` with the source on `devices`;
+/// its counts go to the metrics `m`.
 pub(super) fn run(
     repo: &Repository,
     devices: &[PathBuf],
     degraded: bool,
     wait: Duration,
     json: bool,
+    m: &mut Metrics,
 ) -> anyhow::Result<()> {
     let opts = SourceOptions::new(devices.to_vec())
         .with_degraded(degraded)
@@ -30,6 +33,34 @@ pub(super) fn run(
     progress.finish();
     let rep = rep?;
     let differs = rep.count(Outcome::Differs);
+    // A snapshot that differs from its source is damage, as verify counts
+    // it; the three outcomes say what was proven.
+    m.int(
+        "btrsend_verify_problems",
+        "Problems verify found (0: no damage).",
+        None,
+        differs as u64,
+    );
+    for (name, help, outcome) in [
+        (
+            "btrsend_verify_against_source_proven",
+            "Stored snapshots verify --against-source proved equal to the source.",
+            Outcome::Proven,
+        ),
+        (
+            "btrsend_verify_against_source_differing",
+            "Stored snapshots verify --against-source found to differ from the source.",
+            Outcome::Differs,
+        ),
+        (
+            "btrsend_verify_against_source_skipped",
+            "Stored snapshots verify --against-source skipped (snapshot or parent gone from the source).",
+            Outcome::Skipped,
+        ),
+    ] {
+        m.int(name, help, None, rep.count(outcome) as u64);
+    }
+    m.catalog(repo);
     if json {
         let mut v = crate::exit::with_json_context(serde_json::to_value(&rep)?);
         if let Some(o) = v.as_object_mut() {

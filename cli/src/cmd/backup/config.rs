@@ -96,10 +96,12 @@ struct File {
     #[serde(default)]
     status: Section,
     #[serde(default)]
+    repair: Section,
+    #[serde(default)]
     job: BTreeMap<String, Spanned<Job>>,
 }
 
-/// `[run]`, `[forget]`, `[verify]`, `[status]`: what is per command rather
+/// `[run]`, `[forget]`, `[verify]`, `[status]`, `[repair]`: what is per command rather
 /// than per destination.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -639,7 +641,20 @@ impl Config {
             "forget" => Some(&self.file.forget),
             "verify" => Some(&self.file.verify),
             "status" => Some(&self.file.status),
+            "repair" => Some(&self.file.repair),
             _ => None,
+        }
+    }
+}
+
+impl Job {
+    /// The job's devices (and `degraded`) as the source of a command
+    /// that reads one (verify --against-source, repair), unless `devices`
+    /// were given on the command line.
+    pub fn source_unless_given(&self, devices: &mut Vec<PathBuf>, degraded: &mut bool) {
+        if devices.is_empty() {
+            devices.clone_from(&self.device.0);
+            *degraded |= self.degraded;
         }
     }
 }

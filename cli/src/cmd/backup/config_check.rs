@@ -2,6 +2,8 @@
 //! check what can be checked without acting (every referenced file
 //! readable, every repository spec and its S3 settings well formed) and
 //! print a summary of the jobs. Nothing is snapshotted, opened or written.
+//! `btrsend backup config import-btrbk` writes one from a btrbk.conf
+//! (module `btrbk`).
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -26,7 +28,79 @@ pub struct ConfigCmdArgs {
 pub enum ConfigCommand {
     /// Check the config file without doing anything, and print its jobs.
     Check(CheckArgs),
+    /// Write the config file equivalent to a btrbk.conf, and report the
+    /// lines it cannot carry over.
+    #[command(after_long_help = IMPORT_BTRBK_HELP)]
+    ImportBtrbk(ImportBtrbkArgs),
 }
+
+/// Arguments of `btrsend backup config import-btrbk`.
+#[derive(Debug, Args)]
+pub struct ImportBtrbkArgs {
+    /// The btrbk config file to read.
+    #[arg(value_name = "FILE", default_value = super::btrbk::DEFAULT_BTRBK_CONF)]
+    file: PathBuf,
+    /// Write the btrsend config file to OUT instead of standard output
+    /// (an existing OUT is refused unless --force is given).
+    #[arg(short = 'o', long = "output", value_name = "OUT")]
+    output: Option<PathBuf>,
+    /// Replace OUT if it exists.
+    #[arg(long, requires = "output")]
+    force: bool,
+}
+
+const IMPORT_BTRBK_HELP: &str = "\
+import-btrbk reads a btrbk.conf as btrbk does (volume, subvolume and
+target sections, each option applying to the last section opened and
+inherited by the sections below it; a target given globally or per volume
+applies to every subvolume below it) and writes the btrsend config file
+that does the same, on standard output or to -o OUT:
+
+  - each local subvolume with a target becomes a job [job.NAME] (NAME:
+    its base name, made of letters, digits, _ and -; the volume's name is
+    put in front when two subvolumes share one) that snapshots it:
+    snapshot, snapshot_dir (btrbk's snapshot_dir, else the volume's
+    directory);
+  - snapshot_preserve_min all (btrbk's default) keeps every snapshot (no
+    keep_snapshots); latest with snapshot_preserve no is keep_snapshots =
+    1; other snapshot retention is reported (btrsend keeps a count);
+  - target [send-receive] DIR or URL is a destination target = ...; target
+    raw DIR or URL (a directory of stream files) a repository repo = ...,
+    which must be made with backup init first (a comment in the output
+    says so);
+  - ssh://HOST[:PORT]/DIR and HOST:DIR are ssh://USER@HOST[:PORT]/DIR
+    (USER: ssh_user, default root as in btrbk; ssh_user no: none);
+    ssh_identity, ssh_compression yes and ssh_cipher_spec are ssh_command
+    = \"ssh -i FILE -c SPEC -C\";
+  - target_preserve_min all (btrbk's default) writes no keep_* key (forget
+    leaves the destination alone); latest is keep_last = 1; N{h,d,w,m,y}
+    is keep_within (weeks as 7 days); target_preserve Nh Nd Nw Nm Ny is
+    keep_hourly, keep_daily, keep_weekly, keep_monthly, keep_yearly (*:
+    \"unlimited\", 0: left out). btrbk keeps the first backup of each period
+    counted back from now, forget the newest of each of the N most recent
+    periods holding one: a comment in the output says so;
+  - incremental no on a raw target is full_every = 1; raw_target_compress
+    zstd with raw_target_compress_level N is compression_level; rate_limit
+    on a raw target is limit_rate (the same units: k, m, g, t are powers of
+    1024; limit_rate counts the stored zstd bytes, rate_limit the raw
+    stream, as a comment in the output says).
+
+Everything else is reported on standard error, one line each: FILE:LINE,
+the line (control characters escaped) and why it was not carried over:
+options with no equivalent (group, noauto, timestamp_format,
+preserve_day_of_week, preserve_hour_of_day, lockfile, backend,
+stream_buffer, stream_compress, raw_target_encrypt and the gpg_ and
+openssl_ options: btrsend encrypts with age, chosen at backup init...),
+unknown options, malformed lines, and subvolumes left out (on another
+host, with wildcards, without a target, or with snapshot_create no). Where
+a retention setting cannot be carried over, no keep_* key is written, so
+that forget deletes nothing btrbk would keep. Check the output with
+`btrsend backup config check --config OUT`.
+
+Exit status 0 when a config file was written (even with lines
+reported), 1 when FILE cannot be read, is not UTF-8 text or is larger
+than 1 MiB, when no job could be made, or when OUT exists without
+--force.";
 
 /// Arguments of `btrsend backup config check`.
 #[derive(Debug, Args)]
@@ -41,13 +115,13 @@ pub struct CheckArgs {
 }
 
 const CONFIG_HELP: &str = "\
-`run`, `forget`, `verify`, `status` and `list` act on the jobs of a config
+`run`, `forget`, `verify`, `status`, `list` and `repair` act on the jobs of a config
 file with --config FILE (--job NAME: only that job, repeatable). Without
 --config, and without --repo or BTRSEND_REPOSITORY, they read the default
 file if it exists: the one BTRSEND_CONFIG names, else
 /etc/btrsend/btrsend.toml. The file is TOML:
 
-  # Per command: the --metrics-file of run, forget, verify, status.
+  # Per command: the --metrics-file of run, forget, verify, status, repair.
   [run]
   metrics_file = \"/var/lib/prometheus/node-exporter/btrsend-run.prom\"
 
@@ -87,7 +161,7 @@ Keys: every option has one, named as the option with _ for -. A job
 snapshot_dir, keep_snapshots, and the hooks before, after, on_error. A
 destination ([[job.NAME.destination]]) holds repo (or target: a
 received-subvolume target, see TARGETS in btrsend-backup-run(1); run,
-list, forget and status use it, verify skips it; the keys that only a
+list, forget and status use it, verify and repair skip it; the keys that only a
 repository takes are refused there) and everything per repository:
 password_file, password_command, identity (or identity_file;
 a path or an array), write_key, ssh_command, remote_path, full_every,
@@ -138,7 +212,81 @@ destinations. Exit status 0 when the file is good, 2 when it is not
 pub fn run(a: &ConfigCmdArgs) -> anyhow::Result<()> {
     match &a.command {
         ConfigCommand::Check(c) => check(c),
+        ConfigCommand::ImportBtrbk(a) => import_btrbk(a),
     }
+}
+
+fn import_btrbk(a: &ImportBtrbkArgs) -> anyhow::Result<()> {
+    use std::io::Read;
+    let name = printable(&a.file.display().to_string()).into_owned();
+    let file = std::fs::File::open(&a.file)
+        .map_err(|e| anyhow::anyhow!("cannot read the btrbk config {name}: {e}"))?;
+    let mut bytes = Vec::new();
+    file.take(super::btrbk::MAX_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| anyhow::anyhow!("cannot read the btrbk config {name}: {e}"))?;
+    if u64::try_from(bytes.len()).map_or(true, |n| n > super::btrbk::MAX_BYTES) {
+        anyhow::bail!("{name}: larger than 1 MiB, which no btrbk.conf is: is it the right file?");
+    }
+    let text = String::from_utf8(bytes).map_err(|e| {
+        let at = e.utf8_error().valid_up_to();
+        let line = e
+            .as_bytes()
+            .get(..at)
+            .map_or(0, |b| b.iter().filter(|&&c| c == b'\n').count())
+            + 1;
+        anyhow::anyhow!("{name}:{line}: not UTF-8 text (byte {at}): is it a btrbk.conf?")
+    })?;
+    let imported = super::btrbk::convert(&a.file.display().to_string(), &text);
+    let mut err = std::io::stderr().lock();
+    for u in &imported.unmapped {
+        writeln!(
+            err,
+            "{name}:{}: `{}`: not carried over: {}",
+            u.line,
+            printable(&u.text),
+            printable(&u.why)
+        )?;
+    }
+    if imported.jobs == 0 {
+        anyhow::bail!(
+            "{name}: no job could be made: no local subvolume with a target was carried over"
+        );
+    }
+    match &a.output {
+        None => crate::exit::stdout().write_all(imported.toml.as_bytes())?,
+        Some(out) => {
+            let shown = printable(&out.display().to_string()).into_owned();
+            let mut open = std::fs::OpenOptions::new();
+            open.write(true);
+            if a.force {
+                open.create(true).truncate(true);
+            } else {
+                open.create_new(true);
+            }
+            let mut f = open.open(out).map_err(|e| {
+                if e.kind() == std::io::ErrorKind::AlreadyExists {
+                    anyhow::anyhow!("{shown} exists: give --force to replace it")
+                } else {
+                    anyhow::anyhow!("cannot write {shown}: {e}")
+                }
+            })?;
+            f.write_all(imported.toml.as_bytes())
+                .and_then(|()| f.sync_all())
+                .map_err(|e| anyhow::anyhow!("cannot write {shown}: {e}"))?;
+        }
+    }
+    let mut lines: Vec<usize> = imported.unmapped.iter().map(|u| u.line).collect();
+    lines.dedup();
+    writeln!(
+        err,
+        "{name}: {} job{} written, {} line{} not carried over",
+        imported.jobs,
+        if imported.jobs == 1 { "" } else { "s" },
+        lines.len(),
+        if lines.len() == 1 { "" } else { "s" },
+    )?;
+    Ok(())
 }
 
 fn check(a: &CheckArgs) -> anyhow::Result<()> {

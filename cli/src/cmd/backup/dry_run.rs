@@ -9,7 +9,7 @@ use serde_json::json;
 
 use super::RepoArg;
 use super::run::RunArgs;
-use crate::exit::{Exit, ExitWith};
+use crate::exit::{Exit, ExitWith, with_json_context};
 use crate::text::{iec, printable};
 
 /// Plan the run, print the plan, and refuse as the run would.
@@ -72,7 +72,7 @@ fn print_json(
         writeln!(
             out,
             "{}",
-            json!({
+            with_json_context(json!({
                 "message_type": "dry_run",
                 "snapshot": s.path,
                 "uuid": s.uuid,
@@ -82,39 +82,43 @@ fn print_json(
                 "parent_id": s.parent.as_ref().and_then(|p| p.1),
                 "full_reason": s.full_reason.map(|r| r.as_str()),
                 "stream_bytes": s.stream_bytes,
-            })
+            }))
         )?;
     }
     for (path, id) in &report.skipped {
         writeln!(
             out,
             "{}",
-            json!({"message_type": "status", "snapshot": path, "already_stored": id})
+            with_json_context(
+                json!({"message_type": "status", "snapshot": path, "already_stored": id})
+            )
         )?;
     }
     for (subvol, snap) in &report.unchanged {
         writeln!(
             out,
             "{}",
-            json!({
+            with_json_context(json!({
                 "message_type": "status",
                 "subvolume": subvol.display().to_string(),
                 "unchanged": true,
                 "newest_snapshot": snap.display().to_string(),
-            })
+            }))
         )?;
     }
     for subvol in &report.would_take {
         writeln!(
             out,
             "{}",
-            json!({"message_type": "status", "would_take": subvol.display().to_string()})
+            with_json_context(
+                json!({"message_type": "status", "would_take": subvol.display().to_string()})
+            )
         )?;
     }
     writeln!(
         out,
         "{}",
-        json!({
+        with_json_context(json!({
             "message_type": "dry_run_total",
             "streams": report.streams.len(),
             "stream_bytes": report.stream_bytes(),
@@ -125,7 +129,7 @@ fn print_json(
             "free_bytes": report.free_bytes,
             "limit_rate": rate,
             "seconds_at_limit_rate": seconds,
-        })
+        }))
     )?;
     Ok(())
 }

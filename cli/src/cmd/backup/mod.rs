@@ -9,6 +9,7 @@
 
 mod against;
 mod browse;
+mod btrbk;
 mod compare;
 mod config;
 mod config_check;
@@ -272,7 +273,10 @@ pub struct MetricsArg {
     /// and per origin btrsend_streams_stored and btrsend_stored_bytes;
     /// forget per origin btrsend_snapshots_deleted; verify
     /// btrsend_verify_problems, btrsend_verify_unrestorable_snapshots and
-    /// btrsend_verify_read_bytes; status per origin
+    /// btrsend_verify_read_bytes (with --against-source
+    /// btrsend_verify_problems and btrsend_verify_against_source_proven,
+    /// _differing and _skipped); repair btrsend_repair_damaged,
+    /// btrsend_repair_repaired and btrsend_repair_failed; status per origin
     /// btrsend_newest_snapshot_age_seconds, btrsend_chain_healthy (1 or
     /// 0) and with --max-age btrsend_stale (1 or 0).
     #[arg(long = "metrics-file", value_name = "FILE")]
@@ -387,7 +391,7 @@ pub enum BackupCommand {
     /// snapshots of one origin, from their indexes.
     Diff(query::DiffArgs),
     /// The config file of run, forget, verify, status and list --config:
-    /// check it.
+    /// check it, or make one from a btrbk.conf.
     Config(config_check::ConfigCmdArgs),
     /// Copy the entries one repository holds and another lacks, with their
     /// chains, every hash checked (3-2-1 copies).
@@ -481,7 +485,7 @@ pub fn run(args: &BackupArgs) -> anyhow::Result<()> {
             },
             // A target has no streams to verify.
             &|_, d| d.target.is_some(),
-            &mut |_, _, d, m| verify::run(&a.for_destination(d), m),
+            &mut |_, job, d, m| verify::run(&a.for_destination(job, d), m),
             || {
                 metrics::with_metrics(a.metrics.file(), "verify", a.repo.spec().ok(), |m| {
                     verify::run(a, m)
@@ -553,7 +557,24 @@ pub fn run(args: &BackupArgs) -> anyhow::Result<()> {
         ),
         BackupCommand::Config(a) => config_check::run(a),
         BackupCommand::Copy(a) => copy::run(a),
-        BackupCommand::Repair(a) => repair::run(a),
+        BackupCommand::Repair(a) => per_job(
+            &a.config,
+            a.repo.given(),
+            jobs::Each {
+                command: "repair",
+                json: a.json,
+                metrics_file: a.metrics.file(),
+                names: &a.config.job,
+            },
+            // A target has no stream files to repair.
+            &|_, d| d.target.is_some(),
+            &mut |_, job, d, m| repair::run(&a.for_destination(job, d), m),
+            || {
+                metrics::with_metrics(a.metrics.file(), "repair", a.repo.spec().ok(), |m| {
+                    repair::run(a, m)
+                })
+            },
+        ),
     }
 }
 

@@ -9,21 +9,26 @@ use btrsend::backup::{RepairOptions, SourceOptions};
 use clap::Args;
 
 use super::compare::open_from;
+use super::config::{ConfigArg, Destination, Job};
+use super::metrics::Metrics;
 use super::secrets::FromKeyArgs;
-use super::{LockArg, RepoArg};
+use super::{LockArg, MetricsArg, RepoArg};
 use crate::exit::{Exit, ExitWith, json_error};
 use crate::progress::backup::BackupReporter;
 use crate::text::printable;
 
 /// Arguments of `btrsend backup repair`.
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 #[command(after_long_help = REPAIR_HELP)]
 pub struct RepairArgs {
     #[command(flatten)]
-    repo: RepoArg,
+    pub(super) repo: RepoArg,
+    #[command(flatten)]
+    pub(super) config: ConfigArg,
     /// A device or image file of the source filesystem, mounted or not
     /// (repeat for multi-device filesystems): damaged streams whose
     /// snapshot (and parent's snapshot) are still there are sent again.
+    /// With --config, each job's device (and degraded) unless given.
     #[arg(short = 'd', long = "device", value_name = "DEV")]
     devices: Vec<PathBuf>,
     /// Read a source filesystem some of whose devices are missing from the
@@ -43,9 +48,11 @@ pub struct RepairArgs {
     level: i32,
     /// Print the report as JSON.
     #[arg(long)]
-    json: bool,
+    pub(super) json: bool,
     #[command(flatten)]
     lock: LockArg,
+    #[command(flatten)]
+    pub(super) metrics: MetricsArg,
     /// The entries to repair, as restore names them (id, uuid, path,
     /// latest...); default: every damaged one.
     #[arg(value_name = "SNAPSHOT")]
@@ -62,15 +69,29 @@ is kept only when its raw stream hashes to the BLAKE3 the catalog
 records: the repaired repository holds the very bytes it held. It gets a
 new name; the catalog is switched to it in one new generation, then the
 damaged file is deleted. Takes the repository's exclusive lock (and the
-shared lock of --from).
+shared lock of --from). With --config FILE, every repository of the
+file's jobs (or those --job names) is repaired, each from its job's
+device unless --device is given; targets are left out.
 
 Exit status: 0 when nothing is left damaged (or nothing was), 12 when
 some stream could not be repaired, else that of the failure (1; 10, 11,
 13 as for run).";
 
-/// Run `btrsend backup repair`.
-pub fn run(a: &RepairArgs) -> anyhow::Result<()> {
-    let go = || -> anyhow::Result<()> {
+impl RepairArgs {
+    /// These options for the config file's destination `d` of `job` (the
+    /// command line wins).
+    pub(super) fn for_destination(&self, job: &Job, d: &Destination) -> RepairArgs {
+        let mut a = self.clone();
+        a.repo = self.repo.for_destination(d);
+        job.source_unless_given(&mut a.devices, &mut a.degraded);
+        a.lock.retry_lock = a.lock.retry_lock.or(d.retry_lock.map(|r| r.0));
+        a
+    }
+}
+
+/// Run `btrsend backup repair`; its counts go to the metrics `m`.
+pub fn run(a: &RepairArgs, m: &mut Metrics) -> anyhow::Result<()> {
+    let mut go = || -> anyhow::Result<()> {
         let repo = a.repo.open()?;
         let from = a
             .from
@@ -87,6 +108,25 @@ pub fn run(a: &RepairArgs) -> anyhow::Result<()> {
         let rep = repo.repair(from.as_ref(), &a.snapshots, &opts, &progress);
         progress.finish();
         let rep = rep?;
+        m.int(
+            "btrsend_repair_damaged",
+            "Damaged or missing stream files repair found.",
+            None,
+            rep.damaged as u64,
+        );
+        m.int(
+            "btrsend_repair_repaired",
+            "Stream files repair stored again, byte-identical.",
+            None,
+            rep.repaired.len() as u64,
+        );
+        m.int(
+            "btrsend_repair_failed",
+            "Damaged stream files repair could not store again.",
+            None,
+            rep.failed.len() as u64,
+        );
+        m.catalog(&repo);
         if a.json {
             let v = crate::exit::with_json_context(serde_json::to_value(&rep)?);
             writeln!(

@@ -7,7 +7,7 @@ use std::io::Write;
 
 use clap::Args;
 
-use super::config::{ConfigArg, Destination};
+use super::config::{ConfigArg, Destination, Job};
 use super::metrics::Metrics;
 use super::secrets::FromKeyArgs;
 use super::{LockArg, MetricsArg, RepoArg};
@@ -54,15 +54,16 @@ pub struct VerifyArgs {
     /// clone choices), the snapshot's manifest is compared with that of
     /// the entry's index (which reads its data from the repository).
     /// Entries whose snapshot or parent's snapshot is gone are skipped.
-    /// Exit status 12 when any differs.
+    /// Exit status 12 when any differs. With --config, each job's device
+    /// (and degraded) is its source unless --device is given.
     #[arg(
         long = "against-source",
-        requires = "devices",
         conflicts_with_all = ["read_data", "compare"]
     )]
     against_source: bool,
     /// With --against-source: a device or image file of the source
-    /// filesystem, mounted or not (repeat for multi-device filesystems).
+    /// filesystem, mounted or not (repeat for multi-device filesystems;
+    /// needed unless a config file's job gives its device).
     #[arg(
         short = 'd',
         long = "device",
@@ -85,11 +86,12 @@ pub struct VerifyArgs {
 }
 
 impl VerifyArgs {
-    /// These options for the config file's destination `d` (the command
-    /// line wins).
-    pub(super) fn for_destination(&self, d: &Destination) -> VerifyArgs {
+    /// These options for the config file's destination `d` of `job` (the
+    /// command line wins).
+    pub(super) fn for_destination(&self, job: &Job, d: &Destination) -> VerifyArgs {
         let mut a = self.clone();
         a.repo = self.repo.for_destination(d);
+        job.source_unless_given(&mut a.devices, &mut a.degraded);
         a.read_data |= d.read_data.unwrap_or(false);
         a.lock.retry_lock = a.lock.retry_lock.or(d.retry_lock.map(|r| r.0));
         a
@@ -101,9 +103,14 @@ pub fn run(a: &VerifyArgs, m: &mut Metrics) -> anyhow::Result<()> {
     if let [first, second] = a.compare.as_slice() {
         return super::compare::run(first, second, &a.from_keys, a.repo.keys(), a.json);
     }
+    if a.against_source && a.devices.is_empty() {
+        return Err(anyhow::Error::new(crate::exit::UsageError(String::from(
+            "--against-source needs the source: --device DEV (with --config: the job's device key)",
+        ))));
+    }
     let repo = a.repo.open()?;
     if a.against_source {
-        return super::against::run(&repo, &a.devices, a.degraded, a.lock.wait(), a.json);
+        return super::against::run(&repo, &a.devices, a.degraded, a.lock.wait(), a.json, m);
     }
     let start = jiff::Timestamp::now();
     let clock = std::time::Instant::now();
