@@ -12,8 +12,8 @@ use super::model::{
 use super::tree::{Pages, Record, Scan, Tree};
 use crate::manifest::{self, Described};
 
-/// Deepest directory nesting a walk follows: a damaged index whose
-/// entries form a loop ends here, with an error.
+/// Deepest directory nesting a walk follows (a path of at most 4096
+/// bytes has at most 2048 components): deeper is damage, an error.
 const MAX_DEPTH: usize = 2048;
 
 /// A walk's callback: each path, its inode number and inode.
@@ -294,21 +294,26 @@ impl<'p, 's> Snapshot<'p, 's> {
         path: &mut Vec<u8>,
         v: &mut dyn Visit,
     ) -> Result<(), IndexError> {
-        self.visit_dir(dir, path, 0, v)
+        self.visit_dir(dir, path, &mut vec![dir], v)
     }
 
+    /// `above` holds the directories from where the visit started down to
+    /// `dir`: a directory has one parent (no hard links to directories),
+    /// so one that contains an entry already above it is a loop only a
+    /// damaged or forged index can hold, refused at once rather than after
+    /// [`MAX_DEPTH`] levels of it.
     fn visit_dir(
         &self,
         dir: u64,
         path: &mut Vec<u8>,
-        depth: usize,
+        above: &mut Vec<u64>,
         v: &mut dyn Visit,
     ) -> Result<(), IndexError> {
-        if depth > MAX_DEPTH {
+        if above.len() > MAX_DEPTH {
             return Err(IndexError::Record {
                 what: "directory",
                 key: inode_key(dir),
-                reason: "nested deeper than any path can be (a loop)",
+                reason: "nested deeper than any path can be",
             });
         }
         self.children(dir, &mut |name, ino| {
@@ -319,7 +324,16 @@ impl<'p, 's> Snapshot<'p, 's> {
             }
             path.extend_from_slice(name);
             if v.enter(path, ino, &inode)? && inode.kind == FileType::Dir {
-                self.visit_dir(ino, path, depth + 1, v)?;
+                if above.contains(&ino) {
+                    return Err(IndexError::Record {
+                        what: "directory",
+                        key: inode_key(ino),
+                        reason: "an entry of a directory below it (a loop)",
+                    });
+                }
+                above.push(ino);
+                self.visit_dir(ino, path, above, v)?;
+                above.pop();
                 v.leave(path, ino, &inode)?;
             }
             path.truncate(len);

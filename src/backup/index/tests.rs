@@ -658,3 +658,43 @@ fn synthetic_full_streams_of_the_kernels_chains_are_proven_and_equal_its_manifes
     }
     assert!(proven >= 10, "only {proven} chains in the fixtures");
 }
+
+/// A directory holding an entry for a directory above it (a loop only a
+/// forged index can hold) ends a walk where the loop closes, with an error
+/// naming that directory, not 2048 levels of it later.
+#[test]
+fn a_directory_loop_in_an_index_is_refused_where_it_closes() {
+    use super::model::{FileType, dirent_key, inode_key};
+    let mem = Mem::default();
+    let pages = Pages::new(&mem, [1; 32]);
+    let raw = stream_of(&[mkdir(b"a"), mkdir(b"a/b"), mkfile(b"a/b/f")]);
+    let (_, mut root) = index_stream(&pages, &raw[..], "s", &Known::default()).unwrap();
+    let snap = Snapshot::open(&pages, root.clone());
+    let (a, b) = (snap.lookup(b"a").unwrap(), snap.lookup(b"a/b").unwrap());
+    assert_eq!(snap.inode(a).unwrap().kind, FileType::Dir);
+    let mut paths = Vec::new();
+    snap.walk(&mut |p, _, _| {
+        paths.push(p.to_vec());
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(paths, [&b"a"[..], b"a/b", b"a/b/f"]);
+    // a/b/up is a again.
+    let mut tree = Tree::open(&pages, root.top());
+    tree.insert(&dirent_key(b, b"up"), &a.to_le_bytes())
+        .unwrap();
+    root.set_top(tree.flush().unwrap());
+    let forged = Snapshot::open(&pages, root);
+    let mut seen = 0;
+    let r = forged.walk(&mut |_, _, _| {
+        seen += 1;
+        Ok(())
+    });
+    assert!(
+        matches!(&r, Err(IndexError::Record { key, reason, .. })
+            if *key == inode_key(a) && reason.contains("loop")),
+        "{r:?}"
+    );
+    // a, a/b, a/b/f, a/b/up: the loop is seen where it closes.
+    assert_eq!(seen, 4);
+}
