@@ -12,7 +12,7 @@
 //! `unfinished`. It must not write anything but stream files and catalog
 //! generations into the repository, nor list a stream that is not whole.
 
-mod dry;
+pub(crate) mod dry;
 pub(crate) mod select;
 pub(crate) mod snapshot_dir;
 pub(crate) mod unfinished;
@@ -260,6 +260,50 @@ impl RunSend {
     pub(crate) fn options(&self) -> SendOptions {
         SendOptions::new(RUN_PROTO)
     }
+
+    /// The exact size of the stream, planned on `sel`'s filesystem in
+    /// `src` (no data read).
+    pub(crate) fn size(&self, src: &Sources, sel: &Selected) -> Result<u64, BackupError> {
+        let Some(fs) = src.fss.get(sel.fs) else {
+            return Err(BackupError::Invalid(format!(
+                "{}: its filesystem is not open",
+                sel.path
+            )));
+        };
+        fs.estimate(&self.request(), self.options())
+            .map(|st| st.stream_bytes)
+            .map_err(|e| BackupError::Send {
+                snapshot: sel.path.clone(),
+                error: Box::new(e),
+            })
+    }
+}
+
+/// The bytes free for an unprivileged writer (statvfs `f_bavail`) on the
+/// filesystem of `dir`.
+///
+/// # Errors
+///
+/// [`BackupError::Io`] when the filesystem cannot be asked.
+pub(crate) fn free_bytes_at(dir: &std::path::Path) -> Result<u64, BackupError> {
+    let st = rustix::fs::statvfs(dir).map_err(|e| BackupError::Io {
+        what: format!("cannot read the free space of {}", dir.display()),
+        error: e.into(),
+    })?;
+    Ok(st.f_bavail.saturating_mul(st.f_frsize))
+}
+
+/// `free` when `needed` bytes fit in it, else [`BackupError::NoRoom`]
+/// naming `name` (a repository or a target) with both figures.
+pub(crate) fn room_for(name: &str, free: u64, needed: u64) -> Result<u64, BackupError> {
+    if needed > free {
+        return Err(BackupError::NoRoom {
+            repo: name.to_owned(),
+            needed,
+            free,
+        });
+    }
+    Ok(free)
 }
 
 /// The stream a snapshot is planned as ([`Repository::estimate`]).
@@ -448,20 +492,7 @@ impl Repository {
                 }
             };
             let chain = plan::Chain::after(chain.filter(|_| parent.is_some()), time);
-            let send = RunSend::new(&sel.subvol, parent.as_ref());
-            let stream_bytes = match src.fss.get(sel.fs) {
-                Some(s) => s
-                    .estimate(&send.request(), send.options())
-                    .map(|st| st.stream_bytes)
-                    .map_err(|e| BackupError::Send {
-                        snapshot: sel.path.clone(),
-                        error: Box::new(e),
-                    }),
-                None => Err(BackupError::Invalid(format!(
-                    "{}: its filesystem is not open",
-                    sel.path
-                ))),
-            };
+            let stream_bytes = RunSend::new(&sel.subvol, parent.as_ref()).size(src, sel);
             out.push(Some(Planned {
                 parent: parent_of,
                 full: if parent.is_some() { None } else { full },
@@ -485,19 +516,7 @@ impl Repository {
         let Some(root) = self.store.local_root() else {
             return Ok(None);
         };
-        let st = rustix::fs::statvfs(root).map_err(|e| BackupError::Io {
-            what: format!("cannot read the free space of {}", root.display()),
-            error: e.into(),
-        })?;
-        let free = st.f_bavail.saturating_mul(st.f_frsize);
-        if needed > free {
-            return Err(BackupError::NoRoom {
-                repo: self.store.name().to_owned(),
-                needed,
-                free,
-            });
-        }
-        Ok(Some(free))
+        room_for(self.store.name(), free_bytes_at(root)?, needed).map(Some)
     }
 
     /// The parent for `sel` if it gets an incremental stream, else why it

@@ -492,3 +492,163 @@ fn dry_run_on_live_snapshots_matches_btrfs_send_and_takes_nothing() {
     let streams = repo.join("streams");
     assert!(!streams.exists() || !streams.read_dir().unwrap().any(|_| true));
 }
+
+/// `run --dry-run --target`: the streams a target would receive, with the
+/// sizes of the kernel's own streams of the fixture (a full one of s1 into
+/// an empty target; after s1 is received, s2 and s3 incremental from the
+/// snapshot before each), what the target has named, nothing received;
+/// and a local target whose filesystem has no room for the raw total is
+/// refused by the dry run and by a real run, before anything is received.
+#[test]
+fn a_target_dry_run_plans_the_kernels_streams_and_checks_room() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = unpack(dir.path(), FIX, "dev1.img");
+    let img = img.to_str().unwrap();
+    let be = Backend::new(Kind::Dir, "dry_run_target", dir.path()).unwrap();
+    let target = dir.path().join("target");
+    fs::create_dir(&target).unwrap();
+    let t = target.to_str().unwrap();
+    let dry = |t: &str| {
+        backup(
+            &be,
+            &[
+                "run",
+                "--target",
+                t,
+                "--device",
+                img,
+                "--dry-run",
+                "--json",
+                "snaps/s*",
+            ],
+        )
+    };
+    let planned = |out: &Output| -> Vec<(String, String, Option<String>, u64)> {
+        by_type(&json_lines(&ok(out)), "dry_run")
+            .iter()
+            .map(|p| {
+                (
+                    p["snapshot"].as_str().unwrap().to_owned(),
+                    p["kind"].as_str().unwrap().to_owned(),
+                    p["parent"].as_str().map(str::to_owned),
+                    p["stream_bytes"].as_u64().unwrap(),
+                )
+            })
+            .collect()
+    };
+    let s = |v: &str| v.to_owned();
+    let out = dry(t);
+    assert_eq!(
+        planned(&out),
+        [
+            (s("snaps/s1"), s("full"), None, kernel_len("s1.full.v1")),
+            (
+                s("snaps/s2"),
+                s("incremental"),
+                Some(s("snaps/s1")),
+                kernel_len("s1--s2.inc.v1")
+            ),
+            (
+                s("snaps/s3"),
+                s("incremental"),
+                Some(s("snaps/s2")),
+                kernel_len("s2--s3.inc.v1")
+            ),
+        ]
+    );
+    assert!(tree(&target).is_empty(), "the dry run received something");
+    assert_eq!(fs::read_dir(&target).unwrap().count(), 0);
+    // s1 received: the plan starts from it.
+    ok(&backup(
+        &be,
+        &["run", "--target", t, "--device", img, "snaps/s1"],
+    ));
+    let out = dry(t);
+    assert_eq!(
+        planned(&out),
+        [
+            (
+                s("snaps/s2"),
+                s("incremental"),
+                Some(s("snaps/s1")),
+                kernel_len("s1--s2.inc.v1")
+            ),
+            (
+                s("snaps/s3"),
+                s("incremental"),
+                Some(s("snaps/s2")),
+                kernel_len("s2--s3.inc.v1")
+            ),
+        ]
+    );
+    let lines = json_lines(&String::from_utf8_lossy(&out.stdout));
+    let had: Vec<_> = by_type(&lines, "status")
+        .iter()
+        .filter_map(|l| Some((l["snapshot"].as_str()?, l["already_received"].as_str()?)))
+        .collect();
+    assert_eq!(had, [("snaps/s1", "s1")]);
+    let total = by_type(&lines, "dry_run_total")[0];
+    assert_eq!(
+        total["stream_bytes"].as_u64(),
+        Some(kernel_len("s1--s2.inc.v1") + kernel_len("s2--s3.inc.v1"))
+    );
+    assert!(total["free_bytes"].as_u64().is_some_and(|f| f > 0));
+
+    // 512 KiB: not room for s1's 700 KB full stream.
+    let mnt = dir.path().join("small");
+    let Some(_m) = small_fs(&mnt, "512k") else {
+        return;
+    };
+    let small = mnt.to_str().unwrap();
+    let st = rustix::fs::statvfs(&mnt).unwrap();
+    let free = st.f_bavail * st.f_frsize;
+    let need = kernel_len("s1.full.v1") + kernel_len("s1--s2.inc.v1") + kernel_len("s2--s3.inc.v1");
+    let want = format!(
+        "btrsend: error: {small}: not enough room for the run: {need} bytes of raw stream to store, {free} bytes free\n"
+    );
+    let out = backup(
+        &be,
+        &[
+            "run",
+            "--target",
+            small,
+            "--device",
+            img,
+            "--dry-run",
+            "snaps/s*",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert_eq!(stderr(&out), want);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("would receive snaps/s1: full"));
+    let out = backup(
+        &be,
+        &["run", "--target", small, "--device", img, "snaps/s*"],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert_eq!(stderr(&out), want);
+    assert!(
+        fs::read_dir(&mnt).unwrap().all(|e| e
+            .unwrap()
+            .file_name()
+            .to_string_lossy()
+            .starts_with('.')),
+        "a run without room received something"
+    );
+    // With --no-space-check the run goes on (and fails for want of room,
+    // or fits: a receive into tmpfs stores the files, not the stream).
+    let out = backup(
+        &be,
+        &[
+            "run",
+            "--target",
+            small,
+            "--device",
+            img,
+            "--no-space-check",
+            "--dry-run",
+            "snaps/s*",
+        ],
+    );
+    ok(&out);
+}

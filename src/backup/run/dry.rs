@@ -50,6 +50,8 @@ pub struct DryRunReport {
     pub streams: Vec<PlannedStream>,
     /// Snapshots already stored (path, entry id).
     pub skipped: Vec<(String, u64)>,
+    /// Snapshots a target has received already (path, name there).
+    pub received: Vec<(String, String)>,
     /// Snapshots it could not store (path, why).
     pub failed: Vec<(String, BackupError)>,
     /// The subvolumes `--snapshot` would take a snapshot of (their streams
@@ -62,11 +64,11 @@ pub struct DryRunReport {
     /// Subvolumes whose snapshot directory could not be read (the
     /// subvolume, why).
     pub snapshot_failed: Vec<(PathBuf, BackupError)>,
-    /// The free space of a local repository's filesystem (`None`: not a
-    /// local directory).
+    /// The free space of a local repository's or target's filesystem
+    /// (`None`: not a local directory).
     pub free_bytes: Option<u64>,
     /// The refusal a real run would meet: the raw streams do not fit in
-    /// the local repository ([`BackupError::NoRoom`]).
+    /// the local repository or target ([`BackupError::NoRoom`]).
     pub no_room: Option<BackupError>,
 }
 
@@ -157,7 +159,7 @@ impl Repository {
 /// What `take_snapshots` would do, without taking any: which subvolumes
 /// have changed since their newest snapshot, and the snapshot directory as
 /// it is now.
-fn would_take(
+pub(crate) fn would_take(
     so: &super::SnapshotOptions,
     report: &mut DryRunReport,
 ) -> Result<Vec<Found>, BackupError> {

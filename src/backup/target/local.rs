@@ -320,6 +320,10 @@ impl TargetEnd for LocalTarget {
         &self.name
     }
 
+    fn free_bytes(&mut self) -> Result<Option<u64>, BackupError> {
+        crate::backup::run::free_bytes_at(&self.dir).map(Some)
+    }
+
     fn lock(&mut self, wait: std::time::Duration) -> Result<(), BackupError> {
         self.lock = Some(lock(&self.dir, wait)?);
         Ok(())

@@ -31,7 +31,7 @@ use std::io::Write;
 use serde::{Deserialize, Serialize};
 
 pub use forget::{TargetForget, TargetVerdict, forget};
-pub use run::{TargetReport, TargetStored, run};
+pub use run::{TargetReport, TargetStored, dry_run, run};
 pub use status::{GroupStatus, TargetStatus, status};
 
 use super::error::BackupError;
@@ -165,6 +165,15 @@ pub trait TargetEnd {
     ///
     /// Refused (not a partial the receive made) or failed.
     fn discard(&mut self, name: &str) -> Result<(), BackupError>;
+    /// The bytes free on the target's filesystem (`None`: a far end,
+    /// which is not asked).
+    ///
+    /// # Errors
+    ///
+    /// The filesystem cannot be asked.
+    fn free_bytes(&mut self) -> Result<Option<u64>, BackupError> {
+        Ok(None)
+    }
     /// Delete the received subvolume `name`.
     ///
     /// # Errors

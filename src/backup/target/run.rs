@@ -13,9 +13,10 @@ use std::io::Write;
 use super::{Received, TargetEnd, check_name};
 use crate::backup::catalog::Kind;
 use crate::backup::error::BackupError;
+use crate::backup::run::dry::{DryRunReport, PlannedStream, would_take};
 use crate::backup::run::select::{Selected, Sources, origin_of, select, stream_uuid};
 use crate::backup::run::snapshot_dir::{prune_snapshots, take_snapshots, write_holds};
-use crate::backup::run::{Counted, RunOptions, RunReport};
+use crate::backup::run::{Counted, RunOptions, RunReport, RunSend, room_for};
 use crate::fs::subvol::Subvolume;
 use crate::progress::Progress;
 use crate::send::mounted::Request;
@@ -65,6 +66,15 @@ fn present(list: &[Received]) -> BTreeSet<(String, u64)> {
         .collect()
 }
 
+/// The subvolume of the target that is `sel`, received completely.
+fn received_as<'l>(listed: &'l [Received], sel: &Selected) -> Option<&'l Received> {
+    let uuid = stream_uuid(&sel.subvol);
+    let ctransid = sel.subvol.root.ctransid.get();
+    listed.iter().find(|r| {
+        r.complete && r.received_uuid.as_deref() == Some(uuid.as_str()) && r.stransid == ctransid
+    })
+}
+
 /// The name a snapshot gets in the target directory: its own.
 fn name_of(sel: &Selected) -> Result<String, BackupError> {
     let name = sel.path.rsplit('/').find(|c| !c.is_empty()).unwrap_or("");
@@ -104,14 +114,28 @@ pub fn run(
         report.failed.push((path, err));
     }
     let selected = src.take_oldest_first();
+    // A local target needs the sizes for its room check: a full disk found
+    // halfway leaves a partial subvolume and wasted hours.
+    let free = if opts.space_check {
+        target.free_bytes()?
+    } else {
+        None
+    };
+    if free.is_some() || progress.wants_total() {
+        let sizes: Vec<u64> = plan(&src, &selected, &have)
+            .into_iter()
+            .flatten()
+            .map(|p| p.stream_bytes.unwrap_or(0))
+            .collect();
+        if let Some(free) = free {
+            room_for(target.name(), free, sizes.iter().sum())?;
+        }
+        if progress.wants_total() {
+            progress.plan(sizes.len(), sizes.iter().sum());
+        }
+    }
     for sel in &selected {
-        let uuid = stream_uuid(&sel.subvol);
-        let ctransid = sel.subvol.root.ctransid.get();
-        if let Some(r) = listed.iter().find(|r| {
-            r.complete
-                && r.received_uuid.as_deref() == Some(uuid.as_str())
-                && r.stransid == ctransid
-        }) {
+        if let Some(r) = received_as(&listed, sel) {
             report.skipped.push((sel.path.clone(), r.name.clone()));
             continue;
         }
@@ -144,6 +168,110 @@ pub fn run(
         }
     }
     Ok(report)
+}
+
+/// What `run --dry-run --target` finds: the streams a run would send, in
+/// order, with their exact sizes, without the lock, the snapshots
+/// `--snapshot` would take, or any write; and the refusal a run would meet
+/// when a local target's filesystem has no room for the raw streams.
+///
+/// # Errors
+///
+/// As [`run`] before any snapshot is tried (the source, the target's
+/// listing); a snapshot whose stream cannot be sized is in
+/// [`DryRunReport::failed`].
+pub fn dry_run(
+    target: &mut dyn TargetEnd,
+    specs: &[String],
+    opts: &RunOptions,
+) -> Result<DryRunReport, BackupError> {
+    let mut report = DryRunReport::default();
+    let mut found = match &opts.snapshots {
+        Some(so) => would_take(so, &mut report)?,
+        None => Vec::new(),
+    };
+    let listed = target.list()?;
+    let have = present(&listed);
+    let mut src = select(opts, specs, &mut found, &|u, c| {
+        have.contains(&(u.to_owned(), c))
+    })?;
+    report.failed = std::mem::take(&mut src.rejected);
+    let selected = src.take_oldest_first();
+    for (sel, planned) in selected.iter().zip(plan(&src, &selected, &have)) {
+        let Some(p) = planned else {
+            if let Some(r) = received_as(&listed, sel) {
+                report.received.push((sel.path.clone(), r.name.clone()));
+            }
+            continue;
+        };
+        match p.stream_bytes {
+            Ok(stream_bytes) => report.streams.push(PlannedStream {
+                path: sel.path.clone(),
+                uuid: stream_uuid(&sel.subvol),
+                ctransid: sel.subvol.root.ctransid.get(),
+                kind: if p.parent.is_some() {
+                    Kind::Incremental
+                } else {
+                    Kind::Full
+                },
+                parent: p
+                    .parent
+                    .map(|s| (String::from_utf8_lossy(&s.path).into_owned(), None)),
+                full_reason: None,
+                stream_bytes,
+            }),
+            Err(e) => report.failed.push((sel.path.clone(), e)),
+        }
+    }
+    let needed = if opts.space_check {
+        report.stream_bytes()
+    } else {
+        0
+    };
+    if let Some(free) = target.free_bytes()? {
+        report.free_bytes = Some(free);
+        report.no_room = room_for(target.name(), free, needed).err();
+    }
+    Ok(report)
+}
+
+/// The stream a snapshot is planned as in a target run.
+struct Planned {
+    /// The parent snapshot of an incremental stream.
+    parent: Option<Subvolume>,
+    /// Its exact raw size.
+    stream_bytes: Result<u64, BackupError>,
+}
+
+/// The stream each of `selected` (oldest first) would get as the run
+/// sends them, `None` for one the target has: the parent of each is the
+/// newest older snapshot of its origin that the target has or that the
+/// run sends before it.
+fn plan(
+    src: &Sources,
+    selected: &[Selected],
+    have: &BTreeSet<(String, u64)>,
+) -> Vec<Option<Planned>> {
+    let mut have = have.clone();
+    let mut out = Vec::with_capacity(selected.len());
+    for sel in selected {
+        let key = (stream_uuid(&sel.subvol), sel.subvol.root.ctransid.get());
+        if have.contains(&key) {
+            out.push(None);
+            continue;
+        }
+        let parent = pick_parent(src, sel, &have).cloned();
+        let stream_bytes =
+            name_of(sel).and_then(|_| RunSend::new(&sel.subvol, parent.as_ref()).size(src, sel));
+        if stream_bytes.is_ok() {
+            have.insert(key);
+        }
+        out.push(Some(Planned {
+            parent,
+            stream_bytes,
+        }));
+    }
+    out
 }
 
 /// The parent for `sel`: the newest snapshot of the same origin, older

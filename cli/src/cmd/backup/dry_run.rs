@@ -16,6 +16,19 @@ use crate::text::{iec, printable};
 pub(super) fn run(a: &RunArgs, repo: &RepoArg, opts: RunOptions) -> anyhow::Result<()> {
     let repo = repo.open()?;
     let report = repo.dry_run(&a.snapshots, &opts)?;
+    finish(a, report, repo.store().name(), "store")
+}
+
+/// `backup run --dry-run --target`: what the run would receive there.
+pub(super) fn run_target(a: &RunArgs, target: &str, opts: RunOptions) -> anyhow::Result<()> {
+    let mut end = btrsend::backup::target::open(target, &a.repo.ssh_options())?;
+    let report = btrsend::backup::target::dry_run(end.as_mut(), &a.snapshots, &opts)?;
+    finish(a, report, target, "receive")
+}
+
+/// Print the plan (`verb`: what the run does with each stream), then
+/// refuse as the run would.
+fn finish(a: &RunArgs, report: DryRunReport, name: &str, verb: &str) -> anyhow::Result<()> {
     let total = report.stream_bytes();
     // The limit counts stored bytes, which zstd makes fewer: the raw total
     // at the limit is the longest the transfer takes.
@@ -24,7 +37,7 @@ pub(super) fn run(a: &RunArgs, repo: &RepoArg, opts: RunOptions) -> anyhow::Resu
     if a.json {
         print_json(out, &report, a.limit_rate, seconds)?;
     } else {
-        print_text(out, &report, repo.store().name(), a.limit_rate, seconds)?;
+        print_text(out, &report, name, verb, a.limit_rate, seconds)?;
     }
     for (path, err) in &report.failed {
         if a.json {
@@ -94,6 +107,15 @@ fn print_json(
             )
         )?;
     }
+    for (path, name) in &report.received {
+        writeln!(
+            out,
+            "{}",
+            with_json_context(
+                json!({"message_type": "status", "snapshot": path, "already_received": name})
+            )
+        )?;
+    }
     for (subvol, snap) in &report.unchanged {
         writeln!(
             out,
@@ -124,6 +146,7 @@ fn print_json(
             "stream_bytes": report.stream_bytes(),
             "stored_bytes": null,
             "already_stored": report.skipped.len(),
+            "already_received": report.received.len(),
             "failed": report.failed.len() + report.snapshot_failed.len(),
             "snapshots_to_take": report.would_take.len(),
             "free_bytes": report.free_bytes,
@@ -138,6 +161,7 @@ fn print_text(
     out: &mut dyn Write,
     report: &DryRunReport,
     repo: &str,
+    verb: &str,
     rate: Option<u64>,
     seconds: Option<u64>,
 ) -> std::io::Result<()> {
@@ -159,6 +183,14 @@ fn print_text(
     for (path, id) in &report.skipped {
         writeln!(out, "already stored: {} (entry {id})", printable(path))?;
     }
+    for (path, name) in &report.received {
+        writeln!(
+            out,
+            "already received: {} (as {})",
+            printable(path),
+            printable(name)
+        )?;
+    }
     for s in &report.streams {
         let how = match &s.parent {
             Some((p, Some(id))) => format!("incremental from {} (entry {id})", printable(p)),
@@ -170,7 +202,7 @@ fn print_text(
         };
         writeln!(
             out,
-            "would store {}: {how}, {} bytes of raw stream",
+            "would {verb} {}: {how}, {} bytes of raw stream",
             printable(&s.path),
             s.stream_bytes
         )?;

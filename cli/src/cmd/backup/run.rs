@@ -87,18 +87,20 @@ pub struct RunArgs {
     /// the rate on average.
     #[arg(long = "limit-rate", value_name = "RATE", value_parser = crate::cmd::parse_rate, conflicts_with = "target")]
     pub(super) limit_rate: Option<u64>,
-    /// Store nothing: print each stream the run would store with its exact
-    /// raw size (as `btrfs send` would write it), the total, the free
-    /// space of a local repository and, with --limit-rate, how long the
+    /// Store nothing: print each stream the run would store (or, with
+    /// --target, receive) with its exact raw size (as `btrfs send` would
+    /// write it), the total, the free space of a local repository or
+    /// target directory and, with --limit-rate, how long the
     /// transfer would take; take no snapshot (--snapshot: say which it
     /// would take), no lock, and write nothing (see DRY RUN below).
-    #[arg(long = "dry-run", conflicts_with_all = ["metrics_file", "target"])]
+    #[arg(long = "dry-run", conflicts_with = "metrics_file")]
     dry_run: bool,
-    /// Store even when a directory repository's filesystem has less free
-    /// space than the raw size of the streams (by default such a run is
-    /// refused before anything is stored: zstd may not shrink them); for
-    /// data known to compress well.
-    #[arg(long = "no-space-check", conflicts_with = "target")]
+    /// Store even when a directory repository's (or a local target
+    /// directory's) filesystem has less free space than the raw size of
+    /// the streams (by default such a run is refused before anything is
+    /// stored: zstd may not shrink them, nor a target's receive); for data
+    /// known to compress well.
+    #[arg(long = "no-space-check")]
     no_space_check: bool,
     /// Store the streams without indexing them (the index is what `backup
     /// ls`, `find`, `dump`, `diff`, `mount` and `restore --include`
@@ -265,7 +267,13 @@ repository would store is unknown until compressed (smaller by zstd's
 ratio, a little larger for incompressible data or encryption). With
 --limit-rate it says how long the transfer would take at most (the limit
 counts stored bytes). A local repository without room for the raw total
-is refused as a run would be (exit 1, after the plan). With --json: one
+is refused as a run would be (exit 1, after the plan). With --target, the
+plan is of the streams the target would receive (\"would receive PATH:
+...\", incremental from the newest older snapshot of the same origin the
+target has or receives first), already_received status lines name what
+it has, and a local target directory without room for the raw total is
+refused, by a real run too, before anything is received (an ssh:// target
+is not asked for its free space). With --json: one
 line per stream (message_type dry_run, with snapshot, uuid, ctransid,
 kind, parent, parent_id, full_reason and stream_bytes), already_stored and
 would_take status lines, then a dry_run_total line (streams,
@@ -317,6 +325,10 @@ fn check_sources(a: &RunArgs) -> anyhow::Result<()> {
 /// Run `btrsend backup run`.
 pub fn run(a: &RunArgs, m: &mut Metrics) -> anyhow::Result<()> {
     if let Some(target) = &a.target.target {
+        if a.dry_run {
+            return super::dry_run::run_target(a, target, run_options(a))
+                .map_err(|e| json_error(a.json, e));
+        }
         return run_target(a, target, m).map_err(|e| json_error(a.json, e));
     }
     if a.dry_run {
