@@ -72,6 +72,10 @@ pub struct RunOptions {
     pub space_check: bool,
     /// Index each stream as it is stored (see [`index`](super::index)).
     pub index: bool,
+    /// At most this many bytes per second of stream into a target
+    /// (`--limit-rate` with `--target`; a repository's limit is its
+    /// store's, [`LimitedStore`](super::store::LimitedStore)).
+    pub target_rate: Option<u64>,
 }
 
 /// `backup run --snapshot SUBVOL --snapshot-dir DIR [--keep-snapshots N]`
@@ -103,7 +107,14 @@ impl RunOptions {
             snapshots: None,
             space_check: true,
             index: true,
+            target_rate: None,
         }
+    }
+
+    /// Set [`RunOptions::target_rate`].
+    pub fn with_target_rate(mut self, rate: Option<u64>) -> RunOptions {
+        self.target_rate = rate;
+        self
     }
 
     /// Set [`RunOptions::index`].

@@ -453,7 +453,8 @@ volume /mnt/pool
 /// snapshot_create no; a subvolume without a target is
 /// only snapshotted; preserve_day_of_week, group, noauto, timestamp_format
 /// and backend have no equivalent; incremental strict is not ours; rate_limit
-/// applies to repositories only; a schedule token that is not
+/// into a send-receive target is limit_rate, both counting the raw stream
+/// (btrbk.conf(5): 5m is 5 MiB per second); a schedule token that is not
 /// <number>{h,d,w,m,y} makes btrbk refuse the file and leaves this
 /// destination without a policy. Unknown options and lines that are no
 /// options are reported with their line, control characters escaped.
@@ -491,6 +492,7 @@ volume /mnt/pool
     assert_eq!(jobs(&t), ["named"]);
     let named = dests(job(&t, "named"));
     assert!(keeps(named[0]).is_empty(), "a bad schedule keeps all");
+    assert_eq!(int(named[0], "limit_rate"), 5 * 1024 * 1024);
     c.assert_reported(&report, "timestamp_format", "NAME.YYYY-MM-DDTHHMMSSZ");
     c.assert_reported(&report, "preserve_day_of_week", "no equivalent");
     c.assert_reported(&report, "group", "no groups");
@@ -504,7 +506,6 @@ volume /mnt/pool
     c.assert_reported(&report, "snapshot_create no", "left out");
     c.assert_reported(&report, "snapshot_name", "after the subvolume");
     c.assert_reported(&report, "incremental strict", "no strict mode");
-    c.assert_reported(&report, "rate_limit", "repository only");
     c.assert_reported(&report, "7x", "\"7x\"");
     // The escape is shown escaped, never written to the terminal.
     assert!(!report.contains('\u{1b}'), "{report:?}");

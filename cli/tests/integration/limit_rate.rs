@@ -1,9 +1,12 @@
 //! `--limit-rate` (issue 35): what goes through the limit is what goes
 //! without it, byte for byte, judged by the kernel's own streams of the
-//! `014-incremental` image; bad rates are usage errors. The rate itself is
+//! `014-incremental` image (and, into a target, by the kernel's manifests
+//! of its snapshots); bad rates are usage errors. The rate itself is
 //! measured by `benches/limit-rate`, not by a timed test.
 
 use std::fs;
+
+use btrsend::manifest;
 
 use crate::common::{btrsend, fixture_dir, ok, stderr, unpack};
 
@@ -53,6 +56,23 @@ fn send_run_and_restore_at_a_limit_give_the_kernels_streams() {
         out.stdout == chain,
         "restore --limit-rate differs from the kernel's chain"
     );
+    // backup run --target: each received snapshot has the kernel's
+    // manifest of it.
+    let target = dir.path().join("target");
+    fs::create_dir(&target).unwrap();
+    ok(&btrsend()
+        .args(["backup", "run", "--limit-rate", "100M", "--target"])
+        .arg(&target)
+        .args(["--device", img, "snaps/s*"])
+        .output()
+        .unwrap());
+    for s in ["s1", "s2", "s3"] {
+        let want = fs::read_to_string(fixture_dir(FIX).join(format!("{s}.manifest"))).unwrap();
+        let got = manifest::manifest(&target.join(s), manifest::Options::default()).unwrap();
+        let (want, got) = (manifest::strip_holes(&want), manifest::strip_holes(&got));
+        let diff = manifest::diff(&want, &got, 20);
+        assert!(diff.is_none(), "{s}: {}", diff.unwrap_or_default());
+    }
 }
 
 #[test]

@@ -139,7 +139,7 @@ pub fn run(
             report.skipped.push((sel.path.clone(), r.name.clone()));
             continue;
         }
-        match receive_one(target, &mut src, sel, &have, &listed, progress) {
+        match receive_one(target, &mut src, sel, &have, &listed, opts, progress) {
             Ok(done) => {
                 have.insert((done.uuid.clone(), done.ctransid));
                 report.received.push(done);
@@ -303,8 +303,12 @@ fn receive_one(
     sel: &Selected,
     have: &BTreeSet<(String, u64)>,
     listed: &[Received],
+    opts: &RunOptions,
     progress: &dyn Progress,
 ) -> Result<TargetStored, BackupError> {
+    let limit = opts
+        .target_rate
+        .map(|r| std::sync::Arc::new(crate::rate::RateLimit::new(r)));
     let name = name_of(sel)?;
     let uuid = stream_uuid(&sel.subvol);
     let ctransid = sel.subvol.root.ctransid.get();
@@ -343,7 +347,8 @@ fn receive_one(
     };
     progress.start(&sel.path, kind, 0);
     let source = &mut src.fss[sel.fs];
-    let sent = match send_into(target, source, &req, sel, token.as_ref(), progress) {
+    let limit = limit.as_ref();
+    let sent = match send_into(target, source, &req, sel, token.as_ref(), limit, progress) {
         Err(BackupError::Send { error, .. })
             if token.is_some() && matches!(*error, SendError::ResumeMismatch(_)) =>
         {
@@ -354,7 +359,7 @@ fn receive_one(
             ));
             target.discard(&name)?;
             token = None;
-            send_into(target, source, &req, sel, None, progress)?
+            send_into(target, source, &req, sel, None, limit, progress)?
         }
         other => other?,
     };
@@ -378,10 +383,19 @@ fn send_into(
     req: &Request<'_>,
     sel: &Selected,
     token: Option<&crate::resume::Token>,
+    limit: Option<&std::sync::Arc<crate::rate::RateLimit>>,
     progress: &dyn Progress,
 ) -> Result<u64, BackupError> {
     let mut sent = 0;
     target.receive(&mut |w: &mut dyn Write| {
+        let mut limited;
+        let w: &mut dyn Write = match limit {
+            Some(l) => {
+                limited = crate::rate::Limited::new(w, std::sync::Arc::clone(l));
+                &mut limited
+            }
+            None => w,
+        };
         let counted = Counted {
             inner: CountBytes { inner: w, n: 0 },
             progress,

@@ -844,10 +844,9 @@ fn destination(t: &Target, levels: &[&[Opt]], report: &mut Report) -> Option<Des
                     "limit_rate limits the stored (zstd) bytes per second, where btrbk's rate_limit limits the raw stream",
                 ));
             }
-            (Ok(_), Kind::SendReceive) => report.add(
-                o.line,
-                "btrsend's limit_rate applies to a repository only, not to a send-receive target",
-            ),
+            // Into a target, limit_rate counts the raw stream, as btrbk's
+            // rate_limit does.
+            (Ok(rate), Kind::SendReceive) => d.keys.push(("limit_rate", rate.to_string())),
             (Err(e), _) => report.add(o.line, e),
         }
     }

@@ -679,7 +679,6 @@ impl Destination {
             ("full_every", self.full_every.is_some()),
             ("full_every_days", self.full_every_days.is_some()),
             ("compression_level", self.compression_level.is_some()),
-            ("limit_rate", self.limit_rate.is_some()),
             ("read_data", self.read_data.is_some()),
         ]
         .into_iter()

@@ -81,9 +81,10 @@ that does the same, on standard output or to -o OUT:
     periods holding one: a comment in the output says so;
   - incremental no on a raw target is full_every = 1; raw_target_compress
     zstd with raw_target_compress_level N is compression_level; rate_limit
-    on a raw target is limit_rate (the same units: k, m, g, t are powers of
-    1024; limit_rate counts the stored zstd bytes, rate_limit the raw
-    stream, as a comment in the output says).
+    is limit_rate (the same units: k, m, g, t are powers of 1024; into a
+    send-receive target both count the raw stream; on a raw target
+    limit_rate counts the stored zstd bytes, as a comment in the output
+    says).
 
 Everything else is reported on standard error, one line each: FILE:LINE,
 the line (control characters escaped) and why it was not carried over:
@@ -162,7 +163,8 @@ snapshot_dir, keep_snapshots, and the hooks before, after, on_error. A
 destination ([[job.NAME.destination]]) holds repo (or target: a
 received-subvolume target, see TARGETS in btrsend-backup-run(1); run,
 list, forget and status use it, verify and repair skip it; the keys that only a
-repository takes are refused there) and everything per repository:
+repository takes are refused there: secrets, full_every, full_every_days,
+compression_level, read_data) and everything per repository:
 password_file, password_command, identity (or identity_file;
 a path or an array), write_key, ssh_command, remote_path, full_every,
 full_every_days,

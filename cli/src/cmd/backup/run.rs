@@ -81,11 +81,12 @@ pub struct RunArgs {
           value_parser = clap::value_parser!(i32).range(1..=19))]
     level: Option<i32>,
     /// Write to the repository at most RATE bytes per second on average
-    /// (stored bytes; K, M, G: times 1024, 1024², 1024³; e.g. 10M), so
-    /// that a nightly job leaves room on an uplink. The progress bar's ETA
+    /// (stored bytes; with --target, stream bytes; K, M, G: times 1024,
+    /// 1024², 1024³; e.g. 10M), so that a nightly job leaves room on an
+    /// uplink. The progress bar's ETA
     /// follows the limit. S3 parts leave whole, at the link's speed, at
     /// the rate on average.
-    #[arg(long = "limit-rate", value_name = "RATE", value_parser = crate::cmd::parse_rate, conflicts_with = "target")]
+    #[arg(long = "limit-rate", value_name = "RATE", value_parser = crate::cmd::parse_rate)]
     pub(super) limit_rate: Option<u64>,
     /// Store nothing: print each stream the run would store (or, with
     /// --target, receive) with its exact raw size (as `btrfs send` would
@@ -294,7 +295,8 @@ fn run_options(a: &RunArgs) -> RunOptions {
         .with_level(a.level.unwrap_or(3))
         .with_wait_lock(a.lock.wait())
         .with_space_check(!a.no_space_check)
-        .with_index(!a.no_index);
+        .with_index(!a.no_index)
+        .with_target_rate(a.target.target.as_ref().and(a.limit_rate));
     if let Some(n) = a.frame_bytes {
         opts = opts.with_frame_bytes(n.max(1));
     }
