@@ -96,7 +96,20 @@ impl Mounted {
         let mut child = self.child.take().unwrap();
         let pid = rustix::process::Pid::from_child(&child);
         rustix::process::kill_process(pid, sig).unwrap();
-        let st = child.wait().unwrap();
+        // Never wait forever: a mount that stays busy asks for a second
+        // interrupt, and the test must then fail, not hang.
+        let t = Instant::now();
+        let st = loop {
+            if let Some(st) = child.try_wait().unwrap() {
+                break st;
+            }
+            if t.elapsed() > Duration::from_secs(60) {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("not exited 60 s after {sig:?}: {}", self.log());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
         assert!(st.success(), "after {sig:?}: {st}: {}", self.log());
         assert!(!mounted(&self.mp), "still mounted after {sig:?}");
     }

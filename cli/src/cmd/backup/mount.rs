@@ -40,6 +40,11 @@ pub struct MountArgs {
     mountpoint: PathBuf,
 }
 
+/// Unmount attempts after the first that found the mount busy, and the
+/// pause before each: two seconds in all.
+const BUSY_RETRIES: usize = 20;
+const BUSY_PAUSE: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// Run `btrsend backup mount`.
 pub fn run(a: &MountArgs) -> anyhow::Result<()> {
     let repo = a.repo.open()?;
@@ -56,7 +61,19 @@ pub fn run(a: &MountArgs) -> anyhow::Result<()> {
         crate::signal::on_interrupt_call(Some(Box::new(move || {
             stop.store(true, Ordering::SeqCst);
             let lazy = signals.fetch_add(1, Ordering::SeqCst) > 0;
-            match unmounter.unmount(lazy) {
+            // A reader that has just closed the last file can keep the
+            // mount busy for a moment (the kernel releases FUSE handles
+            // asynchronously): try for a while before asking for another
+            // interrupt.
+            let mut tried = unmounter.unmount(lazy);
+            for _ in 0..BUSY_RETRIES {
+                if !matches!(&tried, Err(e) if e.raw_os_error() == Some(16)) {
+                    break;
+                }
+                std::thread::sleep(BUSY_PAUSE);
+                tried = unmounter.unmount(lazy);
+            }
+            match tried {
                 Ok(()) => {}
                 Err(e) if e.raw_os_error() == Some(16) => eprintln!(
                     "btrsend: {} is busy: close what uses it, or interrupt again to detach it",
