@@ -398,11 +398,8 @@ impl<S: BlockSource> Cursor<S> {
     /// stays: its subtree must hold every item ≥ `key` that precedes the
     /// next subtree of the path, as the root's does).
     fn search_down(&mut self, key: &Key) -> Result<()> {
-        self.scanning = false;
+        self.reset_scan();
         self.stepped_last = false;
-        self.ramp = 0;
-        self.announced.clear();
-        self.announced_next.clear();
         self.floor = None;
         let pick = |b: &TreeBlock| {
             let node = b.node();
@@ -540,39 +537,30 @@ impl<S: BlockSource> Cursor<S> {
     /// key is ≤ `key` is at most that far (a key past the parent's last
     /// child may lie in the next node: only a step tells).
     fn within(&self, key: &Key, leaves: usize) -> bool {
-        let Some((parent, slot)) = self
-            .path
-            .len()
-            .checked_sub(2)
-            .and_then(|i| self.path.get(i))
-        else {
-            return true;
-        };
-        let child = match parent.node().search(key) {
-            Ok(c) => c,
-            Err(c) => c.saturating_sub(1),
-        };
-        child <= slot.saturating_add(leaves)
+        self.sibling_of(key)
+            .is_none_or(|(child, slot, _)| child <= slot.saturating_add(leaves))
     }
 
     /// Whether `key` lies in the leaf after the current one, in the same
     /// parent node (as far as the parent tells).
     fn in_next_sibling(&self, key: &Key) -> bool {
-        let Some((parent, slot)) = self
-            .path
-            .len()
-            .checked_sub(2)
-            .and_then(|i| self.path.get(i))
-        else {
-            return false;
-        };
+        self.sibling_of(key).is_some_and(|(child, slot, nritems)| {
+            let next = slot.saturating_add(1);
+            child == next && next.saturating_add(1) < nritems
+        })
+    }
+
+    /// In the parent of the current leaf: the child whose subtree holds
+    /// `key`'s place, the current leaf's slot, and the parent's item
+    /// count. `None` when the leaf is the root.
+    fn sibling_of(&self, key: &Key) -> Option<(usize, usize, usize)> {
+        let (parent, slot) = self.path.get(self.path.len().checked_sub(2)?)?;
         let node = parent.node();
-        let next = slot.saturating_add(1);
         let child = match node.search(key) {
             Ok(c) => c,
             Err(c) => c.saturating_sub(1),
         };
-        child == next && next.saturating_add(1) < node.nritems()
+        Some((child, *slot, node.nritems()))
     }
 
     fn leaf_exhausted(&self) -> bool {
@@ -631,11 +619,17 @@ impl<S: BlockSource> Cursor<S> {
     /// that follows starts its readahead from the smallest window.
     fn step_quietly(&mut self) -> Result<bool> {
         let stepped = self.step(false)?;
+        self.reset_scan();
+        Ok(stepped)
+    }
+
+    /// Forget the readahead of a scan: the next scan starts from the
+    /// smallest window.
+    fn reset_scan(&mut self) {
         self.scanning = false;
         self.ramp = 0;
         self.announced.clear();
         self.announced_next.clear();
-        Ok(stepped)
     }
 
     fn step(&mut self, readahead: bool) -> Result<bool> {
