@@ -158,6 +158,43 @@ struct LaneFile {
     ino: u64,
     lane: usize,
     last: u64,
+    /// What its queued jobs make of its size.
+    size: QueuedSize,
+}
+
+/// What the jobs queued for a [`LaneFile`] make of its size, so that a
+/// checkpoint can journal the size the file has at the checkpoint without
+/// waiting for them (see `Receiver::j_touch_queued`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum QueuedSize {
+    /// Writes alone, ending at most here: the size becomes the larger of
+    /// this and the size the file has whenever it is looked at (a write
+    /// only extends a file).
+    Grows(u64),
+    /// A TRUNCATE to this and writes ending at most here after it.
+    Exact(u64),
+    /// Anything else (attributes, FALLOCATE, a write whose end is not
+    /// known): only the file, once its jobs ran, tells.
+    Unknown,
+}
+
+impl QueuedSize {
+    /// After a job that writes up to `end` (`None`: not known).
+    fn wrote(self, end: Option<u64>) -> QueuedSize {
+        match (self, end) {
+            (QueuedSize::Grows(s), Some(e)) => QueuedSize::Grows(s.max(e)),
+            (QueuedSize::Exact(s), Some(e)) => QueuedSize::Exact(s.max(e)),
+            _ => QueuedSize::Unknown,
+        }
+    }
+
+    /// After a job that is not a write: a TRUNCATE to `to`, else `None`.
+    fn set(self, to: Option<u64>) -> QueuedSize {
+        match (self, to) {
+            (QueuedSize::Unknown, _) | (_, None) => QueuedSize::Unknown,
+            (_, Some(s)) => QueuedSize::Exact(s),
+        }
+    }
 }
 
 /// The last file created or written to ([`Receiver`]'s `wcache`).

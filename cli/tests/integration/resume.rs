@@ -1387,6 +1387,124 @@ fn a_resume_point_of_another_boot_falls_back_to_a_durable_checkpoint_or_is_refus
     }
 }
 
+/// A `--compressed-data` stream received from a file: its ENCODED_WRITEs
+/// are skimmed and written on the lanes, and a checkpoint does not wait
+/// for the jobs queued before it (it journals the size they leave each
+/// file). The receiver is killed (-9) right after a checkpoint became the
+/// resume point (the next one pending, its jobs maybe half written), over
+/// and over; each receive of the same whole file continues the partial
+/// subvolume (rolled back through both journals), and the last builds the
+/// kernel's tree. The stream is the kernel's.
+#[test]
+fn compressed_stream_from_a_file_killed_after_checkpoints_builds_the_kernels_tree() {
+    let test = "compressed_stream_from_a_file_killed_after_checkpoints_builds_the_kernels_tree";
+    if !testing::require_live(test) {
+        return;
+    }
+    let mut rng = Rng::new(2911);
+    let (src, mnt, vol) = scratch_with_vol(2 << 30);
+    sh(Command::new("btrfs")
+        .args(["property", "set"])
+        .arg(&vol)
+        .args(["compression", "zstd"]));
+    // Letters from an alphabet of 16: about half compressed, so the
+    // stream holds ~50 MiB of ENCODED_WRITEs.
+    for f in 0..6 {
+        let len = (12 * MIB + rng.below(8 * MIB)) as usize;
+        let data: Vec<u8> = rng
+            .bytes(len, false)
+            .iter()
+            .map(|b| b'a' + (b & 15))
+            .collect();
+        std::fs::write(vol.join(format!("big{f}")), data).unwrap();
+        write_random(&vol.join(format!("small{f}")), 5000, &mut rng);
+    }
+    std::fs::create_dir(mnt.join("snaps")).unwrap();
+    let snap = mnt.join("snaps/s");
+    sh(Command::new("btrfs")
+        .args(["subvolume", "snapshot", "-r"])
+        .arg(&vol)
+        .arg(&snap));
+    sh(&mut Command::new("sync"));
+    let stream = src.scratch_dir().join("s.stream");
+    sh(Command::new("btrfs")
+        .args(["send", "-q", "--proto", "2", "--compressed-data", "-f"])
+        .arg(&stream)
+        .arg(&snap));
+    let dump = sh(Command::new("btrfs")
+        .args(["receive", "--dump", "-f"])
+        .arg(&stream));
+    let encoded = String::from_utf8_lossy(&dump.stdout)
+        .lines()
+        .filter(|l| l.starts_with("encoded_write"))
+        .count();
+    assert!(encoded > 200, "{encoded} ENCODED_WRITEs");
+    let dir = mnt.join("recv");
+    std::fs::create_dir(&dir).unwrap();
+    let state = dir.join(btrsend::receive::RESUME_DIR).join("s/state");
+    let mut kills = 0;
+    let mut log = Vec::new();
+    for run in 0..12 {
+        let mut child = btrsend()
+            .args(["receive", "-q", "-f"])
+            .arg(&stream)
+            .arg(&dir)
+            .env("BTRSEND_CHECKPOINT_BYTES", (MIB).to_string())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("btrsend receive");
+        let err = child.stderr.take().unwrap();
+        let err = std::thread::spawn(move || read_all(err));
+        let mut killed = false;
+        if run < 5 {
+            // Kill after the resume point changed 1-3 times (the state
+            // is replaced by a rename: a new inode each time).
+            let want = 1 + rng.below(3);
+            let ino = || {
+                use std::os::unix::fs::MetadataExt;
+                std::fs::metadata(&state).ok().map(|m| m.ino())
+            };
+            let mut last = ino();
+            let mut seen = 0;
+            while child.try_wait().unwrap().is_none() {
+                let now = ino();
+                if now.is_some() && now != last {
+                    seen += 1;
+                    last = now;
+                    if seen >= want {
+                        let _ = child.kill();
+                        killed = true;
+                        break;
+                    }
+                }
+                std::thread::sleep(std::time::Duration::from_micros(200));
+            }
+        }
+        let st = child.wait().unwrap();
+        let err = err.join().unwrap();
+        let t = token(&dir, "s");
+        log.push(format!(
+            "run {run}: {st:?}, killed {killed}, token {t:?}: {err}"
+        ));
+        if st.success() {
+            break;
+        }
+        assert!(killed && st.signal() == Some(9), "{log:#?}");
+        assert!(t.as_deref().is_some_and(|t| !t.is_empty()), "{log:#?}");
+        kills += 1;
+    }
+    assert!(kills >= 3, "{log:#?}");
+    let opts = Options { holes: false };
+    assert_eq!(
+        src.manifest("recv/s", opts).unwrap(),
+        src.manifest("snaps/s", opts).unwrap(),
+        "{log:#?}"
+    );
+    assert_eq!(received_uuid(&dir.join("s")), uuid_of(&snap));
+    assert!(!dir.join(btrsend::receive::RESUME_DIR).join("s").exists());
+}
+
 /// A snapshot made by `btrfs receive` has a received UUID, which the
 /// streams sent from it carry (SUBVOL, as the kernel's `btrfs send` does),
 /// and so does the token a receiver of such a stream prints: `send

@@ -11,9 +11,9 @@ use std::collections::BTreeMap;
 use std::fs::File;
 use std::sync::Arc;
 
-use stream_format::{Command, CommandInfo, CommandKind};
+use stream_format::{Attr, Command, CommandInfo, CommandKind};
 
-use super::{LANE_FILES, LANE_MIN, LaneFile, Offload, Receiver};
+use super::{LANE_FILES, LANE_MIN, LaneFile, Offload, QueuedSize, Receiver};
 use crate::receive::encoded;
 use crate::receive::lanes::{Job, Op};
 use crate::receive::{ApplyError, ApplyErrorKind};
@@ -39,6 +39,17 @@ impl Receiver<'_> {
 
     /// Queue `op` on the lane of `path`, a file that has jobs there.
     pub(super) fn queue_on_lane(&mut self, path: &[u8], op: Op) -> Result<(), ApplyErrorKind> {
+        self.queue_on_lane_to(path, op, None)
+    }
+
+    /// [`queue_on_lane`](Self::queue_on_lane), for a skimmed write whose
+    /// data ends at `stream_end` in the file, if known.
+    pub(super) fn queue_on_lane_to(
+        &mut self,
+        path: &[u8],
+        op: Op,
+        stream_end: Option<u64>,
+    ) -> Result<(), ApplyErrorKind> {
         let Some(l) = &mut self.lanes else {
             return Err(ApplyErrorKind::Invalid("no lanes".into()));
         };
@@ -47,6 +58,15 @@ impl Receiver<'_> {
         };
         let Some(f) = l.files.get_mut(path) else {
             return Err(ApplyErrorKind::Invalid("no lane for the file".into()));
+        };
+        f.size = match &op {
+            Op::Write { offset, len, .. } => f.size.wrote(offset.checked_add(*len as u64)),
+            Op::Encoded { fields, .. } => f
+                .size
+                .wrote(fields.offset.checked_add(fields.unencoded_file_len)),
+            Op::Stream { .. } => f.size.wrote(stream_end),
+            Op::Truncate(to) => f.size.set(Some(*to)),
+            Op::Fallocate { .. } | Op::Chmod(_) | Op::Chown(..) | Op::Utimes(_) => f.size.set(None),
         };
         let job = Job {
             info: self.info.ok_or(ApplyErrorKind::NoSubvol)?,
@@ -136,6 +156,7 @@ impl Receiver<'_> {
                 ino,
                 lane,
                 last: 0,
+                size: QueuedSize::Grows(0),
             },
         );
         Some(())
@@ -184,7 +205,16 @@ impl Receiver<'_> {
             input: Arc::clone(input),
             crc,
         };
-        self.queue_on_lane(path, op).is_ok()
+        // Where an ENCODED_WRITE ends in the file, for the journal. It is
+        // a protocol 2 command, where DATA is the last attribute: the
+        // prefix holds every other one, and one FILE_OFFSET and one
+        // UNENCODED_FILE_LEN there are the ones the lane writes with.
+        let end = (info.cmd == CommandKind::EncodedWrite.number())
+            .then(|| {
+                prefix_offset(prefix)?.checked_add(prefix_u64(prefix, Attr::UnencodedFileLen)?)
+            })
+            .flatten();
+        self.queue_on_lane_to(path, op, end).is_ok()
     }
 
     /// Send an [`Offload`]ed command to its lane, with `buf`, the payload
@@ -254,14 +284,20 @@ impl Receiver<'_> {
 /// WRITE or ENCODED_WRITE payload) before DATA, if it is there whole (the
 /// lane checks it against the whole, checked, command).
 pub(super) fn prefix_path(prefix: &[u8]) -> Option<&[u8]> {
-    prefix_attr(prefix, stream_format::Attr::Path.number())?.0
+    prefix_attr(prefix, Attr::Path.number())?.0
 }
 
 /// The FILE_OFFSET attribute among the attributes in `prefix` (as
 /// [`prefix_path`]), if it is there once, whole and 8 bytes long; `None`
 /// also when it appears twice (the caller then reads the command whole).
 pub(super) fn prefix_offset(prefix: &[u8]) -> Option<u64> {
-    match prefix_attr(prefix, stream_format::Attr::FileOffset.number())? {
+    prefix_u64(prefix, Attr::FileOffset)
+}
+
+/// The u64 attribute `ty` among the attributes in `prefix` (as
+/// [`prefix_offset`]).
+fn prefix_u64(prefix: &[u8], ty: Attr) -> Option<u64> {
+    match prefix_attr(prefix, ty.number())? {
         (Some(value), 1) => Some(u64::from_le_bytes(value.try_into().ok()?)),
         _ => None,
     }
@@ -271,7 +307,7 @@ pub(super) fn prefix_offset(prefix: &[u8]) -> Option<u64> {
 /// value and how many times it appears; `None` when the attributes before
 /// DATA are not all there whole.
 pub(super) fn prefix_attr(prefix: &[u8], ty: u16) -> Option<(Option<&[u8]>, usize)> {
-    let data_ty = stream_format::Attr::Data.number();
+    let data_ty = Attr::Data.number();
     let mut pos = 0usize;
     let mut found = (None, 0usize);
     loop {

@@ -16,11 +16,11 @@ use std::os::unix::fs::FileExt;
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, Timespec, Timestamps, XattrFlags};
 use rustix::io::Errno;
 
-use super::Receiver;
 use super::journal::{
     Entry, Journal, PIECE, TrashAt, describe, names, open_dir, parent_of, read_journal,
     remove_tree, stat_times,
 };
+use super::{QueuedSize, Receiver};
 use crate::receive::ApplyErrorKind;
 use crate::receive::copy;
 
@@ -90,6 +90,53 @@ impl Receiver<'_> {
         j.touched.insert(st.st_ino, size.unwrap_or(0));
         j.done(rel, false);
         Ok(())
+    }
+
+    /// Before the first change of `rel` since the checkpoint, a write at
+    /// `start` to a file with jobs queued on a lane: save its attributes
+    /// without waiting for the jobs (which would drain the lane at every
+    /// checkpoint), when they leave a size known here and the write starts
+    /// there or beyond (an append: no data to save). The jobs queued are
+    /// all from before the checkpoint, and they change nothing saved but
+    /// the size and times: a CHMOD or CHOWN among them makes the size
+    /// unknown, and the times saved, those of a file being written, are
+    /// set again by the stream's UTIMES after its writes. Whether it saved
+    /// them; `false`: [`j_touch`](Self::j_touch) after the jobs.
+    pub(super) fn j_touch_queued(
+        &mut self,
+        rel: &[u8],
+        start: u64,
+    ) -> Result<bool, ApplyErrorKind> {
+        let Some(f) = self.lanes.as_ref().and_then(|l| l.files.get(rel)) else {
+            return Ok(false);
+        };
+        let st = rustix::fs::fstat(&*f.file)?;
+        let now = st.st_size.cast_unsigned();
+        let size = match f.size {
+            QueuedSize::Grows(end) => now.max(end),
+            QueuedSize::Exact(size) => size,
+            QueuedSize::Unknown => return Ok(false),
+        };
+        if start < size || FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
+            return Ok(false);
+        }
+        let (atime, mtime) = stat_times(&st);
+        let e = Entry::Attr {
+            path: rel.to_vec(),
+            mode: st.st_mode,
+            uid: st.st_uid,
+            gid: st.st_gid,
+            atime,
+            mtime,
+            size: Some(size),
+        };
+        let Some(j) = self.journal.as_mut() else {
+            return Ok(false);
+        };
+        j.append(&e)?;
+        j.touched.insert(st.st_ino, size);
+        j.done(rel, false);
+        Ok(true)
     }
 
     /// A RENAME, UNLINK or RMDIR was made: a path may name another object
@@ -254,6 +301,9 @@ impl Receiver<'_> {
         {
             return Ok(());
         }
+        if self.j_touch_queued(rel, start)? {
+            return Ok(());
+        }
         self.settle(rel);
         self.j_touch(rel)?;
         let s0 = self
@@ -311,6 +361,11 @@ impl Receiver<'_> {
             return true;
         }
         if !j.touched.contains_key(&ino) {
+            match self.j_touch_queued(rel, start) {
+                Ok(true) => return true,
+                Ok(false) => {}
+                Err(_) => return false,
+            }
             self.settle(rel);
             if self.j_touch(rel).is_err() {
                 return false;
