@@ -82,7 +82,11 @@
 //! lead back to the checkpoint's tree, the older's from there to the
 //! previous one); the first change of a file since the checkpoint waits
 //! for its lane first, so what the journal saves of it includes every
-//! write before the checkpoint. If the lanes have not reached it a
+//! write before the checkpoint, but for an append: the size the jobs
+//! queued before the checkpoint leave the file is known without them
+//! (writes only extend it, a TRUNCATE sets it; a queued CHMOD, CHOWN,
+//! UTIMES or FALLOCATE makes it unknown, and then it waits), and that size
+//! is what the journal saves. If the lanes have not reached it a
 //! sixteenth of the interval (at most 4 MiB) later, the receiving thread
 //! waits for them there, so what is sent again after an interruption
 //! stays within the bound below. A durable checkpoint (a snapshot, below,
