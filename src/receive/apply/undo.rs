@@ -74,8 +74,18 @@ impl Receiver<'_> {
         self.settle(rel);
         let st = self.j_stat(rel)?;
         let regular = FileType::from_raw_mode(st.st_mode) == FileType::RegularFile;
-        let (atime, mtime) = stat_times(&st);
-        let size = regular.then_some(st.st_size.cast_unsigned());
+        self.j_save_attrs(rel, &st, regular.then_some(st.st_size.cast_unsigned()))
+    }
+
+    /// Journal the attributes `st` of `rel`, with `size` as its size (a
+    /// regular file's).
+    fn j_save_attrs(
+        &mut self,
+        rel: &[u8],
+        st: &rustix::fs::Stat,
+        size: Option<u64>,
+    ) -> Result<(), ApplyErrorKind> {
+        let (atime, mtime) = stat_times(st);
         let e = Entry::Attr {
             path: rel.to_vec(),
             mode: st.st_mode,
@@ -120,22 +130,10 @@ impl Receiver<'_> {
         if start < size || FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
             return Ok(false);
         }
-        let (atime, mtime) = stat_times(&st);
-        let e = Entry::Attr {
-            path: rel.to_vec(),
-            mode: st.st_mode,
-            uid: st.st_uid,
-            gid: st.st_gid,
-            atime,
-            mtime,
-            size: Some(size),
-        };
-        let Some(j) = self.journal.as_mut() else {
+        if self.journal.is_none() {
             return Ok(false);
-        };
-        j.append(&e)?;
-        j.touched.insert(st.st_ino, size);
-        j.done(rel, false);
+        }
+        self.j_save_attrs(rel, &st, Some(size))?;
         Ok(true)
     }
 
