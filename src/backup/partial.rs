@@ -63,10 +63,11 @@
 //!
 //! The parts of an unfinished S3 multipart upload cannot be read back, so
 //! step 1 and 2 cannot be done by reading: the state is recorded instead as
-//! the parts are stored (`Checkpoint`, in the upload's marker; see
-//! [`s3`](super::s3)). Parts end at frame ends, so the point after a part
-//! is a clean cut: the stored bytes are whole frames, the raw stream ends
-//! at a command boundary. The state there is what the scan above derives:
+//! the parts are stored (`Checkpoint`, in the upload's marker; see the
+//! `backup::s3` module, built with the `s3` feature). Parts end at frame
+//! ends, so the point after a part is a clean cut: the stored bytes are
+//! whole frames, the raw stream ends at a command boundary. The state
+//! there is what the scan above derives:
 //! the frame table, the command count and shape chain (the resume
 //! [`Token`]), the protocol and snapshot identity, and the raw stream's
 //! BLAKE3 state. That last one is a `blake3::Hasher`, which has no
