@@ -45,6 +45,11 @@ pub struct MountArgs {
 const BUSY_RETRIES: usize = 20;
 const BUSY_PAUSE: std::time::Duration = std::time::Duration::from_millis(100);
 
+/// Whether an unmount failed because the mount is in use (`EBUSY`).
+fn busy(tried: &std::io::Result<()>) -> bool {
+    matches!(tried, Err(e) if e.raw_os_error() == Some(16))
+}
+
 /// Run `btrsend backup mount`.
 pub fn run(a: &MountArgs) -> anyhow::Result<()> {
     let repo = a.repo.open()?;
@@ -67,20 +72,18 @@ pub fn run(a: &MountArgs) -> anyhow::Result<()> {
             // interrupt.
             let mut tried = unmounter.unmount(lazy);
             for _ in 0..BUSY_RETRIES {
-                if !matches!(&tried, Err(e) if e.raw_os_error() == Some(16)) {
+                if !busy(&tried) {
                     break;
                 }
                 std::thread::sleep(BUSY_PAUSE);
                 tried = unmounter.unmount(lazy);
             }
-            match tried {
-                Ok(()) => {}
-                Err(e) if e.raw_os_error() == Some(16) => eprintln!(
+            // Any other failure: not mounted (yet, or any more).
+            if busy(&tried) {
+                eprintln!(
                     "btrsend: {} is busy: close what uses it, or interrupt again to detach it",
                     printable(&unmounter.mountpoint().display().to_string())
-                ),
-                // Not mounted (yet, or any more).
-                Err(_) => {}
+                );
             }
         })));
     }
