@@ -117,7 +117,12 @@ impl Receiver<'_> {
         rel: &[u8],
         start: u64,
     ) -> Result<bool, ApplyErrorKind> {
-        let Some(f) = self.lanes.as_ref().and_then(|l| l.files.get(rel)) else {
+        let Some(f) = self
+            .lanes
+            .as_ref()
+            .and_then(|l| l.files.get(rel))
+            .filter(|_| self.journal.is_some())
+        else {
             return Ok(false);
         };
         let st = rustix::fs::fstat(&*f.file)?;
@@ -128,9 +133,6 @@ impl Receiver<'_> {
             QueuedSize::Unknown => return Ok(false),
         };
         if start < size || FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
-            return Ok(false);
-        }
-        if self.journal.is_none() {
             return Ok(false);
         }
         self.j_save_attrs(rel, &st, Some(size))?;
