@@ -33,19 +33,12 @@ use btrsend::testing::{self, LiveBtrfs};
 use serde_json::Value;
 
 use crate::common::btrsend;
-use crate::common::{keygen, sh, write_random};
+use crate::common::{keygen, sh, snapshot_ro, write_random};
 use crate::repo_store::SshServer;
 
 const MIB: u64 = 1 << 20;
 /// The default frame size of a stream file.
 const FRAME: u64 = 4 * MIB;
-
-fn snapshot(vol: &Path, to: &Path) {
-    sh(Command::new("btrfs")
-        .args(["subvolume", "snapshot", "-r"])
-        .arg(vol)
-        .arg(to));
-}
 
 /// The source filesystem and its three snapshots, s1 holding `size` bytes
 /// of large files.
@@ -73,7 +66,7 @@ fn make_source(rng: &mut Rng, size: u64) -> (LiveBtrfs, [PathBuf; 3]) {
     }
     std::fs::create_dir(mnt.join("snaps")).unwrap();
     let s1 = mnt.join("snaps/s1");
-    snapshot(&vol, &s1);
+    snapshot_ro(&vol, &s1);
     // s2: overwrites, a rename, new data.
     for b in (0..big).step_by(6) {
         let p = vol.join(format!("d{}/big{b}", b % 4));
@@ -86,14 +79,14 @@ fn make_source(rng: &mut Rng, size: u64) -> (LiveBtrfs, [PathBuf; 3]) {
         write_random(&vol.join(format!("d2/new{n}")), 10 << 20, rng);
     }
     let s2 = mnt.join("snaps/s2");
-    snapshot(&vol, &s2);
+    snapshot_ro(&vol, &s2);
     // s3: more new data, a deletion.
     std::fs::remove_file(vol.join("d2/new0")).unwrap();
     for n in 0..6 {
         write_random(&vol.join(format!("d3/more{n}")), 10 << 20, rng);
     }
     let s3 = mnt.join("snaps/s3");
-    snapshot(&vol, &s3);
+    snapshot_ro(&vol, &s3);
     sh(&mut Command::new("sync"));
     (src, [s1, s2, s3])
 }

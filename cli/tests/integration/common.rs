@@ -204,6 +204,14 @@ pub fn sh(cmd: &mut std::process::Command) -> std::process::Output {
     out
 }
 
+/// A read-only snapshot of subvolume `from` at `to`, by the kernel.
+pub fn snapshot_ro(from: &Path, to: &Path) {
+    sh(std::process::Command::new("btrfs")
+        .args(["subvolume", "snapshot", "-r"])
+        .arg(from)
+        .arg(to));
+}
+
 /// A command's stderr as text.
 pub fn stderr(o: &std::process::Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()

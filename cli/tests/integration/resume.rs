@@ -27,7 +27,7 @@ use btrsend::testing::workload::Rng;
 use btrsend::testing::{self, LiveBtrfs, Tmpfs};
 
 use crate::common::btrsend;
-use crate::common::{sh, write_random};
+use crate::common::{sh, snapshot_ro, write_random};
 
 const MIB: u64 = 1 << 20;
 /// Continuation header: magic, version, length, 101-byte token.
@@ -481,10 +481,7 @@ fn make_source(rng: &mut Rng) -> (LiveBtrfs, PathBuf, PathBuf) {
     }
     std::fs::create_dir(mnt.join("snaps")).unwrap();
     let s1 = mnt.join("snaps/s1");
-    sh(Command::new("btrfs")
-        .args(["subvolume", "snapshot", "-r"])
-        .arg(&vol)
-        .arg(&s1));
+    snapshot_ro(&vol, &s1);
     // s2: renames (a swap too), deletions, overwrites, new data.
     std::fs::rename(vol.join("d0"), vol.join("tmp")).unwrap();
     std::fs::rename(vol.join("d1"), vol.join("d0")).unwrap();
@@ -544,10 +541,7 @@ fn make_source(rng: &mut Rng) -> (LiveBtrfs, PathBuf, PathBuf) {
     }
     std::fs::rename(vol.join("d4/s10"), vol.join("d5/s11")).unwrap();
     let s2 = mnt.join("snaps/s2");
-    sh(Command::new("btrfs")
-        .args(["subvolume", "snapshot", "-r"])
-        .arg(&vol)
-        .arg(&s2));
+    snapshot_ro(&vol, &s2);
     sh(&mut Command::new("sync"));
     (src, s1, s2)
 }
@@ -895,10 +889,7 @@ fn resume_in_the_second_subvolume_keeps_fileattrs_before_the_checkpoint() {
         write_random(&file(f), len + rng.below(500_000) as usize, &mut rng);
     }
     let snap = |v: &str| {
-        sh(Command::new("btrfs")
-            .args(["subvolume", "snapshot", "-r"])
-            .arg(&vol)
-            .arg(mnt.join(format!("snaps/{v}"))));
+        snapshot_ro(&vol, &mnt.join(format!("snaps/{v}")));
     };
     snap("s0");
     // s1 and s2: new flags on most files (FILEATTR) and new data in many.
@@ -1035,10 +1026,7 @@ fn checkpoint_interval_zero_takes_no_checkpoints() {
         write_random(&vol.join(format!("f{f}")), 1_000_000, &mut rng);
     }
     let snap = mnt.join("snap");
-    sh(Command::new("btrfs")
-        .args(["subvolume", "snapshot", "-r"])
-        .arg(&vol)
-        .arg(&snap));
+    snapshot_ro(&vol, &snap);
     sh(&mut Command::new("sync"));
     let want = src.manifest("snap", Options { holes: false }).unwrap();
     let work = tempfile::tempdir().unwrap();
@@ -1144,10 +1132,7 @@ fn btrfs_property_after_a_checkpoint_into_a_directory_is_skipped() {
             .args(["compression", "zstd"]));
     }
     let snap = mnt.join("snap");
-    sh(Command::new("btrfs")
-        .args(["subvolume", "snapshot", "-r"])
-        .arg(&vol)
-        .arg(&snap));
+    snapshot_ro(&vol, &snap);
     sh(&mut Command::new("sync"));
     let want = src.manifest("snap", Options { holes: false }).unwrap();
     assert!(want.contains("xattr:btrfs.compression=zstd"), "{want}");
@@ -1233,10 +1218,7 @@ fn a_resume_point_of_another_boot_falls_back_to_a_durable_checkpoint_or_is_refus
         write_random(&vol.join(format!("f{f}")), 1_000_000, &mut rng);
     }
     let snap = mnt.join("snap");
-    sh(Command::new("btrfs")
-        .args(["subvolume", "snapshot", "-r"])
-        .arg(&vol)
-        .arg(&snap));
+    snapshot_ro(&vol, &snap);
     sh(&mut Command::new("sync"));
     let opts = Options { holes: false };
     let want = src.manifest("snap", opts).unwrap();
@@ -1421,10 +1403,7 @@ fn compressed_stream_from_a_file_killed_after_checkpoints_builds_the_kernels_tre
     }
     std::fs::create_dir(mnt.join("snaps")).unwrap();
     let snap = mnt.join("snaps/s");
-    sh(Command::new("btrfs")
-        .args(["subvolume", "snapshot", "-r"])
-        .arg(&vol)
-        .arg(&snap));
+    snapshot_ro(&vol, &snap);
     sh(&mut Command::new("sync"));
     let stream = src.scratch_dir().join("s.stream");
     sh(Command::new("btrfs")
@@ -1526,10 +1505,7 @@ fn resume_of_a_subvolume_that_was_itself_received() {
     }
     std::fs::create_dir(mnt.join("snaps")).unwrap();
     let snap = mnt.join("snaps/s");
-    sh(Command::new("btrfs")
-        .args(["subvolume", "snapshot", "-r"])
-        .arg(&vol)
-        .arg(&snap));
+    snapshot_ro(&vol, &snap);
     // The kernel receives it: mid/s has the snapshot's UUID as received
     // UUID.
     let stream = src.scratch_dir().join("s.stream");
@@ -1605,10 +1581,7 @@ fn a_receive_cut_before_its_first_checkpoint_starts_over() {
         write_random(&vol.join(format!("big{f}")), 4 << 20, &mut rng);
     }
     let snap = |name: &str| {
-        sh(Command::new("btrfs")
-            .args(["subvolume", "snapshot", "-r"])
-            .arg(&vol)
-            .arg(mnt.join(name)));
+        snapshot_ro(&vol, &mnt.join(name));
     };
     snap("base");
     std::fs::remove_file(vol.join("d3/f7")).unwrap();

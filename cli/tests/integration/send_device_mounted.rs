@@ -34,7 +34,7 @@ use btrsend::testing::{self, LiveBtrfs};
 
 use crate::common;
 use crate::common::btrsend;
-use crate::common::{Mount, corrupt, data_extent, sh, stderr};
+use crate::common::{Mount, corrupt, data_extent, sh, snapshot_ro, stderr};
 
 /// The kernel's stream of `snap` (incremental against `parent`).
 fn kernel_stream(snap: &Path, parent: Option<&Path>) -> Vec<u8> {
@@ -57,13 +57,6 @@ fn ours(args: &[&dyn AsRef<std::ffi::OsStr>]) -> Vec<u8> {
     assert!(o.status.success(), "{cmd:?}: {}", stderr(&o));
     assert!(o.stderr.is_empty(), "quiet on success: {}", stderr(&o));
     o.stdout
-}
-
-fn snapshot(from: &Path, to: &Path) {
-    sh(Command::new("btrfs")
-        .args(["subvolume", "snapshot", "-r"])
-        .arg(from)
-        .arg(to));
 }
 
 /// Deterministic bytes.
@@ -126,7 +119,7 @@ fn issue18_stale_block_device_cache_gives_the_right_stream() {
         .unwrap();
     }
     let s1 = mnt.join("snaps/s1");
-    snapshot(&sv, &s1);
+    snapshot_ro(&sv, &s1);
     assert!(ours(&[&"--device", &dev, &"snaps/s1"]) == kernel_stream(&s1, None));
     // An earlier reader of the device (dd, blkid, an older btrsend) leaves
     // its pages in the block device's page cache.
@@ -140,7 +133,7 @@ fn issue18_stale_block_device_cache_gives_the_right_stream() {
     }
     std::fs::write(sv.join("new"), bytes(7, 90_000)).unwrap();
     let s2 = mnt.join("snaps/s2");
-    snapshot(&sv, &s2);
+    snapshot_ro(&sv, &s2);
     sh(&mut Command::new("sync"));
     // The scenario needs stale pages in the loop device's page cache;
     // under memory pressure they may have been evicted already (the sends
@@ -230,7 +223,7 @@ fn issue18_rewrites_between_snapshots_by_mounted_device_match_the_kernel() {
             .unwrap();
         drop(f);
         let snap = mnt.join(format!("snaps/r{round}"));
-        snapshot(&sv, &snap);
+        snapshot_ro(&sv, &snap);
         // Each send leaves the device's pages cached for the next round's.
         let name = format!("snaps/r{round}");
         assert!(
@@ -358,7 +351,7 @@ fn issue18_corrupt_data_block_recovered_from_the_mirror_or_reported() {
         .arg(mnt.join("sv")));
     std::fs::write(mnt.join("sv/data"), bytes(3, 300_000)).unwrap();
     std::fs::write(mnt.join("sv/other"), bytes(4, 20_000)).unwrap();
-    snapshot(&mnt.join("sv"), &mnt.join("snap"));
+    snapshot_ro(&mnt.join("sv"), &mnt.join("snap"));
     let kernel = kernel_stream(&mnt.join("snap"), None);
     drop(guard);
 
@@ -456,7 +449,7 @@ fn issue18_two_device_raid1_mounted_read_write_by_its_devices() {
         fill_cache(&l.0);
     }
     std::fs::write(mnt.join("new-file"), bytes(9, 200_000)).unwrap();
-    snapshot(&mnt, &mnt.join("snaps/top"));
+    snapshot_ro(&mnt, &mnt.join("snaps/top"));
     sh(&mut Command::new("sync"));
     let kernel = kernel_stream(&mnt.join("snaps/top"), None);
     let found = btrsend::mount::mounted_filesystem_of(&loops[1].0)
