@@ -9,7 +9,6 @@
 //! [`Cursor`], so every block is validated by the tree layer.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::ops::RangeInclusive;
 use std::rc::Rc;
 
@@ -57,15 +56,51 @@ pub(crate) fn parse_dir_items<'a>(item: &ItemRef<'a>) -> Result<Vec<DirEntry<'a>
 }
 
 /// Inode items looked up so far in one tree (a sent tree does not change
-/// during the send, so an answer holds for all of it), at most
-/// [`INODE_MEMO_MAX`] entries. The planner asks for the same directory's
-/// inode item once per entry in it (`compare_refs`, `get_inode_gen`).
-type InodeMemo = Rc<RefCell<HashMap<u64, Option<Inode>>>>;
+/// during the send, so an answer holds for all of it). The planner asks for
+/// the same directory's inode item once per entry in it (`compare_refs`,
+/// `get_inode_gen`), and for an inode's several times while it is current.
+///
+/// Direct-mapped: inode `ino` can only be in slot `ino % INODE_MEMO_SLOTS`,
+/// and a new answer replaces what was there. A lookup costs a division and
+/// one comparison (a hash map's SipHash of the key was 5 % of a full
+/// estimate's time), and a tree whose inode numbers collide only makes the
+/// memo miss, never slower than without it.
+#[derive(Debug, Default)]
+struct Memo {
+    /// Empty until the first answer; then [`INODE_MEMO_SLOTS`] long.
+    slots: Vec<Option<(u64, Option<Inode>)>>,
+}
 
-/// Entries of an [`InodeMemo`] before it is emptied (≈ 200 bytes each with
-/// the table: under 1 MiB; 2^16 entries cost 33 MiB at their peak, a third
-/// of a small-file send's memory, for no speed).
-const INODE_MEMO_MAX: usize = 1 << 12;
+impl Memo {
+    fn get(&self, ino: u64) -> Option<Option<Inode>> {
+        match self.slots.get(Self::slot(ino))? {
+            Some((known, answer)) if *known == ino => Some(*answer),
+            _ => None,
+        }
+    }
+
+    fn put(&mut self, ino: u64, answer: Option<Inode>) {
+        if self.slots.is_empty() {
+            self.slots = vec![None; INODE_MEMO_SLOTS];
+        }
+        if let Some(s) = self.slots.get_mut(Self::slot(ino)) {
+            *s = Some((ino, answer));
+        }
+    }
+
+    fn slot(ino: u64) -> usize {
+        // The remainder is below INODE_MEMO_SLOTS, so it fits.
+        (ino % INODE_MEMO_SLOTS as u64) as usize
+    }
+}
+
+type InodeMemo = Rc<RefCell<Memo>>;
+
+/// Slots of an [`InodeMemo`] (≈ 170 bytes each: 700 KiB once used; a
+/// memo of 2^16 entries cost 33 MiB, a third of a small-file send's memory,
+/// for no speed). A power of two: consecutive inode numbers, as a
+/// directory's new files have, take distinct slots.
+const INODE_MEMO_SLOTS: usize = 1 << 12;
 
 /// Leaves a lookup steps forward through before it searches down from a
 /// node of the path instead (as the extent-tree reader does).
@@ -178,19 +213,15 @@ impl<'a> TreeView<'a> {
 
     /// The inode item of `ino`.
     pub fn inode(&self, ino: u64) -> Result<Option<Inode>> {
-        if let Some(known) = self.inodes.borrow().get(&ino) {
-            return Ok(*known);
+        if let Some(known) = self.inodes.borrow().get(ino) {
+            return Ok(known);
         }
         let key = Key::new(ino, ondisk::BTRFS_INODE_ITEM_KEY, 0);
         let info = self.at(&key, |c| match c.current() {
             Some(item) if item.key == key => Inode::parse(&item).map(Some),
             _ => Ok(None),
         })?;
-        let mut memo = self.inodes.borrow_mut();
-        if memo.len() >= INODE_MEMO_MAX {
-            memo.clear();
-        }
-        memo.insert(ino, info);
+        self.inodes.borrow_mut().put(ino, info);
         Ok(info)
     }
 
