@@ -213,7 +213,11 @@ impl Volume {
         let root_block = boot.read_block(&chunk_root.expect())?;
         check.chunk_tree_uuid = Some(Uuid(root_block.node().header().chunk_tree_uuid));
         boot.check = check.clone();
-        let (chunk_map, mut records) = read_chunk_tree(&boot, &newest, chunk_root)?;
+        let chunk_tree = ChunkTreeIo {
+            io: &boot,
+            root: (chunk_root.expect(), root_block),
+        };
+        let (chunk_map, mut records) = read_chunk_tree(&chunk_tree, &newest, chunk_root)?;
         let mut devices = boot.devices;
         for rec in &mut records {
             match (dev_uuids.get(&rec.devid), devices.get(&rec.devid)) {
@@ -513,9 +517,30 @@ fn chunk_tree_root(sb: &Superblock) -> TreeRoot {
     }
 }
 
+/// The bootstrap reads of the chunk tree: its root block, read once to
+/// learn the tree's uuid (which every other block of it must carry, as the
+/// root does), is not read from the device a second time.
+struct ChunkTreeIo<'a> {
+    io: &'a Io,
+    root: (BlockExpect, TreeBlock),
+}
+
+impl BlockSource for ChunkTreeIo<'_> {
+    fn read_block(&self, expect: &BlockExpect) -> Result<TreeBlock> {
+        if *expect == self.root.0 {
+            return Ok(self.root.1.clone());
+        }
+        self.io.read_block(expect)
+    }
+}
+
 /// Read the chunk tree through the bootstrap map: the full chunk map and
 /// the DEV_ITEMs.
-fn read_chunk_tree(io: &Io, sb: &Superblock, root: TreeRoot) -> Result<(ChunkMap, Vec<DevRecord>)> {
+fn read_chunk_tree(
+    io: &ChunkTreeIo<'_>,
+    sb: &Superblock,
+    root: TreeRoot,
+) -> Result<(ChunkMap, Vec<DevRecord>)> {
     let mut map = ChunkMap::new();
     let mut records = Vec::new();
     let mut cursor = Cursor::new(io, root);
