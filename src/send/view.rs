@@ -463,7 +463,28 @@ impl ExtentIter<'_> {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_orphan_name;
+    use super::{INODE_MEMO_SLOTS, Memo, parse_orphan_name};
+
+    #[test]
+    fn the_inode_memo_answers_only_for_the_inode_it_holds() {
+        let mut memo = Memo::default();
+        assert_eq!(memo.get(5), None, "an empty memo knows nothing");
+        // Inode 5 has no item: that answer is kept too.
+        memo.put(5, None);
+        assert_eq!(memo.get(5), Some(None));
+        // Another inode of the same slot is not answered with 5's item.
+        let other = 5 + INODE_MEMO_SLOTS as u64;
+        assert_eq!(memo.get(other), None);
+        memo.put(other, None);
+        assert_eq!(memo.get(other), Some(None));
+        assert_eq!(memo.get(5), None, "the slot's new inode replaced 5");
+        // Neighbours take slots of their own.
+        memo.put(6, None);
+        assert_eq!(memo.get(other), Some(None));
+        assert_eq!(memo.get(u64::MAX), None);
+        memo.put(u64::MAX, None);
+        assert_eq!(memo.get(u64::MAX), Some(None));
+    }
 
     #[test]
     fn orphan_names_are_parsed_only_in_their_exact_shape() {
