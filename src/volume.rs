@@ -210,12 +210,13 @@ impl Volume {
             chunk_map: sys_map,
             check: check.clone(),
         };
-        let root_block = boot.read_block(&chunk_root.expect())?;
+        let root_expect = chunk_root.expect();
+        let root_block = boot.read_block(&root_expect)?;
         check.chunk_tree_uuid = Some(Uuid(root_block.node().header().chunk_tree_uuid));
         boot.check = check.clone();
         let chunk_tree = ChunkTreeIo {
             io: &boot,
-            root: (chunk_root.expect(), root_block),
+            root: (root_expect, root_block),
         };
         let (chunk_map, mut records) = read_chunk_tree(&chunk_tree, &newest, chunk_root)?;
         let mut devices = boot.devices;
