@@ -32,7 +32,7 @@ const DIRTY_NODES: usize = 4096;
 /// directories and files over and over (each file gets several commands,
 /// most under one directory), and these spare the tree a look-up per path
 /// component and a write per command. Extents wait as many as inodes.
-const CACHED_PATHS: usize = 1 << 16;
+pub(super) const CACHED_PATHS: usize = 1 << 16;
 const CACHED_INODES: usize = 1 << 13;
 
 /// `fallocate(2)` flags a stream may carry.
@@ -745,8 +745,13 @@ impl<'p, 's> Indexer<'p, 's> {
         was: Dirent,
         ino: Option<u64>,
     ) -> Result<(), IndexError> {
+        let mut was = was;
         if self.dirents.len() >= CACHED_PATHS {
             self.put_dirents()?;
+            // The tree has every entry now: `was` is there if it names
+            // anything. Left as it was, an entry only the cache had would
+            // stay in the tree when removed here.
+            was.stored = was.ino.is_some();
         }
         let key = dirent_key(dir, name);
         if ino.is_none() && !was.stored {

@@ -698,3 +698,40 @@ fn a_directory_loop_in_an_index_is_refused_where_it_closes() {
     // a, a/b, a/b/f, a/b/up: the loop is seen where it closes.
     assert_eq!(seen, 4);
 }
+
+/// A name removed just as the cache of changed entries is full (the
+/// removal puts the cache in the tree first) is gone from the index: a
+/// directory made under one name and renamed, as a kernel stream makes
+/// every new directory, has its final name alone.
+#[test]
+fn a_name_removed_as_the_entry_cache_fills_is_gone() {
+    use std::borrow::Cow::{Borrowed as B, Owned as O};
+    use stream_format::Command as C;
+    let full = super::apply::CACHED_PATHS;
+    let mut cmds = vec![mkdir(b"o1")];
+    // One entry in the cache already; these fill it.
+    for i in 1..full {
+        cmds.push(C::Mkdir {
+            path: O(format!("d{i}").into_bytes()),
+            ino: 300,
+        });
+    }
+    cmds.push(C::Rename {
+        path: B(b"o1"),
+        path_to: B(b"x"),
+    });
+    let mem = Mem::default();
+    let pages = Pages::new(&mem, [0; 32]);
+    let raw = stream_of(&cmds);
+    let (_, root) = index_stream(&pages, &raw[..], "s", &Known::default()).unwrap();
+    let mut names = Vec::new();
+    Snapshot::open(&pages, root)
+        .walk(&mut |path, _, _| {
+            names.push(path.to_vec());
+            Ok(())
+        })
+        .unwrap();
+    assert!(names.iter().any(|n| n == b"x"), "x is missing");
+    assert!(!names.iter().any(|n| n == b"o1"), "o1 is still listed");
+    assert_eq!(names.len(), full, "one entry a directory made");
+}
