@@ -16,24 +16,28 @@ use stream_format::{Attr, Command, CommandInfo, StreamReader};
 
 use super::IndexError;
 use super::model::{
-    Encoding, Extent, FileType, Inode, ROOT_INO, decode_dirent, dirent_key, dirent_prefix,
-    extent_key, extent_offset, extent_prefix, inode_key, xattr_key, xattr_prefix,
+    Encoding, Extent, FileType, Inode, ROOT_INO, decode_dirent, dirent_key, dirent_key_into,
+    dirent_prefix, extent_key, extent_offset, extent_prefix, inode_key, xattr_key, xattr_prefix,
 };
 use super::tree::{PackId, PageId, PageRef, Pages, Place, Tree};
 use crate::receive::target::check_path;
 
 /// Changed nodes kept in memory before they are written out as pages: a
-/// bound on the memory an indexing takes whatever the tree's size (about
-/// 16 KiB a node).
-const DIRTY_NODES: usize = 4096;
+/// bound on the memory an indexing takes whatever the tree's size (a
+/// node is a page of up to 16 KiB, about twice that in memory). More
+/// saves little: a flush rewrites only the nodes on the paths to the
+/// changed leaves.
+const DIRTY_NODES: usize = 2048;
 
 /// Paths whose inode is remembered, and inodes changed but not yet put in
 /// the tree, before each cache is emptied: a stream names the same few
 /// directories and files over and over (each file gets several commands,
 /// most under one directory), and these spare the tree a look-up per path
 /// component and a write per command. Extents wait as many as inodes.
-pub(super) const CACHED_PATHS: usize = 1 << 16;
-const CACHED_INODES: usize = 1 << 13;
+/// Larger caches miss the CPU's caches on most look-ups, which costs more
+/// than the more frequent, smaller runs put in the tree.
+pub(super) const CACHED_PATHS: usize = 1 << 13;
+const CACHED_INODES: usize = 1 << 11;
 
 /// `fallocate(2)` flags a stream may carry.
 const FALLOC_FL_KEEP_SIZE: u32 = 1;
@@ -130,6 +134,9 @@ pub struct Indexer<'p, 's> {
     /// The last path resolved and its inode: a file's data and attribute
     /// commands name it one after the other.
     last: RefCell<Option<(Vec<u8>, u64)>>,
+    /// The key of the entry looked up last: built here rather than in a
+    /// new vector, as a look-up happens for every name a stream gives.
+    scratch: RefCell<Vec<u8>>,
     /// Extents written past their files' ends (nothing to cut) since they
     /// were last put in the tree, which takes them in runs.
     extents: Vec<(Vec<u8>, Vec<u8>)>,
@@ -247,6 +254,7 @@ impl<'p, 's> Indexer<'p, 's> {
             made_from: ROOT_INO,
             put_names: PutNames::default(),
             last: RefCell::new(None),
+            scratch: RefCell::new(Vec::with_capacity(64)),
             extents: Vec::new(),
             held: None,
         }
@@ -715,8 +723,9 @@ impl<'p, 's> Indexer<'p, 's> {
 
     /// The entry `name` of `dir`, changed or as the tree has it.
     fn dirent(&self, dir: u64, name: &[u8]) -> Result<Dirent, IndexError> {
-        let k = dirent_key(dir, name);
-        if let Some(d) = self.dirents.get(&k) {
+        let mut k = self.scratch.borrow_mut();
+        dirent_key_into(&mut k, dir, name);
+        if let Some(d) = self.dirents.get(k.as_slice()) {
             return Ok(*d);
         }
         if dir >= self.fresh_from || dir >= self.made_from && !self.put_names.may_hold(&k) {
@@ -753,17 +762,18 @@ impl<'p, 's> Indexer<'p, 's> {
             // stay in the tree when removed here.
             was.stored = was.ino.is_some();
         }
-        let key = dirent_key(dir, name);
+        let mut key = self.scratch.borrow_mut();
+        dirent_key_into(&mut key, dir, name);
+        let d = Dirent {
+            ino,
+            stored: was.stored,
+        };
         if ino.is_none() && !was.stored {
-            self.dirents.remove(&key);
+            self.dirents.remove(key.as_slice());
+        } else if let Some(e) = self.dirents.get_mut(key.as_slice()) {
+            *e = d;
         } else {
-            self.dirents.insert(
-                key,
-                Dirent {
-                    ino,
-                    stored: was.stored,
-                },
-            );
+            self.dirents.insert(key.clone(), d);
         }
         Ok(())
     }
@@ -802,6 +812,12 @@ impl<'p, 's> Indexer<'p, 's> {
         let ino = self
             .entry(dir, name)?
             .ok_or_else(|| at.err("no such file or directory"))?;
+        self.remember(path, ino);
+        Ok(ino)
+    }
+
+    /// Make `path`, which names `ino`, the last path resolved.
+    fn remember(&self, path: &[u8], ino: u64) {
         let mut last = self.last.borrow_mut();
         match &mut *last {
             Some((p, i)) => {
@@ -811,7 +827,6 @@ impl<'p, 's> Indexer<'p, 's> {
             }
             None => *last = Some((path.to_vec(), ino)),
         }
-        Ok(ino)
     }
 
     /// [`resolve`](Self::resolve) of a path that leads to a directory
@@ -933,6 +948,8 @@ impl<'p, 's> Indexer<'p, 's> {
         let ino = self.new_ino(&made)?;
         self.fill_entry(tdir, tname, was, ino)?;
         self.put_inode(ino, &h.inode)?;
+        // The new file's data and attributes come next, by this name.
+        self.remember(to, ino);
         Ok(true)
     }
 

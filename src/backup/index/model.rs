@@ -39,6 +39,14 @@ pub fn dirent_key(dir: u64, name: &[u8]) -> Vec<u8> {
     key(DIRENT, dir, name)
 }
 
+/// [`dirent_key`] written into `out` (what it held is dropped).
+pub fn dirent_key_into(out: &mut Vec<u8>, dir: u64, name: &[u8]) {
+    out.clear();
+    out.push(DIRENT);
+    out.extend_from_slice(&dir.to_be_bytes());
+    out.extend_from_slice(name);
+}
+
 /// The prefix of every entry of directory `dir`.
 pub fn dirent_prefix(dir: u64) -> Vec<u8> {
     key(DIRENT, dir, &[])
