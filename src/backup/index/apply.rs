@@ -39,6 +39,9 @@ const DIRTY_NODES: usize = 2048;
 pub(super) const CACHED_PATHS: usize = 1 << 13;
 const CACHED_INODES: usize = 1 << 11;
 
+/// Slots of the memo of inode kinds (see `Indexer::kinds`).
+const KINDS: usize = 64;
+
 /// `fallocate(2)` flags a stream may carry.
 const FALLOC_FL_KEEP_SIZE: u32 = 1;
 const FALLOC_FL_PUNCH_HOLE: u32 = 2;
@@ -134,6 +137,10 @@ pub struct Indexer<'p, 's> {
     /// The last path resolved and its inode: a file's data and attribute
     /// commands name it one after the other.
     last: RefCell<Option<(Vec<u8>, u64)>>,
+    /// Kinds of inodes read from the tree, inode `ino` in slot
+    /// `ino % KINDS`: no command changes an inode's kind, and an inode
+    /// put or deleted leaves the memo.
+    kinds: RefCell<[Option<(u64, FileType)>; KINDS]>,
     /// The key of the entry looked up last: built here rather than in a
     /// new vector, as a look-up happens for every name a stream gives.
     scratch: RefCell<Vec<u8>>,
@@ -255,6 +262,7 @@ impl<'p, 's> Indexer<'p, 's> {
             put_names: PutNames::default(),
             last: RefCell::new(None),
             scratch: RefCell::new(Vec::with_capacity(64)),
+            kinds: RefCell::new([None; KINDS]),
             extents: Vec::new(),
             held: None,
         }
@@ -633,10 +641,21 @@ impl<'p, 's> Indexer<'p, 's> {
 
     /// The kind of inode `ino`.
     fn kind(&self, ino: u64) -> Result<FileType, IndexError> {
-        match self.inodes.get(&ino) {
-            Some(i) => Ok(i.kind),
-            None => Ok(self.stored_inode(ino)?.kind),
+        if let Some(i) = self.inodes.get(&ino) {
+            return Ok(i.kind);
         }
+        // A directory's kind is asked for every name made in it, long
+        // after its inode left the cache of changed ones (the root's, for
+        // every new file's orphan name): from the memo, not the tree.
+        let slot = (ino % KINDS as u64) as usize;
+        if let Some((i, k)) = self.kinds.borrow()[slot]
+            && i == ino
+        {
+            return Ok(k);
+        }
+        let k = self.stored_inode(ino)?.kind;
+        self.kinds.borrow_mut()[slot] = Some((ino, k));
+        Ok(k)
     }
 
     /// Inode `ino` to change, in the cache of changed inodes.
@@ -667,8 +686,19 @@ impl<'p, 's> Indexer<'p, 's> {
         if self.inodes.len() >= CACHED_INODES && !self.inodes.contains_key(&ino) {
             self.put_inodes()?;
         }
+        self.forget_kind(ino);
         self.inodes.insert(ino, i.clone());
         Ok(())
+    }
+
+    /// Take `ino` out of the memo of kinds: what the tree has of it is
+    /// changing (a forged parent index may hand out a number it uses).
+    fn forget_kind(&self, ino: u64) {
+        let mut kinds = self.kinds.borrow_mut();
+        let slot = &mut kinds[(ino % KINDS as u64) as usize];
+        if slot.is_some_and(|(i, _)| i == ino) {
+            *slot = None;
+        }
     }
 
     /// Put the changed inodes in the tree.
@@ -976,6 +1006,7 @@ impl<'p, 's> Indexer<'p, 's> {
     fn delete_inode(&mut self, ino: u64) -> Result<(), IndexError> {
         self.put_extents()?;
         self.inodes.remove(&ino);
+        self.forget_kind(ino);
         for prefix in [xattr_prefix(ino), extent_prefix(ino)] {
             for (k, _) in self.tree.prefixed(&prefix)? {
                 self.tree.remove(&k)?;
