@@ -13,6 +13,7 @@ pub use stream_format;
 
 pub mod backup;
 pub mod manifest;
+pub(crate) mod memo;
 pub mod mount;
 pub mod progress;
 pub mod rate;

@@ -15,6 +15,7 @@ use std::rc::Rc;
 use crate::error::Result;
 use crate::fs::items::{self, name_hash};
 use crate::fs::{FileExtent, Filesystem, Inode};
+use crate::memo::SlotMemo;
 use crate::ondisk;
 use crate::tree::key::Key;
 use crate::tree::walk::{Cursor, ItemRef, TreeRoot};
@@ -59,47 +60,13 @@ pub(crate) fn parse_dir_items<'a>(item: &ItemRef<'a>) -> Result<Vec<DirEntry<'a>
 /// during the send, so an answer holds for all of it). The planner asks for
 /// the same directory's inode item once per entry in it (`compare_refs`,
 /// `get_inode_gen`), and for an inode's several times while it is current.
-///
-/// Direct-mapped: inode `ino` can only be in slot `ino % INODE_MEMO_SLOTS`,
-/// and a new answer replaces what was there. A lookup costs a division and
-/// one comparison (a hash map's SipHash of the key was 5 % of a full
-/// estimate's time), and a tree whose inode numbers collide only makes the
-/// memo miss, never slower than without it.
-#[derive(Debug, Default)]
-struct Memo {
-    /// Empty until the first answer; then [`INODE_MEMO_SLOTS`] long.
-    slots: Vec<Option<(u64, Option<Inode>)>>,
-}
-
-impl Memo {
-    fn get(&self, ino: u64) -> Option<Option<Inode>> {
-        match self.slots.get(Self::slot(ino))? {
-            Some((known, answer)) if *known == ino => Some(*answer),
-            _ => None,
-        }
-    }
-
-    fn put(&mut self, ino: u64, answer: Option<Inode>) {
-        if self.slots.is_empty() {
-            self.slots = vec![None; INODE_MEMO_SLOTS];
-        }
-        if let Some(s) = self.slots.get_mut(Self::slot(ino)) {
-            *s = Some((ino, answer));
-        }
-    }
-
-    fn slot(ino: u64) -> usize {
-        // The remainder is below INODE_MEMO_SLOTS, so it fits.
-        (ino % INODE_MEMO_SLOTS as u64) as usize
-    }
-}
-
-type InodeMemo = Rc<RefCell<Memo>>;
+/// Direct-mapped ([`SlotMemo`]): a SipHash map's hashing was 5 % of a full
+/// estimate's time.
+type InodeMemo = Rc<RefCell<SlotMemo<Option<Inode>>>>;
 
 /// Slots of an [`InodeMemo`] (≈ 170 bytes each: 700 KiB once used; a
 /// memo of 2^16 entries cost 33 MiB, a third of a small-file send's memory,
-/// for no speed). A power of two: consecutive inode numbers, as a
-/// directory's new files have, take distinct slots.
+/// for no speed).
 const INODE_MEMO_SLOTS: usize = 1 << 12;
 
 /// Leaves a lookup steps forward through before it searches down from a
@@ -180,7 +147,7 @@ impl<'a> TreeView<'a> {
         Ok(TreeView {
             fs,
             root,
-            inodes: InodeMemo::default(),
+            inodes: Rc::new(RefCell::new(SlotMemo::new(INODE_MEMO_SLOTS))),
             lookups: Rc::new(RefCell::new(Cursor::new(fs.volume(), root).point_lookups())),
             root_dir: Rc::new(RefCell::new(Cursor::new(fs.volume(), root).point_lookups())),
             orphans: Rc::new(RefCell::new(OrphanNames::Probing(0))),
@@ -463,28 +430,7 @@ impl ExtentIter<'_> {
 
 #[cfg(test)]
 mod tests {
-    use super::{INODE_MEMO_SLOTS, Memo, parse_orphan_name};
-
-    #[test]
-    fn the_inode_memo_answers_only_for_the_inode_it_holds() {
-        let mut memo = Memo::default();
-        assert_eq!(memo.get(5), None, "an empty memo knows nothing");
-        // Inode 5 has no item: that answer is kept too.
-        memo.put(5, None);
-        assert_eq!(memo.get(5), Some(None));
-        // Another inode of the same slot is not answered with 5's item.
-        let other = 5 + INODE_MEMO_SLOTS as u64;
-        assert_eq!(memo.get(other), None);
-        memo.put(other, None);
-        assert_eq!(memo.get(other), Some(None));
-        assert_eq!(memo.get(5), None, "the slot's new inode replaced 5");
-        // Neighbours take slots of their own.
-        memo.put(6, None);
-        assert_eq!(memo.get(other), Some(None));
-        assert_eq!(memo.get(u64::MAX), None);
-        memo.put(u64::MAX, None);
-        assert_eq!(memo.get(u64::MAX), Some(None));
-    }
+    use super::parse_orphan_name;
 
     #[test]
     fn orphan_names_are_parsed_only_in_their_exact_shape() {

@@ -20,6 +20,7 @@ use super::model::{
     dirent_prefix, extent_key, extent_offset, extent_prefix, inode_key, xattr_key, xattr_prefix,
 };
 use super::tree::{PackId, PageId, PageRef, Pages, Place, Tree};
+use crate::memo::SlotMemo;
 use crate::receive::target::check_path;
 
 /// Changed nodes kept in memory before they are written out as pages: a
@@ -137,10 +138,9 @@ pub struct Indexer<'p, 's> {
     /// The last path resolved and its inode: a file's data and attribute
     /// commands name it one after the other.
     last: RefCell<Option<(Vec<u8>, u64)>>,
-    /// Kinds of inodes read from the tree, inode `ino` in slot
-    /// `ino % KINDS`: no command changes an inode's kind, and an inode
-    /// put or deleted leaves the memo.
-    kinds: RefCell<[Option<(u64, FileType)>; KINDS]>,
+    /// Kinds of inodes read from the tree: no command changes an inode's
+    /// kind, and an inode put or deleted leaves the memo.
+    kinds: RefCell<SlotMemo<FileType>>,
     /// The key of the entry looked up last: built here rather than in a
     /// new vector, as a look-up happens for every name a stream gives.
     scratch: RefCell<Vec<u8>>,
@@ -262,7 +262,7 @@ impl<'p, 's> Indexer<'p, 's> {
             put_names: PutNames::default(),
             last: RefCell::new(None),
             scratch: RefCell::new(Vec::with_capacity(64)),
-            kinds: RefCell::new([None; KINDS]),
+            kinds: RefCell::new(SlotMemo::new(KINDS)),
             extents: Vec::new(),
             held: None,
         }
@@ -647,14 +647,11 @@ impl<'p, 's> Indexer<'p, 's> {
         // A directory's kind is asked for every name made in it, long
         // after its inode left the cache of changed ones (the root's, for
         // every new file's orphan name): from the memo, not the tree.
-        let slot = (ino % KINDS as u64) as usize;
-        if let Some((i, k)) = self.kinds.borrow()[slot]
-            && i == ino
-        {
+        if let Some(k) = self.kinds.borrow().get(ino) {
             return Ok(k);
         }
         let k = self.stored_inode(ino)?.kind;
-        self.kinds.borrow_mut()[slot] = Some((ino, k));
+        self.kinds.borrow_mut().put(ino, k);
         Ok(k)
     }
 
@@ -686,19 +683,11 @@ impl<'p, 's> Indexer<'p, 's> {
         if self.inodes.len() >= CACHED_INODES && !self.inodes.contains_key(&ino) {
             self.put_inodes()?;
         }
-        self.forget_kind(ino);
+        // What the tree has of it is changing (a forged parent index may
+        // hand out a number it uses).
+        self.kinds.get_mut().forget(ino);
         self.inodes.insert(ino, i.clone());
         Ok(())
-    }
-
-    /// Take `ino` out of the memo of kinds: what the tree has of it is
-    /// changing (a forged parent index may hand out a number it uses).
-    fn forget_kind(&self, ino: u64) {
-        let mut kinds = self.kinds.borrow_mut();
-        let slot = &mut kinds[(ino % KINDS as u64) as usize];
-        if slot.is_some_and(|(i, _)| i == ino) {
-            *slot = None;
-        }
     }
 
     /// Put the changed inodes in the tree.
@@ -781,10 +770,9 @@ impl<'p, 's> Indexer<'p, 's> {
         &mut self,
         dir: u64,
         name: &[u8],
-        was: Dirent,
+        mut was: Dirent,
         ino: Option<u64>,
     ) -> Result<(), IndexError> {
-        let mut was = was;
         if self.dirents.len() >= CACHED_PATHS {
             self.put_dirents()?;
             // The tree has every entry now: `was` is there if it names
@@ -1006,7 +994,7 @@ impl<'p, 's> Indexer<'p, 's> {
     fn delete_inode(&mut self, ino: u64) -> Result<(), IndexError> {
         self.put_extents()?;
         self.inodes.remove(&ino);
-        self.forget_kind(ino);
+        self.kinds.get_mut().forget(ino);
         for prefix in [xattr_prefix(ino), extent_prefix(ino)] {
             for (k, _) in self.tree.prefixed(&prefix)? {
                 self.tree.remove(&k)?;

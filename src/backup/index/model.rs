@@ -23,10 +23,16 @@ const EXTENT: u8 = 4;
 
 fn key(kind: u8, ino: u64, rest: &[u8]) -> Vec<u8> {
     let mut k = Vec::with_capacity(9 + rest.len());
-    k.push(kind);
-    k.extend_from_slice(&ino.to_be_bytes());
-    k.extend_from_slice(rest);
+    key_into(&mut k, kind, ino, rest);
     k
+}
+
+/// [`key`] written into `out` (what it held is dropped).
+fn key_into(out: &mut Vec<u8>, kind: u8, ino: u64, rest: &[u8]) {
+    out.clear();
+    out.push(kind);
+    out.extend_from_slice(&ino.to_be_bytes());
+    out.extend_from_slice(rest);
 }
 
 /// The key of inode `ino`.
@@ -41,10 +47,7 @@ pub fn dirent_key(dir: u64, name: &[u8]) -> Vec<u8> {
 
 /// [`dirent_key`] written into `out` (what it held is dropped).
 pub fn dirent_key_into(out: &mut Vec<u8>, dir: u64, name: &[u8]) {
-    out.clear();
-    out.push(DIRENT);
-    out.extend_from_slice(&dir.to_be_bytes());
-    out.extend_from_slice(name);
+    key_into(out, DIRENT, dir, name);
 }
 
 /// The prefix of every entry of directory `dir`.
