@@ -16,8 +16,9 @@ use stream_format::{Attr, Command, CommandInfo, StreamReader};
 
 use super::IndexError;
 use super::model::{
-    Encoding, Extent, FileType, Inode, ROOT_INO, decode_dirent, dirent_key, dirent_key_into,
-    dirent_prefix, extent_key, extent_offset, extent_prefix, inode_key, xattr_key, xattr_prefix,
+    Encoding, Extent, FileType, Inode, NAME_MAX, ROOT_INO, decode_dirent, dirent_key,
+    dirent_key_into, dirent_prefix, extent_key, extent_offset, extent_prefix, inode_key,
+    is_xattr_name, xattr_key, xattr_prefix,
 };
 use super::tree::{PackId, PageId, PageRef, Pages, Place, Tree};
 use crate::memo::SlotMemo;
@@ -323,6 +324,12 @@ impl<'p, 's> Indexer<'p, 's> {
         {
             check_path(p).map_err(|e| at.err(e.to_string()))?;
         }
+        // The second path of a RENAME or LINK is checked as the receiver
+        // checks it: unchecked, `..` or `.` would become a name in the
+        // index (the CLONE source's is checked where it is read).
+        if let Command::Rename { path_to: p, .. } | Command::Link { path_link: p, .. } = cmd {
+            check_path(p).map_err(|e| at.err(e.to_string()))?;
+        }
         if self.ended {
             return Err(at.err("a command after END (one stream is indexed at a time)"));
         }
@@ -446,7 +453,7 @@ impl<'p, 's> Indexer<'p, 's> {
             }
             Command::SetXattr { path, name, data } => {
                 let ino = self.resolve(&at, path)?;
-                if name.is_empty() || name.len() > 255 || name.contains(&0) {
+                if !is_xattr_name(name) {
                     return Err(at.err("a bad xattr name"));
                 }
                 self.tree.insert(&xattr_key(ino, name), data)?;
@@ -880,6 +887,9 @@ impl<'p, 's> Indexer<'p, 's> {
             Some(i) => (self.resolve_dir(at, &path[..i])?, &path[i + 1..]),
             None => (ROOT_INO, path),
         };
+        if name.len() > NAME_MAX {
+            return Err(at.err(format!("a name longer than {NAME_MAX} bytes")));
+        }
         if self.kind(dir)? != FileType::Dir {
             return Err(at.err("a path component is not a directory"));
         }

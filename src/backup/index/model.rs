@@ -86,6 +86,29 @@ pub fn name_of(key: &[u8]) -> &[u8] {
     key.get(9..).unwrap_or_default()
 }
 
+/// The longest name an entry or an xattr may have, in bytes (Linux's
+/// `NAME_MAX` and `XATTR_NAME_MAX`).
+pub const NAME_MAX: usize = 255;
+
+/// Whether `name` can name a directory entry: 1 to [`NAME_MAX`] bytes,
+/// neither `/` nor NUL in it, and not `.` or `..`. A stream's names pass
+/// the receiver's checks before they are indexed; a page that holds any
+/// other is forged or damaged, and a name from it that reached a tar
+/// member, a FUSE directory or a synthetic stream could point outside
+/// its directory.
+pub fn is_entry_name(name: &[u8]) -> bool {
+    !name.is_empty()
+        && name.len() <= NAME_MAX
+        && name != b"."
+        && name != b".."
+        && !name.iter().any(|&b| b == b'/' || b == 0)
+}
+
+/// Whether `name` can name an xattr: 1 to [`NAME_MAX`] bytes, no NUL.
+pub fn is_xattr_name(name: &[u8]) -> bool {
+    !name.is_empty() && name.len() <= NAME_MAX && !name.contains(&0)
+}
+
 /// The type of an inode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FileType {

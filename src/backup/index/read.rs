@@ -6,8 +6,8 @@ use std::ops::ControlFlow;
 use super::IndexError;
 use super::apply::{IndexRoot, overlapping, resolve_in};
 use super::model::{
-    Encoding, FileType, Inode, ROOT_INO, decode_dirent, dirent_prefix, inode_key, name_of,
-    xattr_prefix,
+    Encoding, FileType, Inode, ROOT_INO, decode_dirent, dirent_prefix, inode_key, is_entry_name,
+    is_xattr_name, name_of, xattr_prefix,
 };
 use super::tree::{Pages, Record, Scan, Tree};
 use crate::manifest::{self, Described};
@@ -107,7 +107,11 @@ impl<'p, 's> Snapshot<'p, 's> {
             if !k.starts_with(&prefix) {
                 return Ok(ControlFlow::Break(()));
             }
-            f(name_of(k), decode_dirent(k, v)?)
+            let name = name_of(k);
+            if !is_entry_name(name) {
+                return Err(bad_name(k, "directory entry"));
+            }
+            f(name, decode_dirent(k, v)?)
         })
     }
 
@@ -118,12 +122,17 @@ impl<'p, 's> Snapshot<'p, 's> {
     /// A damaged index.
     pub fn xattrs(&self, ino: u64) -> Result<Vec<Record>, IndexError> {
         let prefix = xattr_prefix(ino);
-        Ok(self
-            .tree
+        self.tree
             .prefixed(&prefix)?
             .into_iter()
-            .map(|(k, v)| (name_of(&k).to_vec(), v))
-            .collect())
+            .map(|(k, v)| {
+                let name = name_of(&k);
+                if !is_xattr_name(name) {
+                    return Err(bad_name(&k, "xattr"));
+                }
+                Ok((name.to_vec(), v))
+            })
+            .collect()
     }
 
     /// The ranges of `ino` that hold data (the rest reads as zeros), merged,
@@ -408,6 +417,15 @@ impl<'p, 's> Snapshot<'p, 's> {
         let mut out = Vec::new();
         manifest::write_described(all, &mut out).map_err(|e| IndexError::Store(e.to_string()))?;
         Ok(String::from_utf8_lossy(&out).into_owned())
+    }
+}
+
+/// A record whose name no stream can give (see [`is_entry_name`]).
+fn bad_name(key: &[u8], what: &'static str) -> IndexError {
+    IndexError::Record {
+        what,
+        key: key.to_vec(),
+        reason: "a name no file system allows (forged or damaged)",
     }
 }
 

@@ -410,6 +410,45 @@ fn hostile_streams_are_refused_with_the_command_named() {
             "no such file",
         ),
         (vec![mkfile(b"f"), mkfile(b"f")], "the name exists already"),
+        // A RENAME's and a LINK's second path are checked as the first:
+        // a name `..` or `.` is never made.
+        (
+            vec![
+                mkfile(b"f"),
+                C::Rename {
+                    path: B(b"f"),
+                    path_to: B(b".."),
+                },
+            ],
+            "'..' component refused",
+        ),
+        (
+            vec![
+                mkdir(b"d"),
+                C::Rename {
+                    path: B(b"d"),
+                    path_to: B(b"."),
+                },
+            ],
+            "'.' component refused",
+        ),
+        (
+            vec![
+                mkfile(b"f"),
+                C::Link {
+                    path: B(b"l"),
+                    path_link: B(b"d/../f"),
+                },
+            ],
+            "'..' component refused",
+        ),
+        (
+            vec![C::Mkfile {
+                path: std::borrow::Cow::Owned(vec![b'n'; 256]),
+                ino: 301,
+            }],
+            "a name longer than 255 bytes",
+        ),
     ];
     for (cmds, want) in cases {
         let mem = Mem::default();
@@ -734,4 +773,56 @@ fn a_name_removed_as_the_entry_cache_fills_is_gone() {
     assert!(names.iter().any(|n| n == b"x"), "x is missing");
     assert!(!names.iter().any(|n| n == b"o1"), "o1 is still listed");
     assert_eq!(names.len(), full, "one entry a directory made");
+}
+
+/// Names no stream can give (`..`, `.`, a `/`, a NUL, none, 256 bytes) in
+/// a forged index are refused where a listing meets them: they never
+/// reach a tar member, a FUSE directory or a synthetic stream.
+#[test]
+fn names_no_file_system_allows_in_an_index_are_refused() {
+    use super::model::{ROOT_INO, dirent_key, xattr_key};
+    let mem = Mem::default();
+    let pages = Pages::new(&mem, [1; 32]);
+    let raw = stream_of(&[
+        mkdir(b"a"),
+        mkfile(b"a/f"),
+        stream_format::Command::SetXattr {
+            path: std::borrow::Cow::Borrowed(b"a/f"),
+            name: std::borrow::Cow::Borrowed(b"user.ok"),
+            data: std::borrow::Cow::Borrowed(b"v"),
+        },
+    ]);
+    let (_, root) = index_stream(&pages, &raw[..], "s", &Known::default()).unwrap();
+    let f = Snapshot::open(&pages, root.clone()).lookup(b"a/f").unwrap();
+    let long = vec![b'n'; 256];
+    for bad in [&b".."[..], b".", b"x/../../y", b"nul\0", b"", &long] {
+        let mut tree = Tree::open(&pages, root.top());
+        tree.insert(&dirent_key(ROOT_INO, bad), &f.to_le_bytes())
+            .unwrap();
+        let mut forged = root.clone();
+        forged.set_top(tree.flush().unwrap());
+        let snap = Snapshot::open(&pages, forged);
+        let r = snap.walk(&mut |_, _, _| Ok(()));
+        assert!(
+            matches!(&r, Err(IndexError::Record { key, reason, .. })
+                if *key == dirent_key(ROOT_INO, bad) && reason.contains("no file system allows")),
+            "{bad:?}: {r:?}"
+        );
+    }
+    // The name the stream gave is read.
+    assert_eq!(
+        Snapshot::open(&pages, root.clone()).xattrs(f).unwrap(),
+        [(b"user.ok".to_vec(), b"v".to_vec())]
+    );
+    for bad in [&b"user.a\0b"[..], b"", &long] {
+        let mut tree = Tree::open(&pages, root.top());
+        tree.insert(&xattr_key(f, bad), b"v").unwrap();
+        let mut forged = root.clone();
+        forged.set_top(tree.flush().unwrap());
+        let r = Snapshot::open(&pages, forged).xattrs(f);
+        assert!(
+            matches!(&r, Err(IndexError::Record { reason, .. }) if reason.contains("no file system allows")),
+            "{bad:?}: {r:?}"
+        );
+    }
 }
