@@ -54,6 +54,11 @@ pub struct ReaderOptions {
     /// sends): their record is then [`StreamReader::continuation`]. Default
     /// off: such a header is a bad magic, as for btrfs-progs.
     pub continuation: bool,
+    /// Check each command's CRC-32C (default on). Off only for bytes that
+    /// never left the process that wrote them (btrsend indexes a stream it
+    /// is writing from its own buffers): anything read from a file, a pipe
+    /// or a peer is checked.
+    pub check_crc: bool,
 }
 
 impl ReaderOptions {
@@ -66,6 +71,7 @@ impl ReaderOptions {
             max_version: 2,
             max_command_len: ReaderOptions::DEFAULT_MAX_COMMAND_LEN,
             continuation: false,
+            check_crc: true,
         }
     }
 
@@ -78,6 +84,12 @@ impl ReaderOptions {
     /// Set [`ReaderOptions::max_version`].
     pub const fn with_max_version(mut self, version: u32) -> ReaderOptions {
         self.max_version = version;
+        self
+    }
+
+    /// Set [`ReaderOptions::check_crc`].
+    pub const fn with_crc_check(mut self, on: bool) -> ReaderOptions {
+        self.check_crc = on;
         self
     }
 
@@ -607,6 +619,9 @@ impl<R: Read> StreamReader<R> {
         let len = usize::try_from(info.len).unwrap_or(usize::MAX);
         self.read_buf(info, len)?;
         self.index = self.index.saturating_add(1);
+        if !self.options.check_crc {
+            return Ok(());
+        }
         check_crc(&info, stored, &self.buf)
     }
 }

@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::io::Read;
 use std::ops::ControlFlow;
 
-use stream_format::{Attr, Command, CommandInfo, StreamReader};
+use stream_format::{Attr, Command, CommandInfo, ReaderOptions, StreamReader};
 
 use super::IndexError;
 use super::model::{
@@ -120,8 +120,16 @@ pub struct Indexer<'p, 's> {
     /// Resolved paths (see [`CACHED_PATHS`]); a name that changes takes
     /// its path and everything below it out.
     paths: RefCell<BTreeMap<Vec<u8>, u64>>,
-    /// Inodes changed since they were last put in the tree.
+    /// The directory path resolved last, and its inode: the files of one
+    /// directory come one after the other, and this spares the look-up
+    /// in `paths` for each.
+    last_dir: RefCell<Option<(Vec<u8>, u64)>>,
+    /// Inodes changed since they were last put in the tree, but `new`.
     inodes: HashMap<u64, Inode, Fixed>,
+    /// The inode made last, changed since it was last put in the tree and
+    /// kept out of `inodes`: a new file's data and attribute commands come
+    /// next, and here they cost no look-up in the map each.
+    new: Option<(u64, Inode)>,
     /// Directory entries changed since they were last put in the tree
     /// (see [`Dirent`]), by their tree key: a kernel stream creates each
     /// new file under an orphan name in the root and renames it at once,
@@ -256,7 +264,9 @@ impl<'p, 's> Indexer<'p, 's> {
             uuid: None,
             ended: false,
             paths: RefCell::new(BTreeMap::new()),
+            last_dir: RefCell::new(None),
             inodes: HashMap::default(),
+            new: None,
             dirents: HashMap::default(),
             fresh_from: ROOT_INO,
             made_from: ROOT_INO,
@@ -640,6 +650,11 @@ impl<'p, 's> Indexer<'p, 's> {
     }
 
     fn inode(&self, ino: u64) -> Result<Inode, IndexError> {
+        if let Some((n, i)) = &self.new
+            && *n == ino
+        {
+            return Ok(i.clone());
+        }
         if let Some(i) = self.inodes.get(&ino) {
             return Ok(i.clone());
         }
@@ -648,6 +663,11 @@ impl<'p, 's> Indexer<'p, 's> {
 
     /// The kind of inode `ino`.
     fn kind(&self, ino: u64) -> Result<FileType, IndexError> {
+        if let Some((n, i)) = &self.new
+            && *n == ino
+        {
+            return Ok(i.kind);
+        }
         if let Some(i) = self.inodes.get(&ino) {
             return Ok(i.kind);
         }
@@ -664,6 +684,10 @@ impl<'p, 's> Indexer<'p, 's> {
 
     /// Inode `ino` to change, in the cache of changed inodes.
     fn inode_mut(&mut self, ino: u64) -> Result<&mut Inode, IndexError> {
+        if self.new.as_ref().is_some_and(|(n, _)| *n == ino) {
+            // OK: just checked.
+            return Ok(&mut self.new.as_mut().unwrap().1);
+        }
         if !self.inodes.contains_key(&ino) {
             let i = self.stored_inode(ino)?;
             self.put_inode(ino, &i)?;
@@ -687,19 +711,42 @@ impl<'p, 's> Indexer<'p, 's> {
     }
 
     fn put_inode(&mut self, ino: u64, i: &Inode) -> Result<(), IndexError> {
+        if let Some((n, was)) = &mut self.new
+            && *n == ino
+        {
+            *was = i.clone();
+            return Ok(());
+        }
+        self.cache_inode(ino, i.clone())
+    }
+
+    /// Put `i` in the map of changed inodes as inode `ino`.
+    fn cache_inode(&mut self, ino: u64, i: Inode) -> Result<(), IndexError> {
         if self.inodes.len() >= CACHED_INODES && !self.inodes.contains_key(&ino) {
             self.put_inodes()?;
         }
         // What the tree has of it is changing (a forged parent index may
         // hand out a number it uses).
         self.kinds.get_mut().forget(ino);
-        self.inodes.insert(ino, i.clone());
+        self.inodes.insert(ino, i);
+        Ok(())
+    }
+
+    /// Make `i` the new inode `ino` (a number just handed out, so in
+    /// neither the map nor the tree), the one kept out of the map.
+    fn put_new_inode(&mut self, ino: u64, i: Inode) -> Result<(), IndexError> {
+        if let Some((n, was)) = self.new.take() {
+            self.cache_inode(n, was)?;
+        }
+        self.kinds.get_mut().forget(ino);
+        self.new = Some((ino, i));
         Ok(())
     }
 
     /// Put the changed inodes in the tree.
     fn put_inodes(&mut self) -> Result<(), IndexError> {
-        let mut all: Vec<(u64, Inode)> = self.inodes.drain().collect();
+        let new = self.new.take();
+        let mut all: Vec<(u64, Inode)> = self.inodes.drain().chain(new).collect();
         all.sort_unstable_by_key(|(ino, _)| *ino);
         self.tree.insert_sorted(
             all.into_iter()
@@ -721,6 +768,7 @@ impl<'p, 's> Indexer<'p, 's> {
     /// alone, as it always follows the tree).
     fn forget_path(&self, path: &[u8], dir: bool) {
         *self.last.borrow_mut() = None;
+        *self.last_dir.borrow_mut() = None;
         let mut paths = self.paths.borrow_mut();
         paths.remove(path);
         if !dir {
@@ -857,15 +905,33 @@ impl<'p, 's> Indexer<'p, 's> {
     /// [`resolve`](Self::resolve) of a path that leads to a directory
     /// (the directory part of a path), remembered (see [`CACHED_PATHS`]).
     fn resolve_dir(&self, at: &At<'_>, path: &[u8]) -> Result<u64, IndexError> {
-        if let Some(&ino) = self.paths.borrow().get(path) {
-            return Ok(ino);
+        if let Some((p, ino)) = &*self.last_dir.borrow()
+            && p == path
+        {
+            return Ok(*ino);
         }
-        let ino = self.resolve(at, path)?;
-        let mut paths = self.paths.borrow_mut();
-        if paths.len() >= CACHED_PATHS {
-            paths.clear();
+        let cached = self.paths.borrow().get(path).copied();
+        let ino = match cached {
+            Some(ino) => ino,
+            None => {
+                let ino = self.resolve(at, path)?;
+                let mut paths = self.paths.borrow_mut();
+                if paths.len() >= CACHED_PATHS {
+                    paths.clear();
+                }
+                paths.insert(path.to_vec(), ino);
+                ino
+            }
+        };
+        let mut last = self.last_dir.borrow_mut();
+        match &mut *last {
+            Some((p, i)) => {
+                p.clear();
+                p.extend_from_slice(path);
+                *i = ino;
+            }
+            None => *last = Some((path.to_vec(), ino)),
         }
-        paths.insert(path.to_vec(), ino);
         Ok(ino)
     }
 
@@ -975,7 +1041,7 @@ impl<'p, 's> Indexer<'p, 's> {
         }
         let ino = self.new_ino(&made)?;
         self.fill_entry(tdir, tname, was, ino)?;
-        self.put_inode(ino, &h.inode)?;
+        self.put_new_inode(ino, h.inode.clone())?;
         // The new file's data and attributes come next, by this name.
         self.remember(to, ino);
         Ok(true)
@@ -988,7 +1054,7 @@ impl<'p, 's> Indexer<'p, 's> {
             inode.parent = dir;
         }
         self.add_entry(at, dir, name, ino)?;
-        self.put_inode(ino, &inode)
+        self.put_new_inode(ino, inode)
     }
 
     fn drop_link(&mut self, ino: u64) -> Result<(), IndexError> {
@@ -1004,6 +1070,9 @@ impl<'p, 's> Indexer<'p, 's> {
     fn delete_inode(&mut self, ino: u64) -> Result<(), IndexError> {
         self.put_extents()?;
         self.inodes.remove(&ino);
+        if self.new.as_ref().is_some_and(|(n, _)| *n == ino) {
+            self.new = None;
+        }
         self.kinds.get_mut().forget(ino);
         for prefix in [xattr_prefix(ino), extent_prefix(ino)] {
             for (k, _) in self.tree.prefixed(&prefix)? {
@@ -1121,9 +1190,33 @@ pub fn index_stream(
     source: &str,
     snapshots: &dyn Snapshots,
 ) -> Result<([u8; 16], IndexRoot), IndexError> {
+    index_with(pages, input, source, snapshots, ReaderOptions::new())
+}
+
+/// [`index_stream`] of the bytes a stream is being written from, in this
+/// process: their CRCs are left unchecked, as nothing could have changed
+/// them since they were computed (the stored file is checked whenever it
+/// is read).
+pub(super) fn index_own_stream(
+    pages: &Pages<'_>,
+    input: impl Read,
+    source: &str,
+    snapshots: &dyn Snapshots,
+) -> Result<([u8; 16], IndexRoot), IndexError> {
+    let options = ReaderOptions::new().with_crc_check(false);
+    index_with(pages, input, source, snapshots, options)
+}
+
+fn index_with(
+    pages: &Pages<'_>,
+    input: impl Read,
+    source: &str,
+    snapshots: &dyn Snapshots,
+    options: ReaderOptions,
+) -> Result<([u8; 16], IndexRoot), IndexError> {
     /// A command's header: length, number, CRC.
     const COMMAND_HEADER: u64 = 10;
-    let mut reader = StreamReader::new(input);
+    let mut reader = StreamReader::with_options(input, options);
     let mut ix = Indexer::new(pages, source);
     while let Some((info, raw)) = reader.next_raw()? {
         let data_offset = raw.find(Attr::Data).map_or(0, |a| {

@@ -14,7 +14,7 @@ use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::thread::JoinHandle;
 
 use super::IndexError;
-use super::apply::{IndexRoot, Snapshots, index_stream};
+use super::apply::{IndexRoot, Snapshots, index_own_stream};
 use super::repo::StorePages;
 use super::tree::Pages;
 use crate::backup::catalog::Catalog;
@@ -199,7 +199,7 @@ impl Repository {
                 let pages = Pages::new(&sp, key);
                 let mut input = ChannelReader::new(rx);
                 input.spent = Some(back);
-                let r = index_stream(&pages, &mut input, &file, &parent);
+                let r = index_own_stream(&pages, &mut input, &file, &parent);
                 // Whatever follows END is read and dropped, so the writer
                 // never waits on a full channel.
                 let _ = io::copy(&mut input, &mut io::sink());

@@ -157,6 +157,38 @@ fn malformed_streams_like_btrfs_progs() {
     }
 }
 
+/// With its CRC check off (for bytes that never left the process), the
+/// kernel's stream with a damaged CRC reads as the intact one does; with it
+/// on (the default), it is refused.
+#[test]
+fn crc_check_off_reads_a_bad_crc_as_the_intact_stream() {
+    use stream_format::{ReaderOptions, StreamReader};
+    let dir = common::send_streams_dir();
+    let read = |name: &str, opts: ReaderOptions| {
+        let bytes = std::fs::read(dir.join(format!("malformed/{name}.stream"))).unwrap();
+        let mut r = StreamReader::with_options(&bytes[..], opts);
+        let mut cmds = Vec::new();
+        while let Some((_, c)) = r.next_command()? {
+            cmds.push(format!("{c:?}"));
+        }
+        Ok::<_, stream_format::DecodeError>(cmds)
+    };
+    let bad = read("bad_crc", ReaderOptions::new());
+    assert!(bad.is_err(), "{bad:?}");
+    let unchecked = read("bad_crc", ReaderOptions::new().with_crc_check(false)).unwrap();
+    let mut good = std::fs::read(dir.join("malformed/bad_crc.stream")).unwrap();
+    // The damage is one bit of the first command's stored CRC (offset 17 +
+    // 6, the value the message above names): undone here.
+    good[23] ^= 1;
+    let mut r = StreamReader::new(&good[..]);
+    let mut intact = Vec::new();
+    while let Some((_, c)) = r.next_command().unwrap() {
+        intact.push(format!("{c:?}"));
+    }
+    assert_eq!(unchecked, intact);
+    assert!(!intact.is_empty());
+}
+
 /// Our own error texts for the malformed cases (progs' are in `*.stderr`).
 #[test]
 fn malformed_error_messages() {
