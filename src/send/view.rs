@@ -104,22 +104,6 @@ enum OrphanNames {
     Lookups,
 }
 
-/// `name` as (ino, gen, idx) if it is exactly `o<ino>-<gen>-<idx>` as
-/// `gen_unique_name` writes it (decimal, no leading zeros).
-fn parse_orphan_name(name: &[u8]) -> Option<(u64, u64, u64)> {
-    let rest = name.strip_prefix(b"o")?;
-    let mut parts = rest.split(|&b| b == b'-');
-    let mut num = || -> Option<u64> {
-        let p = parts.next()?;
-        let canonical = !p.is_empty()
-            && p.iter().all(u8::is_ascii_digit)
-            && (p.len() == 1 || p.first() != Some(&b'0'));
-        canonical.then(|| std::str::from_utf8(p).ok()?.parse().ok())?
-    };
-    let t = (num()?, num()?, num()?);
-    parts.next().is_none().then_some(t)
-}
-
 /// Point lookups in one subvolume tree. Clones share the inode memo and
 /// the lookup cursor: each lookup moves that cursor with
 /// [`Cursor::seek_near`] (a binary search in the leaf under it when the key
@@ -305,7 +289,7 @@ impl<'a> TreeView<'a> {
                 for e in items::dir_records(item) {
                     let e = e?;
                     seen = seen.saturating_add(1);
-                    if let Some(t) = parse_orphan_name(e.name) {
+                    if let Some(t) = stream_format::parse_orphan_name(e.name) {
                         set.insert(t);
                     }
                 }
@@ -425,40 +409,5 @@ impl ExtentIter<'_> {
                 .map(|o| Key::new(key.objectid, ondisk::BTRFS_EXTENT_DATA_KEY, o));
             Ok(Some(ext))
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::parse_orphan_name;
-
-    #[test]
-    fn orphan_names_are_parsed_only_in_their_exact_shape() {
-        assert_eq!(parse_orphan_name(b"o257-7-0"), Some((257, 7, 0)));
-        assert_eq!(
-            parse_orphan_name(b"o18446744073709551615-0-10"),
-            Some((u64::MAX, 0, 10))
-        );
-        for other in [
-            &b"o0257-7-0"[..],
-            b"o257-07-0",
-            b"o257-7-00",
-            b"o257-7",
-            b"o257-7-0-",
-            b"o257-7-0-1",
-            b"o-7-0",
-            b"p257-7-0",
-            b"o257-7-x",
-            b"o18446744073709551616-0-0",
-            b"o257--0",
-            b"",
-        ] {
-            assert_eq!(
-                parse_orphan_name(other),
-                None,
-                "{:?}",
-                String::from_utf8_lossy(other)
-            );
-        }
     }
 }

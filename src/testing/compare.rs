@@ -29,19 +29,6 @@ use stream_format::{Command, ReaderOptions, StreamReader};
 
 use crate::manifest;
 
-/// Whether a final path component is a kernel orphan name
-/// `o<ino>-<gen>-<n>` (all three decimal, non-empty).
-pub fn is_orphan_name(name: &[u8]) -> bool {
-    let Some(rest) = name.strip_prefix(b"o") else {
-        return false;
-    };
-    let parts: Vec<&[u8]> = rest.split(|&b| b == b'-').collect();
-    parts.len() == 3
-        && parts
-            .iter()
-            .all(|p| !p.is_empty() && p.iter().all(u8::is_ascii_digit))
-}
-
 fn parent_of(p: &[u8]) -> &[u8] {
     p.iter()
         .rposition(|&b| b == b'/')
@@ -79,7 +66,7 @@ pub fn orphan_dirs_without_utimes(
             | Command::Mksock { path, .. }
             | Command::Symlink { path, .. } => {
                 let name = path.rsplit(|&b| b == b'/').next().unwrap_or(path);
-                if is_orphan_name(name) {
+                if stream_format::parse_orphan_name(name).is_some() {
                     orphan_dirs.insert(parent_of(path).to_vec());
                 }
             }
@@ -189,15 +176,6 @@ pub fn data_within(inner: &str, outer: &str) -> Result<(), String> {
 mod tests {
     use super::*;
     use stream_format::{StreamWriter, Timespec};
-
-    #[test]
-    fn orphan_names() {
-        assert!(is_orphan_name(b"o257-7-0"));
-        assert!(!is_orphan_name(b"o257-7"));
-        assert!(!is_orphan_name(b"o257-7-x"));
-        assert!(!is_orphan_name(b"x257-7-0"));
-        assert!(!is_orphan_name(b"o-7-0"));
-    }
 
     #[test]
     fn orphan_dirs_from_a_stream() {

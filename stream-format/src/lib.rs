@@ -61,6 +61,24 @@ pub fn btrfs_crc32c(data: &[u8]) -> u32 {
     c.finish()
 }
 
+/// `name` as `(ino, gen, idx)` when it is exactly an orphan name
+/// `o<ino>-<gen>-<idx>` as the kernel's `gen_unique_name` writes it
+/// (decimal, no leading zeros): the name a send gives each new inode until
+/// it has its own, and any inode it moves out of the way.
+pub fn parse_orphan_name(name: &[u8]) -> Option<(u64, u64, u64)> {
+    let rest = name.strip_prefix(b"o")?;
+    let mut parts = rest.split(|&b| b == b'-');
+    let mut num = || -> Option<u64> {
+        let p = parts.next()?;
+        let canonical = !p.is_empty()
+            && p.iter().all(u8::is_ascii_digit)
+            && (p.len() == 1 || p.first() != Some(&b'0'));
+        canonical.then(|| std::str::from_utf8(p).ok()?.parse().ok())?
+    };
+    let t = (num()?, num()?, num()?);
+    parts.next().is_none().then_some(t)
+}
+
 /// Incremental btrfs CRC-32C. `crc32c_append(c, d)` is `!raw(!c, d)`, so keeping
 /// the inverted state gives the raw seed-0 CRC.
 #[derive(Debug, Clone, Copy)]
@@ -82,6 +100,37 @@ impl Crc {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn orphan_names_are_parsed_only_in_their_exact_shape() {
+        use super::parse_orphan_name;
+        assert_eq!(parse_orphan_name(b"o257-7-0"), Some((257, 7, 0)));
+        assert_eq!(
+            parse_orphan_name(b"o18446744073709551615-0-10"),
+            Some((u64::MAX, 0, 10))
+        );
+        for other in [
+            &b"o0257-7-0"[..],
+            b"o257-07-0",
+            b"o257-7-00",
+            b"o257-7",
+            b"o257-7-0-",
+            b"o257-7-0-1",
+            b"o-7-0",
+            b"p257-7-0",
+            b"o257-7-x",
+            b"o18446744073709551616-0-0",
+            b"o257--0",
+            b"",
+        ] {
+            assert_eq!(
+                parse_orphan_name(other),
+                None,
+                "{:?}",
+                String::from_utf8_lossy(other)
+            );
+        }
+    }
+
     #[test]
     fn crc_check_values() {
         assert_eq!(super::btrfs_crc32c(b"123456789"), 0x58e3_fa20);
