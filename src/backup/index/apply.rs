@@ -8,11 +8,11 @@
 //! be received is indexed; one that cannot is refused, never half-guessed.
 
 use std::cell::RefCell;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::Read;
 use std::ops::ControlFlow;
 
-use stream_format::{Attr, Command, CommandInfo, ReaderOptions, StreamReader};
+use stream_format::{Attr, Command, CommandInfo, ReaderOptions, StreamReader, parse_orphan_name};
 
 use super::IndexError;
 use super::model::{
@@ -40,6 +40,9 @@ const DIRTY_NODES: usize = 2048;
 /// than the more frequent, smaller runs put in the tree.
 pub(super) const CACHED_PATHS: usize = 1 << 13;
 const CACHED_INODES: usize = 1 << 11;
+
+/// Orphan-shaped names kept in `Indexer::orphans`, at most.
+pub(super) const ORPHANS: usize = 1 << 10;
 
 /// Slots of the memo of inode kinds (see `Indexer::kinds`).
 const KINDS: usize = 64;
@@ -144,6 +147,14 @@ pub struct Indexer<'p, 's> {
     made_from: u64,
     /// The entries this stream put in the tree.
     put_names: PutNames,
+    /// The entries with orphan names (`o<ino>-<gen>-<idx>`, see
+    /// [`parse_orphan_name`]) in directories this stream made, by key,
+    /// while there are at most [`ORPHANS`]: a kernel stream makes each new
+    /// inode under such a name, looked for first in vain, and one missing
+    /// here is in neither the cache nor the tree, which spares looking in
+    /// both (and in `put_names`). `None` once there were more, for the
+    /// rest of the stream.
+    orphans: Option<HashSet<Vec<u8>, Fixed>>,
     /// The last path resolved and its inode: a file's data and attribute
     /// commands name it one after the other.
     last: RefCell<Option<(Vec<u8>, u64)>>,
@@ -271,6 +282,7 @@ impl<'p, 's> Indexer<'p, 's> {
             fresh_from: ROOT_INO,
             made_from: ROOT_INO,
             put_names: PutNames::default(),
+            orphans: Some(HashSet::default()),
             last: RefCell::new(None),
             scratch: RefCell::new(Vec::with_capacity(64)),
             kinds: RefCell::new(SlotMemo::new(KINDS)),
@@ -799,6 +811,16 @@ impl<'p, 's> Indexer<'p, 's> {
     fn dirent(&self, dir: u64, name: &[u8]) -> Result<Dirent, IndexError> {
         let mut k = self.scratch.borrow_mut();
         dirent_key_into(&mut k, dir, name);
+        if dir >= self.made_from
+            && let Some(o) = &self.orphans
+            && (o.is_empty() || !o.contains(k.as_slice()))
+            && parse_orphan_name(name).is_some()
+        {
+            return Ok(Dirent {
+                ino: None,
+                stored: false,
+            });
+        }
         if let Some(d) = self.dirents.get(k.as_slice()) {
             return Ok(*d);
         }
@@ -847,6 +869,18 @@ impl<'p, 's> Indexer<'p, 's> {
             *e = d;
         } else {
             self.dirents.insert(key.clone(), d);
+        }
+        if dir >= self.made_from
+            && let Some(o) = &mut self.orphans
+            && parse_orphan_name(name).is_some()
+        {
+            if ino.is_none() {
+                o.remove(key.as_slice());
+            } else if o.len() < ORPHANS {
+                o.insert(key.clone());
+            } else if !o.contains(key.as_slice()) {
+                self.orphans = None;
+            }
         }
         Ok(())
     }

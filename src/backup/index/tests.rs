@@ -826,3 +826,64 @@ fn names_no_file_system_allows_in_an_index_are_refused() {
         );
     }
 }
+
+/// Orphan-named entries (`o<ino>-<gen>-<idx>`) the stream leaves in place
+/// are found whether the indexer still keeps them apart (a few), no longer
+/// can (more than it keeps), or they went to the tree (more than its cache
+/// of entries): making one again is refused, and once renamed away its
+/// name is free.
+#[test]
+fn orphan_names_left_in_place_are_found_however_many() {
+    use std::borrow::Cow::Owned as O;
+    use stream_format::Command as C;
+    let kept = super::apply::ORPHANS;
+    let cached = super::apply::CACHED_PATHS;
+    for n in [3, kept, kept + 5, cached + 5] {
+        let name = |i: usize| format!("d/o{}-1-0", 1000 + i).into_bytes();
+        let mut cmds = vec![mkdir(b"d")];
+        for i in 0..n {
+            cmds.push(C::Mkfile {
+                path: O(name(i)),
+                ino: 301,
+            });
+        }
+        // The first one made again, before anything: refused.
+        let mut again = cmds.clone();
+        again.push(C::Mkfile {
+            path: O(name(0)),
+            ino: 301,
+        });
+        let mem = Mem::default();
+        let pages = Pages::new(&mem, [0; 32]);
+        let raw = stream_of(&again);
+        let err = index_stream(&pages, &raw[..], "s", &Known::default()).unwrap_err();
+        assert!(
+            err.to_string().contains("the name exists already"),
+            "{n}: {err}"
+        );
+        // Renamed away, its name is free to make again.
+        cmds.push(C::Rename {
+            path: O(name(0)),
+            path_to: O(b"d/kept".to_vec()),
+        });
+        cmds.push(C::Mkfile {
+            path: O(name(0)),
+            ino: 301,
+        });
+        let raw = stream_of(&cmds);
+        let (_, root) = index_stream(&pages, &raw[..], "s", &Known::default()).unwrap();
+        let snap = Snapshot::open(&pages, root);
+        let mut count = 0;
+        snap.walk(&mut |_, _, _| {
+            count += 1;
+            Ok(())
+        })
+        .unwrap();
+        // d, its n orphan-named files and d/kept.
+        assert_eq!(count, n + 2, "{n}");
+        assert_ne!(
+            snap.lookup(b"d/kept").unwrap(),
+            snap.lookup(&name(0)).unwrap()
+        );
+    }
+}
