@@ -9,6 +9,8 @@
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap, HashSet};
+
+use indexmap::IndexMap;
 use std::io::Read;
 use std::ops::ControlFlow;
 
@@ -127,17 +129,22 @@ pub struct Indexer<'p, 's> {
     /// directory come one after the other, and this spares the look-up
     /// in `paths` for each.
     last_dir: RefCell<Option<(Vec<u8>, u64)>>,
-    /// Inodes changed since they were last put in the tree, but `new`.
+    /// Inodes changed since they were last put in the tree, but those
+    /// in `made`.
     inodes: HashMap<u64, Inode, Fixed>,
-    /// The inode made last, changed since it was last put in the tree and
-    /// kept out of `inodes`: a new file's data and attribute commands come
-    /// next, and here they cost no look-up in the map each.
-    new: Option<(u64, Inode)>,
+    /// The inodes made since the changed ones were last put in the tree,
+    /// in the order they were made (so by number): kept out of `inodes`,
+    /// a new file's data and attribute commands change the last one with
+    /// no look-up, and an inode made earlier is found by a binary search.
+    made: Vec<(u64, Inode)>,
+    /// Where in `made` the last inode searched for was: the directory new
+    /// files go to is asked for again and again.
+    made_hint: std::cell::Cell<usize>,
     /// Directory entries changed since they were last put in the tree
-    /// (see [`Dirent`]), by their tree key: a kernel stream creates each
-    /// new file under an orphan name in the root and renames it at once,
-    /// which here costs nothing in the tree.
-    dirents: HashMap<Vec<u8>, Dirent, Fixed>,
+    /// (see [`Dirent`]), by their tree key, in the order they changed: a
+    /// kernel stream creates each new file under an orphan name in the
+    /// root and renames it at once, which here costs nothing in the tree.
+    dirents: IndexMap<Vec<u8>, Dirent, Fixed>,
     /// Directories numbered from here on have no entries in the tree yet
     /// (they were made since the entries were last put there): looking
     /// their names up there is skipped.
@@ -277,8 +284,9 @@ impl<'p, 's> Indexer<'p, 's> {
             paths: RefCell::new(BTreeMap::new()),
             last_dir: RefCell::new(None),
             inodes: HashMap::default(),
-            new: None,
-            dirents: HashMap::default(),
+            made: Vec::new(),
+            made_hint: std::cell::Cell::new(0),
+            dirents: IndexMap::default(),
             fresh_from: ROOT_INO,
             made_from: ROOT_INO,
             put_names: PutNames::default(),
@@ -662,25 +670,49 @@ impl<'p, 's> Indexer<'p, 's> {
     }
 
     fn inode(&self, ino: u64) -> Result<Inode, IndexError> {
-        if let Some((n, i)) = &self.new
-            && *n == ino
-        {
-            return Ok(i.clone());
+        match self.changed(ino) {
+            Some(i) => Ok(i.clone()),
+            None => self.stored_inode(ino),
         }
-        if let Some(i) = self.inodes.get(&ino) {
-            return Ok(i.clone());
+    }
+
+    /// Inode `ino` if it changed since the changed ones were last put in
+    /// the tree.
+    fn changed(&self, ino: u64) -> Option<&Inode> {
+        match self.made_at(ino) {
+            Some(at) => self.made.get(at).map(|(_, i)| i),
+            None => self.inodes.get(&ino),
         }
-        self.stored_inode(ino)
+    }
+
+    /// [`changed`](Self::changed), to change.
+    fn changed_mut(&mut self, ino: u64) -> Option<&mut Inode> {
+        match self.made_at(ino) {
+            Some(at) => self.made.get_mut(at).map(|(_, i)| i),
+            None => self.inodes.get_mut(&ino),
+        }
+    }
+
+    /// Where inode `ino` is in `made`, if it is.
+    fn made_at(&self, ino: u64) -> Option<usize> {
+        match self.made.last() {
+            Some((n, _)) if *n == ino => Some(self.made.len() - 1),
+            Some((n, _)) if *n > ino => {
+                let hint = self.made_hint.get();
+                if self.made.get(hint).is_some_and(|(n, _)| *n == ino) {
+                    return Some(hint);
+                }
+                let at = self.made.binary_search_by_key(&ino, |(n, _)| *n).ok()?;
+                self.made_hint.set(at);
+                Some(at)
+            }
+            _ => None,
+        }
     }
 
     /// The kind of inode `ino`.
     fn kind(&self, ino: u64) -> Result<FileType, IndexError> {
-        if let Some((n, i)) = &self.new
-            && *n == ino
-        {
-            return Ok(i.kind);
-        }
-        if let Some(i) = self.inodes.get(&ino) {
+        if let Some(i) = self.changed(ino) {
             return Ok(i.kind);
         }
         // A directory's kind is asked for every name made in it, long
@@ -696,15 +728,11 @@ impl<'p, 's> Indexer<'p, 's> {
 
     /// Inode `ino` to change, in the cache of changed inodes.
     fn inode_mut(&mut self, ino: u64) -> Result<&mut Inode, IndexError> {
-        if self.new.as_ref().is_some_and(|(n, _)| *n == ino) {
-            // OK: just checked.
-            return Ok(&mut self.new.as_mut().unwrap().1);
-        }
-        if !self.inodes.contains_key(&ino) {
+        if self.changed(ino).is_none() {
             let i = self.stored_inode(ino)?;
-            self.put_inode(ino, &i)?;
+            self.cache_inode(ino, i)?;
         }
-        self.inodes.get_mut(&ino).ok_or_else(|| IndexError::Record {
+        self.changed_mut(ino).ok_or_else(|| IndexError::Record {
             what: "inode",
             key: inode_key(ino),
             reason: "missing",
@@ -723,18 +751,17 @@ impl<'p, 's> Indexer<'p, 's> {
     }
 
     fn put_inode(&mut self, ino: u64, i: &Inode) -> Result<(), IndexError> {
-        if let Some((n, was)) = &mut self.new
-            && *n == ino
-        {
+        if let Some(was) = self.changed_mut(ino) {
             *was = i.clone();
             return Ok(());
         }
         self.cache_inode(ino, i.clone())
     }
 
-    /// Put `i` in the map of changed inodes as inode `ino`.
+    /// Put `i` in the map of changed inodes as inode `ino` (in neither
+    /// that map nor `made`).
     fn cache_inode(&mut self, ino: u64, i: Inode) -> Result<(), IndexError> {
-        if self.inodes.len() >= CACHED_INODES && !self.inodes.contains_key(&ino) {
+        if self.inodes.len() >= CACHED_INODES {
             self.put_inodes()?;
         }
         // What the tree has of it is changing (a forged parent index may
@@ -744,22 +771,25 @@ impl<'p, 's> Indexer<'p, 's> {
         Ok(())
     }
 
-    /// Make `i` the new inode `ino` (a number just handed out, so in
-    /// neither the map nor the tree), the one kept out of the map.
+    /// Make `i` the new inode `ino`: a number just handed out, above
+    /// every one handed out before (see `made`).
     fn put_new_inode(&mut self, ino: u64, i: Inode) -> Result<(), IndexError> {
-        if let Some((n, was)) = self.new.take() {
-            self.cache_inode(n, was)?;
+        if self.made.len() >= CACHED_INODES {
+            self.put_inodes()?;
         }
+        // What the tree has of it is changing (a forged parent index may
+        // hand out a number it uses).
         self.kinds.get_mut().forget(ino);
-        self.new = Some((ino, i));
+        self.made.push((ino, i));
         Ok(())
     }
 
     /// Put the changed inodes in the tree.
     fn put_inodes(&mut self) -> Result<(), IndexError> {
-        let new = self.new.take();
-        let mut all: Vec<(u64, Inode)> = self.inodes.drain().chain(new).collect();
-        all.sort_unstable_by_key(|(ino, _)| *ino);
+        let mut all: Vec<(u64, Inode)> = self.inodes.drain().collect();
+        // `made` is in order already: a merge sort takes it as one run.
+        all.append(&mut self.made);
+        all.sort_by_key(|(ino, _)| *ino);
         self.tree.insert_sorted(
             all.into_iter()
                 .map(|(ino, i)| (inode_key(ino), i.encode()))
@@ -864,7 +894,7 @@ impl<'p, 's> Indexer<'p, 's> {
             stored: was.stored,
         };
         if ino.is_none() && !was.stored {
-            self.dirents.remove(key.as_slice());
+            self.dirents.swap_remove(key.as_slice());
         } else if let Some(e) = self.dirents.get_mut(key.as_slice()) {
             *e = d;
         } else {
@@ -888,8 +918,11 @@ impl<'p, 's> Indexer<'p, 's> {
     /// Put the changed directory entries in the tree.
     fn put_dirents(&mut self) -> Result<(), IndexError> {
         self.fresh_from = self.root.next_ino;
-        let mut all: Vec<(Vec<u8>, Dirent)> = self.dirents.drain().collect();
-        all.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        let mut all: Vec<(Vec<u8>, Dirent)> = self.dirents.drain(..).collect();
+        // In the order they were made: a stream makes a directory's entries
+        // together, often in name order, and a merge sort takes the runs
+        // that leaves as they are.
+        all.sort_by(|a, b| a.0.cmp(&b.0));
         let mut put = Vec::with_capacity(all.len());
         for (k, d) in all {
             match d.ino {
@@ -1103,9 +1136,10 @@ impl<'p, 's> Indexer<'p, 's> {
 
     fn delete_inode(&mut self, ino: u64) -> Result<(), IndexError> {
         self.put_extents()?;
-        self.inodes.remove(&ino);
-        if self.new.as_ref().is_some_and(|(n, _)| *n == ino) {
-            self.new = None;
+        if let Some(at) = self.made_at(ino) {
+            self.made.remove(at);
+        } else {
+            self.inodes.remove(&ino);
         }
         self.kinds.get_mut().forget(ino);
         for prefix in [xattr_prefix(ino), extent_prefix(ino)] {
