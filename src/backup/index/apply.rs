@@ -128,7 +128,7 @@ pub struct Indexer<'p, 's> {
     /// The directory path resolved last, and its inode: the files of one
     /// directory come one after the other, and this spares the look-up
     /// in `paths` for each.
-    last_dir: RefCell<Option<(Vec<u8>, u64)>>,
+    last_dir: PathMemo,
     /// Inodes changed since they were last put in the tree, but those
     /// in `made`.
     inodes: HashMap<u64, Inode, Fixed>,
@@ -164,7 +164,7 @@ pub struct Indexer<'p, 's> {
     orphans: Option<HashSet<Vec<u8>, Fixed>>,
     /// The last path resolved and its inode: a file's data and attribute
     /// commands name it one after the other.
-    last: RefCell<Option<(Vec<u8>, u64)>>,
+    last: PathMemo,
     /// Kinds of inodes read from the tree: no command changes an inode's
     /// kind, and an inode put or deleted leaves the memo.
     kinds: RefCell<SlotMemo<FileType>>,
@@ -250,6 +250,38 @@ struct Dirent {
     stored: bool,
 }
 
+/// One path and its inode, remembered until the names change (the
+/// indexer's `forget_path`); its buffer is reused.
+#[derive(Default)]
+struct PathMemo(RefCell<Option<(Vec<u8>, u64)>>);
+
+impl PathMemo {
+    /// The inode of `path`, if it is the path remembered.
+    fn get(&self, path: &[u8]) -> Option<u64> {
+        match &*self.0.borrow() {
+            Some((p, ino)) if p == path => Some(*ino),
+            _ => None,
+        }
+    }
+
+    /// Remember that `path` names `ino`.
+    fn set(&self, path: &[u8], ino: u64) {
+        let mut m = self.0.borrow_mut();
+        match &mut *m {
+            Some((p, i)) => {
+                p.clear();
+                p.extend_from_slice(path);
+                *i = ino;
+            }
+            None => *m = Some((path.to_vec(), ino)),
+        }
+    }
+
+    fn clear(&self) {
+        *self.0.borrow_mut() = None;
+    }
+}
+
 /// Where a command is, for messages.
 struct At<'a> {
     info: &'a CommandInfo,
@@ -282,7 +314,7 @@ impl<'p, 's> Indexer<'p, 's> {
             uuid: None,
             ended: false,
             paths: RefCell::new(BTreeMap::new()),
-            last_dir: RefCell::new(None),
+            last_dir: PathMemo::default(),
             inodes: HashMap::default(),
             made: Vec::new(),
             made_hint: std::cell::Cell::new(0),
@@ -291,7 +323,7 @@ impl<'p, 's> Indexer<'p, 's> {
             made_from: ROOT_INO,
             put_names: PutNames::default(),
             orphans: Some(HashSet::default()),
-            last: RefCell::new(None),
+            last: PathMemo::default(),
             scratch: RefCell::new(Vec::with_capacity(64)),
             kinds: RefCell::new(SlotMemo::new(KINDS)),
             extents: Vec::new(),
@@ -809,8 +841,8 @@ impl<'p, 's> Indexer<'p, 's> {
     /// names a directory (`dir`; the cache has paths below directories
     /// alone, as it always follows the tree).
     fn forget_path(&self, path: &[u8], dir: bool) {
-        *self.last.borrow_mut() = None;
-        *self.last_dir.borrow_mut() = None;
+        self.last.clear();
+        self.last_dir.clear();
         let mut paths = self.paths.borrow_mut();
         paths.remove(path);
         if !dir {
@@ -939,10 +971,8 @@ impl<'p, 's> Indexer<'p, 's> {
     }
 
     fn resolve(&self, at: &At<'_>, path: &[u8]) -> Result<u64, IndexError> {
-        if let Some((p, ino)) = &*self.last.borrow()
-            && p == path
-        {
-            return Ok(*ino);
+        if let Some(ino) = self.last.get(path) {
+            return Ok(ino);
         }
         let (dir, name) = match path.iter().rposition(|&b| b == b'/') {
             Some(i) => (self.resolve_dir(at, &path[..i])?, &path[i + 1..]),
@@ -958,24 +988,14 @@ impl<'p, 's> Indexer<'p, 's> {
 
     /// Make `path`, which names `ino`, the last path resolved.
     fn remember(&self, path: &[u8], ino: u64) {
-        let mut last = self.last.borrow_mut();
-        match &mut *last {
-            Some((p, i)) => {
-                p.clear();
-                p.extend_from_slice(path);
-                *i = ino;
-            }
-            None => *last = Some((path.to_vec(), ino)),
-        }
+        self.last.set(path, ino);
     }
 
     /// [`resolve`](Self::resolve) of a path that leads to a directory
     /// (the directory part of a path), remembered (see [`CACHED_PATHS`]).
     fn resolve_dir(&self, at: &At<'_>, path: &[u8]) -> Result<u64, IndexError> {
-        if let Some((p, ino)) = &*self.last_dir.borrow()
-            && p == path
-        {
-            return Ok(*ino);
+        if let Some(ino) = self.last_dir.get(path) {
+            return Ok(ino);
         }
         let cached = self.paths.borrow().get(path).copied();
         let ino = match cached {
@@ -990,15 +1010,7 @@ impl<'p, 's> Indexer<'p, 's> {
                 ino
             }
         };
-        let mut last = self.last_dir.borrow_mut();
-        match &mut *last {
-            Some((p, i)) => {
-                p.clear();
-                p.extend_from_slice(path);
-                *i = ino;
-            }
-            None => *last = Some((path.to_vec(), ino)),
-        }
+        self.last_dir.set(path, ino);
         Ok(ino)
     }
 
