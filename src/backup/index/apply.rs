@@ -7,13 +7,12 @@
 //! or a non-empty `RMDIR` are errors naming the command. A stream that can
 //! be received is indexed; one that cannot is refused, never half-guessed.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap, HashSet};
-
-use indexmap::IndexMap;
 use std::io::Read;
 use std::ops::ControlFlow;
 
+use indexmap::IndexMap;
 use stream_format::{Attr, Command, CommandInfo, ReaderOptions, StreamReader, parse_orphan_name};
 
 use super::IndexError;
@@ -139,7 +138,7 @@ pub struct Indexer<'p, 's> {
     made: Vec<(u64, Inode)>,
     /// Where in `made` the last inode searched for was: the directory new
     /// files go to is asked for again and again.
-    made_hint: std::cell::Cell<usize>,
+    made_hint: Cell<usize>,
     /// Directory entries changed since they were last put in the tree
     /// (see [`Dirent`]), by their tree key, in the order they changed: a
     /// kernel stream creates each new file under an orphan name in the
@@ -317,7 +316,7 @@ impl<'p, 's> Indexer<'p, 's> {
             last_dir: PathMemo::default(),
             inodes: HashMap::default(),
             made: Vec::new(),
-            made_hint: std::cell::Cell::new(0),
+            made_hint: Cell::new(0),
             dirents: IndexMap::default(),
             fresh_from: ROOT_INO,
             made_from: ROOT_INO,

@@ -94,8 +94,7 @@ pub const NAME_MAX: usize = 255;
 /// neither `/` nor NUL in it, and not `.` or `..`. A stream's names pass
 /// the receiver's checks before they are indexed; a page that holds any
 /// other is forged or damaged, and a name from it that reached a tar
-/// member, a FUSE directory or a synthetic stream could point outside
-/// its directory.
+/// member or a FUSE directory could point outside its directory.
 pub fn is_entry_name(name: &[u8]) -> bool {
     !name.is_empty()
         && name.len() <= NAME_MAX
