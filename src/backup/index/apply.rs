@@ -759,15 +759,20 @@ impl<'p, 's> Indexer<'p, 's> {
 
     /// Inode `ino` to change, in the cache of changed inodes.
     fn inode_mut(&mut self, ino: u64) -> Result<&mut Inode, IndexError> {
-        if self.changed(ino).is_none() {
-            let i = self.stored_inode(ino)?;
-            self.cache_inode(ino, i)?;
-        }
-        self.changed_mut(ino).ok_or_else(|| IndexError::Record {
+        let missing = || IndexError::Record {
             what: "inode",
             key: inode_key(ino),
             reason: "missing",
-        })
+        };
+        // One search of `made`: a new file's commands all land there.
+        if let Some(at) = self.made_at(ino) {
+            return self.made.get_mut(at).map(|(_, i)| i).ok_or_else(missing);
+        }
+        if !self.inodes.contains_key(&ino) {
+            let i = self.stored_inode(ino)?;
+            self.cache_inode(ino, i)?;
+        }
+        self.inodes.get_mut(&ino).ok_or_else(missing)
     }
 
     /// Inode `ino` as the tree has it.
@@ -981,13 +986,8 @@ impl<'p, 's> Indexer<'p, 's> {
         let ino = self
             .entry(dir, name)?
             .ok_or_else(|| at.err("no such file or directory"))?;
-        self.remember(path, ino);
-        Ok(ino)
-    }
-
-    /// Make `path`, which names `ino`, the last path resolved.
-    fn remember(&self, path: &[u8], ino: u64) {
         self.last.set(path, ino);
+        Ok(ino)
     }
 
     /// [`resolve`](Self::resolve) of a path that leads to a directory
@@ -1121,7 +1121,7 @@ impl<'p, 's> Indexer<'p, 's> {
         self.fill_entry(tdir, tname, was, ino)?;
         self.put_new_inode(ino, h.inode.clone())?;
         // The new file's data and attributes come next, by this name.
-        self.remember(to, ino);
+        self.last.set(to, ino);
         Ok(true)
     }
 

@@ -96,11 +96,11 @@ pub const NAME_MAX: usize = 255;
 /// other is forged or damaged, and a name from it that reached a tar
 /// member or a FUSE directory could point outside its directory.
 pub fn is_entry_name(name: &[u8]) -> bool {
+    // One component by the receiver's own path rules (no `.`, `..` or NUL).
     !name.is_empty()
         && name.len() <= NAME_MAX
-        && name != b"."
-        && name != b".."
-        && !name.iter().any(|&b| b == b'/' || b == 0)
+        && !name.contains(&b'/')
+        && crate::receive::target::check_path(name).is_ok()
 }
 
 /// Whether `name` can name an xattr: 1 to [`NAME_MAX`] bytes, no NUL.
