@@ -17,11 +17,11 @@ use stream_format::{Attr, Command, CommandInfo, ReaderOptions, StreamReader, par
 
 use super::IndexError;
 use super::model::{
-    Encoding, Extent, FileType, Inode, NAME_MAX, ROOT_INO, decode_dirent, dirent_key,
-    dirent_key_into, dirent_prefix, extent_key, extent_offset, extent_prefix, inode_key,
-    is_xattr_name, xattr_key, xattr_prefix,
+    Encoding, Extent, FileType, Inode, NAME_MAX, ROOT_INO, decode_dirent, dirent_dir, dirent_key,
+    dirent_key_into, dirent_prefix, extent_key, extent_key_into, extent_offset, extent_prefix,
+    inode_key, inode_key_into, is_xattr_name, xattr_key, xattr_prefix,
 };
-use super::tree::{PackId, PageId, PageRef, Pages, Place, Tree};
+use super::tree::{PackId, PageId, PageRef, Pages, Place, Records, Tree};
 use crate::memo::SlotMemo;
 use crate::receive::target::check_path;
 
@@ -172,7 +172,10 @@ pub struct Indexer<'p, 's> {
     scratch: RefCell<Vec<u8>>,
     /// Extents written past their files' ends (nothing to cut) since they
     /// were last put in the tree, which takes them in runs.
-    extents: Vec<(Vec<u8>, Vec<u8>)>,
+    extents: Records,
+    /// A key and a record being made, before they are copied into a run.
+    made_key: Vec<u8>,
+    made_value: Vec<u8>,
     /// The last command's new non-directory, not made yet (see [`Held`]).
     held: Option<Held>,
 }
@@ -220,13 +223,23 @@ impl PutNames {
         (block, bits)
     }
 
-    fn add(&mut self, key: &[u8]) {
+    /// Add every key of `keys`. The probes are made first and set in the
+    /// order of their blocks: one key at a time, each set was a cache
+    /// miss the next had to wait for, and they took most of the time the
+    /// entries took to put.
+    fn add_all<'k>(&mut self, keys: impl Iterator<Item = &'k [u8]>) {
+        let mut probes: Vec<(usize, [u16; 4])> = keys.map(Self::probes).collect();
+        if probes.is_empty() {
+            return;
+        }
         if self.bits.is_empty() {
             self.bits = vec![0; (Self::BLOCKS * 8) as usize];
         }
-        let (block, bits) = Self::probes(key);
-        for b in bits {
-            self.bits[block * 8 + usize::from(b / 64)] |= 1 << (b % 64);
+        probes.sort_unstable_by_key(|p| p.0);
+        for (block, bits) in probes {
+            for b in bits {
+                self.bits[block * 8 + usize::from(b / 64)] |= 1 << (b % 64);
+            }
         }
     }
 
@@ -325,7 +338,9 @@ impl<'p, 's> Indexer<'p, 's> {
             last: PathMemo::default(),
             scratch: RefCell::new(Vec::with_capacity(64)),
             kinds: RefCell::new(SlotMemo::new(KINDS)),
-            extents: Vec::new(),
+            extents: Records::default(),
+            made_key: Vec::with_capacity(32),
+            made_value: Vec::with_capacity(128),
             held: None,
         }
     }
@@ -826,19 +841,21 @@ impl<'p, 's> Indexer<'p, 's> {
         // `made` is in order already: a merge sort takes it as one run.
         all.append(&mut self.made);
         all.sort_by_key(|(ino, _)| *ino);
-        self.tree.insert_sorted(
-            all.into_iter()
-                .map(|(ino, i)| (inode_key(ino), i.encode()))
-                .collect(),
-        )
+        let mut run = Records::with_capacity(all.len() * 80, all.len());
+        for (ino, i) in &all {
+            inode_key_into(&mut self.made_key, *ino);
+            i.encode_into(&mut self.made_value);
+            run.push(&self.made_key, &self.made_value);
+        }
+        self.tree.insert_sorted(&run)
     }
 
     /// Put the extents written since the last time in the tree: before
     /// anything reads or cuts extents there.
     fn put_extents(&mut self) -> Result<(), IndexError> {
         let mut all = std::mem::take(&mut self.extents);
-        all.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-        self.tree.insert_sorted(all)
+        all.sort();
+        self.tree.insert_sorted(&all)
     }
 
     /// Forget what is cached of `path`, and of every path below it if it
@@ -959,19 +976,22 @@ impl<'p, 's> Indexer<'p, 's> {
         // together, often in name order, and a merge sort takes the runs
         // that leaves as they are.
         all.sort_by(|a, b| a.0.cmp(&b.0));
-        let mut put = Vec::with_capacity(all.len());
+        let made_from = self.made_from;
+        self.put_names.add_all(
+            all.iter()
+                .filter(|(k, d)| d.ino.is_some() && dirent_dir(k) >= made_from)
+                .map(|(k, _)| k.as_slice()),
+        );
+        let mut put = Records::with_capacity(all.len() * 40, all.len());
         for (k, d) in all {
             match d.ino {
-                Some(ino) => {
-                    self.put_names.add(&k);
-                    put.push((k, ino.to_le_bytes().to_vec()));
-                }
+                Some(ino) => put.push(&k, &ino.to_le_bytes()),
                 None => {
                     self.tree.remove(&k)?;
                 }
             }
         }
-        self.tree.insert_sorted(put)
+        self.tree.insert_sorted(&put)
     }
 
     fn resolve(&self, at: &At<'_>, path: &[u8]) -> Result<u64, IndexError> {
@@ -1243,7 +1263,9 @@ impl<'p, 's> Indexer<'p, 's> {
             punch(&mut self.tree, ino, offset, end)?;
         }
         if let Some(e) = extent {
-            self.extents.push((extent_key(ino, offset), e.encode()));
+            extent_key_into(&mut self.made_key, ino, offset);
+            e.encode_into(&mut self.made_value);
+            self.extents.push(&self.made_key, &self.made_value);
             if self.extents.len() >= CACHED_INODES {
                 self.put_extents()?;
             }

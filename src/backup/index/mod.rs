@@ -33,6 +33,7 @@ pub mod inline;
 pub mod model;
 pub mod proof;
 pub mod read;
+mod records;
 pub mod repo;
 pub mod synth;
 pub mod tree;

@@ -40,6 +40,11 @@ pub fn inode_key(ino: u64) -> Vec<u8> {
     key(INODE, ino, &[])
 }
 
+/// [`inode_key`] written into `out` (what it held is dropped).
+pub fn inode_key_into(out: &mut Vec<u8>, ino: u64) {
+    key_into(out, INODE, ino, &[]);
+}
+
 /// The key of the entry `name` in directory `dir`.
 pub fn dirent_key(dir: u64, name: &[u8]) -> Vec<u8> {
     key(DIRENT, dir, name)
@@ -70,6 +75,11 @@ pub fn extent_key(ino: u64, offset: u64) -> Vec<u8> {
     key(EXTENT, ino, &offset.to_be_bytes())
 }
 
+/// [`extent_key`] written into `out` (what it held is dropped).
+pub fn extent_key_into(out: &mut Vec<u8>, ino: u64, offset: u64) {
+    key_into(out, EXTENT, ino, &offset.to_be_bytes());
+}
+
 /// The prefix of every extent of `ino`.
 pub fn extent_prefix(ino: u64) -> Vec<u8> {
     key(EXTENT, ino, &[])
@@ -79,6 +89,14 @@ pub fn extent_prefix(ino: u64) -> Vec<u8> {
 pub fn extent_offset(key: &[u8]) -> Option<u64> {
     (key.len() == 17 && key[0] == EXTENT)
         .then(|| u64::from_be_bytes(key[9..17].try_into().unwrap_or_default()))
+}
+
+/// The directory of an entry key (the inode of an inode, xattr or extent
+/// key); 0 for a key too short to hold one.
+pub fn dirent_dir(key: &[u8]) -> u64 {
+    key.get(1..9)
+        .and_then(|b| b.try_into().ok())
+        .map_or(0, u64::from_be_bytes)
 }
 
 /// The name in an entry or xattr key.
@@ -250,6 +268,13 @@ impl Inode {
     /// Its record.
     pub fn encode(&self) -> Vec<u8> {
         let mut v = Vec::with_capacity(INODE_FIXED + self.target.len());
+        self.encode_into(&mut v);
+        v
+    }
+
+    /// Its record, written into `v` (what it held is dropped).
+    pub fn encode_into(&self, v: &mut Vec<u8>) {
+        v.clear();
         v.push(self.kind.code());
         for x in [self.mode, self.uid, self.gid, self.nlink] {
             v.extend_from_slice(&x.to_le_bytes());
@@ -261,7 +286,6 @@ impl Inode {
         v.extend_from_slice(&self.flags.to_le_bytes());
         v.extend_from_slice(&self.parent.to_le_bytes());
         v.extend_from_slice(&self.target);
-        v
     }
 
     /// Parse the record of `key`.
@@ -362,6 +386,13 @@ impl Extent {
     /// Its record.
     pub fn encode(&self) -> Vec<u8> {
         let mut v = Vec::with_capacity(53);
+        self.encode_into(&mut v);
+        v
+    }
+
+    /// Its record, written into `v` (what it held is dropped).
+    pub fn encode_into(&self, v: &mut Vec<u8>) {
+        v.clear();
         v.extend_from_slice(&self.len.to_le_bytes());
         v.extend_from_slice(&self.source.to_le_bytes());
         v.extend_from_slice(&self.stream_offset.to_le_bytes());
@@ -380,7 +411,6 @@ impl Extent {
                 v.extend_from_slice(&unencoded_offset.to_le_bytes());
             }
         }
-        v
     }
 
     /// Parse the record of `key`.

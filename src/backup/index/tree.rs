@@ -31,6 +31,7 @@ use std::ops::ControlFlow;
 use std::sync::Arc;
 
 use super::IndexError;
+pub(crate) use super::records::Records;
 
 /// The name of a page: its keyed BLAKE3.
 pub type PageId = [u8; 32];
@@ -250,7 +251,7 @@ impl<'s> Pages<'s> {
 pub(crate) enum Node {
     /// Keys and values, ascending, and the node's encoded size (kept up to
     /// date so that an insert does not sum every entry again).
-    Leaf(Vec<(Vec<u8>, Vec<u8>)>, usize),
+    Leaf(Records, usize),
     /// Children with the lowest key each may hold (the first child's key is
     /// empty: it takes everything below the second's), ascending, and the
     /// node's encoded size.
@@ -330,7 +331,7 @@ pub(crate) fn encode(node: &Node) -> Vec<u8> {
         Node::Leaf(entries, _) => {
             out.push(LEAF);
             put_varint(&mut out, entries.len() as u64);
-            for (k, v) in entries {
+            for (k, v) in entries.iter() {
                 put_varint(&mut out, k.len() as u64);
                 out.extend_from_slice(k);
                 put_varint(&mut out, v.len() as u64);
@@ -381,14 +382,14 @@ pub(crate) fn decode(bytes: &[u8], pack: Option<&PackId>) -> Result<Node, &'stat
     }
     let node = match kind {
         LEAF => {
-            let mut entries: Vec<(Vec<u8>, Vec<u8>)> = Vec::with_capacity(n as usize);
-            for _ in 0..n {
-                let k = c.lv()?.to_vec();
-                let v = c.lv()?.to_vec();
-                if entries.last().is_some_and(|(p, _)| *p >= k) {
+            let mut entries = Records::with_capacity(bytes.len(), n as usize);
+            for i in 0..n as usize {
+                let k = c.lv()?;
+                let v = c.lv()?;
+                if i > 0 && entries.key(i - 1) >= k {
                     return Err("keys out of order");
                 }
-                entries.push((k, v));
+                entries.push(k, v);
             }
             if entries.is_empty() {
                 return Err("empty leaf");
@@ -446,7 +447,7 @@ fn entry_size(k: &[u8], v_len: usize) -> usize {
 /// Room for a node's kind and entry count.
 const NODE_HEADER: usize = 10;
 
-fn leaf_size(e: &[(Vec<u8>, Vec<u8>)]) -> usize {
+fn leaf_size(e: &Records) -> usize {
     e.iter().map(|(k, v)| entry_size(k, v.len())).sum::<usize>() + NODE_HEADER
 }
 
@@ -584,10 +585,9 @@ impl<'p, 's> Tree<'p, 's> {
     pub fn insert(&mut self, key: &[u8], value: &[u8]) -> Result<(), IndexError> {
         let Some(mut root) = self.root.take() else {
             let size = entry_size(key, value.len()) + NODE_HEADER;
-            self.root = Some(Child::Dirty(Box::new(Node::Leaf(
-                vec![(key.to_vec(), value.to_vec())],
-                size,
-            ))));
+            let mut e = Records::default();
+            e.push(key, value);
+            self.root = Some(Child::Dirty(Box::new(Node::Leaf(e, size))));
             self.dirty += 1;
             return Ok(());
         };
@@ -621,14 +621,19 @@ impl<'p, 's> Tree<'p, 's> {
     /// # Errors
     ///
     /// A page on the way is missing or damaged.
-    pub fn insert_sorted(&mut self, items: Vec<Record>) -> Result<(), IndexError> {
-        debug_assert!(items.windows(2).all(|w| w[0].0 < w[1].0));
-        let mut items = items.into_iter().peekable();
+    pub(crate) fn insert_sorted(&mut self, items: &Records) -> Result<(), IndexError> {
+        debug_assert!(items.is_ascending());
+        let mut items = Items {
+            all: items,
+            next: 0,
+        };
         if self.root.is_none() {
-            let Some((k, v)) = items.next() else {
+            if items.all.is_empty() {
                 return Ok(());
-            };
-            self.insert(&k, &v)?;
+            }
+            let (k, v) = items.all.get(0);
+            self.insert(k, v)?;
+            items.next = 1;
         }
         let Some(mut root) = self.root.take() else {
             unreachable!("made above")
@@ -872,10 +877,7 @@ fn get_in(
 ) -> Result<Option<Vec<u8>>, IndexError> {
     let n = node(pages, child, depth)?;
     match &*n {
-        Node::Leaf(e, _) => Ok(e
-            .binary_search_by(|(k, _)| k.as_slice().cmp(key))
-            .ok()
-            .map(|i| e[i].1.clone())),
+        Node::Leaf(e, _) => Ok(e.search(key).ok().map(|i| e.value(i).to_vec())),
         Node::Internal(c, _) => get_in(pages, &c[child_for(c, key)].1, key, depth + 1),
     }
 }
@@ -889,8 +891,9 @@ fn floor_in(
     let n = node(pages, child, depth)?;
     match &*n {
         Node::Leaf(e, _) => {
-            let i = e.partition_point(|(k, _)| k.as_slice() <= key);
-            Ok(i.checked_sub(1).map(|i| e[i].clone()))
+            let i = e.partition_point(|k| k <= key);
+            Ok(i.checked_sub(1)
+                .map(|i| (e.key(i).to_vec(), e.value(i).to_vec())))
         }
         Node::Internal(c, _) => {
             // A child's lower bound may sit below its lowest key (after
@@ -915,8 +918,8 @@ fn scan_in(
     let n = node(pages, child, depth)?;
     match &*n {
         Node::Leaf(e, _) => {
-            let start = e.partition_point(|(k, _)| k.as_slice() < from);
-            for (k, v) in &e[start..] {
+            let start = e.partition_point(|k| k < from);
+            for (k, v) in e.iter_from(start) {
                 if f(k, v)?.is_break() {
                     return Ok(ControlFlow::Break(()));
                 }
@@ -963,14 +966,15 @@ fn insert_in(
     let n = make_dirty(pages, dirty, child, depth)?;
     match n {
         Node::Leaf(e, size) => {
-            match e.binary_search_by(|(k, _)| k.as_slice().cmp(key)) {
+            match e.search(key) {
                 Ok(i) => {
-                    *size = *size - entry_size(key, e[i].1.len()) + entry_size(key, value.len());
-                    e[i].1 = value.to_vec();
+                    *size =
+                        *size - entry_size(key, e.value(i).len()) + entry_size(key, value.len());
+                    e.set_value(i, value);
                 }
                 Err(i) => {
                     *size += entry_size(key, value.len());
-                    e.insert(i, (key.to_vec(), value.to_vec()));
+                    e.insert(i, key, value);
                 }
             }
             if *size > MAX_PAGE && e.len() >= 2 {
@@ -978,7 +982,7 @@ fn insert_in(
                 let right = e.split_off(at);
                 *size = leaf_size(e);
                 let right_size = leaf_size(&right);
-                return Ok(Some((right[0].0.clone(), Node::Leaf(right, right_size))));
+                return Ok(Some((right.key(0).to_vec(), Node::Leaf(right, right_size))));
             }
             Ok(None)
         }
@@ -1004,8 +1008,18 @@ fn insert_in(
     }
 }
 
-/// The items a run takes: sorted records, consumed as they are inserted.
-type Items = std::iter::Peekable<std::vec::IntoIter<Record>>;
+/// The items a run takes: sorted records, from `next` on still to insert.
+struct Items<'a> {
+    all: &'a Records,
+    next: usize,
+}
+
+impl Items<'_> {
+    /// The next key to insert.
+    fn peek(&self) -> Option<&[u8]> {
+        (self.next < self.all.len()).then(|| self.all.key(self.next))
+    }
+}
 
 /// Insert into the subtree at `child` every next item of `items` below
 /// `upper` (none: every one); the new right siblings the subtree's node
@@ -1014,48 +1028,35 @@ fn insert_run(
     pages: &Pages<'_>,
     dirty: &mut usize,
     child: &mut Child,
-    (items, upper): (&mut Items, Option<&[u8]>),
+    (items, upper): (&mut Items<'_>, Option<&[u8]>),
     depth: usize,
 ) -> Result<Vec<(Vec<u8>, Node)>, IndexError> {
     let below = |k: &[u8]| upper.is_none_or(|u| k < u);
     let n = make_dirty(pages, dirty, child, depth)?;
     match n {
         Node::Leaf(e, size) => {
-            let mut run: Vec<Record> = Vec::new();
-            while let Some(item) = items.next_if(|(k, _)| below(k)) {
-                run.push(item);
+            let from = items.next;
+            while items.peek().is_some_and(below) {
+                items.next += 1;
             }
-            if run.is_empty() {
+            if items.next == from {
                 return Ok(Vec::new());
             }
             // Merge the run into the leaf; a run key replaces the leaf's.
-            let old = std::mem::take(e);
-            let mut merged = Vec::with_capacity(old.len() + run.len());
-            let mut a = old.into_iter().peekable();
-            let mut b = run.into_iter().peekable();
-            loop {
-                let take_b = match (a.peek(), b.peek()) {
-                    (None, None) => break,
-                    (Some(_), None) => false,
-                    (None, Some(_)) => true,
-                    (Some(x), Some(y)) => match x.0.cmp(&y.0) {
-                        std::cmp::Ordering::Less => false,
-                        std::cmp::Ordering::Greater => true,
-                        std::cmp::Ordering::Equal => {
-                            a.next();
-                            true
-                        }
-                    },
-                };
-                // OK: peeked above.
-                merged.push(if take_b { b.next() } else { a.next() }.unwrap());
-            }
-            *e = merged;
+            let run = from..items.next;
+            *e = if e.is_empty() || e.key(e.len() - 1) < items.all.key(from) {
+                // Past the leaf's end, as a new file's records are.
+                let mut e = std::mem::take(e);
+                items.all.copy_into(run, &mut e);
+                e
+            } else {
+                Records::merge(e, items.all, run)
+            };
             *size = leaf_size(e);
         }
         Node::Internal(c, size) => {
             let mut i = 0;
-            while let Some((k, _)) = items.peek() {
+            while let Some(k) = items.peek() {
                 if !below(k) {
                     break;
                 }
@@ -1114,7 +1115,7 @@ fn cut(n: &mut Node) -> Vec<(Vec<u8>, Node)> {
             for &at in starts.iter().rev() {
                 let right = e.split_off(at);
                 let s = leaf_size(&right);
-                out.push((right[0].0.clone(), Node::Leaf(right, s)));
+                out.push((right.key(0).to_vec(), Node::Leaf(right, s)));
             }
             out.reverse();
             *size = leaf_size(e);
@@ -1150,14 +1151,10 @@ fn remove_in(
     let n = make_dirty(pages, dirty, child, depth)?;
     match n {
         Node::Leaf(e, size) => {
-            let v = e
-                .binary_search_by(|(k, _)| k.as_slice().cmp(key))
-                .ok()
-                .map(|i| e.remove(i))
-                .map(|(k, v)| {
-                    *size -= entry_size(&k, v.len());
-                    v
-                });
+            let v = e.search(key).ok().map(|i| e.remove(i));
+            if let Some(v) = &v {
+                *size -= entry_size(key, v.len());
+            }
             Ok((v, e.is_empty()))
         }
         Node::Internal(c, size) => {
@@ -1400,7 +1397,7 @@ mod tests {
             for (k, v) in &batch {
                 one.insert(k, v).unwrap();
             }
-            runs.insert_sorted(batch.into_iter().collect()).unwrap();
+            runs.insert_sorted(&batch.into_iter().collect()).unwrap();
             if let Some(root) = &runs.root {
                 check_sizes(root);
             }
@@ -1438,7 +1435,7 @@ mod tests {
         // each: every walk refuses it, none runs out of stack.
         let mem = Mem::default();
         let pages = Pages::new(&mem, [4; 32]);
-        let leaf = encode(&Node::Leaf(vec![(b"k".to_vec(), b"v".to_vec())], 0));
+        let leaf = encode(&Node::Leaf([(b"k", b"v")].into_iter().collect(), 0));
         let mut id = pages.id_of(&leaf);
         mem.put_object(id, leaf);
         for _ in 0..100_000 {
@@ -1460,7 +1457,7 @@ mod tests {
         deep(t.floor(b"k").map(drop));
         deep(t.scan(b"", &mut |_, _| Ok(ControlFlow::Continue(()))));
         deep(t.insert(b"j", b"w"));
-        deep(t.insert_sorted(vec![(b"j".to_vec(), b"w".to_vec())]));
+        deep(t.insert_sorted(&[(b"j", b"w")].into_iter().collect()));
         let mut t = Tree::open(&pages, Some(top));
         deep(t.remove(b"k").map(drop));
         let mut seen = std::collections::HashSet::new();
