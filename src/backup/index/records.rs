@@ -14,17 +14,17 @@ use std::cmp::Ordering;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Slot {
     start: usize,
-    key_len: u32,
-    value_len: u32,
+    key_len: usize,
+    value_len: usize,
 }
 
 impl Slot {
     fn key_end(self) -> usize {
-        self.start + self.key_len as usize
+        self.start + self.key_len
     }
 
     fn end(self) -> usize {
-        self.key_end() + self.value_len as usize
+        self.key_end() + self.value_len
     }
 }
 
@@ -37,13 +37,6 @@ pub(crate) struct Records {
     slots: Vec<Slot>,
     /// Bytes the slots name.
     live: usize,
-}
-
-/// A length as a slot keeps it. Keys are names of at most a few hundred
-/// bytes and values at most an xattr's 64 KiB: a record this could not
-/// hold is not one the indexer makes.
-fn len32(n: usize) -> u32 {
-    u32::try_from(n).unwrap_or_else(|_| unreachable!("a record of {n} bytes"))
 }
 
 impl Records {
@@ -99,8 +92,8 @@ impl Records {
         self.live += key.len() + value.len();
         Slot {
             start,
-            key_len: len32(key.len()),
-            value_len: len32(value.len()),
+            key_len: key.len(),
+            value_len: value.len(),
         }
     }
 
@@ -119,7 +112,7 @@ impl Records {
     /// Give record `i` the value `value`.
     pub(crate) fn set_value(&mut self, i: usize, value: &[u8]) {
         let s = self.slots[i];
-        if s.value_len as usize == value.len() {
+        if s.value_len == value.len() {
             self.bytes[s.key_end()..s.end()].copy_from_slice(value);
             return;
         }
@@ -146,7 +139,7 @@ impl Records {
             .reserve(tail.iter().map(|s| s.end() - s.start).sum());
         for s in tail {
             self.live -= s.end() - s.start;
-            let (k, v) = self.bytes[s.start..s.end()].split_at(s.key_len as usize);
+            let (k, v) = self.bytes[s.start..s.end()].split_at(s.key_len);
             out.push(k, v);
         }
         self.compact_if_sparse();
