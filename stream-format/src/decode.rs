@@ -32,8 +32,10 @@ use crate::command::{Command, CommandKind};
 use crate::error::{CommandInfo, DecodeError};
 use crate::{CMD_HEADER_SIZE, CONTINUATION_MAGIC, Crc, STREAM_HEADER_SIZE, STREAM_MAGIC};
 
+mod buffered;
 mod payload;
 
+pub use buffered::BufStreamReader;
 pub use payload::decode_payload;
 
 /// Limits and compatibility switches of a [`StreamReader`].
@@ -180,16 +182,19 @@ impl<'a> RawCommand<'a> {
     }
 
     /// The value of `attr` as the receiver uses it: the last occurrence wins.
+    #[inline]
     pub fn get(&self, attr: Attr) -> Option<&'a [u8]> {
         self.find(attr).map(|a| value_of(self.payload, a))
     }
 
     /// The last occurrence of `attr`.
+    #[inline]
     pub fn find(&self, attr: Attr) -> Option<&'a RawAttr> {
         self.attrs.iter().rev().find(|a| a.ty == attr.number())
     }
 }
 
+#[inline]
 fn value_of<'a>(payload: &'a [u8], a: &RawAttr) -> &'a [u8] {
     // The reader only builds attributes inside the payload; an empty slice is the
     // safe answer for a range that does not fit.

@@ -37,7 +37,9 @@ pub mod verbose;
 
 pub use attr::{Attr, AttrType};
 pub use command::{Bytes, Command, CommandKind, CommandName, Timespec};
-pub use decode::{Next, RawAttr, RawCommand, ReaderOptions, StreamReader, decode_payload};
+pub use decode::{
+    BufStreamReader, Next, RawAttr, RawCommand, ReaderOptions, StreamReader, decode_payload,
+};
 pub use encode::{StreamWriter, WriterOptions, default_max_command_size};
 pub use error::{AttrName, CommandInfo, DecodeError, DumpError, EncodeError};
 

@@ -6,7 +6,8 @@ use std::io;
 use jiff::tz::TimeZone;
 use stream_format::dump::{DumpOptions, dump};
 use stream_format::{
-    Command, ReaderOptions, StreamReader, StreamWriter, WriterOptions, btrfs_crc32c,
+    BufStreamReader, Command, ReaderOptions, StreamReader, StreamWriter, WriterOptions,
+    btrfs_crc32c,
 };
 
 use crate::common;
@@ -68,6 +69,68 @@ fn fix_crcs(s: &mut [u8]) {
     }
 }
 
+/// What a reader makes of a stream, step by step: each command (header,
+/// attributes, typed form) or error (with whether it is recoverable), going
+/// on after recoverable errors, and the position after each step.
+fn outcomes<E: std::fmt::Display>(
+    mut next: impl FnMut() -> Result<Option<String>, (E, bool)>,
+) -> Vec<String> {
+    let mut out = Vec::new();
+    for _ in 0..10_000 {
+        match next() {
+            Ok(None) => break,
+            Ok(Some(step)) => out.push(step),
+            Err((e, recoverable)) => {
+                out.push(format!("error {e} recoverable {recoverable}"));
+                if !recoverable {
+                    break;
+                }
+            }
+        }
+    }
+    out
+}
+
+/// One command as [`outcomes`] records it.
+fn step(
+    r: Result<
+        Option<(stream_format::CommandInfo, stream_format::RawCommand<'_>)>,
+        stream_format::DecodeError,
+    >,
+) -> Result<Option<String>, (stream_format::DecodeError, bool)> {
+    match r {
+        Ok(None) => Ok(None),
+        Ok(Some((info, raw))) => {
+            let attrs: Vec<(u16, &[u8])> = raw.attrs().collect();
+            let typed = Command::from_raw(&raw, &info).map(|c| format!("{c:?}"));
+            Ok(Some(format!("{info:?} {attrs:?} {typed:?}")))
+        }
+        Err(e) => {
+            let recoverable = e.is_recoverable();
+            Err((e, recoverable))
+        }
+    }
+}
+
+/// [`BufStreamReader`] over buffers of several sizes (commands split in
+/// place, across the buffer's end, or not at all) gives what
+/// [`StreamReader`] gives.
+fn buffered_reads_the_same(input: &[u8], opts: ReaderOptions) {
+    let mut plain = StreamReader::with_options(input, opts);
+    let want = outcomes(|| {
+        let s = step(plain.next_raw());
+        s.map(|o| o.map(|x| format!("{x} at {}", plain.position())))
+    });
+    for cap in [16, 100, 4096, 1 << 20] {
+        let mut r = BufStreamReader::with_options(io::BufReader::with_capacity(cap, input), opts);
+        let got = outcomes(|| {
+            let s = step(r.next_raw());
+            s.map(|o| o.map(|x| format!("{x} at {}", r.position())))
+        });
+        assert_eq!(got, want, "buffer of {cap} bytes");
+    }
+}
+
 /// Run every consumer over `input`; panics (the test failing) are what we look for.
 fn exercise(input: &[u8]) -> usize {
     let mut failures = 0;
@@ -92,6 +155,7 @@ fn exercise(input: &[u8]) -> usize {
                 }
             }
         }
+        buffered_reads_the_same(input, opts);
         // Raw view.
         let mut r = StreamReader::with_options(input, opts);
         loop {
