@@ -9,11 +9,14 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::io::Read;
+use std::io::{BufRead, Read};
 use std::ops::ControlFlow;
 
 use indexmap::IndexMap;
-use stream_format::{Attr, Command, CommandInfo, ReaderOptions, StreamReader, parse_orphan_name};
+use stream_format::{
+    Attr, BufStreamReader, Command, CommandInfo, DecodeError, RawCommand, ReaderOptions,
+    StreamReader, parse_orphan_name,
+};
 
 use super::IndexError;
 use super::model::{
@@ -1291,35 +1294,54 @@ pub fn index_stream(
     source: &str,
     snapshots: &dyn Snapshots,
 ) -> Result<([u8; 16], IndexRoot), IndexError> {
-    index_with(pages, input, source, snapshots, ReaderOptions::new())
+    // Read no further than END: the caller reads on to the stream file's
+    // end, where its hash is checked.
+    let reader = StreamReader::with_options(input, ReaderOptions::new());
+    index_with(pages, reader, source, snapshots)
 }
 
 /// [`index_stream`] of the bytes a stream is being written from, in this
 /// process: their CRCs are left unchecked, as nothing could have changed
 /// them since they were computed (the stored file is checked whenever it
-/// is read).
+/// is read), and commands are split in the batches they come in.
 pub(super) fn index_own_stream(
     pages: &Pages<'_>,
-    input: impl Read,
+    input: impl BufRead,
     source: &str,
     snapshots: &dyn Snapshots,
 ) -> Result<([u8; 16], IndexRoot), IndexError> {
     let options = ReaderOptions::new().with_crc_check(false);
-    index_with(pages, input, source, snapshots, options)
+    let reader = BufStreamReader::with_options(input, options);
+    index_with(pages, reader, source, snapshots)
+}
+
+/// Where [`index_with`] takes commands from.
+trait Commands {
+    fn next(&mut self) -> Result<Option<(CommandInfo, RawCommand<'_>)>, DecodeError>;
+}
+
+impl<R: Read> Commands for StreamReader<R> {
+    fn next(&mut self) -> Result<Option<(CommandInfo, RawCommand<'_>)>, DecodeError> {
+        self.next_raw()
+    }
+}
+
+impl<R: BufRead> Commands for BufStreamReader<R> {
+    fn next(&mut self) -> Result<Option<(CommandInfo, RawCommand<'_>)>, DecodeError> {
+        self.next_raw()
+    }
 }
 
 fn index_with(
     pages: &Pages<'_>,
-    input: impl Read,
+    mut reader: impl Commands,
     source: &str,
     snapshots: &dyn Snapshots,
-    options: ReaderOptions,
 ) -> Result<([u8; 16], IndexRoot), IndexError> {
     /// A command's header: length, number, CRC.
     const COMMAND_HEADER: u64 = 10;
-    let mut reader = StreamReader::with_options(input, options);
     let mut ix = Indexer::new(pages, source);
-    while let Some((info, raw)) = reader.next_raw()? {
+    while let Some((info, raw)) = reader.next()? {
         let data_offset = raw.find(Attr::Data).map_or(0, |a| {
             info.offset + COMMAND_HEADER + a.value_offset() as u64
         });

@@ -8,7 +8,7 @@
 //! be written) never fails the store, and an index is recorded just
 //! before the stream's catalog entry, for the snapshot that entry names.
 
-use std::io::{self, Read, Write};
+use std::io::{self, BufRead, Read, Write};
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::thread::JoinHandle;
@@ -74,8 +74,8 @@ impl ChannelReader {
     }
 }
 
-impl Read for ChannelReader {
-    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+impl BufRead for ChannelReader {
+    fn fill_buf(&mut self) -> io::Result<&[u8]> {
         while self.at == self.cur.len() {
             match self.rx.recv() {
                 Ok(b) => {
@@ -86,12 +86,23 @@ impl Read for ChannelReader {
                         let _ = back.try_send(done);
                     }
                 }
-                Err(_) => return Ok(0),
+                Err(_) => break,
             }
         }
-        let n = out.len().min(self.cur.len() - self.at);
-        out[..n].copy_from_slice(&self.cur[self.at..self.at + n]);
-        self.at += n;
+        Ok(&self.cur[self.at..])
+    }
+
+    fn consume(&mut self, n: usize) {
+        self.at = self.at.saturating_add(n).min(self.cur.len());
+    }
+}
+
+impl Read for ChannelReader {
+    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        let got = self.fill_buf()?;
+        let n = out.len().min(got.len());
+        out[..n].copy_from_slice(&got[..n]);
+        self.consume(n);
         Ok(n)
     }
 }

@@ -887,3 +887,51 @@ fn orphan_names_left_in_place_are_found_however_many() {
         );
     }
 }
+
+/// Indexing a stream as `run` stores it (its bytes in batches through a
+/// channel, each command split in its batch when it lies whole there, read
+/// across batches when not) makes the same index, page for page, as
+/// reading the stream whole: for every full and incremental stream of the
+/// fixtures, in batches of many sizes.
+#[test]
+fn streams_indexed_in_batches_make_the_indexes_read_whole_do() {
+    use super::apply::index_own_stream;
+    use super::inline::ChannelReader;
+    let mut compared = 0;
+    for fx in FixtureMeta::all().unwrap() {
+        for pair in &fx.pairs {
+            let full = read_zst(&fx.full_stream(&pair.parent, "v2c"));
+            let inc = read_zst(&fx.inc_stream(pair, "v2c"));
+            for batch in [1, 7, 64, 1000, 1 << 20] {
+                let mem = Mem::default();
+                let pages = Pages::new(&mem, [9; 32]);
+                let (whole, batched) = (Known::default(), Known::default());
+                for (name, raw) in [("full", &full), ("inc", &inc)] {
+                    let want = index_stream(&pages, &raw[..], name, &whole)
+                        .unwrap_or_else(|e| panic!("{}: {name}: {e}", fx.name()));
+                    whole.0.borrow_mut().insert(want.0, want.1.clone());
+                    let (tx, rx) = std::sync::mpsc::channel();
+                    // Batches of `batch` bytes, every third one shorter (by
+                    // where it starts), so commands begin and end anywhere.
+                    let mut at = 0;
+                    for i in 0.. {
+                        if at >= raw.len() {
+                            break;
+                        }
+                        let n = if i % 3 == 2 { 1 + at % batch } else { batch };
+                        let end = (at + n).min(raw.len());
+                        tx.send(raw[at..end].to_vec()).unwrap();
+                        at = end;
+                    }
+                    drop(tx);
+                    let got = index_own_stream(&pages, ChannelReader::new(rx), name, &batched)
+                        .unwrap_or_else(|e| panic!("{}: {name} in {batch}s: {e}", fx.name()));
+                    assert_eq!(got, want, "{}: {name} in batches of {batch}", fx.name());
+                    batched.0.borrow_mut().insert(got.0, got.1);
+                    compared += 1;
+                }
+            }
+        }
+    }
+    assert!(compared >= 20, "{compared} streams compared");
+}
