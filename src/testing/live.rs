@@ -118,7 +118,22 @@ impl LiveBtrfs {
     ///
     /// umount or mount failed.
     pub fn remount(&mut self) -> Result<()> {
-        run(Command::new("umount").arg(&self.mnt))?;
+        // Something else may hold the filesystem for a moment (a CI run
+        // once found it busy right after the workload's last write): a
+        // busy unmount is tried again for a second before it fails.
+        let mut tries = 0;
+        loop {
+            match run(Command::new("umount").arg(&self.mnt)) {
+                Ok(_) => break,
+                Err(HarnessError::Command { stderr, .. })
+                    if stderr.contains("busy") && tries < 20 =>
+                {
+                    tries += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                }
+                Err(e) => return Err(e),
+            }
+        }
         self.mounted = false;
         self.mount()
     }
