@@ -188,7 +188,11 @@ impl Records {
     /// `a`'s records and the records `run` of `b`, in key order: where
     /// both have a key, `b`'s record is taken.
     pub(crate) fn merge(a: &Records, b: &Records, run: std::ops::Range<usize>) -> Records {
-        let mut out = Records::with_capacity(a.live + b.live, a.len() + run.len());
+        // Room for the part of `b` taken alone: a run of thousands of
+        // records is merged into leaves a few at a time, and each dirty
+        // leaf keeps the room it was made with until it is written.
+        let taken: usize = b.slots[run.clone()].iter().map(|s| s.end() - s.start).sum();
+        let mut out = Records::with_capacity(a.live + taken, a.len() + run.len());
         let (mut i, mut j) = (0, run.start);
         while i < a.len() || j < run.end {
             let take_b = match (i < a.len(), j < run.end) {
@@ -331,6 +335,13 @@ mod tests {
                 .collect();
         assert_eq!(pairs(&m), want);
         assert!(m.is_ascending());
+        // A few records of a large run make a leaf of their size.
+        let big: Records = (0u32..10_000)
+            .map(|i| (i.to_be_bytes(), [7u8; 40]))
+            .collect();
+        let leaf = Records::merge(&a, &big, 5..8);
+        assert_eq!(leaf.len(), 6);
+        assert!(leaf.bytes.capacity() < 1024, "{}", leaf.bytes.capacity());
         let mut s: Records = [(b"z", b"1"), (b"a", b"2"), (b"m", b"3")]
             .into_iter()
             .collect();
