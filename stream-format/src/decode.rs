@@ -217,6 +217,42 @@ enum AttrWalkError {
     },
 }
 
+/// A command header's fields: the payload's length, the command's number
+/// and the stored CRC.
+fn header_fields(h: [u8; CMD_HEADER_SIZE]) -> (u32, u16, u32) {
+    let [l0, l1, l2, l3, c0, c1, s0, s1, s2, s3] = h;
+    (
+        u32::from_le_bytes([l0, l1, l2, l3]),
+        u16::from_le_bytes([c0, c1]),
+        u32::from_le_bytes([s0, s1, s2, s3]),
+    )
+}
+
+/// Command `info`'s payload split into its attributes (`attrs` is reused).
+fn split<'a>(
+    info: &CommandInfo,
+    payload: &'a [u8],
+    attrs: &'a mut Vec<RawAttr>,
+) -> Result<RawCommand<'a>, DecodeError> {
+    parse_attrs(payload, info.version, attrs).map_err(|e| attr_error(*info, e))?;
+    Ok(RawCommand {
+        cmd: info.cmd,
+        payload,
+        attrs,
+    })
+}
+
+/// The typed form of what a reader's `next_raw` gave.
+fn typed(
+    next: Option<(CommandInfo, RawCommand<'_>)>,
+) -> Result<Option<(CommandInfo, Command<'_>)>, DecodeError> {
+    let Some((info, raw)) = next else {
+        return Ok(None);
+    };
+    let cmd = Command::from_raw(&raw, &info)?;
+    Ok(Some((info, cmd)))
+}
+
 /// Split a payload into attributes, like btrfs-progs `read_cmd()`.
 fn parse_attrs(payload: &[u8], version: u32, out: &mut Vec<RawAttr>) -> Result<(), AttrWalkError> {
     out.clear();
@@ -426,20 +462,11 @@ impl<R: Read> StreamReader<R> {
         &mut self,
         info: CommandInfo,
     ) -> Result<Option<(CommandInfo, RawCommand<'_>)>, DecodeError> {
-        if let Err(e) = parse_attrs(&self.buf, self.version, &mut self.attrs) {
-            return Err(attr_error(info, e));
-        }
+        let raw = split(&info, &self.buf, &mut self.attrs)?;
         if info.cmd == CommandKind::End.number() {
             self.state = State::Header;
         }
-        Ok(Some((
-            info,
-            RawCommand {
-                cmd: info.cmd,
-                payload: &self.buf,
-                attrs: &self.attrs,
-            },
-        )))
+        Ok(Some((info, raw)))
     }
 
     /// The next command, interpreted (see [`Command::from_raw`]).
@@ -452,11 +479,7 @@ impl<R: Read> StreamReader<R> {
     /// attribute or a wrong-sized integer, UUID or timespec attribute (both
     /// recoverable).
     pub fn next_command(&mut self) -> Result<Option<(CommandInfo, Command<'_>)>, DecodeError> {
-        let Some((info, raw)) = self.next_raw()? else {
-            return Ok(None);
-        };
-        let cmd = Command::from_raw(&raw, &info)?;
-        Ok(Some((info, cmd)))
+        typed(self.next_raw()?)
     }
 
     fn fail(&mut self, e: DecodeError) -> DecodeError {
@@ -572,16 +595,15 @@ impl<R: Read> StreamReader<R> {
                 available: n,
             }));
         }
-        let [l0, l1, l2, l3, c0, c1, s0, s1, s2, s3] = h;
+        let (len, cmd, stored) = header_fields(h);
         let info = CommandInfo {
             offset,
             index: self.index,
-            cmd: u16::from_le_bytes([c0, c1]),
-            len: u32::from_le_bytes([l0, l1, l2, l3]),
+            cmd,
+            len,
             stream: self.streams.saturating_sub(1),
             version: self.version,
         };
-        let stored = u32::from_le_bytes([s0, s1, s2, s3]);
         if info.len > self.options.max_command_len {
             return Err(self.fail(DecodeError::CommandTooLong {
                 cmd: info,

@@ -12,7 +12,8 @@
 use std::io::BufRead;
 
 use super::{
-    RawCommand, ReaderOptions, State, StreamReader, add_offset, attr_error, check_crc, parse_attrs,
+    RawCommand, ReaderOptions, State, StreamReader, add_offset, check_crc, header_fields, split,
+    typed,
 };
 use crate::CMD_HEADER_SIZE;
 use crate::command::{Command, CommandKind};
@@ -80,19 +81,13 @@ impl<R: BufRead> BufStreamReader<R> {
     /// (otherwise `None`: the [`StreamReader`] reads it).
     fn whole_in_buffer(&mut self) -> Option<(u32, u16, u32, usize)> {
         let buf = self.reader.inner.fill_buf().ok()?;
-        let h: &[u8; CMD_HEADER_SIZE] = buf.get(..CMD_HEADER_SIZE)?.try_into().ok()?;
-        let [l0, l1, l2, l3, c0, c1, s0, s1, s2, s3] = *h;
-        let len = u32::from_le_bytes([l0, l1, l2, l3]);
+        let h: [u8; CMD_HEADER_SIZE] = buf.get(..CMD_HEADER_SIZE)?.try_into().ok()?;
+        let (len, cmd, stored) = header_fields(h);
         if len > self.reader.options.max_command_len {
             return None;
         }
         let end = CMD_HEADER_SIZE.checked_add(usize::try_from(len).ok()?)?;
-        (buf.len() >= end).then_some((
-            len,
-            u16::from_le_bytes([c0, c1]),
-            u32::from_le_bytes([s0, s1, s2, s3]),
-            end,
-        ))
+        (buf.len() >= end).then_some((len, cmd, stored, end))
     }
 
     /// As [`StreamReader::next_raw`].
@@ -137,18 +132,11 @@ impl<R: BufRead> BufStreamReader<R> {
         if r.options.check_crc {
             check_crc(&info, stored, payload)?;
         }
-        parse_attrs(payload, r.version, &mut r.attrs).map_err(|e| attr_error(info, e))?;
+        let raw = split(&info, payload, &mut r.attrs)?;
         if cmd == CommandKind::End.number() {
             r.state = State::Header;
         }
-        Ok(Some((
-            info,
-            RawCommand {
-                cmd,
-                payload,
-                attrs: &r.attrs,
-            },
-        )))
+        Ok(Some((info, raw)))
     }
 
     /// As [`StreamReader::next_command`].
@@ -157,10 +145,6 @@ impl<R: BufRead> BufStreamReader<R> {
     ///
     /// As [`StreamReader::next_command`].
     pub fn next_command(&mut self) -> Result<Option<(CommandInfo, Command<'_>)>, DecodeError> {
-        let Some((info, raw)) = self.next_raw()? else {
-            return Ok(None);
-        };
-        let cmd = Command::from_raw(&raw, &info)?;
-        Ok(Some((info, cmd)))
+        typed(self.next_raw()?)
     }
 }

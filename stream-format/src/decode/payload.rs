@@ -9,7 +9,7 @@ use crate::attr::Attr;
 use crate::command::{Command, CommandKind, Timespec};
 use crate::error::{CommandInfo, DecodeError};
 
-use super::{RawAttr, RawCommand, add_offset, attr_error, check_crc, parse_attrs, value_of};
+use super::{RawAttr, RawCommand, add_offset, check_crc, split, value_of};
 use crate::CMD_HEADER_SIZE;
 
 /// Check and decode a [skimmed](super::Next::Skimmed) command from its whole
@@ -35,12 +35,7 @@ pub fn decode_payload<'a>(
         });
     }
     check_crc(info, crc, payload)?;
-    parse_attrs(payload, info.version, attrs).map_err(|e| attr_error(*info, e))?;
-    let raw = RawCommand {
-        cmd: info.cmd,
-        payload,
-        attrs,
-    };
+    let raw = split(info, payload, attrs)?;
     Command::from_raw(&raw, info)
 }
 
