@@ -118,9 +118,10 @@ impl LiveBtrfs {
     ///
     /// umount or mount failed.
     pub fn remount(&mut self) -> Result<()> {
-        // Something else may hold the filesystem for a moment (a CI run
-        // once found it busy right after the workload's last write): a
-        // busy unmount is tried again for a second before it fails.
+        // Something else may hold the filesystem for a moment (a run of
+        // the suite once found it busy right after the workload's last
+        // write): a busy unmount is tried again for a second before it
+        // fails.
         let mut tries = 0;
         loop {
             match run(Command::new("umount").arg(&self.mnt)) {

@@ -177,8 +177,8 @@ pub struct Indexer<'p, 's> {
     /// were last put in the tree, which takes them in runs.
     extents: Records,
     /// A key and a record being made, before they are copied into a run.
-    made_key: Vec<u8>,
-    made_value: Vec<u8>,
+    run_key: Vec<u8>,
+    run_value: Vec<u8>,
     /// The last command's new non-directory, not made yet (see [`Held`]).
     held: Option<Held>,
 }
@@ -342,8 +342,8 @@ impl<'p, 's> Indexer<'p, 's> {
             scratch: RefCell::new(Vec::with_capacity(64)),
             kinds: RefCell::new(SlotMemo::new(KINDS)),
             extents: Records::default(),
-            made_key: Vec::with_capacity(32),
-            made_value: Vec::with_capacity(128),
+            run_key: Vec::with_capacity(32),
+            run_value: Vec::with_capacity(128),
             held: None,
         }
     }
@@ -846,9 +846,9 @@ impl<'p, 's> Indexer<'p, 's> {
         all.sort_by_key(|(ino, _)| *ino);
         let mut run = Records::with_capacity(all.len() * 80, all.len());
         for (ino, i) in &all {
-            inode_key_into(&mut self.made_key, *ino);
-            i.encode_into(&mut self.made_value);
-            run.push(&self.made_key, &self.made_value);
+            inode_key_into(&mut self.run_key, *ino);
+            i.encode_into(&mut self.run_value);
+            run.push(&self.run_key, &self.run_value);
         }
         self.tree.insert_sorted(&run)
     }
@@ -1266,9 +1266,9 @@ impl<'p, 's> Indexer<'p, 's> {
             punch(&mut self.tree, ino, offset, end)?;
         }
         if let Some(e) = extent {
-            extent_key_into(&mut self.made_key, ino, offset);
-            e.encode_into(&mut self.made_value);
-            self.extents.push(&self.made_key, &self.made_value);
+            extent_key_into(&mut self.run_key, ino, offset);
+            e.encode_into(&mut self.run_value);
+            self.extents.push(&self.run_key, &self.run_value);
             if self.extents.len() >= CACHED_INODES {
                 self.put_extents()?;
             }

@@ -892,7 +892,8 @@ fn orphan_names_left_in_place_are_found_however_many() {
 /// channel, each command split in its batch when it lies whole there, read
 /// across batches when not) makes the same index, page for page, as
 /// reading the stream whole: for every full and incremental stream of the
-/// fixtures, in batches of many sizes.
+/// fixtures, in batches of many sizes. Those indexes hold the kernel's
+/// manifests (the two tests of the kernel's streams above), so these do.
 #[test]
 fn streams_indexed_in_batches_make_the_indexes_read_whole_do() {
     use super::apply::index_own_stream;

@@ -1044,14 +1044,12 @@ fn insert_run(
             }
             // Merge the run into the leaf; a run key replaces the leaf's.
             let run = from..items.next;
-            *e = if e.is_empty() || e.key(e.len() - 1) < items.all.key(from) {
+            if e.is_empty() || e.key(e.len() - 1) < items.all.key(from) {
                 // Past the leaf's end, as a new file's records are.
-                let mut e = std::mem::take(e);
-                items.all.copy_into(run, &mut e);
-                e
+                items.all.copy_into(run, e);
             } else {
-                Records::merge(e, items.all, run)
-            };
+                *e = Records::merge(e, items.all, run);
+            }
             *size = leaf_size(e);
         }
         Node::Internal(c, size) => {
