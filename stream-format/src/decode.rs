@@ -24,6 +24,8 @@
 //!
 //! The reader reads exactly the bytes it needs and does no buffering of its own:
 //! give it a `BufReader` (or an in-memory slice) for small reads to be cheap.
+//! [`BufStreamReader`] reads from a `BufRead` and splits a command where its
+//! buffer holds it, with no copy.
 
 use std::io::{self, Read, Seek};
 

@@ -8,7 +8,8 @@
 //!   [`Command`]) with the kernel's attribute order and the receiver's
 //!   requirements per command;
 //! * [`StreamReader`]: validate and decode a stream from any `Read`, one command
-//!   at a time ([`RawCommand`] or [`Command`]);
+//!   at a time ([`RawCommand`] or [`Command`]); [`BufStreamReader`] the same
+//!   from a `BufRead`, splitting commands where its buffer holds them;
 //! * [`StreamWriter`]: encode commands exactly as the kernel does;
 //! * [`dump`](dump::dump): the text of `btrfs receive --dump` (btrfs-progs 6.2);
 //! * [`verbose`]: the lines `btrfs receive -v` prints about the commands it
