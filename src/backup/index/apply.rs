@@ -14,8 +14,8 @@ use std::ops::ControlFlow;
 
 use indexmap::IndexMap;
 use stream_format::{
-    Attr, BufStreamReader, Command, CommandInfo, DecodeError, RawCommand, ReaderOptions,
-    StreamReader, parse_orphan_name,
+    Attr, BufStreamReader, Command, CommandInfo, CommandKind, DecodeError, RawAttr, RawCommand,
+    ReaderOptions, StreamReader, Timespec, parse_orphan_name,
 };
 
 use super::IndexError;
@@ -707,6 +707,91 @@ impl<'p, 's> Indexer<'p, 's> {
         self.tree.flush_if_over(DIRTY_NODES)
     }
 
+    /// Apply `raw` undecoded when it is a WRITE, CHMOD, CHOWN or UTIMES of
+    /// the file the last command named, as most commands of a stream are
+    /// (a new file's data and attributes follow its creation): true when
+    /// applied. False when it is anything else, or has anything unusual
+    /// (an attribute missing or mis-sized, a value out of range): [`apply`](Self::apply)
+    /// of the decoded command then does what it does, errors included.
+    /// Decoding a command costs more than these changes do.
+    pub(crate) fn apply_quick(
+        &mut self,
+        info: &CommandInfo,
+        raw: &RawCommand<'_>,
+    ) -> Result<bool, IndexError> {
+        fn fixed<const N: usize>(raw: &RawCommand<'_>, attr: Attr) -> Option<[u8; N]> {
+            raw.get(attr)?.try_into().ok()
+        }
+        fn u64_of(raw: &RawCommand<'_>, attr: Attr) -> Option<u64> {
+            fixed(raw, attr).map(u64::from_le_bytes)
+        }
+        if self.held.is_some() || self.ended || self.uuid.is_none() {
+            return Ok(false);
+        }
+        let Some(path) = raw.get(Attr::Path) else {
+            return Ok(false);
+        };
+        // The remembered path passed `check_path` when it was resolved.
+        let Some(ino) = self.last.get(path) else {
+            return Ok(false);
+        };
+        match raw.kind() {
+            Some(CommandKind::Chmod) => {
+                let Some(mode) = u64_of(raw, Attr::Mode) else {
+                    return Ok(false);
+                };
+                self.inode_mut(ino)?.mode = (mode & 0o7777) as u32;
+            }
+            Some(CommandKind::Chown) => {
+                let (Some(uid), Some(gid)) = (u64_of(raw, Attr::Uid), u64_of(raw, Attr::Gid))
+                else {
+                    return Ok(false);
+                };
+                let (Ok(uid), Ok(gid)) = (u32::try_from(uid), u32::try_from(gid)) else {
+                    return Ok(false);
+                };
+                let i = self.inode_mut(ino)?;
+                (i.uid, i.gid) = (uid, gid);
+            }
+            Some(CommandKind::Utimes) => {
+                let (Some(_), Some(mtime), Some(_)) = (
+                    fixed::<12>(raw, Attr::Atime),
+                    fixed::<12>(raw, Attr::Mtime),
+                    fixed::<12>(raw, Attr::Ctime),
+                ) else {
+                    return Ok(false);
+                };
+                let mtime = Timespec::from_bytes(mtime);
+                if mtime.nsec >= 1_000_000_000 {
+                    return Ok(false);
+                }
+                self.inode_mut(ino)?.mtime = (mtime.sec as i64, mtime.nsec);
+            }
+            Some(CommandKind::Write) => {
+                let (Some(offset), Some(data)) =
+                    (u64_of(raw, Attr::FileOffset), raw.find(Attr::Data))
+                else {
+                    return Ok(false);
+                };
+                if self.kind(ino)? != FileType::File {
+                    return Ok(false);
+                }
+                let len = data.value_len() as u64;
+                let extent = Extent {
+                    len,
+                    source: self.source,
+                    stream_offset: data_offset_of(info, data),
+                    encoding: Encoding::Plain,
+                };
+                let at = At { info, path };
+                self.write(&at, ino, offset, len, Some(extent))?;
+            }
+            _ => return Ok(false),
+        }
+        self.tree.flush_if_over(DIRTY_NODES)?;
+        Ok(true)
+    }
+
     /// The number of the stream `name` in the source list (added if new).
     fn source_of(&mut self, name: &str) -> u32 {
         match self.root.sources.iter().position(|s| s == name) {
@@ -1332,19 +1417,26 @@ impl<R: BufRead> Commands for BufStreamReader<R> {
     }
 }
 
+/// Where the value of `data`, an attribute of the command `info`, starts in
+/// the raw stream.
+fn data_offset_of(info: &CommandInfo, data: &RawAttr) -> u64 {
+    /// A command's header: length, number, CRC.
+    const COMMAND_HEADER: u64 = 10;
+    info.offset + COMMAND_HEADER + data.value_offset() as u64
+}
+
 fn index_with(
     pages: &Pages<'_>,
     mut reader: impl Commands,
     source: &str,
     snapshots: &dyn Snapshots,
 ) -> Result<([u8; 16], IndexRoot), IndexError> {
-    /// A command's header: length, number, CRC.
-    const COMMAND_HEADER: u64 = 10;
     let mut ix = Indexer::new(pages, source);
     while let Some((info, raw)) = reader.next()? {
-        let data_offset = raw.find(Attr::Data).map_or(0, |a| {
-            info.offset + COMMAND_HEADER + a.value_offset() as u64
-        });
+        if ix.apply_quick(&info, &raw)? {
+            continue;
+        }
+        let data_offset = raw.find(Attr::Data).map_or(0, |a| data_offset_of(&info, a));
         let cmd = Command::from_raw(&raw, &info)?;
         ix.apply(&info, &cmd, data_offset, snapshots)?;
         if ix.ended() {

@@ -300,6 +300,14 @@ fn mkfile(p: &'static [u8]) -> stream_format::Command<'static> {
     }
 }
 
+/// CHMOD of `p` to 0644.
+fn chmod(p: &'static [u8]) -> stream_format::Command<'static> {
+    stream_format::Command::Chmod {
+        path: std::borrow::Cow::Borrowed(p),
+        mode: 0o644,
+    }
+}
+
 #[test]
 fn hostile_streams_are_refused_with_the_command_named() {
     use std::borrow::Cow::Borrowed as B;
@@ -448,6 +456,62 @@ fn hostile_streams_are_refused_with_the_command_named() {
                 ino: 301,
             }],
             "a name longer than 255 bytes",
+        ),
+        // The commands applied undecoded (`apply_quick`) when they name
+        // the path the last one did, as CHMOD here does, are refused as
+        // the decoded ones are.
+        (
+            vec![
+                mkdir(b"d"),
+                chmod(b"d"),
+                C::Write {
+                    path: B(b"d"),
+                    offset: 0,
+                    data: B(b"x"),
+                },
+            ],
+            "not a regular file",
+        ),
+        (
+            vec![
+                mkfile(b"f"),
+                chmod(b"f"),
+                C::Chown {
+                    path: B(b"f"),
+                    uid: 1 << 32,
+                    gid: 0,
+                },
+            ],
+            "uid out of range",
+        ),
+        (
+            vec![
+                mkfile(b"f"),
+                chmod(b"f"),
+                C::Chown {
+                    path: B(b"f"),
+                    uid: 0,
+                    gid: u64::MAX,
+                },
+            ],
+            "gid out of range",
+        ),
+        (
+            vec![
+                mkfile(b"f"),
+                chmod(b"f"),
+                C::Utimes {
+                    path: B(b"f"),
+                    atime: stream_format::Timespec { sec: 1, nsec: 0 },
+                    mtime: stream_format::Timespec {
+                        sec: 1,
+                        nsec: 1_000_000_000,
+                    },
+                    ctime: stream_format::Timespec { sec: 1, nsec: 0 },
+                    otime: None,
+                },
+            ],
+            "nanoseconds out of range",
         ),
     ];
     for (cmds, want) in cases {
