@@ -1046,6 +1046,11 @@ fn insert_run(
             let run = from..items.next;
             if e.is_empty() || e.key(e.len() - 1) < items.all.key(from) {
                 // Past the leaf's end, as a new file's records are.
+                let was = leaf_size(e);
+                if was <= MAX_PAGE {
+                    *size = was;
+                    return Ok(append_cut(e, size, items.all, run));
+                }
                 items.all.copy_into(run, e);
             } else {
                 *e = Records::merge(e, items.all, run);
@@ -1084,6 +1089,49 @@ fn insert_run(
         }
     }
     Ok(cut(n))
+}
+
+/// Append the records `run` of `all` to the leaf `e` of `size` (at most a
+/// page; its keys all below the run's): the leaves [`cut`] makes of the
+/// whole, without copying or sizing the leaf's records again (a run of
+/// new files' records is appended to the last leaf, many pages of it).
+fn append_cut(
+    e: &mut Records,
+    size: &mut usize,
+    all: &Records,
+    run: std::ops::Range<usize>,
+) -> Vec<(Vec<u8>, Node)> {
+    // Where each piece after `e` starts, and each piece's size.
+    let mut starts = Vec::new();
+    let mut sizes = Vec::new();
+    let mut acc = *size;
+    let mut held = e.len();
+    for i in run.clone() {
+        let (k, v) = all.get(i);
+        let s = entry_size(k, v.len());
+        if held > 0 && acc + s > MAX_PAGE {
+            starts.push(i);
+            sizes.push(acc);
+            acc = NODE_HEADER;
+            held = 0;
+        }
+        acc += s;
+        held += 1;
+    }
+    sizes.push(acc);
+    starts.push(run.end);
+    let mut sizes = sizes.into_iter();
+    all.copy_into(run.start..starts[0], e);
+    *size = sizes.next().unwrap_or(NODE_HEADER);
+    starts
+        .windows(2)
+        .zip(sizes)
+        .map(|(w, s)| {
+            let mut piece = Records::with_capacity(s, w[1] - w[0]);
+            all.copy_into(w[0]..w[1], &mut piece);
+            (piece.key(0).to_vec(), Node::Leaf(piece, s))
+        })
+        .collect()
 }
 
 /// Cut `n`, if it outgrew a page, into pieces of at most a page (but for
