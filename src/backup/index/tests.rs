@@ -300,6 +300,15 @@ fn mkfile(p: &'static [u8]) -> stream_format::Command<'static> {
     }
 }
 
+/// WRITE of `x` at the start of `p`.
+fn write_x(p: &'static [u8]) -> stream_format::Command<'static> {
+    stream_format::Command::Write {
+        path: std::borrow::Cow::Borrowed(p),
+        offset: 0,
+        data: std::borrow::Cow::Borrowed(b"x"),
+    }
+}
+
 /// CHMOD of `p` to 0644.
 fn chmod(p: &'static [u8]) -> stream_format::Command<'static> {
     stream_format::Command::Chmod {
@@ -363,17 +372,7 @@ fn hostile_streams_are_refused_with_the_command_named() {
             ],
             "the clone source has no index",
         ),
-        (
-            vec![
-                mkdir(b"d"),
-                C::Write {
-                    path: B(b"d"),
-                    offset: 0,
-                    data: B(b"x"),
-                },
-            ],
-            "not a regular file",
-        ),
+        (vec![mkdir(b"d"), write_x(b"d")], "not a regular file"),
         (
             vec![
                 mkfile(b"f"),
@@ -461,15 +460,7 @@ fn hostile_streams_are_refused_with_the_command_named() {
         // the path the last one did, as CHMOD here does, are refused as
         // the decoded ones are.
         (
-            vec![
-                mkdir(b"d"),
-                chmod(b"d"),
-                C::Write {
-                    path: B(b"d"),
-                    offset: 0,
-                    data: B(b"x"),
-                },
-            ],
+            vec![mkdir(b"d"), chmod(b"d"), write_x(b"d")],
             "not a regular file",
         ),
         (
