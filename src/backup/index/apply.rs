@@ -418,11 +418,7 @@ impl<'p, 's> Indexer<'p, 's> {
             {
                 return self.tree.flush_if_over(DIRTY_NODES);
             }
-            let made = At {
-                info: &h.info,
-                path: &h.path,
-            };
-            self.create(&made, &h.path, h.inode)?;
+            self.create_held(h)?;
         }
         let started = self.uuid.is_some();
         match cmd {
@@ -542,16 +538,8 @@ impl<'p, 's> Indexer<'p, 's> {
                     return Err(at.err("REMOVE_XATTR of an xattr the file does not have"));
                 }
             }
-            Command::Write { path, offset, data } => {
-                let ino = self.file(&at, path)?;
-                let len = data.len() as u64;
-                let extent = Extent {
-                    len,
-                    source: self.source,
-                    stream_offset: data_offset,
-                    encoding: Encoding::Plain,
-                };
-                self.write(&at, ino, *offset, len, Some(extent))?;
+            Command::Write { offset, data, .. } => {
+                self.write_plain(&at, *offset, data.len() as u64, data_offset)?
             }
             Command::EncodedWrite {
                 path,
@@ -650,24 +638,9 @@ impl<'p, 's> Indexer<'p, 's> {
                 }
                 self.inode_mut(ino)?.size = *size;
             }
-            Command::Chmod { path, mode } => {
-                let ino = self.resolve(&at, path)?;
-                self.inode_mut(ino)?.mode = (*mode & 0o7777) as u32;
-            }
-            Command::Chown { path, uid, gid } => {
-                let ino = self.resolve(&at, path)?;
-                let uid = u32::try_from(*uid).map_err(|_| at.err("uid out of range"))?;
-                let gid = u32::try_from(*gid).map_err(|_| at.err("gid out of range"))?;
-                let i = self.inode_mut(ino)?;
-                (i.uid, i.gid) = (uid, gid);
-            }
-            Command::Utimes { path, mtime, .. } => {
-                let ino = self.resolve(&at, path)?;
-                if mtime.nsec >= 1_000_000_000 {
-                    return Err(at.err("nanoseconds out of range"));
-                }
-                self.inode_mut(ino)?.mtime = (mtime.sec as i64, mtime.nsec);
-            }
+            Command::Chmod { mode, .. } => self.chmod(&at, *mode)?,
+            Command::Chown { uid, gid, .. } => self.chown(&at, *uid, *gid)?,
+            Command::Utimes { mtime, .. } => self.utimes(&at, mtime)?,
             Command::Fallocate {
                 path,
                 mode,
@@ -710,10 +683,11 @@ impl<'p, 's> Indexer<'p, 's> {
     /// just made, or a WRITE, CHMOD, CHOWN or UTIMES of the file the last
     /// command named, as most commands of a stream are (a kernel stream
     /// makes each new file under an orphan name, renames it, then gives
-    /// it its data and attributes): true when applied. False when it is anything else, or has anything unusual
-    /// (an attribute missing or mis-sized, a value out of range): [`apply`](Self::apply)
-    /// of the decoded command then does what it does, errors included.
-    /// Decoding a command costs more than these changes do.
+    /// it its data and attributes): true when applied, or the change's
+    /// error (the one `apply` gives). False when it is anything else, or
+    /// an attribute is missing or mis-sized: [`apply`](Self::apply) of the
+    /// decoded command then reports it. Decoding a command costs more than
+    /// these changes do.
     pub(crate) fn apply_quick(
         &mut self,
         info: &CommandInfo,
@@ -746,11 +720,7 @@ impl<'p, 's> Indexer<'p, 's> {
                 };
                 let at = At { info, path };
                 if !self.create_renamed(&h, &at, to)? {
-                    let made = At {
-                        info: &h.info,
-                        path: &h.path,
-                    };
-                    self.create(&made, &h.path, h.inode)?;
+                    self.create_held(h)?;
                     self.rename(&at, path, to)?;
                 }
                 self.tree.flush_if_over(DIRTY_NODES)?;
@@ -766,27 +736,25 @@ impl<'p, 's> Indexer<'p, 's> {
             }
             _ => {}
         }
-        // The remembered path passed `check_path` when it was resolved.
-        let Some(ino) = self.last.get(path) else {
+        // The remembered path passed `check_path` when it was resolved; the
+        // changes below check the rest as `apply` does.
+        if self.last.get(path).is_none() {
             return Ok(false);
-        };
+        }
+        let at = At { info, path };
         match raw.kind() {
             Some(CommandKind::Chmod) => {
                 let Some(mode) = u64_of(raw, Attr::Mode) else {
                     return Ok(false);
                 };
-                self.inode_mut(ino)?.mode = (mode & 0o7777) as u32;
+                self.chmod(&at, mode)?;
             }
             Some(CommandKind::Chown) => {
                 let (Some(uid), Some(gid)) = (u64_of(raw, Attr::Uid), u64_of(raw, Attr::Gid))
                 else {
                     return Ok(false);
                 };
-                let (Ok(uid), Ok(gid)) = (u32::try_from(uid), u32::try_from(gid)) else {
-                    return Ok(false);
-                };
-                let i = self.inode_mut(ino)?;
-                (i.uid, i.gid) = (uid, gid);
+                self.chown(&at, uid, gid)?;
             }
             Some(CommandKind::Utimes) => {
                 let (Some(_), Some(mtime), Some(_)) = (
@@ -796,11 +764,7 @@ impl<'p, 's> Indexer<'p, 's> {
                 ) else {
                     return Ok(false);
                 };
-                let mtime = Timespec::from_bytes(mtime);
-                if mtime.nsec >= 1_000_000_000 {
-                    return Ok(false);
-                }
-                self.inode_mut(ino)?.mtime = (mtime.sec as i64, mtime.nsec);
+                self.utimes(&at, &Timespec::from_bytes(mtime))?;
             }
             Some(CommandKind::Write) => {
                 let (Some(offset), Some(data)) =
@@ -808,23 +772,68 @@ impl<'p, 's> Indexer<'p, 's> {
                 else {
                     return Ok(false);
                 };
-                if self.kind(ino)? != FileType::File {
-                    return Ok(false);
-                }
                 let len = data.value_len() as u64;
-                let extent = Extent {
-                    len,
-                    source: self.source,
-                    stream_offset: data_offset_of(info, data),
-                    encoding: Encoding::Plain,
-                };
-                let at = At { info, path };
-                self.write(&at, ino, offset, len, Some(extent))?;
+                self.write_plain(&at, offset, len, data_offset_of(info, data))?;
             }
             _ => return Ok(false),
         }
         self.tree.flush_if_over(DIRTY_NODES)?;
         Ok(true)
+    }
+
+    /// CHMOD `at`'s path to `mode`.
+    fn chmod(&mut self, at: &At<'_>, mode: u64) -> Result<(), IndexError> {
+        let ino = self.resolve(at, at.path)?;
+        self.inode_mut(ino)?.mode = (mode & 0o7777) as u32;
+        Ok(())
+    }
+
+    /// CHOWN `at`'s path to `uid` and `gid`.
+    fn chown(&mut self, at: &At<'_>, uid: u64, gid: u64) -> Result<(), IndexError> {
+        let ino = self.resolve(at, at.path)?;
+        let uid = u32::try_from(uid).map_err(|_| at.err("uid out of range"))?;
+        let gid = u32::try_from(gid).map_err(|_| at.err("gid out of range"))?;
+        let i = self.inode_mut(ino)?;
+        (i.uid, i.gid) = (uid, gid);
+        Ok(())
+    }
+
+    /// UTIMES of `at`'s path: its modification time `mtime`.
+    fn utimes(&mut self, at: &At<'_>, mtime: &Timespec) -> Result<(), IndexError> {
+        let ino = self.resolve(at, at.path)?;
+        if mtime.nsec >= 1_000_000_000 {
+            return Err(at.err("nanoseconds out of range"));
+        }
+        self.inode_mut(ino)?.mtime = (mtime.sec as i64, mtime.nsec);
+        Ok(())
+    }
+
+    /// WRITE of `len` bytes at `offset` of `at`'s path, lying at
+    /// `stream_offset` of the stream.
+    fn write_plain(
+        &mut self,
+        at: &At<'_>,
+        offset: u64,
+        len: u64,
+        stream_offset: u64,
+    ) -> Result<(), IndexError> {
+        let ino = self.file(at, at.path)?;
+        let extent = Extent {
+            len,
+            source: self.source,
+            stream_offset,
+            encoding: Encoding::Plain,
+        };
+        self.write(at, ino, offset, len, Some(extent))
+    }
+
+    /// Make the held inode `h` under the name it was made with.
+    fn create_held(&mut self, h: Held) -> Result<(), IndexError> {
+        let made = At {
+            info: &h.info,
+            path: &h.path,
+        };
+        self.create(&made, &h.path, h.inode)
     }
 
     /// The number of the stream `name` in the source list (added if new).

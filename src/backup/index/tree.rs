@@ -1105,18 +1105,18 @@ fn append_cut(
     let mut starts = Vec::new();
     let mut sizes = Vec::new();
     let mut acc = *size;
-    let mut held = e.len();
+    let mut in_piece = e.len();
     for i in run.clone() {
         let (k, v) = all.get(i);
         let s = entry_size(k, v.len());
-        if held > 0 && acc + s > MAX_PAGE {
+        if in_piece > 0 && acc + s > MAX_PAGE {
             starts.push(i);
             sizes.push(acc);
             acc = NODE_HEADER;
-            held = 0;
+            in_piece = 0;
         }
         acc += s;
-        held += 1;
+        in_piece += 1;
     }
     sizes.push(acc);
     starts.push(run.end);
